@@ -1,0 +1,488 @@
+"""One typed config object per run: dataclasses, YAML presets, dotted overrides, validated once.
+
+    cfg = load_config("reproduce/presets/tiny.yaml", ["algo.mix.alpha=0.875", "seed=1"])
+
+A YAML file may name a `base:` file (relative to itself) whose values it overrides (deep merge), so an
+arm is a few lines on top of a preset. Every error names the dotted key and the offending value, and is
+raised before any work is spent (ConfigError).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config value is missing, unknown, of the wrong type or impossible. The message names the key."""
+
+
+# ----------------------------------------------------------------------------------------------- schema
+@dataclass
+class ModelConfig:
+    path: str = ""                      # HF folder or hub id of the policy's initial weights (θ0 or θ*)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    trust_remote_code: bool = False
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class DataConfig:
+    train: str = ""                     # .jsonl / .parquet file of training prompts
+    problem_field: str = "problem"      # dotted path into a row; a list of chat messages takes the last one
+    answer_field: str = "answer"        # dotted path, e.g. reward_model.ground_truth
+    prompt_template: Literal["plain", "qwen_math", "dapo"] = "plain"
+    shuffle: bool = True
+    max_prompts: Optional[int] = None   # use only the first N prompts of the file (after shuffling)
+
+
+@dataclass
+class RolloutConfig:
+    engine: Literal["hf", "vllm"] = "hf"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    gen_batch_prompts: int = 0          # prompts drawn per generation round (0 = same as batch.prompts_per_step)
+    max_rounds: int = 10                # generation rounds per step before giving up on a full batch
+    on_shortfall: Literal["error", "proceed"] = "proceed"  # after max_rounds: fail, or train on what was kept
+    gpu_memory_utilization: float = 0.6  # vllm only
+    tensor_parallel_size: int = 1        # vllm only
+
+
+@dataclass
+class LengthConfig:
+    max_prompt: int = 2048
+    max_response: int = 8192
+    overlong_buffer: int = 4096         # L_buf; 0 disables overlong shaping
+    overlong_factor: float = 1.0
+
+
+@dataclass
+class BatchConfig:
+    prompts_per_step: int = 512         # B
+    group_size: int = 16                # |G| (with anchors: |G|-1 on-policy + 1 anchor)
+    mini_batch_prompts: int = 32        # prompts per optimizer update; μ = epochs * B / mini_batch_prompts
+    epochs: int = 1                     # passes over the step's batch
+    micro_batch_responses: int = 64     # responses per forward/backward (gradient accumulation; memory only)
+
+    @property
+    def updates_per_step(self) -> int:
+        return self.epochs * self.prompts_per_step // self.mini_batch_prompts
+
+
+@dataclass
+class ClipConfig:
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    dual_clip_c: Optional[float] = 10.0  # None disables dual-clip
+
+
+@dataclass
+class KLConfig:
+    coef: float = 0.0                   # β of the loss-level penalty β·KL(πθ‖πref); 0 = off
+    estimator: Literal["k1", "k2", "k3"] = "k3"
+
+
+@dataclass
+class AnchorConfig:
+    enabled: bool = False               # ARMOR's Anchor Rollout
+    ref_n: int = 4                      # reference samples per prompt
+    lazy: bool = True                   # sample references only for prompts that pass the on-policy filter,
+    #                                     one round at a time, stopping at the first correct one
+
+
+@dataclass
+class MixConfig:
+    variant: Literal["plain", "mixed", "static_clip", "offpolicy_anchor"] = "plain"
+    alpha: float = 1.0                  # π_mix = α·πθ + (1−α)·πref ; static_clip widens ε to ε/α
+
+
+@dataclass
+class ResetConfig:
+    every: Optional[int] = None         # τ: θref ← θ every τ steps (None = never)
+    until_step: Optional[int] = None    # stop resetting after this step (then πref frozen)
+
+
+@dataclass
+class ReferenceConfig:
+    path: str = ""                      # πref's weights; "" = same as model.path (continual protocol)
+    reset: ResetConfig = field(default_factory=ResetConfig)
+
+
+@dataclass
+class DistillConfig:
+    mode: Literal["none", "opd", "mopd"] = "none"
+    teacher_path: str = ""              # "" = the reference (θ*)
+    coef: float = 1.0                   # weight of the token-level teacher signal (MOPD)
+
+
+@dataclass
+class AlgoConfig:
+    advantage: Literal["grpo", "grpo_no_std", "qae"] = "grpo"
+    qae_k: float = 0.45
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    dynamic_sampling: bool = True
+    clip: ClipConfig = field(default_factory=ClipConfig)
+    kl: KLConfig = field(default_factory=KLConfig)
+    anchor: AnchorConfig = field(default_factory=AnchorConfig)
+    mix: MixConfig = field(default_factory=MixConfig)
+    reference: ReferenceConfig = field(default_factory=ReferenceConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    warmup_steps: int = 10
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+
+
+@dataclass
+class RewardConfig:
+    answer_mode: Literal["boxed", "answer_line", "boxed_or_answer_line"] = "boxed"
+    grader_workers: int = 2
+    grader_timeout_s: float = 5.0
+
+
+@dataclass
+class ScheduleConfig:
+    total_steps: int = 100
+    save_every: int = 10
+    validate_every: int = 5
+    keep_last: Optional[int] = None     # keep only the N newest checkpoints (plus the protected ones)
+    keep_steps: list[int] = field(default_factory=list)  # never deleted (peak, reset points, eval points)
+
+
+@dataclass
+class ValidationConfig:
+    benchmarks: list[str] = field(default_factory=list)  # registry names or NAME=path.jsonl
+    samples: int = 4                    # k of avg@k
+    temperature: float = 1.0
+    top_p: float = 0.7
+    max_problems: Optional[int] = None
+    at_start: bool = True               # validate the initial weights (step 0 of this run)
+
+
+@dataclass
+class ProtocolConfig:
+    """Numbers of the continual-training protocol, read by reproduce/ (the trainer ignores them)."""
+    stage1_steps: int = 0
+    stage2_steps: int = 0
+    peak_step: Optional[int] = None     # fixed θ* step (paper); None = argmax of the validation curve
+    qae_peak_step: Optional[int] = None  # fixed θ* step of the QAE baseline (paper: 230 for 7B)
+    late_start_step: Optional[int] = None  # Fig. 3c: ARMOR from a degraded checkpoint
+    peak_selection_window: int = 1      # smooth validation over this many points before the argmax
+    armor_alpha: float = 0.9375
+    armor_ref_n: int = 4
+    armor_reset_every: Optional[int] = None
+    armor_reset_until: Optional[int] = None
+    reset_sweep: list[int] = field(default_factory=list)      # Fig. 4
+    alpha_sweep: list[float] = field(default_factory=list)    # Fig. 3a
+    kl_betas: list[float] = field(default_factory=list)       # Fig. 2 / 5
+    kl_after_steps: int = 100                                 # Fig. 2b: KLs read after this many steps
+    qae_reset_sweep: list[int] = field(default_factory=list)  # Fig. 6
+    qwen3_tau1_until: list[int] = field(default_factory=list) # Fig. 7
+    eval_benchmarks: list[str] = field(default_factory=list)
+    eval_protocol: str = "paper"
+    eval_every: int = 0                 # evaluate every N-th saved checkpoint (0 = only the selected ones)
+    nodes: int = 1
+    gpus_per_node: int = 0
+    seeds: list[int] = field(default_factory=lambda: [0])
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    seed: int = 0
+    output_dir: str = ""                # run folder; "" = runs/<name>
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: Optional[int] = None       # torch CPU threads (None = torch default)
+    step_offset: int = 0                # RL steps already behind model.path (θ*'s stage-1 step), for plots
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    lengths: LengthConfig = field(default_factory=LengthConfig)
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir or f"runs/{self.name}")
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether the objective or the rollout needs πref's log-probs or weights."""
+        a = self.algo
+        return (a.anchor.enabled or a.mix.variant != "plain" or a.kl.coef > 0
+                or (a.distill.mode != "none" and not a.distill.teacher_path))
+
+
+# ------------------------------------------------------------------------------------ building from dicts
+def _is_optional(tp) -> tuple[bool, Any]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) < len(typing.get_args(tp)):
+            return True, args[0]
+    return False, tp
+
+
+def _coerce(value: Any, tp, key: str) -> Any:
+    optional, inner = _is_optional(tp)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{key}: must not be null")
+    tp = inner
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return _build(tp, value, key)
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{key}: {value!r} is not one of {list(allowed)}")
+        return value
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool) and item_tp is not str:
+            value = [value]
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, str):  # YAML 1.1 reads "1e-6" as a string
+                try:
+                    return float(value)
+                except ValueError:
+                    pass
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if not math.isfinite(float(value)):
+            raise ConfigError(f"{key}: must be finite, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {tp} at {key}")
+
+
+def _build(cls, data: dict, prefix: str = ""):
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for k in data:
+        if k not in names:
+            full = f"{prefix}.{k}" if prefix else k
+            raise ConfigError(f"{full}: unknown key (known: {', '.join(sorted(names))})")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            full = f"{prefix}.{f.name}" if prefix else f.name
+            kwargs[f.name] = _coerce(data[f.name], hints[f.name], full)
+    return cls(**kwargs)
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_yaml(path: str | Path) -> dict:
+    """Read a YAML config, resolving `base:` chains (paths relative to the including file)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config: file not found: {str(path)!r}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config: {str(path)!r} is not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {str(path)!r} must hold a mapping at top level, got {type(data).__name__}")
+    base = data.pop("base", None)
+    if base is not None:
+        data = _deep_merge(read_yaml(path.parent / base), data)
+    return data
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`algo.mix.alpha=0.875` -> (["algo", "mix", "alpha"], 0.875); the value is read as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected KEY=VALUE, e.g. algo.mix.alpha=0.875")
+    key, raw = text.split("=", 1)
+    key = key.strip().lstrip("-")
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    data = dict(data)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = data
+        for p in parts[:-1]:
+            child = node.get(p)
+            node[p] = dict(child) if isinstance(child, dict) else {}
+            node = node[p]
+        node[parts[-1]] = value
+    return data
+
+
+def from_dict(data: dict) -> RunConfig:
+    cfg = _build(RunConfig, data)
+    validate(cfg)
+    return cfg
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Load a YAML preset (or defaults when path is None), apply dotted overrides, validate."""
+    data = read_yaml(path) if path else {}
+    return from_dict(apply_overrides(data, overrides or []))
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def dump_config(cfg: RunConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+# ------------------------------------------------------------------------------------------ validation
+def _check(cond: bool, key: str, value: Any, why: str) -> None:
+    if not cond:
+        raise ConfigError(f"{key}: {value!r} {why}")
+
+
+def validate(cfg: RunConfig) -> None:
+    """Semantic checks that types cannot express; each failure names the key and its value."""
+    c = _check
+    c(bool(cfg.name.strip()), "name", cfg.name, "must not be empty")
+    c(cfg.seed >= 0, "seed", cfg.seed, "must be >= 0")
+    c(cfg.threads is None or cfg.threads >= 1, "threads", cfg.threads, "must be >= 1")
+    c(cfg.step_offset >= 0, "step_offset", cfg.step_offset, "must be >= 0")
+    c(bool(cfg.model.path), "model.path", cfg.model.path, "is required (an HF model folder or hub id)")
+    c(bool(cfg.data.train), "data.train", cfg.data.train, "is required (a .jsonl or .parquet file)")
+    c(cfg.data.max_prompts is None or cfg.data.max_prompts >= 1, "data.max_prompts", cfg.data.max_prompts,
+      "must be >= 1")
+
+    r = cfg.rollout
+    c(r.temperature > 0, "rollout.temperature", r.temperature, "must be > 0")
+    c(0 < r.top_p <= 1, "rollout.top_p", r.top_p, "must be in (0, 1]")
+    c(r.gen_batch_prompts >= 0, "rollout.gen_batch_prompts", r.gen_batch_prompts, "must be >= 0")
+    c(r.max_rounds >= 1, "rollout.max_rounds", r.max_rounds, "must be >= 1")
+    c(0 < r.gpu_memory_utilization <= 1, "rollout.gpu_memory_utilization", r.gpu_memory_utilization,
+      "must be in (0, 1]")
+    c(r.tensor_parallel_size >= 1, "rollout.tensor_parallel_size", r.tensor_parallel_size, "must be >= 1")
+
+    L = cfg.lengths
+    c(L.max_prompt >= 1, "lengths.max_prompt", L.max_prompt, "must be >= 1")
+    c(L.max_response >= 1, "lengths.max_response", L.max_response, "must be >= 1")
+    c(0 <= L.overlong_buffer < L.max_response, "lengths.overlong_buffer", L.overlong_buffer,
+      f"must be in [0, lengths.max_response={L.max_response})")
+    c(L.overlong_factor >= 0, "lengths.overlong_factor", L.overlong_factor, "must be >= 0")
+
+    b = cfg.batch
+    c(b.prompts_per_step >= 1, "batch.prompts_per_step", b.prompts_per_step, "must be >= 1")
+    c(b.group_size >= 2, "batch.group_size", b.group_size, "must be >= 2 (group advantages need a group)")
+    c(b.mini_batch_prompts >= 1, "batch.mini_batch_prompts", b.mini_batch_prompts, "must be >= 1")
+    c(b.prompts_per_step % b.mini_batch_prompts == 0, "batch.mini_batch_prompts", b.mini_batch_prompts,
+      f"must divide batch.prompts_per_step={b.prompts_per_step}")
+    c(b.epochs >= 1, "batch.epochs", b.epochs, "must be >= 1")
+    c(b.micro_batch_responses >= 1, "batch.micro_batch_responses", b.micro_batch_responses, "must be >= 1")
+
+    a = cfg.algo
+    c(0 < a.qae_k < 1, "algo.qae_k", a.qae_k, "must be in (0, 1)")
+    c(a.clip.eps_low >= 0, "algo.clip.eps_low", a.clip.eps_low, "must be >= 0")
+    c(a.clip.eps_low < 1, "algo.clip.eps_low", a.clip.eps_low, "must be < 1 (the ratio's lower bound 1-ε)")
+    c(a.clip.eps_high >= 0, "algo.clip.eps_high", a.clip.eps_high, "must be >= 0")
+    c(a.clip.dual_clip_c is None or a.clip.dual_clip_c > 1, "algo.clip.dual_clip_c", a.clip.dual_clip_c,
+      "must be > 1 (or null to disable)")
+    c(a.kl.coef >= 0, "algo.kl.coef", a.kl.coef, "must be >= 0")
+    c(not a.anchor.enabled or a.anchor.ref_n >= 1, "algo.anchor.ref_n", a.anchor.ref_n,
+      "must be >= 1 when algo.anchor.enabled")
+    c(0 < a.mix.alpha <= 1, "algo.mix.alpha", a.mix.alpha, "must be in (0, 1]")
+    c(a.mix.variant != "offpolicy_anchor" or a.anchor.enabled, "algo.mix.variant", a.mix.variant,
+      "needs algo.anchor.enabled=true (it reweights anchor tokens)")
+    rs = a.reference.reset
+    c(rs.every is None or rs.every >= 1, "algo.reference.reset.every", rs.every, "must be >= 1 (or null)")
+    c(rs.until_step is None or rs.until_step >= 1, "algo.reference.reset.until_step", rs.until_step,
+      "must be >= 1 (or null)")
+    c(rs.until_step is None or rs.every is not None, "algo.reference.reset.until_step", rs.until_step,
+      "needs algo.reference.reset.every")
+    c(a.distill.coef >= 0, "algo.distill.coef", a.distill.coef, "must be >= 0")
+    c(not (a.distill.mode != "none" and a.anchor.enabled), "algo.distill.mode", a.distill.mode,
+      "cannot be combined with algo.anchor.enabled")
+
+    o = cfg.optim
+    c(o.lr > 0, "optim.lr", o.lr, "must be > 0")
+    c(o.warmup_steps >= 0, "optim.warmup_steps", o.warmup_steps, "must be >= 0")
+    c(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, "must be >= 0")
+    c(o.grad_clip > 0, "optim.grad_clip", o.grad_clip, "must be > 0")
+    c(len(o.betas) == 2 and all(0 <= x < 1 for x in o.betas), "optim.betas", o.betas,
+      "must be two numbers in [0, 1)")
+    c(o.eps > 0, "optim.eps", o.eps, "must be > 0")
+
+    g = cfg.reward
+    c(g.grader_workers >= 0, "reward.grader_workers", g.grader_workers, "must be >= 0")
+    c(g.grader_timeout_s > 0, "reward.grader_timeout_s", g.grader_timeout_s, "must be > 0")
+
+    s = cfg.schedule
+    c(s.total_steps >= 1, "schedule.total_steps", s.total_steps, "must be >= 1")
+    c(s.save_every >= 1, "schedule.save_every", s.save_every, "must be >= 1")
+    c(s.validate_every >= 0, "schedule.validate_every", s.validate_every, "must be >= 0 (0 = never)")
+    c(s.keep_last is None or s.keep_last >= 1, "schedule.keep_last", s.keep_last, "must be >= 1 (or null)")
+
+    v = cfg.validation
+    c(v.samples >= 1, "validation.samples", v.samples, "must be >= 1")
+    c(v.temperature > 0, "validation.temperature", v.temperature, "must be > 0")
+    c(0 < v.top_p <= 1, "validation.top_p", v.top_p, "must be in (0, 1]")
+    c(v.max_problems is None or v.max_problems >= 1, "validation.max_problems", v.max_problems,
+      "must be >= 1")
+    c(not (s.validate_every > 0 and not v.benchmarks), "validation.benchmarks", v.benchmarks,
+      "must name at least one set when schedule.validate_every > 0")
+
+    p = cfg.protocol
+    c(0 < p.armor_alpha <= 1, "protocol.armor_alpha", p.armor_alpha, "must be in (0, 1]")
+    c(p.armor_ref_n >= 1, "protocol.armor_ref_n", p.armor_ref_n, "must be >= 1")
+    for i, x in enumerate(p.alpha_sweep):
+        c(0 < x <= 1, f"protocol.alpha_sweep[{i}]", x, "must be in (0, 1]")
+    for i, x in enumerate(p.kl_betas):
+        c(x > 0, f"protocol.kl_betas[{i}]", x, "must be > 0")
+    c(p.peak_selection_window >= 1, "protocol.peak_selection_window", p.peak_selection_window, "must be >= 1")
+    c(p.nodes >= 1, "protocol.nodes", p.nodes, "must be >= 1")
+    c(p.gpus_per_node >= 0, "protocol.gpus_per_node", p.gpus_per_node, "must be >= 0")
+    c(len(p.seeds) >= 1, "protocol.seeds", p.seeds, "must list at least one seed")

@@ -1,0 +1,333 @@
+"""Per-token policy objectives of ARMOR (ARMOR paper §3-4), as small pure tensor functions.
+
+Conventions (verl core_algos style):
+  B = sequences, T = response positions.
+  logp, old_logp, ref_logp : [B, T] natural-log probabilities of the *sampled* tokens under
+      πθ (current, with grad), πθold (behaviour policy of the rollout), πref (reference).
+  mask : [B, T] float or bool, 1 = real response token, 0 = padding.
+Robustness: masked positions are removed with torch.where (never x * 0, which is NaN for inf),
+every log-ratio is clamped to ±clamp before exp, and all divisions by token / sequence counts
+are clamped away from 0, so log-probs down to ~-80 and rows whose mask is all zero give finite
+values and finite gradients.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+
+Tensor = torch.Tensor
+Number = Union[float, int]
+
+__all__ = [
+    "masked_sum", "masked_mean", "log_ratio", "importance_ratio", "mixed_log_prob", "mixed_ratio",
+    "ratio_and_clip_range", "clipped_surrogate", "aggregate_loss", "kl_penalty", "kl_reverse_estimate",
+    "kl_forward_estimate", "opd_token_advantages", "mopd_token_advantages", "policy_loss",
+    "RATIO_VARIANTS", "LOSS_AGG_MODES", "KL_ESTIMATORS",
+]
+
+RATIO_VARIANTS = ("plain", "mixed", "static_clip", "offpolicy_anchor")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+_KL_ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}  # verl's names
+
+
+# ----------------------------------------------------------------------------- masking
+
+def _mask_like(mask: Optional[Tensor], x: Tensor) -> Tensor:
+    """mask (bool/float, broadcastable to x, None = all ones) -> float tensor of x's shape/dtype."""
+    dtype = x.dtype if x.is_floating_point() else torch.float32
+    if mask is None:
+        return torch.ones(x.shape, dtype=dtype, device=x.device)
+    return torch.broadcast_to(mask.to(device=x.device, dtype=dtype), x.shape)
+
+
+def masked_sum(x: Tensor, mask: Optional[Tensor], dim=None) -> Tensor:
+    """Σ_t mask_t · x_t over `dim` (all dims if None).  x, mask: [B, T] (mask broadcastable).
+
+    Masked positions contribute exactly 0 even if x is inf/NaN there (torch.where, not x*0).
+    """
+    x = x if x.is_floating_point() else x.float()
+    m = _mask_like(mask, x)
+    y = torch.where(m != 0, x * m, torch.zeros((), dtype=x.dtype, device=x.device))
+    return y.sum() if dim is None else y.sum(dim)
+
+
+def masked_mean(x: Tensor, mask: Optional[Tensor], dim=None, eps: float = 1e-8) -> Tensor:
+    """Σ mask·x / max(Σ mask, eps) over `dim`.  An all-zero mask gives exactly 0 (no NaN).
+
+    Unlike verl (which adds 1e-8 to the count) the count is clamped, so the mean is exact.
+    """
+    x = x if x.is_floating_point() else x.float()
+    m = _mask_like(mask, x)
+    count = m.sum() if dim is None else m.sum(dim)
+    return masked_sum(x, m, dim) / count.clamp(min=eps)
+
+
+# ----------------------------------------------------------------------------- ratios
+
+def log_ratio(logp: Tensor, old_logp: Tensor, clamp: float = 20.0) -> Tensor:
+    """clamp(log πθ − log πθold, −clamp, clamp), [B, T] (verl clamps at ±20)."""
+    return torch.clamp(logp - old_logp, min=-clamp, max=clamp)
+
+
+def importance_ratio(logp: Tensor, old_logp: Tensor, clamp: float = 20.0) -> Tensor:
+    """r = πθ/πθold = exp(clamped log-ratio), [B, T]."""
+    return torch.exp(log_ratio(logp, old_logp, clamp))
+
+
+def _check_alpha(alpha) -> float:
+    alpha = float(alpha)
+    if not 0.0 < alpha <= 1.0:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    return alpha
+
+
+def mixed_log_prob(logp: Tensor, ref_logp: Optional[Tensor], alpha: Number) -> Tensor:
+    """log π_mix = log(α·π + (1−α)·πref) = logaddexp(log α + log π, log(1−α) + log πref), [B, T].
+
+    α = 1 returns `logp` itself (bit-exact, no log(0)); ref_logp may then be None.
+    """
+    alpha = _check_alpha(alpha)
+    if alpha == 1.0:
+        return logp
+    if ref_logp is None:
+        raise ValueError("mixed_log_prob with alpha < 1 needs ref_logp")
+    return torch.logaddexp(logp + math.log(alpha), ref_logp + math.log1p(-alpha))
+
+
+def mixed_ratio(logp: Tensor, old_logp: Tensor, ref_logp: Optional[Tensor], alpha: Number,
+                clamp: float = 20.0) -> Tensor:
+    """r_mix = π_mix,θ / π_mix,old, π_mix,· = α·π· + (1−α)·πref (ARMOR Mixed Optimization), [B, T].
+
+    Computed as exp(clamp(log π_mix,θ − log π_mix,old)).  α = 1 gives exactly importance_ratio;
+    with πref = πθold it equals α·r + (1−α).
+    """
+    return torch.exp(log_ratio(mixed_log_prob(logp, ref_logp, alpha),
+                               mixed_log_prob(old_logp, ref_logp, alpha), clamp))
+
+
+def ratio_and_clip_range(variant: str, logp: Tensor, old_logp: Tensor, ref_logp: Optional[Tensor] = None,
+                         alpha: Number = 1.0, eps_low: float = 0.2, eps_high: float = 0.28,
+                         is_anchor: Optional[Tensor] = None, clamp: float = 20.0):
+    """Ratio [B, T] and effective clip range (eps_low_eff, eps_high_eff) of a ratio variant.
+
+    "plain"            r = πθ/πθold,                         ε as given (DAPO).
+    "mixed"            r_mix = π_mix,θ/π_mix,old (α, πref),  ε as given (ARMOR); α = 1 is "plain".
+    "static_clip"      r = πθ/πθold,                         ε/α on both sides (Fig. 3b ablation).
+    "offpolicy_anchor" r = πθ/πθold on on-policy tokens, r = πθ/πref on anchor tokens
+                       (is_anchor [B] rows or [B, T] tokens, bool), ε as given (Fig. 3b ablation).
+    """
+    if variant == "plain":
+        return importance_ratio(logp, old_logp, clamp), eps_low, eps_high
+    if variant == "mixed":
+        return mixed_ratio(logp, old_logp, ref_logp, alpha, clamp), eps_low, eps_high
+    if variant == "static_clip":
+        alpha = _check_alpha(alpha)
+        return importance_ratio(logp, old_logp, clamp), eps_low / alpha, eps_high / alpha
+    if variant == "offpolicy_anchor":
+        if ref_logp is None or is_anchor is None:
+            raise ValueError("ratio variant 'offpolicy_anchor' needs ref_logp and is_anchor")
+        anc = is_anchor.to(device=logp.device, dtype=torch.bool)
+        if anc.dim() == logp.dim() - 1:
+            anc = anc.unsqueeze(-1)
+        anc = torch.broadcast_to(anc, logp.shape)
+        r = torch.where(anc, importance_ratio(logp, ref_logp, clamp), importance_ratio(logp, old_logp, clamp))
+        return r, eps_low, eps_high
+    raise ValueError(f"unknown ratio variant {variant!r}; expected one of {RATIO_VARIANTS}")
+
+
+# ----------------------------------------------------------------------------- surrogate
+
+def clipped_surrogate(ratio: Tensor, advantages: Tensor, mask: Optional[Tensor], eps_low: float,
+                      eps_high: float, dual_clip_c: Optional[float] = None):
+    """PPO clipped surrogate per token, with clip-higher and optional dual-clip (verl semantics).
+
+    ratio [B, T]; advantages [B] (broadcast over tokens) or [B, T], treated as constants (detached).
+        L_t = −min(r·A, clip(r, 1−ε_low, 1+ε_high)·A) = max(−r·A, −clip(r)·A)
+        dual-clip, A < 0 only:  L_t = min(L_t, −c·A)      (c > 1; caps the loss of huge ratios)
+    Returns (loss [B, T] with 0 at masked positions, stats) where stats holds detached 0-dim tensors
+    (token means over the mask):
+        clipfrac       tokens where the clipped term is active (−clip(r)·A > −r·A), = low + high
+        clipfrac_low   r < 1−ε_low and A < 0      clipfrac_high  r > 1+ε_high and A > 0
+        dualclip_frac  A < 0 and −c·A < L_t (dual-clip active; 0 without dual-clip)
+    """
+    adv = advantages.detach().to(device=ratio.device, dtype=ratio.dtype)
+    if adv.dim() == ratio.dim() - 1:
+        adv = adv.unsqueeze(-1)
+    adv = torch.broadcast_to(adv, ratio.shape)
+    m = _mask_like(mask, ratio)
+
+    pg1 = -adv * ratio
+    pg2 = -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    loss = torch.maximum(pg1, pg2)
+    neg = adv < 0
+    dual = torch.zeros_like(neg)
+    if dual_clip_c is not None:
+        if dual_clip_c <= 1.0:
+            raise ValueError(f"dual_clip_c must be > 1, got {dual_clip_c}")
+        pg3 = -adv * dual_clip_c
+        dual = neg & (loss > pg3)
+        loss = torch.where(neg, torch.minimum(loss, pg3), loss)
+    loss = torch.where(m != 0, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
+
+    with torch.no_grad():
+        stats = {
+            "clipfrac": masked_mean((pg2 > pg1).float(), m),
+            "clipfrac_low": masked_mean(((ratio < 1.0 - eps_low) & neg).float(), m),
+            "clipfrac_high": masked_mean(((ratio > 1.0 + eps_high) & (adv > 0)).float(), m),
+            "dualclip_frac": masked_mean(dual.float(), m),
+        }
+    return loss, stats
+
+
+def aggregate_loss(per_token: Tensor, mask: Optional[Tensor], mode: str,
+                   normalizer: Optional[Union[Number, Tensor]] = None, eps: float = 1e-8) -> Tensor:
+    """Reduce a per-token loss [B, T] to a scalar.
+
+    "token-mean"           Σ_{b,t} m·L / N,  N = Σ m (DAPO).  `normalizer` replaces N: pass the
+                           mini-batch's token count to every micro-batch and the micro-batch losses
+                           add up to the mini-batch token mean.
+    "seq-mean-token-mean"  Σ_b (Σ_t m·L / Σ_t m) / S   (GRPO)
+    "seq-mean-token-sum"   Σ_b (Σ_t m·L) / S
+    S = number of sequences with at least one real token (fully padded rows are not counted;
+    verl divides by B instead); `normalizer` replaces S in the seq modes.
+    All counts are clamped at eps, so an all-padding batch gives 0.
+    """
+    m = _mask_like(mask, per_token)
+    if mode == "token-mean":
+        denom = m.sum() if normalizer is None else normalizer
+        num = masked_sum(per_token, m)
+    elif mode in ("seq-mean-token-mean", "seq-mean-token-sum"):
+        seq = masked_sum(per_token, m, dim=-1)
+        if mode == "seq-mean-token-mean":
+            seq = seq / m.sum(-1).clamp(min=eps)
+        num = seq.sum()
+        denom = (m.sum(-1) > 0).sum() if normalizer is None else normalizer
+    else:
+        raise ValueError(f"unknown loss aggregation mode {mode!r}; expected one of {LOSS_AGG_MODES}")
+    denom = torch.as_tensor(denom, dtype=num.dtype, device=num.device)
+    return num / denom.clamp(min=eps)
+
+
+# ----------------------------------------------------------------------------- KL
+
+def kl_penalty(logp: Tensor, ref_logp: Tensor, estimator: str, clamp: float = 20.0,
+               value_clamp: Optional[float] = 10.0) -> Tensor:
+    """Per-token estimator of KL(πθ‖πref) for tokens sampled from πθ, [B, T] (Schulman's k1/k2/k3).
+
+    With log ρ = log πref − log πθ:
+      "k1" (verl "kl")         log πθ − log πref = −log ρ                 (unbiased, can be < 0)
+      "k2" (verl "mse")        ½ (log πref − log πθ)²                     (≥ 0, biased)
+      "k3" (verl "low_var_kl") ρ − log ρ − 1, log ρ clamped to ±clamp     (≥ 0, = 0 iff πθ = πref,
+                               unbiased since E_πθ[ρ] = 1).  Computed as expm1(log ρ) − log ρ.
+    value_clamp: k3 is clamped to ≤ value_clamp like verl's low_var_kl ([-10, 10]); None = no clamp.
+    """
+    est = _KL_ALIASES.get(estimator, estimator)
+    if est == "k1":
+        return logp - ref_logp
+    if est == "k2":
+        return 0.5 * (ref_logp - logp).square()
+    if est == "k3":
+        lr = torch.clamp(ref_logp - logp, min=-clamp, max=clamp)
+        k3 = torch.clamp(torch.expm1(lr) - lr, min=0.0)
+        return k3 if value_clamp is None else torch.clamp(k3, max=value_clamp)
+    raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {KL_ESTIMATORS}")
+
+
+def kl_reverse_estimate(logp: Tensor, ref_logp: Tensor, mask: Optional[Tensor], clamp: float = 20.0) -> Tensor:
+    """Scalar estimate of the reverse KL(πθ‖πref) from tokens y_t ~ πθ(·|prefix): mean_t k3_t.
+
+    Derivation: ρ = πref/πθ.  E_{y~πθ}[−log ρ] = Σ_y πθ log(πθ/πref) = KL(πθ‖πref) and
+    E_{y~πθ}[ρ − 1] = Σ_y πref − 1 = 0, so k3 = ρ − log ρ − 1 is unbiased for the per-token
+    conditional reverse KL and ≥ 0 (x − 1 ≥ log x).  Masked token mean; no value clamp.
+    """
+    return masked_mean(kl_penalty(logp, ref_logp, "k3", clamp=clamp, value_clamp=None), mask)
+
+
+def kl_forward_estimate(logp: Tensor, ref_logp: Tensor, mask: Optional[Tensor], clamp: float = 20.0) -> Tensor:
+    """Scalar estimate of the forward KL(πref‖πθ) from the same tokens y_t ~ πθ(·|prefix).
+
+    Derivation: importance-weight with ρ = πref/πθ:
+        KL(πref‖πθ) = Σ_y πref log(πref/πθ) = E_{y~πθ}[ρ log ρ],
+    and add the zero-mean control variate −(ρ − 1) (E_πθ[ρ] = 1): per token ρ·log ρ − ρ + 1, unbiased
+    for the per-token conditional forward KL and ≥ 0 (x log x ≥ x − 1).  Valid where πθ covers
+    πref's support.  log ρ clamped to ±clamp; masked token mean.
+    """
+    lr = torch.clamp(ref_logp - logp, min=-clamp, max=clamp)
+    per_tok = torch.clamp(torch.exp(lr) * lr - torch.expm1(lr), min=0.0)
+    return masked_mean(per_tok, mask)
+
+
+# ----------------------------------------------------------------------------- distillation
+
+def opd_token_advantages(teacher_logp: Tensor, student_logp: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """On-policy distillation (Agarwal et al. 2024) per-token advantage, [B, T]:
+        A_t = log π_teacher(y_t) − log π_student(y_t)   (negative per-token reverse-KL sample, k1)
+    on student-sampled tokens; 0 at masked positions; detached (an advantage is a constant).
+    """
+    adv = (teacher_logp - student_logp).detach()
+    return torch.where(_mask_like(mask, adv) != 0, adv, torch.zeros((), dtype=adv.dtype, device=adv.device))
+
+
+def mopd_token_advantages(outcome_adv: Tensor, teacher_logp: Tensor, student_logp: Tensor,
+                          mask: Optional[Tensor], coef: float = 1.0) -> Tensor:
+    """MOPD per-token advantage, [B, T]: A_t = Â_outcome + coef · (log π_teacher − log π_student).
+
+    outcome_adv [B] (broadcast over tokens) or [B, T]; 0 at masked positions; detached.
+    """
+    opd = opd_token_advantages(teacher_logp, student_logp, mask)
+    out = outcome_adv.detach().to(device=opd.device, dtype=opd.dtype)
+    if out.dim() == opd.dim() - 1:
+        out = out.unsqueeze(-1)
+    adv = out + coef * opd
+    return torch.where(_mask_like(mask, adv) != 0, adv, torch.zeros((), dtype=adv.dtype, device=adv.device))
+
+
+# ----------------------------------------------------------------------------- full loss
+
+def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+                ratio_variant: str = "plain", ref_logp: Optional[Tensor] = None, alpha: Number = 1.0,
+                is_anchor: Optional[Tensor] = None, eps_low: float = 0.2, eps_high: float = 0.28,
+                dual_clip_c: Optional[float] = None, loss_agg: str = "token-mean",
+                normalizer: Optional[Union[Number, Tensor]] = None, kl_coef: float = 0.0,
+                kl_estimator: str = "k3", clamp: float = 20.0):
+    """Full policy loss: ratio_and_clip_range → clipped_surrogate → + kl_coef·kl_penalty → aggregate_loss.
+
+        L = agg_t( PPO_clip(r, A; ε_low_eff, ε_high_eff, c)_t + β · KL_t )
+    logp [B, T] (with grad), old_logp/ref_logp [B, T], advantages [B] or [B, T], mask [B, T].
+    The KL term is the loss-level penalty of the KL baselines (needs ref_logp when kl_coef > 0).
+    Returns (loss 0-dim tensor, metrics of python floats):
+      pg_loss, kl_penalty  aggregated like the loss (same mode / normalizer, so loss = pg_loss +
+                           kl_coef·kl_penalty and micro-batch values add up); kl_penalty is reported
+                           whenever ref_logp is given, else 0
+      clipfrac, clipfrac_low, clipfrac_high, dualclip_frac, ratio_mean (masked token means),
+      ppo_kl               masked token mean of log πθold − log πθ.
+    """
+    if kl_coef != 0.0 and ref_logp is None:
+        raise ValueError("policy_loss with kl_coef != 0 needs ref_logp")
+    ratio, el, eh = ratio_and_clip_range(ratio_variant, logp, old_logp, ref_logp=ref_logp, alpha=alpha,
+                                         eps_low=eps_low, eps_high=eps_high, is_anchor=is_anchor, clamp=clamp)
+    pg, stats = clipped_surrogate(ratio, advantages, mask, el, eh, dual_clip_c=dual_clip_c)
+    pg_loss = aggregate_loss(pg, mask, loss_agg, normalizer)
+    if kl_coef != 0.0:
+        kl = aggregate_loss(kl_penalty(logp, ref_logp, kl_estimator, clamp=clamp), mask, loss_agg, normalizer)
+        loss = pg_loss + kl_coef * kl
+    else:
+        loss = pg_loss
+        if ref_logp is not None:
+            with torch.no_grad():
+                kl = aggregate_loss(kl_penalty(logp, ref_logp, kl_estimator, clamp=clamp), mask, loss_agg,
+                                    normalizer)
+        else:
+            kl = torch.zeros(())
+    with torch.no_grad():
+        metrics = {
+            "pg_loss": float(pg_loss.detach()),
+            "kl_penalty": float(kl.detach()),
+            **{k: float(v) for k, v in stats.items()},
+            "ratio_mean": float(masked_mean(ratio.detach(), mask)),
+            "ppo_kl": float(masked_mean((old_logp - logp).detach(), mask)),
+        }
+    return loss, metrics

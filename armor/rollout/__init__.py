@@ -1,0 +1,16 @@
+"""Rollout engines behind one interface; the engine is chosen by config (`rollout.engine`)."""
+from armor.rollout.base import Rollout, RolloutEngine, SamplingParams
+
+
+def build_engine(kind: str, model, tokenizer, *, model_path: str = "", **kw) -> RolloutEngine:
+    """`hf` serves an in-process module; `vllm` loads `model_path` into a vLLM engine (GPU)."""
+    if kind == "hf":
+        from armor.rollout.hf import HFEngine
+        return HFEngine(model, tokenizer, **{k: v for k, v in kw.items() if k == "max_batch"})
+    if kind == "vllm":
+        from armor.rollout.vllm_engine import VLLMEngine
+        return VLLMEngine(model_path, tokenizer, **{k: v for k, v in kw.items() if k != "max_batch"})
+    raise ValueError(f"rollout.engine: unknown engine {kind!r} (known: hf, vllm)")
+
+
+__all__ = ["Rollout", "RolloutEngine", "SamplingParams", "build_engine"]

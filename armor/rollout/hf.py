@@ -1,0 +1,128 @@
+"""Transformers rollout engine: a batched KV-cache sampling loop over any causal LM (CPU or GPU).
+
+Prompts are left-padded (position ids from the attention mask), sampling is temperature + nucleus
+(top_p), each row stops at EOS, and a torch.Generator seeded from `SamplingParams.seed` makes the
+sample reproducible. Faster than `model.generate` for tiny models because it skips its per-step
+processing stack, and it returns the per-token sampling log-probs the trainer logs.
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import DynamicCache
+
+from armor.rollout.base import Rollout, RolloutEngine, SamplingParams
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Mask (to -inf) the tokens outside the smallest set whose probability mass reaches top_p.
+
+    logits: [N, V] -> [N, V]. The most likely token is always kept."""
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, idx = torch.sort(logits, dim=-1, descending=True)
+    cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+    remove = cum - torch.softmax(sorted_logits, dim=-1) >= top_p   # mass before this token already >= p
+    sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(-1, idx, sorted_logits)
+
+
+class HFEngine(RolloutEngine):
+    def __init__(self, model: torch.nn.Module, tokenizer, max_batch: int = 256):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch = max_batch
+        eos = tokenizer.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        if gen_eos is not None:
+            self.eos_ids |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids))
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        self.model = model   # same process, same device: serving a module is pointing at it
+
+    @staticmethod
+    def _cache_kw(model) -> str:
+        """transformers >= 5.2x names the KV cache argument `cache` (`past_key_values` is deprecated)."""
+        return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
+        gen = None
+        if params.seed is not None:
+            gen = torch.Generator(device="cpu").manual_seed(params.seed)
+        flat = [(i, p) for i, p in enumerate(prompts) for _ in range(params.n)]
+        out = Rollout()
+        for start in range(0, len(flat), self.max_batch):
+            chunk = flat[start:start + self.max_batch]
+            resp, lps, fin = self._sample([p for _, p in chunk], params, gen)
+            for (i, p), r, lp, f in zip(chunk, resp, lps, fin):
+                out.prompt_index.append(i)
+                out.prompt_ids.append(list(p))
+                out.response_ids.append(r)
+                out.logprobs.append(lp)
+                out.finished.append(f)
+        out.texts = self.tokenizer.batch_decode(out.response_ids, skip_special_tokens=True)
+        return out
+
+    def _sample(self, prompts, params: SamplingParams, gen):
+        model, device = self.model, next(self.model.parameters()).device
+        was_training = model.training
+        model.eval()
+        n, plen = len(prompts), max(len(p) for p in prompts)
+        ids = torch.full((n, plen), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n, plen), dtype=torch.long)
+        for j, p in enumerate(prompts):
+            ids[j, plen - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[j, plen - len(p):] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = {self._cache_kw(model): DynamicCache()}
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                       **cache).logits[:, -1, :]
+        next_pos = pos[:, -1] + 1
+        eos = torch.tensor(sorted(self.eos_ids), device=device)
+        done = torch.zeros(n, dtype=torch.bool, device=device)
+        tokens, logps = [], []
+        for _ in range(params.max_new_tokens):
+            logits = logits.float()
+            if params.temperature == 0:
+                tok = logits.argmax(-1)
+                lp = torch.log_softmax(logits, -1).gather(-1, tok[:, None])[:, 0]
+            else:
+                scaled = top_p_filter(logits / params.temperature, params.top_p)
+                logp_all = torch.log_softmax(scaled, -1)
+                u = torch.rand(logp_all.shape, generator=gen).to(device)
+                # Gumbel-max sampling: reproducible from the generator, one random draw per vocab entry
+                tok = (logp_all - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(-1)
+                lp = logp_all.gather(-1, tok[:, None])[:, 0]
+            tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
+            tokens.append(tok)
+            logps.append(lp)
+            done = done | torch.isin(tok, eos)
+            if bool(done.all()):
+                break
+            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=-1)
+            logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                           use_cache=True, **cache).logits[:, -1, :]
+            next_pos = next_pos + 1
+        if was_training:
+            model.train()
+        toks = torch.stack(tokens, 1).tolist()
+        lpl = torch.stack(logps, 1).tolist()
+        responses, out_lp, finished = [], [], []
+        for j in range(n):
+            r, l = [], []
+            stopped = False
+            for t, lp in zip(toks[j], lpl[j]):
+                r.append(t)
+                l.append(lp)
+                if t in self.eos_ids:
+                    stopped = True
+                    break
+            responses.append(r)
+            out_lp.append(l)
+            finished.append(stopped)
+        return responses, out_lp, finished

@@ -1,0 +1,493 @@
+"""ARMOR's Algorithm 1 in general form; every arm of the paper is a configuration of these parts.
+
+One RL step:
+  1. repeat until B prompts are kept (at most rollout.max_rounds rounds):
+       draw prompts -> |G| (|G|-1 with anchors) on-policy samples from θ -> grade
+       [anchors] ref_n samples from θref for the prompts that pass the on-policy filter -> grade
+       keep rule: DAPO dynamic sampling, or ARMOR's anchor rule (on-policy rewards not all equal AND a
+       correct reference sample; the first correct one is the anchor)
+  2. rewards (+1/-1, overlong shaping) -> group advantages (GRPO / QAE); OPD/MOPD token signals
+  3. log-probs of every response under θold, θref (and the teacher) recomputed here
+  4. μ mini-batch updates of the configured objective (plain / mixed / static-clip / off-policy ratio,
+     clip-higher + dual-clip, optional β·KL), AdamW with warm-up and gradient clipping
+  5. every τ steps (until a given step): θref <- θ
+  6. metrics row; validation every k steps; checkpoint every k steps (atomic, resumable)
+The mathematics lives in armor.objectives / advantages / anchors / rewards; this file orchestrates.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import shutil
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from armor import checkpoint as ckpt
+from armor.advantages import group_advantages
+from armor.anchors import anchor_keep, dynamic_sampling_keep, first_correct_index
+from armor.config import RunConfig, dump_config, load_config, to_dict
+from armor.data import PromptStream, load_prompts
+from armor.objectives import (kl_forward_estimate, kl_reverse_estimate, masked_mean, mopd_token_advantages,
+                              opd_token_advantages, policy_loss)
+from armor.policy import (batched_logprobs, check_model_path, forward_logprobs, load_model, load_tokenizer,
+                          make_token_batch)
+from armor.rewards import shaped_reward
+from armor.rollout import SamplingParams, build_engine
+
+# the metric keys that must agree between an interrupted-and-resumed run and an uninterrupted one
+DETERMINISTIC_KEYS = ("reward_mean", "accuracy", "response_length", "entropy", "clipfrac", "kl_reverse",
+                      "kl_forward", "prompts_drawn", "prompts_kept", "anchors", "lr", "grad_norm", "loss")
+# keys of config.yaml that a rerun may change without invalidating the checkpoints
+RESUME_MUTABLE = {"threads", "device", "schedule.total_steps", "schedule.keep_last", "reward.grader_workers",
+                  "validation.max_problems", "output_dir"}
+
+
+def step_seed(seed: int, step: int, phase: int, rnd: int = 0) -> int:
+    """A distinct, reproducible sampling seed per (run seed, step, phase, round)."""
+    return (seed * 1_000_003 + step * 10_007 + phase * 101 + rnd) % (2 ** 62)
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out.update(_flatten(v, key + ".") if isinstance(v, dict) else {key: v})
+    return out
+
+
+def _truncate_jsonl(path: Path, max_step: int) -> None:
+    """Drop rows logged after the checkpoint we resume from (they will be recomputed)."""
+    if not path.is_file():
+        return
+    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= max_step]
+    path.write_text("".join(ln + "\n" for ln in keep))
+
+
+def _append_jsonl(path: Path, row: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@dataclass
+class Group:
+    """One kept prompt: its |G| responses (on-policy first, the anchor last when present)."""
+    prompt_ids: list[int]
+    gold: str
+    responses: list[list[int]]
+    correct: list[bool]
+    is_anchor: list[bool]
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.run_dir = cfg.run_dir
+        a = cfg.algo
+        # ---- everything that can be wrong with the inputs is checked before any work is spent
+        check_model_path(cfg.model.path, "model.path")
+        self.ref_path = a.reference.path or cfg.model.path
+        check_model_path(self.ref_path, "algo.reference.path")
+        if a.distill.mode != "none" and a.distill.teacher_path:
+            check_model_path(a.distill.teacher_path, "algo.distill.teacher_path")
+        self.prompts = load_prompts(cfg.data.train, cfg.data.problem_field, cfg.data.answer_field)
+        if cfg.data.max_prompts:
+            self.prompts = self.prompts[:cfg.data.max_prompts]
+        self.val_sets = self._load_validation_sets()
+
+        if cfg.threads or os.environ.get("ARMOR_THREADS"):
+            torch.set_num_threads(cfg.threads or int(os.environ["ARMOR_THREADS"]))
+        dev = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = torch.device(dev)
+        torch.manual_seed(cfg.seed)
+
+        from eval.grading import Grader
+        self.grader = Grader(num_workers=cfg.reward.grader_workers, timeout_s=cfg.reward.grader_timeout_s,
+                             mode=cfg.reward.answer_mode)
+        self.tokenizer = load_tokenizer(cfg.model.path)
+        self.pad_id = self.tokenizer.pad_token_id
+        self.stream = PromptStream(self.prompts, cfg.seed, cfg.data.shuffle)
+        self.step = 0
+        self.reference_step: int | None = None   # the step whose policy weights πref holds (None: ref_path)
+        self.best_val: tuple[float, int] | None = None
+        self._prompt_cache: dict[int, list[int]] = {}
+
+        resume_from = self._prepare_run_dir()
+        init_path = str(ckpt.step_dir(self.run_dir, resume_from)) if resume_from is not None else cfg.model.path
+        self.policy = self._load(init_path)
+        self.policy.train()
+        self.reference = self._load(self.ref_path)
+        self.reference.requires_grad_(False).eval()
+        self.teacher = None
+        if a.distill.mode != "none":
+            self.teacher = (self._load(a.distill.teacher_path).requires_grad_(False).eval()
+                            if a.distill.teacher_path else self.reference)
+        o = cfg.optim
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
+                                           weight_decay=o.weight_decay)
+        warm = o.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
+        self.engine = build_engine(cfg.rollout.engine, self.policy, self.tokenizer, model_path=init_path,
+                                   dtype=cfg.model.dtype, gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
+                                   tensor_parallel_size=cfg.rollout.tensor_parallel_size, seed=cfg.seed)
+        if resume_from is not None:
+            self._restore(resume_from)
+
+    # ------------------------------------------------------------------------------------------ setup
+    def _load(self, path: str):
+        m = self.cfg.model
+        return load_model(path, m.dtype, self.device, m.gradient_checkpointing, m.trust_remote_code)
+
+    def _load_validation_sets(self) -> dict:
+        sets = {}
+        if not self.cfg.validation.benchmarks:
+            return sets
+        from eval.benchmarks import load_benchmark, register_jsonl
+        for spec in self.cfg.validation.benchmarks:
+            name, _, path = spec.partition("=")
+            if path:
+                if not Path(path).is_file():
+                    raise FileNotFoundError(f"validation.benchmarks: {spec!r}: file {path!r} does not exist")
+                register_jsonl(name, path)
+            sets[name] = load_benchmark(name, limit=self.cfg.validation.max_problems)
+        return sets
+
+    def _prepare_run_dir(self) -> int | None:
+        """Create the run folder, or find the checkpoint to resume from (None = fresh start)."""
+        rd = self.run_dir
+        rd.mkdir(parents=True, exist_ok=True)
+        cfg_file = rd / "config.yaml"
+        if cfg_file.is_file():
+            old = _flatten(to_dict(load_config(cfg_file)))
+            new = _flatten(to_dict(self.cfg))
+            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUME_MUTABLE)
+            if diff:
+                k = diff[0]
+                raise ValueError(f"{rd}: config differs from the run's config.yaml at {k}: "
+                                 f"{old.get(k)!r} (run) vs {new.get(k)!r} (now); use another output_dir")
+        dump_config(self.cfg, cfg_file)
+        ckpt.clean_partial(rd)
+        steps = ckpt.list_checkpoints(rd)
+        last = steps[-1] if steps else None
+        for name in ("metrics.jsonl", "validation.jsonl"):
+            if last is None:
+                (rd / name).unlink(missing_ok=True)
+            else:
+                _truncate_jsonl(rd / name, last)
+        return last
+
+    def _restore(self, step: int) -> None:
+        state = ckpt.load_state(self.run_dir, step)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.stream.load_state_dict(state["data"])
+        self.step = state["step"]
+        self.reference_step = state["reference_step"]
+        self.best_val = state.get("best_val")
+        if self.reference_step is not None:
+            d = ckpt.step_dir(self.run_dir, step)
+            src = d if self.reference_step == step else d / "reference"
+            self.reference.load_state_dict(self._load(str(src)).state_dict())
+        ckpt.set_rng_state(state["rng"])
+
+    def prompt_ids(self, p) -> list[int]:
+        if p.index not in self._prompt_cache:
+            from eval.sampling import encode_prompt
+            ids = encode_prompt(self.tokenizer, p.problem, self.cfg.data.prompt_template)
+            self._prompt_cache[p.index] = ids[-self.cfg.lengths.max_prompt:]
+        return self._prompt_cache[p.index]
+
+    # --------------------------------------------------------------------------------------- rollout
+    def _generate(self, model, prompt_ids, n, seed, tm: dict):
+        r = self.cfg.rollout
+        t0 = time.perf_counter()
+        self.engine.sync_weights(model)
+        ro = self.engine.generate(prompt_ids, SamplingParams(n=n, temperature=r.temperature, top_p=r.top_p,
+                                                             max_new_tokens=self.cfg.lengths.max_response,
+                                                             seed=seed))
+        if model is not self.policy:
+            self.engine.sync_weights(self.policy)
+        tm["generate"] += time.perf_counter() - t0
+        tm["tokens"] += ro.num_tokens
+        return ro
+
+    def _grade(self, texts, golds, tm: dict) -> list[bool]:
+        t0 = time.perf_counter()
+        verdicts = self.grader.grade(texts, golds, "math")
+        tm["score"] += time.perf_counter() - t0
+        return [bool(v.correct) for v in verdicts]
+
+    def collect(self, tm: dict, stats: dict) -> list[Group]:
+        """Step 1 of Algorithm 1: sample, score and keep until B prompts are kept."""
+        cfg, a = self.cfg, self.cfg.algo
+        B, G = cfg.batch.prompts_per_step, cfg.batch.group_size
+        n_on = G - 1 if a.anchor.enabled else G
+        draw = cfg.rollout.gen_batch_prompts or B
+        kept: list[Group] = []
+        for rnd in range(cfg.rollout.max_rounds):
+            if len(kept) >= B:
+                break
+            prompts = self.stream.take(draw)
+            stats["prompts_drawn"] += len(prompts)
+            stats["rounds"] += 1
+            pids = [self.prompt_ids(p) for p in prompts]
+            ro = self._generate(self.policy, pids, n_on, step_seed(cfg.seed, self.step, 1, rnd), tm)
+            correct = self._grade(ro.texts, [prompts[i].answer for i in ro.prompt_index], tm)
+            lengths = [len(r) for r in ro.response_ids]
+            stats["correct"] += correct
+            stats["lengths"] += lengths
+            on_correct = torch.tensor(correct, dtype=torch.float32).view(len(prompts), n_on)
+            resp = [ro.response_ids[i * n_on:(i + 1) * n_on] for i in range(len(prompts))]
+            anchor_of = [None] * len(prompts)
+            if a.distill.mode == "opd":
+                keep = torch.ones(len(prompts), dtype=torch.bool)
+            elif a.anchor.enabled:
+                passing = dynamic_sampling_keep(on_correct)
+                cand = [i for i in range(len(prompts)) if (passing[i] or not a.anchor.lazy)]
+                ref_correct = torch.zeros(len(prompts), a.anchor.ref_n, dtype=torch.bool)
+                ref_resp: dict[int, list] = {}
+                if cand:
+                    rro = self._generate(self.reference, [pids[i] for i in cand], a.anchor.ref_n,
+                                         step_seed(cfg.seed, self.step, 2, rnd), tm)
+                    rc = self._grade(rro.texts, [prompts[cand[j]].answer for j in rro.prompt_index], tm)
+                    stats["ref_samples"] += len(rc)
+                    for j, i in enumerate(cand):
+                        sl = slice(j * a.anchor.ref_n, (j + 1) * a.anchor.ref_n)
+                        ref_correct[i] = torch.tensor(rc[sl])
+                        ref_resp[i] = rro.response_ids[sl]
+                keep = anchor_keep(on_correct, ref_correct)
+                first = first_correct_index(ref_correct)
+                for i in range(len(prompts)):
+                    if keep[i]:
+                        anchor_of[i] = ref_resp[i][int(first[i])]
+            elif a.dynamic_sampling:
+                keep = dynamic_sampling_keep(on_correct)
+            else:
+                keep = torch.ones(len(prompts), dtype=torch.bool)
+            for i in range(len(prompts)):
+                if keep[i] and len(kept) < B:
+                    c = [bool(x) for x in on_correct[i].tolist()]
+                    g = Group(pids[i], prompts[i].answer, list(resp[i]), c, [False] * n_on)
+                    if anchor_of[i] is not None:
+                        g.responses.append(anchor_of[i])
+                        g.correct.append(True)
+                        g.is_anchor.append(True)
+                    kept.append(g)
+        if len(kept) < B:
+            msg = (f"step {self.step}: kept {len(kept)} of {B} prompts after rollout.max_rounds="
+                   f"{cfg.rollout.max_rounds} rounds ({stats['prompts_drawn']} drawn)")
+            if cfg.rollout.on_shortfall == "error":
+                raise RuntimeError(msg + "; raise rollout.max_rounds or set rollout.on_shortfall=proceed")
+            stats["shortfall"] = B - len(kept)
+        return kept
+
+    # ---------------------------------------------------------------------------------------- update
+    def train_step(self) -> dict:
+        cfg, a = self.cfg, self.cfg.algo
+        tm = {"generate": 0.0, "score": 0.0, "logprob": 0.0, "update": 0.0, "tokens": 0}
+        stats = {"prompts_drawn": 0, "rounds": 0, "correct": [], "lengths": [], "ref_samples": 0, "shortfall": 0}
+        t_start = time.perf_counter()
+        groups = self.collect(tm, stats)
+
+        row = {"step": self.step + 1}
+        acc = sum(stats["correct"]) / max(1, len(stats["correct"]))
+        lengths_all = torch.tensor(stats["lengths"], dtype=torch.float32)
+        correct_all = torch.tensor(stats["correct"], dtype=torch.bool)
+        L = cfg.lengths
+        rewards_all = shaped_reward(correct_all, lengths_all, L.max_response, L.overlong_buffer, L.overlong_factor,
+                                    enable=L.overlong_buffer > 0)
+        row.update(reward_mean=float(rewards_all.mean()) if len(stats["correct"]) else 0.0, accuracy=acc,
+                   response_length=float(lengths_all.mean()) if len(stats["lengths"]) else 0.0,
+                   prompts_drawn=stats["prompts_drawn"], prompts_kept=len(groups), rounds=stats["rounds"],
+                   anchors=sum(sum(g.is_anchor) for g in groups), ref_samples=stats["ref_samples"],
+                   shortfall=stats["shortfall"])
+        upd = self.update(groups, tm) if groups else {}
+        row.update(upd)
+        row["lr"] = self.scheduler.get_last_lr()[0]
+        with warnings.catch_warnings():   # a step that kept no prompt made no optimizer.step(): still one RL step
+            warnings.simplefilter("ignore", UserWarning)
+            self.scheduler.step()
+        self.step += 1
+        row["reference_reset"] = self.maybe_reset_reference()
+        row.update(time_generate=tm["generate"], time_score=tm["score"], time_logprob=tm["logprob"],
+                   time_update=tm["update"], tokens_generated=tm["tokens"],
+                   time_step=time.perf_counter() - t_start, total_step=self.cfg.step_offset + self.step)
+        return row
+
+    def update(self, groups: list[Group], tm: dict) -> dict:
+        cfg, a = self.cfg, self.cfg.algo
+        t0 = time.perf_counter()
+        G = len(groups[0].responses)
+        prompt_ids = [g.prompt_ids for g in groups for _ in g.responses]
+        responses = [r for g in groups for r in g.responses]
+        batch = make_token_batch(prompt_ids, responses, self.pad_id).to(self.device)
+        is_anchor = torch.tensor([x for g in groups for x in g.is_anchor], device=self.device)
+        lengths = batch.response_mask.sum(-1).float()
+        correct = torch.tensor([x for g in groups for x in g.correct], device=self.device)
+        L = cfg.lengths
+        rewards = shaped_reward(correct, lengths, L.max_response, L.overlong_buffer, L.overlong_factor,
+                                enable=L.overlong_buffer > 0).view(len(groups), G)
+        adv = group_advantages(rewards, a.advantage, k=a.qae_k) if a.advantage == "qae" \
+            else group_advantages(rewards, a.advantage)
+        adv = adv.reshape(-1)
+
+        mb = cfg.batch.micro_batch_responses
+        temp = cfg.rollout.temperature
+        mask = batch.response_mask.float()
+        old_logp, entropy = batched_logprobs(self.policy, batch, mb, temp, with_entropy=True)
+        ref_logp, _ = batched_logprobs(self.reference, batch, mb, temp)
+        tok_adv = adv[:, None].expand_as(mask)
+        if a.distill.mode != "none":
+            teacher_logp = ref_logp if self.teacher is self.reference else batched_logprobs(self.teacher, batch, mb,
+                                                                                             temp)[0]
+            tok_adv = (opd_token_advantages(teacher_logp, old_logp, mask) if a.distill.mode == "opd" else
+                       mopd_token_advantages(adv, teacher_logp, old_logp, mask, coef=a.distill.coef))
+        tm["logprob"] += time.perf_counter() - t0
+        on_mask = mask * (~is_anchor)[:, None].float()
+        out = {"entropy": float(masked_mean(entropy, on_mask)),
+               "kl_reverse": float(kl_reverse_estimate(old_logp, ref_logp, on_mask)),
+               "kl_forward": float(kl_forward_estimate(old_logp, ref_logp, on_mask)),
+               "advantage_abs_mean": float(masked_mean(tok_adv.abs(), mask))}
+
+        t1 = time.perf_counter()
+        n_prompts = len(groups)
+        per_mb = cfg.batch.mini_batch_prompts
+        sums: dict[str, float] = {}
+        n_updates = 0
+        ratio_variant = a.mix.variant
+        for epoch in range(cfg.batch.epochs):
+            g = torch.Generator().manual_seed(step_seed(cfg.seed, self.step, 3, epoch))
+            order = torch.randperm(n_prompts, generator=g).tolist()
+            for s in range(0, n_prompts, per_mb):
+                rows = torch.tensor([p * G + j for p in order[s:s + per_mb] for j in range(G)], device=self.device)
+                mb_mask = mask[rows]
+                normalizer = mb_mask.sum() if a.loss_agg == "token-mean" else torch.tensor(float(len(rows)))
+                self.optimizer.zero_grad(set_to_none=True)
+                mstats: dict[str, float] = {}
+                for m0 in range(0, len(rows), mb):
+                    r = rows[m0:m0 + mb]
+                    logp, _ = forward_logprobs(self.policy, batch.rows(r), temp)
+                    loss, metrics = policy_loss(
+                        logp, old_logp[r], tok_adv[r], mask[r], ratio_variant=ratio_variant, ref_logp=ref_logp[r],
+                        alpha=a.mix.alpha, is_anchor=is_anchor[r], eps_low=a.clip.eps_low, eps_high=a.clip.eps_high,
+                        dual_clip_c=a.clip.dual_clip_c, loss_agg=a.loss_agg, normalizer=normalizer,
+                        kl_coef=a.kl.coef, kl_estimator=a.kl.estimator)
+                    loss.backward()
+                    w = len(r) / len(rows)
+                    for k, v in metrics.items():
+                        mstats[k] = mstats.get(k, 0.0) + w * float(v)
+                    mstats["loss"] = mstats.get("loss", 0.0) + float(loss)
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.optim.grad_clip)
+                self.optimizer.step()
+                mstats["grad_norm"] = float(grad_norm)
+                for k, v in mstats.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                n_updates += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        out.update({k: v / max(1, n_updates) for k, v in sums.items()})
+        out["updates"] = n_updates
+        tm["update"] += time.perf_counter() - t1
+        return out
+
+    def maybe_reset_reference(self) -> bool:
+        """Reference reset: θref <- θ every τ steps (until `until_step`, then πref stays frozen)."""
+        rs = self.cfg.algo.reference.reset
+        if rs.every is None or self.step % rs.every != 0:
+            return False
+        if rs.until_step is not None and self.step > rs.until_step:
+            return False
+        self.reference.load_state_dict(self.policy.state_dict())
+        self.reference_step = self.step
+        return True
+
+    # ------------------------------------------------------------------------------------ validation
+    @torch.no_grad()
+    def validate(self) -> list[dict]:
+        from eval.metrics import avg_at_k
+        from eval.sampling import sample_and_grade
+        v = self.cfg.validation
+        rows = []
+        for name, problems in self.val_sets.items():
+            params = SamplingParams(n=v.samples, temperature=v.temperature, top_p=v.top_p,
+                                    max_new_tokens=self.cfg.lengths.max_response,
+                                    seed=step_seed(self.cfg.seed, self.step, 4))
+            self.engine.sync_weights(self.policy)
+            recs = sample_and_grade(self.engine, self.tokenizer, problems, self.cfg.data.prompt_template, params,
+                                    self.grader)
+            correct = torch.tensor([r.correct for r in recs], dtype=torch.float32).view(len(problems), v.samples)
+            value = float(avg_at_k(correct))
+            rows.append({"step": self.step, "total_step": self.cfg.step_offset + self.step, "benchmark": name,
+                         "metric": f"avg@{v.samples}", "k": v.samples, "value": value, "n_problems": len(problems),
+                         "temperature": v.temperature, "top_p": v.top_p,
+                         "response_length": sum(r.length for r in recs) / len(recs)})
+        if rows:
+            score = rows[0]["value"]
+            if self.best_val is None or score > self.best_val[0]:
+                self.best_val = (score, self.step)
+        return rows
+
+    # ------------------------------------------------------------------------------------ checkpoints
+    def protected_steps(self) -> set[int]:
+        prot = set(self.cfg.schedule.keep_steps)
+        if self.best_val is not None:
+            prot.add(self.best_val[1])
+        if self.reference_step is not None:
+            prot.add(self.reference_step)
+        return prot
+
+    def save(self) -> None:
+        ref = None
+        if self.reference_step is not None and self.reference_step != self.step:
+            ref = self.reference
+        state = {"step": self.step, "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "data": self.stream.state_dict(),
+                 "reference_step": self.reference_step, "best_val": self.best_val,
+                 "reference_source": self.ref_path if self.reference_step is None else f"step {self.reference_step}"}
+        ckpt.save_checkpoint(self.run_dir, self.step, self.policy, self.tokenizer, state, reference=ref)
+        ckpt.prune(self.run_dir, self.cfg.schedule.keep_last, self.protected_steps() | {self.step})
+
+    # ------------------------------------------------------------------------------------------- loop
+    def fit(self) -> Path:
+        cfg, s = self.cfg, self.cfg.schedule
+        rd = self.run_dir
+        if (rd / "DONE").is_file():
+            print(f"{rd}: already finished (DONE); nothing to do")
+            return rd
+        from tqdm.auto import tqdm
+        if self.step == 0 and s.validate_every > 0 and cfg.validation.at_start:
+            for r in self.validate():
+                _append_jsonl(rd / "validation.jsonl", r)
+        bar = tqdm(total=s.total_steps, initial=self.step, desc=cfg.name, dynamic_ncols=True,
+                   disable=os.environ.get("ARMOR_PROGRESS", "1") == "0")
+        last_val = None
+        while self.step < s.total_steps:
+            row = self.train_step()
+            _append_jsonl(rd / "metrics.jsonl", row)
+            if s.validate_every and self.step % s.validate_every == 0:
+                for r in self.validate():
+                    _append_jsonl(rd / "validation.jsonl", r)
+                    last_val = r["value"]
+            if self.step % s.save_every == 0 or self.step == s.total_steps:
+                self.save()
+            bar.update(1)
+            bar.set_postfix(acc=f"{row['accuracy']:.3f}", val="-" if last_val is None else f"{last_val:.3f}",
+                            kept=row["prompts_kept"])
+        bar.close()
+        self.grader.close()
+        summary = {"steps": self.step, "best_validation": self.best_val}
+        tmp = rd / "DONE.tmp"
+        tmp.write_text(json.dumps(summary) + "\n")
+        os.replace(tmp, rd / "DONE")
+        return rd
+
+
+def train(cfg: RunConfig) -> Path:
+    return Trainer(cfg).fit()

@@ -1,0 +1,833 @@
+"""Answer extraction and grading: benchmark scoring and the RL outcome reward.
+
+Protocol (recorded; changing it changes every number):
+
+* Only the final answer counts. In ``mode="boxed"`` that is the content of the LAST ``\\boxed{...}``
+  (or ``\\fbox{...}``) of the response; a correct number written anywhere else is ignored. math-verify is
+  run on the extracted answer wrapped as ``$...$``, never on the raw response (its lenient fallback would
+  accept an unboxed number anywhere in the text).
+* ``mode="answer_line"`` is DAPO's format: the last match of ``(?i)Answer\\s*:\\s*([^\\n]+)`` (DAPO's regex;
+  unlike DAPO we do not first cut the response to its last 300 characters). ``"boxed_or_answer_line"``
+  takes the last box if there is one, else the answer line.
+* Math golds are parsed as ``$gold$`` and compared with ``math_verify.verify(gold, pred)``. When both the
+  extracted answer and the gold are plain integers (``-?\\d+``) they are compared as integers without
+  math-verify (same result, ~100x faster).
+* Multi-answer golds (OlympiadBench lists, or a ``list[str]`` gold) are joined with ``", "`` after removing
+  ``$`` delimiters: math-verify parses ``a, b`` as the set {a, b}, so a prediction is correct iff it
+  verifies against the whole set (order-free); giving only one of several answers is wrong.
+* Multiple choice (``answer_type="mc"``): the letter A-J of the extracted answer (``\\text{}``, ``$``,
+  parentheses stripped; ``"C"``, ``"(C)"``, ``"C. 42"``, ``"\\text{(C)}"`` all read as C) must equal the gold
+  letter.
+* Extracted answers longer than ``max_answer_chars`` (default 1000) are wrong with reason ``"error"``.
+
+Robustness: math-verify's own timeouts use SIGALRM, which only works in a main thread. ``Grader`` runs
+math-verify in worker processes (fresh interpreters started with subprocess, talking over pipes, so
+the caller's ``__main__`` is never re-imported and needs no guard). Each worker arms its own SIGALRM per item
+(reason ``"timeout"``, worker survives) and the parent additionally kills a worker whose current item
+exceeds ``timeout_s + kill_grace_s`` (e.g. stuck inside one C call), respawns it and marks that item
+``"timeout"``. Workers run under an address-space limit (``max_memory_mb``), so a huge allocation becomes a
+``MemoryError`` (reason ``"error"``) instead of swapping the machine. Grading never raises on any response
+string; it raises ``ValueError`` only for caller bugs (length mismatch, unknown mode / answer type).
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import os
+import re
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+__all__ = [
+    "Verdict", "REASONS", "MODES", "ANSWER_TYPES",
+    "extract_boxed", "extract_answer_line", "extract_answer", "normalize_gold", "mc_letter",
+    "grade_one", "Grader", "get_grader", "close_default_graders",
+]
+
+REASONS = ("ok", "no_answer", "timeout", "error")
+MODES = ("boxed", "answer_line", "boxed_or_answer_line")
+ANSWER_TYPES = ("math", "mc")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Result of grading one response.
+
+    correct: the final answer matches the gold.
+    extracted: the final answer as extracted from the response (None if there is none).
+    reason: "ok" (graded normally, correct or not), "no_answer" (nothing extractable),
+        "timeout" (grading exceeded its time budget; counted wrong), "error" (grading failed; counted wrong).
+    """
+
+    correct: bool
+    extracted: str | None
+    reason: str = "ok"
+
+
+# --------------------------------------------------------------------------------------------------
+# extraction
+# --------------------------------------------------------------------------------------------------
+_BOX_CMDS = ("\\boxed", "\\fbox")
+
+
+def _last_box_start(text: str) -> tuple[int, int] | None:
+    """(start, end-of-command) of the last \\boxed / \\fbox command (not a prefix of a longer name)."""
+    end = len(text)
+    while True:
+        best = -1
+        best_cmd = ""
+        for cmd in _BOX_CMDS:
+            i = text.rfind(cmd, 0, end)
+            if i > best:
+                best, best_cmd = i, cmd
+        if best < 0:
+            return None
+        j = best + len(best_cmd)
+        if j < len(text) and text[j].isalpha():  # e.g. \boxedness: not the command
+            end = best
+            continue
+        return best, j
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the LAST ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``; None if there is none.
+
+    Braces are matched with nesting (``\\boxed{\\frac{1}{2}}`` -> ``\\frac{1}{2}``); escaped braces ``\\{``
+    ``\\}`` do not count. ``\\boxed 5`` (no braces) gives ``5``. If the last box is unterminated (a truncated
+    response) the result is None: the final answer is what counts, and it is missing. Runs in linear time.
+    """
+    if not isinstance(text, str):
+        return None
+    loc = _last_box_start(text)
+    if loc is None:
+        return None
+    _, j = loc
+    n = len(text)
+    while j < n and text[j] in " \t":
+        j += 1
+    if j >= n:
+        return None
+    if text[j] != "{":
+        m = re.match(r"[^\s$]+", text[j:j + 1000])
+        return m.group(0) if m else None
+    depth = 0
+    k = j
+    while k < n:
+        c = text[k]
+        if c == "\\":
+            k += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[j + 1:k].strip()
+        k += 1
+    return None
+
+
+_ANSWER_LINE_RE = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
+
+
+def extract_answer_line(text: str) -> str | None:
+    """DAPO format: the last ``Answer: ...`` (regex ``(?i)Answer\\s*:\\s*([^\\n]+)``), or None.
+
+    A box inside the line is unwrapped; a trailing period and surrounding ``$`` are stripped.
+    """
+    if not isinstance(text, str):
+        return None
+    last = None
+    for last in _ANSWER_LINE_RE.finditer(text):
+        pass
+    if last is None:
+        return None
+    ans = last.group(1).strip()
+    if _last_box_start(ans) is not None:
+        boxed = extract_boxed(ans)
+        if boxed is not None:
+            ans = boxed
+    ans = ans.strip().rstrip(" .")
+    if len(ans) >= 2 and ans.startswith("$") and ans.endswith("$"):
+        ans = ans.strip("$").strip()
+    return ans or None
+
+
+def extract_answer(text: str, mode: str = "boxed") -> str | None:
+    """Final answer of a response. mode: "boxed" | "answer_line" | "boxed_or_answer_line"."""
+    if mode == "boxed":
+        return extract_boxed(text)
+    if mode == "answer_line":
+        return extract_answer_line(text)
+    if mode == "boxed_or_answer_line":
+        b = extract_boxed(text)
+        return b if b is not None else extract_answer_line(text)
+    raise ValueError(f"unknown extraction mode {mode!r}; expected one of {MODES}")
+
+
+# --------------------------------------------------------------------------------------------------
+# normalisation and the comparisons that need no math-verify
+# --------------------------------------------------------------------------------------------------
+_INT_RE = re.compile(r"-?\d+")
+_FLOAT_INT_RE = re.compile(r"(-?\d+)\.0*")
+
+
+def _strip_dollars(s: str) -> str:
+    return s.replace("\\$", "").replace("$", "").strip()
+
+
+def normalize_gold(gold) -> str:
+    """Gold answer as one string: ``$`` delimiters removed, ``"27.0"`` -> ``"27"``, lists joined with ", ".
+
+    A list/tuple gold (several answers, e.g. OlympiadBench) becomes ``"a, b"``, which math-verify reads as
+    the set {a, b}. Numbers are accepted (``27.0`` -> ``"27"``).
+    """
+    if isinstance(gold, (list, tuple)):
+        parts = [normalize_gold(g) for g in gold]
+        return ", ".join(p for p in parts if p)
+    if isinstance(gold, bool) or gold is None:
+        raise ValueError(f"gold answer must be a string, number or list of them, got {gold!r}")
+    if isinstance(gold, float):
+        if math.isfinite(gold) and gold == int(gold):
+            return str(int(gold))
+        return repr(gold)
+    if isinstance(gold, int):
+        return str(gold)
+    if not isinstance(gold, str):
+        raise ValueError(f"gold answer must be a string, number or list of them, got {type(gold).__name__}")
+    g = _strip_dollars(gold)
+    m = _FLOAT_INT_RE.fullmatch(g)
+    if m:
+        g = m.group(1)
+    return g
+
+
+def _int_key(s: str) -> str:
+    neg = s.startswith("-")
+    digits = s[1:] if neg else s
+    digits = digits.lstrip("0") or "0"
+    return digits if digits == "0" or not neg else "-" + digits
+
+
+def _int_fast_path(extracted: str, gold: str) -> bool | None:
+    """Integer comparison when both are plain integers, else None (equivalent to int(a) == int(b))."""
+    if _INT_RE.fullmatch(extracted) and _INT_RE.fullmatch(gold):
+        return _int_key(extracted) == _int_key(gold)
+    return None
+
+
+_SPACING_RE = re.compile(r"\\[,;:! ]|\\displaystyle(?![A-Za-z])|\\(?:left|right)(?![A-Za-z])")
+_DFRAC_RE = re.compile(r"\\[dt]frac(?![A-Za-z])")
+_WS_RE = re.compile(r"\s+")
+_LOOSE_SPACE_RE = re.compile(r"(?<![A-Za-z0-9]) | (?![A-Za-z0-9])")
+
+
+def _canon(s: str) -> str:
+    """Meaning-preserving LaTeX canonical form, used only to accept string-identical answers quickly:
+    \\left/\\right, spacing commands and \\displaystyle removed, \\dfrac/\\tfrac -> \\frac, and spaces removed
+    except between two letters/digits (so ``\\cdot x`` keeps its space)."""
+    s = _DFRAC_RE.sub(r"\\frac", _SPACING_RE.sub("", s))
+    return _LOOSE_SPACE_RE.sub("", _WS_RE.sub(" ", s)).strip()
+
+
+_RATIONAL_RES = (
+    re.compile(r"(-?)(\d{1,60})"),
+    re.compile(r"(-?)\\frac\{(-?\d{1,60})\}\{(\d{1,60})\}"),
+    re.compile(r"(-?)\\frac(\d)(\d)"),
+    re.compile(r"(-?)(\d{1,60})/(\d{1,60})"),
+)
+
+
+def _as_rational(s: str):
+    """Fraction for an integer or an integer fraction (``-\\frac{a}{b}``, ``\\frac12``, ``a/b``), else None."""
+    from fractions import Fraction
+
+    for rx in _RATIONAL_RES:
+        m = rx.fullmatch(s)
+        if m:
+            sign = -1 if m.group(1) else 1
+            if rx.groups == 2:
+                return sign * Fraction(int(m.group(2)))
+            den = int(m.group(3))
+            if den == 0:
+                return None
+            return sign * Fraction(int(m.group(2)), den)
+    return None
+
+
+def _cheap_compare(extracted: str, gold: str) -> bool | None:
+    """Decide without math-verify when that is safe, else None.
+
+    * both plain integers: integer comparison (same result as math-verify);
+    * identical after ``_canon``: correct (math-verify's string comparison / normalization accepts these);
+    * both integers or integer fractions: exact rational comparison (math-verify compares numbers after
+      rounding to 6 decimals, so it could also accept rationals differing by < 1e-6; we do not).
+    """
+    fast = _int_fast_path(extracted, gold)
+    if fast is not None:
+        return fast
+    if extracted == gold:
+        return True
+    ce, cg = _canon(extracted), _canon(gold)
+    if ce == cg and ce:
+        return True
+    re_, rg = _as_rational(ce), _as_rational(cg)
+    if re_ is not None and rg is not None:
+        return re_ == rg
+    return None
+
+
+_MC_WRAP_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mathit|textit|bf|rm)\s*\{([^{}]*)\}")
+_MC_RE = re.compile(r"[\(\[\{\s]*([A-J])(?:[\)\]\}\.:,\s]|$)")
+_MC_PREFIX_RE = re.compile(r"(?i)^\s*(?:the\s+)?(?:correct\s+)?(?:answer|option|choice)\s*(?:is)?\s*[:\-]?\s*")
+
+
+def mc_letter(s: str | None) -> str | None:
+    """The option letter (A-J) of a multiple-choice answer, or None.
+
+    Accepts "C", "(C)", "[C]", "C.", "C) text", "C. text", "\\text{(C)}", "\\textbf{C}", "$C$", "Option C".
+    A lowercase letter counts only when it is the whole answer ("c").
+    """
+    if not isinstance(s, str):
+        return None
+    t = s
+    for _ in range(3):
+        t2 = _MC_WRAP_RE.sub(r"\1", t)
+        if t2 == t:
+            break
+        t = t2
+    t = _strip_dollars(t).strip()
+    t = _MC_PREFIX_RE.sub("", t)
+    if len(t) == 1 and t.lower() in "abcdefghij":
+        return t.upper()
+    inner = t.strip("()[]{} ")
+    if len(inner) == 1 and inner.lower() in "abcdefghij":
+        return inner.upper()
+    m = _MC_RE.match(t)
+    return m.group(1) if m else None
+
+
+# --------------------------------------------------------------------------------------------------
+# math-verify core (runs in workers, or in-process with num_workers=0)
+# --------------------------------------------------------------------------------------------------
+_MV = None
+
+
+def _mv():
+    """Lazily import math_verify (keeps `import eval.grading` light for the parent)."""
+    global _MV
+    if _MV is None:
+        import math_verify
+        from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+        # Timeouts are disabled inside math-verify (we enforce our own); silence its one-off warning.
+        logging.getLogger("math_verify").setLevel(logging.ERROR)
+        cfg = (LatexExtractionConfig(), ExprExtractionConfig())
+        _MV = (math_verify.parse, math_verify.verify, cfg)
+    return _MV
+
+
+@lru_cache(maxsize=8192)
+def _parse_gold(gold: str):
+    parse, _, cfg = _mv()
+    return parse(f"${gold}$", extraction_config=cfg, parsing_timeout=None)
+
+
+def _grade_extracted(extracted: str, gold: str, answer_type: str) -> tuple[bool, str]:
+    """(correct, reason) for an already-extracted, already-cleaned answer and a normalized gold."""
+    if answer_type == "mc":
+        g = mc_letter(gold)
+        p = mc_letter(extracted)
+        return (g is not None and p == g), "ok"
+    fast = _cheap_compare(extracted, gold)
+    if fast is not None:
+        return fast, "ok"
+    parse, verify, cfg = _mv()
+    g = _parse_gold(gold)
+    if not g:
+        return False, "error"
+    p = parse(f"${extracted}$", extraction_config=cfg, parsing_timeout=None)
+    if not p:
+        return False, "ok"
+    return bool(verify(g, p, timeout_seconds=None)), "ok"
+
+
+class _GradingTimeout(BaseException):
+    """Raised by SIGALRM inside a grading call (BaseException: math-verify's `except Exception` can't eat it)."""
+
+
+def _on_alarm(signum, frame):
+    raise _GradingTimeout()
+
+
+def _grade_guarded(extracted: str, gold: str, answer_type: str, timeout_s: float | None) -> tuple[bool, str]:
+    """_grade_extracted with a SIGALRM timeout (only when called from the main thread and timeout_s > 0).
+
+    The caller must have installed `_on_alarm` as the SIGALRM handler.
+    """
+    use_alarm = bool(timeout_s) and timeout_s > 0 and hasattr(signal, "setitimer")
+    try:
+        try:
+            if use_alarm:
+                signal.setitimer(signal.ITIMER_REAL, float(timeout_s))
+            return _grade_extracted(extracted, gold, answer_type)
+        finally:
+            if use_alarm:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+    except _GradingTimeout:
+        return False, "timeout"
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # MemoryError, RecursionError, sympy/antlr errors, math-verify's TimeoutException
+        return False, "error"
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _grade_inprocess(tasks: Sequence[tuple[str, str, str]], timeout_s: float | None) -> list[tuple[bool, str]]:
+    """Grade (extracted, gold, answer_type) tasks here. Timeouts only when in the main thread (SIGALRM)."""
+    if timeout_s and _in_main_thread() and hasattr(signal, "SIGALRM"):
+        old = signal.signal(signal.SIGALRM, _on_alarm)
+        try:
+            return [_grade_guarded(e, g, t, timeout_s) for e, g, t in tasks]
+        finally:
+            signal.signal(signal.SIGALRM, old)
+    return [_grade_guarded(e, g, t, None) for e, g, t in tasks]
+
+
+def _prepare(response, gold, answer_type: str, mode: str, max_answer_chars: int):
+    """Parent-side work: extraction and cheap comparisons.
+
+    Returns (Verdict, None) when the item is decided here, else (extracted, (clean_answer, gold, type)).
+    """
+    if answer_type not in ANSWER_TYPES:
+        raise ValueError(f"unknown answer_type {answer_type!r}; expected one of {ANSWER_TYPES}")
+    if mode not in MODES:
+        raise ValueError(f"unknown extraction mode {mode!r}; expected one of {MODES}")
+    gold_n = normalize_gold(gold)
+    if not isinstance(response, str):
+        return Verdict(False, None, "error"), None
+    try:
+        extracted = extract_answer(response, mode)
+    except Exception:  # pragma: no cover - extraction is total, but never crash the reward
+        return Verdict(False, None, "error"), None
+    if extracted is None:
+        return Verdict(False, None, "no_answer"), None
+    clean = _strip_dollars(extracted)
+    if not clean:
+        return Verdict(False, extracted, "no_answer"), None
+    if len(clean) > max_answer_chars:
+        return Verdict(False, extracted[:200] + "…", "error"), None
+    if answer_type == "mc":
+        ok, reason = _grade_extracted(clean, gold_n, "mc")
+        return Verdict(ok, extracted, reason), None
+    fast = _cheap_compare(clean, gold_n)
+    if fast is not None:
+        return Verdict(fast, extracted, "ok"), None
+    return None, (extracted, (clean, gold_n, answer_type))
+
+
+def grade_one(response: str, gold, answer_type: str = "math", mode: str = "boxed", *,
+              timeout_s: float | None = 5.0, max_answer_chars: int = 1000) -> Verdict:
+    """Grade one response in this process (see the module docstring for the protocol).
+
+    The timeout uses SIGALRM and is therefore only enforced when called from the main thread; for untrusted
+    input at scale use ``Grader`` (worker processes, a hard kill from the parent).
+    """
+    verdict, work = _prepare(response, gold, answer_type, mode, max_answer_chars)
+    if verdict is not None:
+        return verdict
+    extracted, task = work
+    ok, reason = _grade_inprocess([task], timeout_s)[0]
+    return Verdict(ok, extracted, reason)
+
+
+# --------------------------------------------------------------------------------------------------
+# worker processes
+# --------------------------------------------------------------------------------------------------
+def _set_pdeathsig() -> None:
+    """Linux: have the kernel SIGKILL this worker when its parent dies (best effort)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _worker_main(read_fd: int, write_fd: int, timeout_s: float, max_memory_mb: int | None) -> None:
+    """Worker loop: receive lists of (item_id, answer, gold, type), send (item_id, correct, reason) per item.
+
+    Runs in a fresh interpreter started by ``Grader`` (``python -c ...``), so it never re-imports the
+    caller's ``__main__`` (no ``if __name__ == "__main__"`` guard needed by users).
+    """
+    from multiprocessing.connection import Connection
+
+    _set_pdeathsig()
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
+    except Exception:
+        pass
+    if max_memory_mb:
+        try:
+            import resource
+
+            lim = int(max_memory_mb) << 20
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            if hard != resource.RLIM_INFINITY:
+                lim = min(lim, hard)
+            resource.setrlimit(resource.RLIMIT_AS, (lim, hard))
+        except Exception:
+            pass
+    rconn = Connection(read_fd, writable=False)
+    wconn = Connection(write_fd, readable=False)
+    if hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, _on_alarm)
+    _grade_guarded("2\\sqrt{3}", "\\sqrt{12}", "math", 60.0)  # import math-verify, warm its caches
+    try:
+        wconn.send(("ready", os.getpid()))
+        while True:
+            msg = rconn.recv()
+            if msg is None:
+                return
+            for iid, ans, gold, atype in msg:
+                ok, reason = _grade_guarded(ans, gold, atype, timeout_s)
+                wconn.send((iid, ok, reason))
+    except (BrokenPipeError, EOFError, OSError):
+        return
+
+
+def _worker_entry() -> None:
+    """``python -c 'from eval.grading import _worker_entry; _worker_entry()' RFD WFD TIMEOUT MEM_MB``."""
+    import sys
+
+    rfd, wfd, t, mem = sys.argv[1:5]
+    _worker_main(int(rfd), int(wfd), float(t) or None, int(mem) or None)
+
+
+class _Worker:
+    __slots__ = ("proc", "send_conn", "conn", "ready", "chunk", "pos", "t_last", "t_spawn")
+
+    def __init__(self, proc, send_conn, recv_conn):
+        self.proc = proc  # subprocess.Popen
+        self.send_conn = send_conn
+        self.conn = recv_conn
+        self.ready = False
+        self.chunk = None  # list of task ids in flight
+        self.pos = 0  # index in chunk of the item being graded
+        self.t_last = 0.0  # when the current item started (last progress)
+        self.t_spawn = time.monotonic()
+
+
+_PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _spawn_worker(timeout_s: float, max_memory_mb: int | None) -> _Worker:
+    import subprocess
+    import sys
+    from multiprocessing.connection import Connection
+
+    p2c_r, p2c_w = os.pipe()
+    c2p_r, c2p_w = os.pipe()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = _PKG_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    mod = __name__ if __name__ != "__main__" else "eval.grading"
+    cmd = [sys.executable, "-c", f"from {mod} import _worker_entry; _worker_entry()",
+           str(p2c_r), str(c2p_w), repr(float(timeout_s)), str(int(max_memory_mb or 0))]
+    try:
+        proc = subprocess.Popen(cmd, pass_fds=(p2c_r, c2p_w), stdin=subprocess.DEVNULL, env=env,
+                                cwd=_PKG_ROOT)
+    finally:
+        os.close(p2c_r)
+        os.close(c2p_w)
+    return _Worker(proc, Connection(p2c_w, readable=False), Connection(c2p_r, writable=False))
+
+
+class Grader:
+    """Batch grader with worker processes, per-item timeouts, and in-parent fast paths.
+
+    >>> with Grader(num_workers=2, timeout_s=5.0) as g:
+    ...     g.grade(["so \\\\boxed{\\\\frac12}"], ["0.5"])
+    [Verdict(correct=True, extracted='\\\\frac12', reason='ok')]
+
+    Args:
+        num_workers: worker processes; 0 grades in-process (timeouts only in the main thread; tests/debug).
+        timeout_s: per-item time budget. A worker's own SIGALRM stops the item at ``timeout_s``; the parent
+            kills and replaces a worker whose item is still running at ``timeout_s + kill_grace_s``.
+        mode: default extraction mode ("boxed" | "answer_line" | "boxed_or_answer_line").
+        chunk_size: max items sent to a worker at once (throughput; smaller chunks balance better).
+        max_answer_chars: longer extracted answers are wrong with reason "error" (never parsed).
+        max_memory_mb: address-space limit per worker (None: no limit).
+        kill_grace_s: extra time after ``timeout_s`` before the parent kills a worker.
+        startup_timeout_s: a worker that is not ready by then is replaced (RuntimeError after 4 failures).
+        soft_timeout: arm SIGALRM in the workers (default). False leaves only the parent's kill (tests).
+
+    Items decided without math-verify (no answer, integer fast path, multiple choice, over-long) are graded in
+    the parent; identical (answer, gold) pairs within one call are graded once. Workers start lazily on the
+    first call that needs them and are reused; call ``close()`` (or use ``with``) to stop them.
+    """
+
+    def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, mode: str = "boxed", *,
+                 chunk_size: int = 32, max_answer_chars: int = 1000, max_memory_mb: int | None = 4096,
+                 kill_grace_s: float = 1.0, startup_timeout_s: float = 120.0, soft_timeout: bool = True):
+        if mode not in MODES:
+            raise ValueError(f"unknown extraction mode {mode!r}; expected one of {MODES}")
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        if not timeout_s or timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.num_workers = int(num_workers)
+        self.timeout_s = float(timeout_s)
+        self.mode = mode
+        self.chunk_size = max(1, int(chunk_size))
+        self.max_answer_chars = int(max_answer_chars)
+        self.max_memory_mb = max_memory_mb
+        self.kill_grace_s = float(kill_grace_s)
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.soft_timeout = bool(soft_timeout)
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self.stats = {"items": 0, "parent": 0, "pool": 0, "timeouts": 0, "kills": 0, "respawns": 0}
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> "Grader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def close(self) -> None:
+        """Stop the worker processes (idempotent). The grader cannot be used afterwards."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        for w in self._workers:
+            self._stop_worker(w, graceful=True)
+        self._workers = []
+
+    def _spawn(self) -> _Worker:
+        return _spawn_worker(self.timeout_s if self.soft_timeout else 0.0, self.max_memory_mb)
+
+    @staticmethod
+    def _stop_worker(w: _Worker, graceful: bool = False) -> None:
+        try:
+            if graceful and w.proc.poll() is None and w.chunk is None:
+                try:
+                    w.send_conn.send(None)
+                    w.proc.wait(timeout=1.0)
+                except Exception:
+                    pass
+            if w.proc.poll() is None:
+                w.proc.kill()
+            w.proc.wait(timeout=5.0)
+        except Exception:
+            pass
+        for c in (w.send_conn, w.conn):
+            try:
+                c.close()
+            except Exception:
+                pass
+
+    # -- grading ----------------------------------------------------------------------------------
+    def grade(self, responses: Sequence[str], golds: Sequence, answer_types: Sequence[str] | str = "math",
+              mode: str | None = None) -> list[Verdict]:
+        """Grade ``responses[i]`` against ``golds[i]``; returns one Verdict per response, in order.
+
+        answer_types: one type for all ("math" | "mc") or one per response. Never raises because of a
+        response's content; raises ValueError on mismatched lengths or an unknown mode / answer type.
+        """
+        if self._closed:
+            raise RuntimeError("Grader is closed")
+        mode = self.mode if mode is None else mode
+        if mode not in MODES:
+            raise ValueError(f"unknown extraction mode {mode!r}; expected one of {MODES}")
+        responses = list(responses)
+        golds = list(golds)
+        n = len(responses)
+        if len(golds) != n:
+            raise ValueError(f"responses and golds differ in length: {n} responses, {len(golds)} golds")
+        if isinstance(answer_types, str):
+            types = [answer_types] * n
+        else:
+            types = list(answer_types)
+            if len(types) != n:
+                raise ValueError(f"answer_types has {len(types)} entries for {n} responses")
+        for t in set(types):
+            if t not in ANSWER_TYPES:
+                raise ValueError(f"unknown answer_type {t!r}; expected one of {ANSWER_TYPES}")
+
+        out: list[Verdict | None] = [None] * n
+        extracted_of: dict[int, str] = {}
+        uniq: dict[tuple[str, str, str], int] = {}
+        tasks: list[tuple[str, str, str]] = []
+        users: list[list[int]] = []
+        for i in range(n):
+            verdict, work = _prepare(responses[i], golds[i], types[i], mode, self.max_answer_chars)
+            if verdict is not None:
+                out[i] = verdict
+                continue
+            extracted, task = work
+            extracted_of[i] = extracted
+            k = uniq.get(task)
+            if k is None:
+                k = uniq[task] = len(tasks)
+                tasks.append(task)
+                users.append([])
+            users[k].append(i)
+        self.stats["items"] += n
+        self.stats["parent"] += n - len(extracted_of)
+        self.stats["pool"] += len(tasks)
+        if tasks:
+            with self._lock:
+                if self.num_workers == 0:
+                    results = _grade_inprocess(tasks, self.timeout_s)
+                else:
+                    results = self._grade_pool(tasks)
+            for k, (ok, reason) in enumerate(results):
+                if reason == "timeout":
+                    self.stats["timeouts"] += 1
+                for i in users[k]:
+                    out[i] = Verdict(bool(ok), extracted_of[i], reason)
+        return out  # type: ignore[return-value]
+
+    def _grade_pool(self, tasks: list[tuple[str, str, str]]) -> list[tuple[bool, str]]:
+        from multiprocessing.connection import wait
+
+        results: list[tuple[bool, str] | None] = [None] * len(tasks)
+        pending = deque(range(len(tasks)))
+        while len(self._workers) < self.num_workers:
+            self._workers.append(self._spawn())
+        # chunk so that every worker gets several chunks (load balance), capped by chunk_size
+        cs = max(1, min(self.chunk_size, math.ceil(len(tasks) / (4 * self.num_workers))))
+        hard = self.timeout_s + self.kill_grace_s
+        startup_failures = 0
+        remaining = len(tasks)
+
+        def replace(idx: int, current_reason: str | None) -> None:
+            nonlocal remaining
+            w = self._workers[idx]
+            if w.chunk is not None:
+                if current_reason is not None and w.pos < len(w.chunk):
+                    results[w.chunk[w.pos]] = (False, current_reason)
+                    remaining -= 1
+                    pending.extendleft(reversed(w.chunk[w.pos + 1:]))
+                else:
+                    pending.extendleft(reversed(w.chunk[w.pos:]))
+                w.chunk = None
+            self._stop_worker(w)
+            self._workers[idx] = self._spawn()
+            self.stats["respawns"] += 1
+
+        while remaining > 0:
+            now = time.monotonic()
+            for idx in range(len(self._workers)):
+                w = self._workers[idx]
+                if w.ready and w.chunk is None and pending:
+                    chunk = [pending.popleft() for _ in range(min(cs, len(pending)))]
+                    try:
+                        w.send_conn.send([(iid,) + tasks[iid] for iid in chunk])
+                    except Exception:  # the worker is gone: put the chunk back, start another
+                        pending.extendleft(reversed(chunk))
+                        replace(idx, None)
+                        continue
+                    w.chunk, w.pos, w.t_last = chunk, 0, now
+            waiting = [w for w in self._workers if (not w.ready) or w.chunk is not None]
+            if not waiting:  # defensive: nothing in flight but items remain -> respawn all
+                for idx in range(len(self._workers)):
+                    replace(idx, None)
+                continue
+            deadline = min((w.t_last + hard) if w.ready else (w.t_spawn + self.startup_timeout_s)
+                           for w in waiting)
+            ready_conns = wait([w.conn for w in waiting], timeout=max(0.0, deadline - time.monotonic()))
+            by_conn = {id(w.conn): idx for idx, w in enumerate(self._workers)}
+            for conn in ready_conns:
+                idx = by_conn.get(id(conn))
+                if idx is None:
+                    continue
+                w = self._workers[idx]
+                try:
+                    # drain everything available on this pipe
+                    while True:
+                        msg = conn.recv()
+                        if msg[0] == "ready":
+                            w.ready = True
+                            startup_failures = 0
+                        else:
+                            iid, ok, reason = msg
+                            if w.chunk is not None and w.pos < len(w.chunk) and w.chunk[w.pos] == iid:
+                                results[iid] = (bool(ok), reason)
+                                remaining -= 1
+                                w.pos += 1
+                                w.t_last = time.monotonic()
+                                if w.pos >= len(w.chunk):
+                                    w.chunk = None
+                        if not conn.poll():
+                            break
+                except (EOFError, OSError):
+                    # the worker died (e.g. killed by the OOM killer): its current item is an error
+                    if not w.ready:
+                        startup_failures += 1
+                        if startup_failures > 3:
+                            raise RuntimeError("grading workers fail to start (died 4 times in a row)")
+                    replace(idx, "error" if w.ready else None)
+            now = time.monotonic()
+            for idx, w in enumerate(self._workers):
+                if w.ready and w.chunk is not None and now - w.t_last > hard:
+                    if w.conn.poll():
+                        continue  # a result arrived meanwhile; read it next round
+                    self.stats["kills"] += 1
+                    replace(idx, "timeout")
+                elif not w.ready and now - w.t_spawn > self.startup_timeout_s:
+                    startup_failures += 1
+                    if startup_failures > 3:
+                        raise RuntimeError(f"grading workers did not start within {self.startup_timeout_s}s")
+                    replace(idx, None)
+        return results  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------------
+# module-level default graders
+# --------------------------------------------------------------------------------------------------
+_DEFAULT_GRADERS: dict[tuple, Grader] = {}
+_DEFAULT_LOCK = threading.Lock()
+
+
+def get_grader(num_workers: int = 2, timeout_s: float = 5.0, mode: str = "boxed") -> Grader:
+    """A shared Grader for this configuration, created on first use and closed at interpreter exit."""
+    key = (int(num_workers), float(timeout_s), mode)
+    with _DEFAULT_LOCK:
+        g = _DEFAULT_GRADERS.get(key)
+        if g is None or g.closed:
+            g = _DEFAULT_GRADERS[key] = Grader(num_workers=num_workers, timeout_s=timeout_s, mode=mode)
+        return g
+
+
+def close_default_graders() -> None:
+    """Close every grader made by get_grader (also registered with atexit)."""
+    with _DEFAULT_LOCK:
+        for g in _DEFAULT_GRADERS.values():
+            g.close()
+        _DEFAULT_GRADERS.clear()
+
+
+atexit.register(close_default_graders)

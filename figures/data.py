@@ -1,0 +1,533 @@
+"""Inputs of the figures and tables: the tidy results table, the runs' metrics.jsonl and configs.
+
+    ctx = load_context("runs/tiny/results.parquet")           # one preset (the only one, or preset=...)
+    ctx.val_curve("armor")          # step, mean, min, max, n   (validation benchmark, seed mean / band)
+    ctx.metric_curve("dapo", "reward_mean")                     # same, from metrics.jsonl
+    ctx.select_step("armor")        # checkpoint that represents the arm in the tables (see below)
+
+Conventions
+- Scores are fractions in [0, 1] inside this package. A (benchmark, metric) group of the results table whose
+  values exceed 1 is taken to be in percent and divided by 100 on load. Tables print percent.
+- `step` is total RL steps since the base model (docs/CONTRACTS.md). metrics.jsonl rows may count steps of
+  the run itself or total steps: a run whose smallest metrics step is <= its start offset (config.yaml
+  `step_offset`, else the arm's first step in the results table) is shifted by that offset.
+- The validation benchmark is taken from the data (rows with source == "validation"): `aime24` if present,
+  else the benchmark with the most validation rows; its avg@k with the largest k.
+- Protocol numbers (θ* step, KL read-off step, sweeps) come, first found wins, from: the `protocol` argument;
+  the parquet file's key-value metadata `protocol` (JSON); a companion `results.meta.json|yaml` beside the
+  parquet (a `protocol` mapping, or the mapping itself); any run's resolved `config.yaml` (`protocol:`
+  section) under the runs folder; the paper's protocol for the paper presets (paper_numbers.yaml).
+
+Checkpoint selection (`Context.select_step`, used by the tables)
+1. Paper presets: the step the paper reports for that row (paper_numbers.yaml `table_steps`) when the
+   results table has eval rows for the arm at that step.
+2. Otherwise "select by validation": among the steps that have eval rows for the arm, the one whose
+   seed-mean validation avg@k (validation benchmark) is highest; ties go to the earliest step.
+3. If no eval step has a validation row: the eval step with the best eval score on the validation
+   benchmark if it was evaluated, else the last eval step.
+The tables then report the seed-mean eval numbers (source == "eval") at that step.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+import pandas as pd
+import yaml
+
+RESULT_COLUMNS = ["preset", "model", "arm", "seed", "step", "benchmark", "metric", "k", "value", "n", "source"]
+PAPER_PRESETS = ("qwen25-math-7b", "qwen3-8b-base")
+PAPER_YAML = Path(__file__).with_name("paper_numbers.yaml")
+PREFERRED_VALIDATION = ("aime24",)
+
+# Arms that start stage 2 from the DAPO peak θ* (their first step marks θ*).
+STAGE1_ARMS = ("dapo", "qae")
+THETA_STAR_ARMS = ("dapo_cont", "armor", "anchor_only", "armor_reset_never", "kl_k3_b1", "opd", "mopd")
+
+
+@lru_cache(maxsize=1)
+def paper_numbers() -> dict:
+    """The paper's numbers (figures/paper_numbers.yaml), parsed once."""
+    return yaml.safe_load(PAPER_YAML.read_text()) or {}
+
+
+def paper_preset(preset: str) -> dict:
+    return (paper_numbers().get("presets") or {}).get(preset) or {}
+
+
+# ------------------------------------------------------------------------------------------ arm names
+def fmt_beta(b: float) -> str:
+    """KL β as written in arm names: 1e-3, 1e-2, 1e-1, 1 (docs/CONTRACTS.md)."""
+    b = float(b)
+    if b.is_integer():
+        return str(int(b))
+    mant, exp = f"{b:e}".split("e")
+    mant = mant.rstrip("0").rstrip(".")
+    return f"{mant}e{int(exp)}"
+
+
+def fmt_alpha(a: float) -> str:
+    return f"{float(a):g}"
+
+
+def _num(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.inf
+
+
+FAMILIES: dict[str, dict] = {
+    # name: regex of arm names (group 1 = sort key), protocol key -> arm name, fixed extras, sort order
+    "kl_k3": {"re": r"^kl_k3_b(.+)$", "proto": "kl_betas", "make": lambda b: f"kl_k3_b{fmt_beta(b)}"},
+    "kl_k2": {"re": r"^kl_k2_b(.+)$", "proto": "kl_betas", "make": lambda b: f"kl_k2_b{fmt_beta(b)}"},
+    "mix": {"re": r"^mix_a(.+)$", "proto": "alpha_sweep", "make": lambda a: f"mix_a{fmt_alpha(a)}",
+            "reverse": True},
+    "reset": {"re": r"^armor_reset_(\d+)$", "proto": "reset_sweep", "make": lambda t: f"armor_reset_{int(t)}",
+              "first": ["armor_reset_never"]},
+    "qae_armor": {"re": r"^qae_armor_reset_(\d+)$", "proto": "qae_reset_sweep",
+                  "make": lambda t: f"qae_armor_reset_{int(t)}", "first": ["qae_armor_reset_never"],
+                  "extra_re": r"^qae_armor(_.*)?$"},
+    "tau1_until": {"re": r"^armor_tau1_until(\d+)$", "proto": "qwen3_tau1_until",
+                   "make": lambda t: f"armor_tau1_until{int(t)}"},
+}
+
+
+# ------------------------------------------------------------------------------------------- loading
+def load_results(paths: str | Path | Sequence[str | Path] | pd.DataFrame) -> pd.DataFrame:
+    """Read one or more results.parquet files (or take a DataFrame) into one normalized table."""
+    if isinstance(paths, pd.DataFrame):
+        df = paths.copy()
+    else:
+        if isinstance(paths, (str, Path)):
+            paths = [paths]
+        frames = [pd.read_parquet(p) for p in paths]
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=RESULT_COLUMNS)
+    missing = [c for c in RESULT_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"results table lacks columns {missing} (docs/CONTRACTS.md)")
+    df = df[RESULT_COLUMNS + [c for c in df.columns if c not in RESULT_COLUMNS]].copy()
+    df["seed"] = pd.to_numeric(df["seed"], errors="coerce").fillna(0).astype(int)
+    df["step"] = pd.to_numeric(df["step"], errors="coerce")
+    df = df[df["step"].notna()]
+    df["step"] = df["step"].astype(int)
+    df["k"] = pd.to_numeric(df["k"], errors="coerce")
+    df["value"] = pd.to_numeric(df["value"], errors="coerce").astype(float)
+    for col in ("preset", "model", "arm", "benchmark", "metric", "source"):
+        df[col] = df[col].astype(str)
+    # percent -> fraction, per (benchmark, metric) group
+    if len(df):
+        gmax = df.groupby(["benchmark", "metric"])["value"].transform("max")
+        df.loc[gmax > 1.0, "value"] = df.loc[gmax > 1.0, "value"] / 100.0
+    return df.reset_index(drop=True)
+
+
+def _metric_k(metric: str) -> tuple[str, Optional[int]]:
+    m = re.match(r"^([a-z_]+)@(\d+)$", str(metric))
+    return (m.group(1), int(m.group(2))) if m else (str(metric), None)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    try:
+        with path.open() as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a half-written last line of a running job
+    except OSError:
+        pass
+    return rows
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
+@dataclass
+class Curve:
+    """Seed aggregate of one series: one row per step."""
+    step: list
+    mean: list
+    lo: list
+    hi: list
+    n: list
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame, col: str = "value") -> "Curve":
+        if df is None or df.empty:
+            return cls([], [], [], [], [])
+        g = df.groupby("step")[col].agg(["mean", "min", "max", "count"]).reset_index().sort_values("step")
+        g = g[g["mean"].notna()]
+        return cls(g["step"].tolist(), g["mean"].tolist(), g["min"].tolist(), g["max"].tolist(),
+                   g["count"].tolist())
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    @property
+    def empty(self) -> bool:
+        return not self.step
+
+    def at(self, step: int) -> Optional[float]:
+        for s, v in zip(self.step, self.mean):
+            if s == step:
+                return v
+        return None
+
+    def after(self, step: int) -> "Curve":
+        keep = [i for i, s in enumerate(self.step) if s > step]
+        return Curve(*[[getattr(self, a)[i] for i in keep] for a in ("step", "mean", "lo", "hi", "n")])
+
+
+@dataclass
+class Context:
+    """One preset's results plus the lookups the figures need."""
+    df: pd.DataFrame
+    preset: str
+    runs_dir: Optional[Path] = None
+    results_path: Optional[Path] = None
+    protocol_override: Optional[dict] = None
+    protocol_source: str = ""
+    _protocol: dict = field(default_factory=dict)
+    _metrics: dict = field(default_factory=dict)
+    _configs: dict = field(default_factory=dict)
+    _cache: dict = field(default_factory=dict)
+
+    def _arm_df(self, arm: str) -> pd.DataFrame:
+        """The arm's rows (cached; the table is read-only once loaded)."""
+        by_arm = self._cache.get("by_arm")
+        if by_arm is None:
+            by_arm = self._cache["by_arm"] = {a: g for a, g in self.df.groupby("arm")} if len(self.df) else {}
+        return by_arm.get(arm, self.df.iloc[0:0])
+
+    # ---------------------------------------------------------------- identity
+    @property
+    def is_paper(self) -> bool:
+        return self.preset in PAPER_PRESETS
+
+    @property
+    def paper(self) -> dict:
+        return paper_preset(self.preset) if self.is_paper else {}
+
+    @property
+    def model(self) -> str:
+        models = self.df["model"].dropna().unique().tolist() if len(self.df) else []
+        if models:
+            return str(models[0])
+        return self.paper.get("model", self.preset)
+
+    @property
+    def arms(self) -> set[str]:
+        return set(self.df["arm"].unique()) if len(self.df) else set()
+
+    def has_arm(self, arm: str) -> bool:
+        return arm in self.arms or bool(self.metrics(arm).shape[0])
+
+    def seeds(self, arm: Optional[str] = None) -> list[int]:
+        d = self.df if arm is None else self.df[self.df["arm"] == arm]
+        return sorted(int(s) for s in d["seed"].unique())
+
+    # ---------------------------------------------------------------- protocol
+    @property
+    def protocol(self) -> dict:
+        if not self._protocol:
+            self._protocol, self.protocol_source = self._find_protocol()
+        return self._protocol
+
+    def _find_protocol(self) -> tuple[dict, str]:
+        if self.protocol_override:
+            return dict(self.protocol_override), "argument"
+        if self.results_path is not None:
+            try:
+                import pyarrow.parquet as pq
+                meta = pq.read_schema(self.results_path).metadata or {}
+                raw = meta.get(b"protocol")
+                if raw:
+                    data = json.loads(raw)
+                    if isinstance(data, dict) and data:
+                        return data, f"{self.results_path.name} metadata"
+            except Exception:  # noqa: BLE001 - metadata is optional
+                pass
+            for name in ("results.meta.json", "results.meta.yaml", "results.meta.yml"):
+                p = self.results_path.with_name(name)
+                if p.exists():
+                    data = json.loads(p.read_text()) if p.suffix == ".json" else _read_yaml(p)
+                    if isinstance(data, dict):
+                        data = data.get("protocol", data)
+                        if isinstance(data, dict) and data:
+                            return data, name
+        if self.runs_dir is not None and self.runs_dir.exists():
+            for cfg_path in sorted(self.runs_dir.glob("*/seed*/config.yaml")):
+                proto = _read_yaml(cfg_path).get("protocol")
+                if isinstance(proto, dict) and proto:
+                    return proto, str(cfg_path.relative_to(self.runs_dir))
+        if self.is_paper:
+            return dict(self.paper.get("protocol") or {}), "paper_numbers.yaml"
+        return {}, ""
+
+    def expected_arms(self, family: str) -> list[str]:
+        """Arms of a sweep, in plot order: from the protocol if it names the sweep, plus what the data has."""
+        spec = FAMILIES[family]
+        expected = list(spec.get("first", []))
+        values = self.protocol.get(spec["proto"]) if self.protocol else None
+        if values:
+            expected += [spec["make"](v) for v in values]
+        found = [a for a in self.all_arms() if re.match(spec["re"], a) or
+                 (spec.get("extra_re") and re.match(spec["extra_re"], a))]
+        rx = re.compile(spec["re"])
+
+        def key(a: str):
+            m = rx.match(a)
+            v = _num(m.group(1)) if m else -math.inf
+            return (0 if a in spec.get("first", []) else 1, -v if spec.get("reverse") else v, a)
+
+        out = []
+        for a in expected + sorted(found, key=key):
+            if a not in out:
+                out.append(a)
+        first = [a for a in out if a in spec.get("first", [])]
+        rest = sorted([a for a in out if a not in first], key=key)
+        if not values and not found:
+            return []
+        return first + rest
+
+    def all_arms(self) -> list[str]:
+        arms = set(self.arms)
+        if self.runs_dir is not None and self.runs_dir.exists():
+            arms |= {p.parent.parent.name for p in self.runs_dir.glob("*/seed*/metrics.jsonl")}
+        return sorted(arms)
+
+    # ---------------------------------------------------------------- validation
+    @property
+    def val_benchmark(self) -> Optional[str]:
+        if "val_benchmark" not in self._cache:
+            self._cache["val_benchmark"] = self._val_benchmark()
+        return self._cache["val_benchmark"]
+
+    def _val_benchmark(self) -> Optional[str]:
+        v = self.df[self.df["source"] == "validation"]
+        if v.empty:
+            return None
+        benches = v["benchmark"].value_counts()
+        for pref in PREFERRED_VALIDATION:
+            if pref in benches.index:
+                return pref
+        return str(benches.index[0])
+
+    @property
+    def val_metric(self) -> Optional[str]:
+        if "val_metric" not in self._cache:
+            self._cache["val_metric"] = self._val_metric()
+        return self._cache["val_metric"]
+
+    def _val_metric(self) -> Optional[str]:
+        b = self.val_benchmark
+        if b is None:
+            return None
+        v = self.df[(self.df["source"] == "validation") & (self.df["benchmark"] == b)]
+        avg = [m for m in v["metric"].unique() if _metric_k(m)[0] == "avg"]
+        cands = avg or list(v["metric"].unique())
+        return max(cands, key=lambda m: (_metric_k(m)[1] or 0))
+
+    @property
+    def val_label(self) -> str:
+        if self.val_benchmark is None:
+            return "validation (none in results)"
+        return f"{self.val_benchmark} {self.val_metric} (validation)"
+
+    def val_rows(self, arm: str) -> pd.DataFrame:
+        d = self._arm_df(arm)
+        return d[(d["source"] == "validation") & (d["benchmark"] == self.val_benchmark)
+                 & (d["metric"] == self.val_metric)]
+
+    def val_curve(self, arm: str) -> Curve:
+        key = ("val_curve", arm)
+        if key not in self._cache:
+            self._cache[key] = Curve.from_frame(self.val_rows(arm))
+        return self._cache[key]
+
+    # ---------------------------------------------------------------- run folders
+    def run_dirs(self, arm: str) -> list[tuple[int, Path]]:
+        if self.runs_dir is None:
+            return []
+        out = []
+        for d in sorted((self.runs_dir / arm).glob("seed*")):
+            m = re.match(r"^seed(\d+)$", d.name)
+            if m and d.is_dir():
+                out.append((int(m.group(1)), d))
+        return out
+
+    def config(self, arm: str, seed: int) -> dict:
+        key = (arm, seed)
+        if key not in self._configs:
+            d = dict(self.run_dirs(arm)).get(seed)
+            self._configs[key] = _read_yaml(d / "config.yaml") if d else {}
+        return self._configs[key]
+
+    def arm_start(self, arm: str) -> Optional[int]:
+        """Total step at which the arm's run began (0 for stage-1 arms)."""
+        if arm in STAGE1_ARMS:
+            return 0
+        for seed, _ in self.run_dirs(arm):
+            off = self.config(arm, seed).get("step_offset")
+            if isinstance(off, (int, float)) and off > 0:
+                return int(off)
+        d = self._arm_df(arm)
+        if not d.empty:
+            return int(d["step"].min())
+        return None
+
+    def metrics(self, arm: str) -> pd.DataFrame:
+        """All seeds' metrics.jsonl rows of an arm with `step` (total), `local_step` and `seed`."""
+        if arm in self._metrics:
+            return self._metrics[arm]
+        frames = []
+        for seed, d in self.run_dirs(arm):
+            rows = _read_jsonl(d / "metrics.jsonl")
+            if not rows:
+                continue
+            m = pd.DataFrame(rows)
+            if "step" not in m.columns:
+                m["step"] = range(1, len(m) + 1)
+            m["step"] = pd.to_numeric(m["step"], errors="coerce")
+            m = m[m["step"].notna()]
+            off = self.config(arm, seed).get("step_offset")
+            if not isinstance(off, (int, float)):
+                off = self.arm_start(arm) or 0
+            off = int(off or 0)
+            shift = off if (off > 0 and m["step"].min() <= off) else 0
+            m["step"] = m["step"].astype(int) + shift
+            m["local_step"] = m["step"] - off
+            m["seed"] = seed
+            frames.append(m)
+        out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["step", "local_step",
+                                                                                          "seed"])
+        self._metrics[arm] = out
+        return out
+
+    def metric_curve(self, arm: str, key: str) -> Curve:
+        ck = ("metric_curve", arm, key)
+        if ck in self._cache:
+            return self._cache[ck]
+        m = self.metrics(arm)
+        if m.empty or key not in m.columns:
+            c = Curve([], [], [], [], [])
+        else:
+            d = m[["step", "seed", key]].copy()
+            d[key] = pd.to_numeric(d[key], errors="coerce")
+            c = Curve.from_frame(d.dropna(), key)
+        self._cache[ck] = c
+        return c
+
+    # ---------------------------------------------------------------- protocol points
+    def theta_star(self) -> Optional[int]:
+        """θ*: first step of the stage-2 arms in the data, else the protocol's peak step, else the DAPO
+        validation argmax."""
+        for arm in THETA_STAR_ARMS:
+            s = self.arm_start(arm)
+            if s:
+                return s
+        p = self.protocol.get("peak_step") if self.protocol else None
+        if p:
+            return int(p)
+        c = self.val_curve("dapo")
+        if not c.empty:
+            return int(c.step[max(range(len(c)), key=lambda i: (c.mean[i], -c.step[i]))])
+        return None
+
+    def start_of(self, arms: Iterable[str], proto_key: Optional[str] = None) -> Optional[int]:
+        for arm in arms:
+            s = self.arm_start(arm)
+            if s:
+                return s
+        if proto_key and self.protocol.get(proto_key):
+            return int(self.protocol[proto_key])
+        return None
+
+    # ---------------------------------------------------------------- tables
+    def eval_rows(self, arm: str) -> pd.DataFrame:
+        key = ("eval_rows", arm)
+        if key not in self._cache:
+            d = self._arm_df(arm)
+            self._cache[key] = d[d["source"] == "eval"]
+        return self._cache[key]
+
+    def select_step(self, arm: str, paper_step: Optional[int] = None) -> tuple[Optional[int], str]:
+        """(step, how) of the checkpoint that represents `arm` in the tables; see the module docstring."""
+        ev = self.eval_rows(arm)
+        if ev.empty:
+            return None, "no eval rows"
+        eval_steps = sorted(ev["step"].unique())
+        note = ""
+        if paper_step is not None:
+            if paper_step in eval_steps:
+                return int(paper_step), "paper step"
+            note = f"paper step {paper_step} not evaluated; "
+        vc = self.val_curve(arm)
+        cands = [(v, s) for s, v in zip(vc.step, vc.mean) if s in eval_steps]
+        if cands:
+            best = max(cands, key=lambda t: (t[0], -t[1]))
+            return int(best[1]), note + f"best validation {self.val_benchmark} {self.val_metric}"
+        if self.val_benchmark is not None:
+            e = ev[(ev["benchmark"] == self.val_benchmark)]
+            if not e.empty:
+                g = e.groupby("step")["value"].mean()
+                best = max(g.items(), key=lambda t: (t[1], -t[0]))
+                return int(best[0]), note + f"best eval {self.val_benchmark} (no validation at eval steps)"
+        return int(eval_steps[-1]), note + "last evaluated step (no validation at eval steps)"
+
+
+def load_context(results: str | Path | Sequence[str | Path] | pd.DataFrame, preset: Optional[str] = None,
+                 runs_dir: str | Path | None = None, protocol: Optional[dict] = None) -> Context:
+    """One preset's Context. `runs_dir` defaults to the folder of the (first) results.parquet, which is
+    runs/<preset>/ by the contract."""
+    df = load_results(results)
+    presets = sorted(df["preset"].unique()) if len(df) else []
+    if preset is None:
+        if len(presets) > 1:
+            raise ValueError(f"results hold several presets {presets}; pass preset=")
+        preset = presets[0] if presets else "unknown"
+    results_path = None
+    if not isinstance(results, pd.DataFrame):
+        first = results if isinstance(results, (str, Path)) else (list(results)[0] if results else None)
+        results_path = Path(first) if first is not None else None
+    if runs_dir is None and results_path is not None:
+        runs_dir = results_path.parent
+    return Context(df=df[df["preset"] == preset].reset_index(drop=True), preset=preset,
+                   runs_dir=Path(runs_dir) if runs_dir is not None else None, results_path=results_path,
+                   protocol_override=protocol)
+
+
+def load_contexts(results, runs_dir=None) -> list[Context]:
+    """One Context per preset in the results (for tables that span models)."""
+    df = load_results(results)
+    paths = [] if isinstance(results, pd.DataFrame) else ([results] if isinstance(results, (str, Path))
+                                                           else list(results))
+    out = []
+    for preset in sorted(df["preset"].unique()):
+        path = None
+        for p in paths:  # the file that holds this preset, for its runs folder / metadata
+            try:
+                if preset in set(pd.read_parquet(p, columns=["preset"])["preset"].astype(str)):
+                    path = Path(p)
+                    break
+            except Exception:  # noqa: BLE001
+                continue
+        rd = runs_dir if runs_dir is not None else (path.parent if path is not None else None)
+        out.append(Context(df=df[df["preset"] == preset].reset_index(drop=True), preset=preset,
+                           runs_dir=Path(rd) if rd is not None else None, results_path=path))
+    return out

@@ -1,0 +1,302 @@
+"""Figures 1-7 of the ARMOR paper, drawn from our results (one function per figure).
+
+Each `figN(ctx, out_dir=None)` returns the matplotlib Figure (Agg, no pyplot state) and, given out_dir, writes
+figN.png and figN.pdf there. Curves are the seed mean with a shaded min-max band over seeds; the x axis is
+total RL steps since the base model; the y axis names the validation benchmark and metric found in the data.
+An arm that is not in the data leaves a red "not run: <arm>" note on its panel (a panel with nothing to draw
+says so in its middle); nothing raises for missing inputs. The paper presets also get the paper's read-offs
+as grey "paper: ..." marks (figures/paper.py).
+
+Panels carry gids "figN:<panel>" (fig1: reward, length, validation; others: a, b, c) and each figure has
+`fig.armor_info = {"panels": [...], "missing": {panel: [arms]}, "series": {panel: [labels]}}` for tests.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # noqa: E402 - before any backend is touched
+from matplotlib.figure import Figure  # noqa: E402
+
+from . import paper as paper_mod  # noqa: E402
+from .data import Context, Curve  # noqa: E402
+
+STEP_LABEL = "total RL steps (since base model)"
+FIXED_COLORS = {"dapo": "C0", "dapo_cont": "C0", "armor": "C3", "anchor_only": "C2", "qae": "C4",
+                "qae_cont": "C4", "dapo_late": "C9", "armor_late": "C1"}
+PALETTE = ["C1", "C4", "C6", "C8", "C9", "C5", "C2", "C3", "C0"]  # tab10 without the grey (C7)
+CONTEXT_COLOR = "0.7"
+MISSING_COLOR = "tab:red"
+DPI = 110
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _figure(ncols: int, title: str, ctx: Context, width: float = 5.0) -> tuple[Figure, list]:
+    fig = Figure(figsize=(width * ncols, 4.0), layout="constrained")
+    axes = fig.subplots(1, ncols, squeeze=False)[0].tolist()
+    fig.suptitle(f"{title}\npreset {ctx.preset} · model {ctx.model} · seeds {ctx.seeds() or '-'}",
+                 fontsize=10)
+    fig.armor_info = {"panels": [], "missing": {}, "series": {}}
+    return fig, axes
+
+
+def _register(fig: Figure, ax, name: str, panel: str) -> None:
+    ax.set_gid(f"{name}:{panel}")
+    fig.armor_info["panels"].append(panel)
+    fig.armor_info["missing"].setdefault(panel, [])
+    fig.armor_info["series"].setdefault(panel, [])
+
+
+def plot_curve(ax, curve: Curve, label: str, color=None, ls: str = "-", lw: float = 1.6, band: bool = True):
+    (line,) = ax.plot(curve.step, curve.mean, ls=ls, lw=lw, color=color, label=label,
+                      marker="o" if len(curve) <= 3 else None, ms=3)
+    if band and any(n > 1 for n in curve.n):
+        ax.fill_between(curve.step, curve.lo, curve.hi, color=line.get_color(), alpha=0.18, lw=0)
+    return line
+
+
+def _missing_note(fig: Figure, ax, panel: str, missing: Sequence[str], plotted: int, what: str = "") -> None:
+    if not missing:
+        return
+    fig.armor_info["missing"][panel].extend(missing)
+    text = "not run: " + ", ".join(missing) + (f" {what}" if what else "")
+    if plotted == 0:
+        ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color=MISSING_COLOR,
+                fontsize=9, wrap=True, gid="not-run")
+    else:
+        ax.text(0.01, 0.99, text, transform=ax.transAxes, ha="left", va="top", color=MISSING_COLOR,
+                fontsize=7, wrap=True, gid="not-run")
+
+
+def _vline(ax, x: Optional[int], label: str, ls: str = "--") -> None:
+    if x is not None:
+        ax.axvline(x, color="k", ls=ls, lw=0.9, label=label)
+
+
+def _finish(ax, ylabel: str, title: str) -> None:
+    ax.set_xlabel(STEP_LABEL)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6.5, loc="best", framealpha=0.75)
+
+
+def _color(arm: str, i: int):
+    return FIXED_COLORS.get(arm, PALETTE[i % len(PALETTE)])
+
+
+def val_panel(fig: Figure, ax, ctx: Context, name: str, panel: str, arms: Sequence[str], title: str,
+              context: Optional[str] = "dapo", starts: Sequence[tuple[Optional[int], str]] = (),
+              styles: Optional[dict] = None) -> None:
+    """Validation curves of `arms` vs total steps; `context` is a stage-1 arm drawn in grey behind them."""
+    _register(fig, ax, name, panel)
+    styles = styles or {}
+    plotted, missing = 0, []
+    if context and not ctx.val_curve(context).empty:
+        plot_curve(ax, ctx.val_curve(context), f"{context} (stage 1)", color=CONTEXT_COLOR, lw=1.2)
+        fig.armor_info["series"][panel].append(f"{context} (stage 1)")
+    for i, arm in enumerate(arms):
+        c = ctx.val_curve(arm)
+        if c.empty:
+            missing.append(arm)
+            continue
+        plot_curve(ax, c, arm, color=_color(arm, i), ls=styles.get(arm, "-"))
+        fig.armor_info["series"][panel].append(arm)
+        plotted += 1
+    for j, (x, label) in enumerate(starts):
+        _vline(ax, x, label, ls="--" if j == 0 else "-.")
+    if ctx.is_paper:
+        paper_mod.draw_marks(ax, ctx.preset, name, panel)
+    _missing_note(fig, ax, panel, missing, plotted)
+    if not arms:
+        _missing_note(fig, ax, panel, ["(no arms of this sweep in the preset)"], 0)
+    _finish(ax, ctx.val_label, title)
+
+
+def _theta(ctx: Context) -> tuple[Optional[int], str]:
+    t = ctx.theta_star()
+    return t, f"θ* (step {t})"
+
+
+def save(fig: Figure, out_dir: str | Path | None, name: str) -> list[Path]:
+    if out_dir is None:
+        return []
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    fig.savefig(paths[0], dpi=DPI)
+    fig.savefig(paths[1])
+    return paths
+
+
+# ------------------------------------------------------------------------------------------ figures
+def fig1(ctx: Context, out_dir=None) -> Figure:
+    """Baseline training reward and response length (metrics.jsonl of `dapo`), and validation of DAPO
+    (stage 1, continued by dapo_cont), anchor_only and armor, with θ* marked."""
+    fig, (a_rew, a_len, a_val) = _figure(3, "Fig. 1 — DAPO over-optimization and ARMOR", ctx, width=4.6)
+    for ax, key, panel, ylabel in ((a_rew, "reward_mean", "reward", "training reward (mean, -1..1)"),
+                                   (a_len, "response_length", "length", "response length (tokens)")):
+        _register(fig, ax, "fig1", panel)
+        c = ctx.metric_curve("dapo", key)
+        if c.empty:
+            _missing_note(fig, ax, panel, ["dapo"], 0, "(no metrics.jsonl)")
+        else:
+            plot_curve(ax, c, "dapo", color=FIXED_COLORS["dapo"])
+            fig.armor_info["series"][panel].append("dapo")
+        _vline(ax, *_theta(ctx))
+        if ctx.is_paper:
+            paper_mod.draw_marks(ax, ctx.preset, "fig1", panel)
+        _finish(ax, ylabel, f"baseline (dapo) {key}")
+    val_panel(fig, a_val, ctx, "fig1", "validation", ["dapo", "dapo_cont", "anchor_only", "armor"],
+              "validation: DAPO (stage 1 → dapo_cont), anchor_only, ARMOR", context=None,
+              starts=[_theta(ctx)], styles={"dapo_cont": "--"})
+    save(fig, out_dir, "fig1")
+    return fig
+
+
+def kl_readoff(ctx: Context, arms: Sequence[str], n: Optional[int] = None) -> tuple[Optional[int], str, dict]:
+    """Stage-2 step N at which Fig. 2b reads the KLs, how it was chosen, and {arm: {"reverse": (mean, lo,
+    hi), "forward": (...)}} for the arms that have both KLs at N (mean over seeds, min-max)."""
+    steps = {}
+    for arm in arms:
+        m = ctx.metrics(arm)
+        if m.empty or "kl_reverse" not in m.columns or "kl_forward" not in m.columns:
+            continue
+        steps[arm] = set(m.dropna(subset=["kl_reverse", "kl_forward"])["local_step"].astype(int))
+    common = set.intersection(*steps.values()) if steps else set()
+    proto_n = ctx.protocol.get("kl_after_steps") if ctx.protocol else None
+    if n is not None:
+        how = "argument"
+    elif proto_n is not None and int(proto_n) in common:
+        n, how = int(proto_n), "protocol kl_after_steps"
+    elif common:
+        n = max(common)
+        how = "last common step" + (f" (protocol's {proto_n} not reached by all arms)" if proto_n else "")
+    else:
+        return None, "no common step with both KLs", {}
+    vals = {}
+    for arm in steps:
+        m = ctx.metrics(arm)
+        row = m[m["local_step"] == n]
+        if row.empty:
+            continue
+        vals[arm] = {d: (float(row[f"kl_{d}"].mean()), float(row[f"kl_{d}"].min()), float(row[f"kl_{d}"].max()))
+                     for d in ("reverse", "forward")}
+    return n, how, vals
+
+
+def fig2(ctx: Context, out_dir=None, n: Optional[int] = None) -> Figure:
+    """(a) k3 KL-penalty sweep + dapo_cont; (b) reverse vs forward KL after N stage-2 steps, per arm."""
+    fig, (a, b) = _figure(2, "Fig. 2 — KL penalty (k3) from θ*", ctx, width=5.6)
+    kl_arms = ctx.expected_arms("kl_k3")
+    val_panel(fig, a, ctx, "fig2", "a", ["dapo_cont"] + kl_arms, "(a) KL penalty β sweep, k3",
+              starts=[_theta(ctx)])
+    _kl_bars(fig, b, ctx, "fig2", "b", ["dapo_cont"] + kl_arms, n)
+    save(fig, out_dir, "fig2")
+    return fig
+
+
+def _kl_bars(fig: Figure, ax, ctx: Context, name: str, panel: str, arms: Sequence[str], n=None) -> None:
+    _register(fig, ax, name, panel)
+    n, how, vals = kl_readoff(ctx, arms, n)
+    xs = list(range(len(arms)))
+    w = 0.38
+    plotted = 0
+    positive = True
+    for off, d, color in ((-w / 2, "reverse", "C0"), (w / 2, "forward", "C1")):
+        x = [i + off for i, a in enumerate(arms) if a in vals]
+        if not x:
+            continue
+        mean = [vals[a][d][0] for a in arms if a in vals]
+        err = [[vals[a][d][0] - vals[a][d][1] for a in arms if a in vals],
+               [vals[a][d][2] - vals[a][d][0] for a in arms if a in vals]]
+        positive &= all(v > 0 for v in mean)
+        ax.bar(x, mean, width=w, color=color, label=f"{d} KL " + ("KL(πθ‖πref)" if d == "reverse"
+                                                                  else "KL(πref‖πθ)"),
+               yerr=err, capsize=2)
+        plotted += 1
+    fig.armor_info["series"][panel] = [a for a in arms if a in vals]
+    if ctx.is_paper:
+        for m in paper_mod.figure_marks(ctx.preset, name, panel):
+            if m.get("type") != "bars":
+                continue
+            first = True
+            for i, a in enumerate(arms):
+                if a in m["values"]:
+                    r, f = m["values"][a]
+                    ax.plot([i - w / 2, i + w / 2], [r, f], ls="none", marker="_", ms=16, mew=2.2,
+                            color=paper_mod.PAPER_COLOR, label="paper: reverse / forward" if first else None)
+                    first = False
+    if positive and plotted:
+        ax.set_yscale("log")
+    ax.set_xticks(xs, arms, rotation=30, ha="right", fontsize=7)
+    _missing_note(fig, ax, panel, [a for a in arms if a not in vals], plotted,
+                  f"(no KL at stage-2 step {n})" if n is not None else "(no kl_reverse/kl_forward)")
+    ax.set_ylabel("KL to πref (per token, metrics.jsonl)")
+    ax.set_title(f"({panel}) KL after {n} stage-2 steps [{how}]" if n is not None else f"({panel}) KL",
+                 fontsize=9)
+    ax.grid(alpha=0.3, axis="y")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6.5, loc="best")
+
+
+def fig3(ctx: Context, out_dir=None) -> Figure:
+    """(a) Mixed Optimization alone, α sweep; (b) anchor variants; (c) start-point ablation."""
+    fig, (a, b, c) = _figure(3, "Fig. 3 — ARMOR ablations", ctx, width=4.6)
+    th = _theta(ctx)
+    val_panel(fig, a, ctx, "fig3", "a", ["dapo_cont"] + ctx.expected_arms("mix"),
+              "(a) Mixed Optimization only (α sweep)", starts=[th])
+    val_panel(fig, b, ctx, "fig3", "b", ["anchor_only", "anchor_static_clip", "anchor_offpolicy"],
+              "(b) Anchor Rollout variants", starts=[th])
+    late = ctx.start_of(["armor_late", "dapo_late"], "late_start_step")
+    val_panel(fig, c, ctx, "fig3", "c", ["armor", "dapo_cont", "armor_late", "dapo_late"],
+              "(c) start point: θ* vs a later checkpoint", starts=[th, (late, f"late start (step {late})")],
+              styles={"dapo_cont": "--", "dapo_late": "--"})
+    save(fig, out_dir, "fig3")
+    return fig
+
+
+def fig4(ctx: Context, out_dir=None) -> Figure:
+    """Reference-reset frequency sweep: armor_reset_never vs armor_reset_<τ>."""
+    fig, (a,) = _figure(1, "Fig. 4 — reference reset every τ steps", ctx, width=6.0)
+    val_panel(fig, a, ctx, "fig4", "a", ctx.expected_arms("reset"), "(a) reset sweep",
+              starts=[_theta(ctx)])
+    save(fig, out_dir, "fig4")
+    return fig
+
+
+def fig5(ctx: Context, out_dir=None) -> Figure:
+    """Fig. 2a with the k2 KL estimator."""
+    fig, (a,) = _figure(1, "Fig. 5 — KL penalty (k2) from θ*", ctx, width=6.0)
+    val_panel(fig, a, ctx, "fig5", "a", ["dapo_cont"] + ctx.expected_arms("kl_k2"),
+              "(a) KL penalty β sweep, k2", starts=[_theta(ctx)])
+    save(fig, out_dir, "fig5")
+    return fig
+
+
+def fig6(ctx: Context, out_dir=None) -> Figure:
+    """QAE baseline: stage 1 `qae`, `qae_cont` and the `qae_armor_*` variants from the QAE peak."""
+    fig, (a,) = _figure(1, "Fig. 6 — QAE baseline and ARMOR from the QAE peak", ctx, width=6.0)
+    qa = ctx.expected_arms("qae_armor")
+    start = ctx.start_of(["qae_cont"] + qa, "qae_peak_step")
+    val_panel(fig, a, ctx, "fig6", "a", ["qae", "qae_cont"] + qa, "(a) QAE from its peak",
+              context=None, starts=[(start, f"θ*_QAE (step {start})")], styles={"qae_cont": "--"})
+    save(fig, out_dir, "fig6")
+    return fig
+
+
+def fig7(ctx: Context, out_dir=None) -> Figure:
+    """Qwen3 reset schedules: armor_tau1, armor_tau1_until*, clip_expand, dapo_cont."""
+    fig, (a,) = _figure(1, "Fig. 7 — reset schedules (τ = 1, then frozen)", ctx, width=6.0)
+    val_panel(fig, a, ctx, "fig7", "a",
+              ["dapo_cont", "armor_tau1"] + ctx.expected_arms("tau1_until") + ["clip_expand"],
+              "(a) τ = 1 throughout / until N steps / clip expansion only", starts=[_theta(ctx)])
+    save(fig, out_dir, "fig7")
+    return fig
+
+
+FIGURES: dict[str, Callable] = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5,
+                                "fig6": fig6, "fig7": fig7}

@@ -1,0 +1,382 @@
+"""Tables 1-3 of the ARMOR paper from our results, as Markdown and LaTeX.
+
+- Table 1: avg@k per benchmark (AIME24, AIME25, AMC avg@32; math avg = mean of the three; GPQA, MMLU-Pro
+  avg@8), baseline vs +ARMOR rows (DAPO, and QAE when the preset has it).
+- Table 2: pass@16 on AIME24, AIME25, AMC and their average.
+- Table 3: OPD / MOPD / ARMOR (teacher-guided continuations from the DAPO peak), Table 1's columns.
+
+Which checkpoint represents an arm: `Context.select_step` (figures/data.py): the paper's step on the paper
+presets when it was evaluated, else the eval step with the best seed-mean validation score. The cell is the
+seed-mean eval value (source == "eval") at that step, in percent, 2 decimals. When several eval metrics exist
+for a benchmark, the paper's k is used (avg@32 / avg@8 / pass@16) if present, else the largest k. The
+"+ARMOR" row of QAE is the best-by-validation of the `qae_armor_*` arms. The steps column is the total step
+for stage-1 rows ("140") and "+N" steps after the arm's start for continual rows ("+200"). Deltas are
+differences of the printed values ("+5.91", "−1.20"), as in the paper.
+
+Presets whose eval benchmarks are none of the paper's (tiny/smoke) get one column per eval benchmark found
+plus their mean ("avg"). Paper presets get a `paper` row under each of ours (source column). A cell that
+cannot be filled is "—" with a numbered footnote saying why; nothing raises for missing inputs.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional, Sequence
+
+from . import paper as paper_mod
+from .data import Context, _metric_k
+
+DASH = "—"
+MINUS = "−"
+
+BENCH_ALIASES = {
+    "aime24": {"aime24", "aime2024", "aime_2024", "aime-2024"},
+    "aime25": {"aime25", "aime2025", "aime_2025", "aime-2025"},
+    "amc": {"amc", "amc23", "amc2023", "amc22", "amc_2023"},
+    "gpqa": {"gpqa", "gpqa_diamond", "gpqadiamond", "gpqa-diamond"},
+    "mmlu_pro": {"mmlu_pro", "mmlupro", "mmlu-pro"},
+}
+HEADERS = {"aime24": "AIME24", "aime25": "AIME25", "amc": "AMC", "math_avg": "math avg", "gpqa": "GPQA",
+           "mmlu_pro": "MMLU-Pro", "avg": "avg"}
+PAPER_K = {"avg": {"aime24": 32, "aime25": 32, "amc": 32, "gpqa": 8, "mmlu_pro": 8},
+           "pass": {"aime24": 16, "aime25": 16, "amc": 16}}
+TABLE_COLUMNS = {
+    "table1": ("avg", ["aime24", "aime25", "amc", "math_avg", "gpqa", "mmlu_pro"]),
+    "table2": ("pass", ["aime24", "aime25", "amc", "avg"]),
+    "table3": ("avg", ["aime24", "aime25", "amc", "math_avg", "gpqa", "mmlu_pro"]),
+}
+DERIVED = {"math_avg": ["aime24", "aime25", "amc"], "avg": ["aime24", "aime25", "amc"]}
+TITLES = {
+    "table1": "Table 1 — avg@k at the selected checkpoint (baseline vs +ARMOR)",
+    "table2": "Table 2 — pass@k at the selected checkpoint (baseline vs +ARMOR)",
+    "table3": "Table 3 — teacher-guided continuations from the DAPO peak: OPD / MOPD / ARMOR",
+}
+
+
+@dataclass
+class RowSpec:
+    key: str                  # row key in paper_numbers.yaml
+    method: str
+    arms: list[str]           # candidates; the best by validation that has eval rows represents the row
+    base: Optional[str] = None  # row key the deltas are taken against
+    step_key: Optional[str] = None  # key in paper table_steps (default: key)
+
+
+def row_specs(ctx: Context, table: str) -> list[RowSpec]:
+    if table == "table3":
+        return [RowSpec("opd", "OPD", ["opd"]), RowSpec("mopd", "MOPD", ["mopd"]),
+                RowSpec("armor", "ARMOR", ["armor"], step_key="dapo_armor")]
+    rows = [RowSpec("dapo", "DAPO", ["dapo"]), RowSpec("dapo_armor", "+ARMOR", ["armor"], base="dapo")]
+    has_qae = any(a == "qae" or a.startswith("qae_") for a in ctx.all_arms()) or \
+        "qae" in paper_mod.table_rows(ctx.preset, table)
+    if has_qae:
+        rows += [RowSpec("qae", "QAE", ["qae"]),
+                 RowSpec("qae_armor", "+ARMOR", ctx.expected_arms("qae_armor") or ["qae_armor_reset_160"],
+                         base="qae")]
+    return rows
+
+
+@dataclass
+class Cell:
+    value: Optional[float] = None   # percent
+    delta: Optional[float] = None
+    note: Optional[int] = None      # footnote number
+
+    def text(self, minus: str = MINUS) -> str:
+        if self.value is None:
+            return DASH + (f" [{self.note}]" if self.note else "")
+        s = f"{self.value:.2f}"
+        if self.delta is not None:
+            d = f"{abs(self.delta):.2f}"
+            s += f" ({'+' if self.delta >= 0 else minus}{d})"
+        return s
+
+
+@dataclass
+class Row:
+    model: str
+    method: str
+    source: str               # "ours" | "paper"
+    steps: str
+    cells: dict
+    arm: Optional[str] = None
+    step: Optional[int] = None
+    how: str = ""
+    seeds: list = field(default_factory=list)
+
+
+@dataclass
+class Table:
+    name: str
+    title: str
+    columns: list[str]        # column keys; headers in HEADERS (or the benchmark name)
+    rows: list[Row]
+    footnotes: list[str]
+    caption: str = ""
+    notes: list[str] = field(default_factory=list)   # checkpoint selection lines
+
+    def header(self, col: str) -> str:
+        return HEADERS.get(col, col)
+
+    def to_markdown(self, title: bool = True) -> str:
+        cols = ["model", "method", "source", "steps"] + [self.header(c) for c in self.columns]
+        lines = [f"**{self.title}**", ""] if title else []
+        if self.caption:
+            lines += [self.caption, ""]
+        lines += ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] * 4 + ["---:"] * len(self.columns)) + "|"]
+        prev_model = None
+        for r in self.rows:
+            model = r.model if r.model != prev_model else ""
+            prev_model = r.model
+            cells = [r.cells.get(c, Cell()).text() for c in self.columns]
+            lines.append("| " + " | ".join([model, r.method, r.source, r.steps or ""] + cells) + " |")
+        if self.footnotes:
+            lines.append("")
+            lines += [f"[{i}] {t}  " for i, t in enumerate(self.footnotes, 1)]
+        if self.notes:
+            lines.append("")
+            lines += [f"- {t}" for t in self.notes]
+        return "\n".join(lines) + "\n"
+
+    def to_latex(self) -> str:
+        def esc(s: str) -> str:
+            s = str(s)
+            for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"),
+                         ("_", r"\_"), ("θ", r"$\theta$"), ("α", r"$\alpha$"), ("τ", r"$\tau$"),
+                         ("β", r"$\beta$")):
+                s = s.replace(a, b)
+            return s.replace(DASH, "--").replace(MINUS, "$-$")
+
+        out = [r"\begin{table}[t]", r"\centering", r"\small", f"\\caption{{{esc(self.title)}}}",
+               f"\\label{{tab:{self.name}}}", r"\begin{tabular}{llll" + "r" * len(self.columns) + "}",
+               r"\toprule",
+               " & ".join(["model", "method", "source", "steps"] + [esc(self.header(c)) for c in self.columns])
+               + r" \\", r"\midrule"]
+        prev_model = None
+        for r in self.rows:
+            if prev_model is not None and r.model != prev_model:
+                out.append(r"\midrule")
+            model = r.model if r.model != prev_model else ""
+            prev_model = r.model
+            cells = [r.cells.get(c, Cell()).text() for c in self.columns]
+            out.append(" & ".join(esc(x) for x in [model, r.method, r.source, r.steps or ""] + cells) + r" \\")
+        out += [r"\bottomrule", r"\end{tabular}"]
+        if self.caption or self.footnotes:
+            out.append(r"\par\vspace{2pt}\footnotesize " + esc(self.caption))
+            for i, t in enumerate(self.footnotes, 1):
+                out.append(f"\\\\[{i}] {esc(t)}")
+        out.append(r"\end{table}")
+        return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _norm(b: str) -> str:
+    return re.sub(r"[^a-z0-9_\-]", "", str(b).lower())
+
+
+@lru_cache(maxsize=None)
+def _bench_key(b: str) -> Optional[str]:
+    nb = _norm(b)
+    for key, aliases in BENCH_ALIASES.items():
+        if nb in aliases or nb.replace("-", "_") in aliases:
+            return key
+    return None
+
+
+def _eval_benchmarks(ctx: Context) -> list[str]:
+    d = ctx.df[ctx.df["source"] == "eval"]
+    return sorted(d["benchmark"].unique())
+
+
+def paper_mode(ctx: Context) -> bool:
+    return ctx.is_paper or any(_bench_key(b) for b in _eval_benchmarks(ctx))
+
+
+def columns_for(ctx: Context, table: str) -> tuple[str, list[str]]:
+    kind, cols = TABLE_COLUMNS[table]
+    if paper_mode(ctx):
+        return kind, list(cols)
+    benches = _eval_benchmarks(ctx)
+    return kind, benches + (["avg"] if len(benches) > 1 else [])
+
+
+def _pick_metric(rows, kind: str, col: str) -> Optional[str]:
+    metrics = [m for m in rows["metric"].unique() if _metric_k(m)[0] == kind]
+    if not metrics:
+        return None
+    want = PAPER_K.get(kind, {}).get(col)
+    if want and f"{kind}@{want}" in metrics:
+        return f"{kind}@{want}"
+    return max(metrics, key=lambda m: _metric_k(m)[1] or 0)
+
+
+class _Notes:
+    def __init__(self):
+        self.items: list[str] = []
+
+    def add(self, text: str) -> int:
+        if text not in self.items:
+            self.items.append(text)
+        return self.items.index(text) + 1
+
+
+def _bench_rows(ctx: Context, arm: str, step: int, col: str, paper: bool):
+    ev = ctx.eval_rows(arm)
+    ev = ev[ev["step"] == step]
+    if paper:
+        return ev[ev["benchmark"].map(_bench_key) == col]
+    return ev[ev["benchmark"] == col]
+
+
+def _choose_arm(ctx: Context, spec: RowSpec) -> tuple[Optional[str], Optional[int], str]:
+    paper_step = paper_mod.table_step(ctx.preset, spec.step_key or spec.key) if ctx.is_paper else None
+    best = None
+    for arm in spec.arms:
+        step, how = ctx.select_step(arm, paper_step)
+        if step is None:
+            continue
+        val = ctx.val_curve(arm).at(step)
+        score = val if val is not None else -math.inf
+        if best is None or score > best[3]:
+            best = (arm, step, how, score)
+    if best is None:
+        present = [a for a in spec.arms if a in ctx.arms]
+        return (present[0] if present else None), None, ("no eval rows" if present else "not run")
+    return best[0], best[1], best[2]
+
+
+def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
+    ctxs = [ctxs] if isinstance(ctxs, Context) else list(ctxs)
+    notes = _Notes()
+    rows: list[Row] = []
+    sel_notes: list[str] = []
+    columns: list[str] = []
+    metric_used: dict[str, set] = {}
+    for ctx in ctxs:
+        kind, cols = columns_for(ctx, table)
+        for c in cols:
+            if c not in columns:
+                columns.append(c)
+        pm = paper_mode(ctx)
+        all_benches = set(ctx.df["benchmark"].unique())
+        ours: dict[str, Row] = {}
+        paper_rows = paper_mod.table_rows(ctx.preset, table) if ctx.is_paper else {}
+        for spec in row_specs(ctx, table):
+            arm, step, how = _choose_arm(ctx, spec)
+            cells: dict[str, Cell] = {}
+            raw: dict[str, Optional[float]] = {}
+            seeds: list[int] = []
+            if step is None:
+                n = notes.add(f"{ctx.model} {spec.method}: not run: {' / '.join(spec.arms)}" if how == "not run"
+                              else f"{ctx.model} {spec.method}: arm {arm} has no eval rows")
+                for c in cols:
+                    cells[c] = Cell(note=n)
+                steps = DASH
+            else:
+                start = ctx.arm_start(arm) or 0
+                steps = str(step) if start == 0 else f"+{step - start}"
+                sel_notes.append(f"{ctx.model} {spec.method}: arm `{arm}` at step {step} ({how})")
+                for c in cols:
+                    if c in DERIVED and c not in all_benches:
+                        continue
+                    r = _bench_rows(ctx, arm, step, c, pm)
+                    metric = _pick_metric(r, kind, c)
+                    if metric is None:
+                        cells[c] = Cell(note=notes.add(
+                            f"{ctx.model} {spec.method}: no {kind}@k eval of {c} for `{arm}` at step {step}"))
+                        raw[c] = None
+                        continue
+                    r = r[r["metric"] == metric]
+                    per_seed = r.groupby("seed")["value"].mean()
+                    seeds = sorted(set(seeds) | set(int(s) for s in per_seed.index))
+                    raw[c] = float(per_seed.mean()) * 100.0
+                    cells[c] = Cell(round(raw[c], 2))
+                    metric_used.setdefault(c, set()).add(metric)
+                for c in cols:  # derived means (math avg, avg)
+                    if c in cells:
+                        continue
+                    parts = DERIVED[c] if pm else [b for b in cols if b not in DERIVED]
+                    vals = [raw.get(p) for p in parts]
+                    if vals and all(v is not None for v in vals):
+                        cells[c] = Cell(round(sum(vals) / len(vals), 2))
+                    else:
+                        cells[c] = Cell(note=notes.add(f"{HEADERS.get(c, c)} needs all of "
+                                                       f"{', '.join(HEADERS.get(p, p) for p in parts)}"))
+            row = Row(ctx.model, spec.method, "ours", steps, cells, arm, step, how, seeds)
+            if spec.base and spec.base in ours:
+                _deltas(row, ours[spec.base])
+            ours[spec.key] = row
+            rows.append(row)
+            if spec.key in paper_rows:
+                p = paper_rows[spec.key]
+                prow = Row(ctx.model, spec.method, "paper", str(p.get("steps", "")),
+                           {c: Cell(float(p[c])) for c in cols if p.get(c) is not None})
+                if spec.base and spec.base in paper_rows:
+                    base = paper_rows[spec.base]
+                    _deltas(prow, Row("", "", "", "", {c: Cell(float(base[c])) for c in cols
+                                                         if base.get(c) is not None}))
+                rows.append(prow)
+        if ctx.seeds():
+            sel_notes.append(f"{ctx.model}: ours = mean over seeds {ctx.seeds()} of the eval values")
+    caption = "Percent. Metrics used: " + "; ".join(
+        f"{HEADERS.get(c, c)} {'/'.join(sorted(m))}" for c, m in metric_used.items()) + "." if metric_used \
+        else "Percent."
+    if any(c in columns for c in DERIVED):
+        caption += " math avg / avg = mean of the benchmark columns (AIME24, AIME25, AMC on paper benchmarks)."
+    if any(r.base for c in ctxs for r in row_specs(c, table)):
+        caption += " Deltas: difference to the baseline row of the printed values."
+    return Table(table, TITLES[table], columns, rows, notes.items, caption, sel_notes)
+
+
+def _deltas(row: Row, base: Row) -> None:
+    for c, cell in row.cells.items():
+        b = base.cells.get(c)
+        if cell.value is not None and b is not None and b.value is not None:
+            cell.delta = round(round(cell.value, 2) - round(b.value, 2), 2)
+
+
+def paper_table(table: str, presets: Optional[Sequence[str]] = None) -> Table:
+    """The paper's own table (both models) from paper_numbers.yaml, for reports of non-paper presets."""
+    rows = []
+    kind, cols = TABLE_COLUMNS[table]
+    labels = {"dapo": "DAPO", "dapo_armor": "+ARMOR", "qae": "QAE", "qae_armor": "+ARMOR", "opd": "OPD",
+              "mopd": "MOPD", "armor": "ARMOR"}
+    bases = {"dapo_armor": "dapo", "qae_armor": "qae"}
+    for preset in presets or paper_mod.all_paper_presets():
+        data = paper_mod.table_rows(preset, table)
+        model = (paper_mod.paper_preset(preset).get("model")) or preset
+        for key, p in data.items():
+            row = Row(model, labels.get(key, key), "paper", str(p.get("steps", "")),
+                      {c: Cell(float(p[c])) for c in cols if p.get(c) is not None})
+            if key in bases and bases[key] in data:
+                b = data[bases[key]]
+                _deltas(row, Row("", "", "", "", {c: Cell(float(b[c])) for c in cols if b.get(c) is not None}))
+            rows.append(row)
+    return Table(table, TITLES[table] + " (paper)", cols, rows, [], "Percent, as printed in the paper.")
+
+
+def table1(ctxs, out_dir=None) -> Table:
+    return _emit(build_table(ctxs, "table1"), out_dir)
+
+
+def table2(ctxs, out_dir=None) -> Table:
+    return _emit(build_table(ctxs, "table2"), out_dir)
+
+
+def table3(ctxs, out_dir=None) -> Table:
+    return _emit(build_table(ctxs, "table3"), out_dir)
+
+
+def _emit(t: Table, out_dir) -> Table:
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{t.name}.md").write_text(t.to_markdown())
+        (out / f"{t.name}.tex").write_text(t.to_latex())
+    return t
+
+
+TABLES = {"table1": table1, "table2": table2, "table3": table3}

@@ -1,0 +1,210 @@
+"""Build the toy world: data splits, tokenizer and SFT base model, with acceptance checks.
+
+    python -m reproduce.toy.build --out DIR [--seed S] [--quick]
+
+Writes (atomically: built in ``DIR.tmp`` then renamed)::
+
+    DIR/data/{train,validation,test}.jsonl   benchmark-style JSON lines (problem, answer, id, metadata)
+    DIR/base_model/                          Qwen2ForCausalLM + tokenizer (save_pretrained; loads offline)
+    DIR/world.json                           config, config hash, split stats, SFT stats, checks
+
+Cached: if ``DIR/world.json`` exists with the same config hash, nothing is done. ``--quick`` runs a seconds-long
+SFT through the same code path and skips the acceptance checks (tests, the ``smoke`` preset).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from . import task as T
+from .model import ModelConfig, build_model, n_params, sample
+from .sft import QUICK_SFT, SFTConfig, sft
+from .tokenizer import build_tokenizer
+
+WORLD_VERSION = 1
+TASK = T.TaskConfig()
+MODEL = ModelConfig()
+SFT = SFTConfig()
+
+# Acceptance checks on the SFT base model (validation split, T = 1 sampling, 4 samples per prompt).
+CHECKS = {
+    "val_acc_T1": (0.30, 0.60),  # neither hopeless nor saturated
+    "chain_share_T1": (0.40, 0.85),  # the chain is the main mode ...
+    "shortcut_share_T1": (0.03, 0.25),  # ... the shortcut exists but is a minority
+    "well_formed_T1": (0.95, 1.0),  # responses end with \boxed{d}
+    "greedy_acc": (0.45, 1.0),
+}
+
+
+class WorldCheckError(RuntimeError):
+    pass
+
+
+def _print(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def world_config(seed: int, quick: bool) -> dict:
+    return {
+        "version": WORLD_VERSION,
+        "seed": seed,
+        "quick": quick,
+        "task": TASK.to_dict(),
+        "model": MODEL.to_dict(),
+        "sft": (QUICK_SFT if quick else SFT).to_dict(),
+        "checks": {k: list(v) for k, v in CHECKS.items()} if not quick else {},
+    }
+
+
+def prompt_ids(tok, problem: str) -> list[int]:
+    return tok.apply_chat_template([{"role": "user", "content": problem}], add_generation_prompt=True,
+                                   tokenize=True, return_dict=True)["input_ids"]
+
+
+@torch.no_grad()
+def evaluate_model(model, tok, records: list[dict], samples: int = 4, temperature: float = 1.0, top_p: float = 1.0,
+                   max_new_tokens: int = 40, seed: int = 0, batch: int = 256) -> dict:
+    """Sampled accuracy and the mix of modes (task.classify) over ``records`` x ``samples``."""
+    gen = torch.Generator().manual_seed(seed)
+    items = [r for r in records for _ in range(samples)]
+    correct = 0
+    modes: Counter = Counter()
+    well = 0
+    for i in range(0, len(items), batch):
+        chunk = items[i:i + batch]
+        outs = sample(model, [prompt_ids(tok, r["problem"]) for r in chunk], max_new_tokens, tok.eos_token_id,
+                      tok.pad_token_id, temperature=temperature, top_p=top_p, generator=gen)
+        for r, o in zip(chunk, outs):
+            text = tok.decode(o, skip_special_tokens=True)
+            correct += T.is_correct(text, r["answer"])
+            modes[T.classify(r["problem"], text)] += 1
+            well += T.extract_boxed(text) is not None and text.rstrip().endswith("}")
+    n = len(items)
+    return {"acc": correct / n, "well_formed": well / n, "modes": {k: v / n for k, v in sorted(modes.items())},
+            "n": n, "temperature": temperature, "top_p": top_p}
+
+
+def run_checks(model, tok, splits: dict) -> dict:
+    val = splits["validation"]
+    s = evaluate_model(model, tok, val, samples=4, temperature=1.0, seed=1)
+    g = evaluate_model(model, tok, val, samples=1, temperature=0.0)
+    p = evaluate_model(model, tok, val, samples=4, temperature=1.0, top_p=0.7, seed=2)
+    tr = evaluate_model(model, tok, splits["train"][:256], samples=4, temperature=1.0, seed=3)
+    chain = s["modes"].get("chain", 0) + s["modes"].get("correct_chain", 0)
+    values = {
+        "val_acc_T1": s["acc"],
+        "chain_share_T1": chain,
+        "shortcut_share_T1": s["modes"].get("shortcut", 0),
+        "well_formed_T1": s["well_formed"],
+        "greedy_acc": g["acc"],
+    }
+    results = {k: {"value": round(values[k], 4), "range": list(CHECKS[k]),
+                   "ok": CHECKS[k][0] <= values[k] <= CHECKS[k][1]} for k in CHECKS}
+    return {"passed": all(r["ok"] for r in results.values()), "results": results,
+            "eval": {"val_T1": s, "val_greedy": g, "val_T1_top_p0.7": p, "train256_T1": tr}}
+
+
+def _complete(out: Path) -> dict | None:
+    wj = out / "world.json"
+    if not wj.exists():
+        return None
+    try:
+        world = json.loads(wj.read_text())
+    except json.JSONDecodeError:
+        return None
+    needed = [out / "data" / f"{s}.jsonl" for s in ("train", "validation", "test")]
+    needed += [out / "base_model" / "config.json", out / "base_model" / "tokenizer.json"]
+    if not all(p.exists() for p in needed):
+        return None
+    return world
+
+
+def build_world(out_dir, seed: int = 0, quick: bool = False, log=None) -> Path:
+    """Build (or reuse) the toy world in ``out_dir``; returns its path. Raises WorldCheckError if the SFT base
+    model fails the acceptance checks (not in quick mode)."""
+    log = log or _print
+    out = Path(out_dir)
+    cfg = world_config(seed, quick)
+    h = T.config_hash(cfg)
+    world = _complete(out)
+    if world is not None and world.get("config_hash") == h:
+        log(f"[toy] world {out} is complete (config {h}); nothing to do")
+        return out
+    if world is not None or (out.exists() and any(out.iterdir())):
+        raise FileExistsError(f"{out} exists with a different or incomplete world; remove it or use another --out")
+
+    t0 = time.time()
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+
+    splits = T.make_splits(TASK, seed)
+    for name, recs in splits.items():
+        T.write_jsonl(recs, tmp / "data" / f"{name}.jsonl")
+    stats = {k: T.split_stats(v) for k, v in splits.items()}
+    log(f"[toy] splits: " + ", ".join(f"{k} n={v['n']} shortcut={v['shortcut_rate']:.3f} "
+                                       f"chain_ceiling={v['chain_ceiling']:.3f}" for k, v in stats.items()))
+
+    tok = build_tokenizer()
+    model = build_model(tok, MODEL, seed=seed)
+    log(f"[toy] model: Qwen2ForCausalLM, {n_params(model)} parameters")
+    exclude = {r["problem"] for recs in splits.values() for r in recs}
+    sft_stats = sft(model, tok, TASK, QUICK_SFT if quick else SFT, seed=seed, exclude=exclude, log=log)
+
+    checks = None
+    if not quick:
+        checks = run_checks(model, tok, splits)
+        for k, r in checks["results"].items():
+            log(f"[toy] check {k:20s} {r['value']:.3f} in {r['range']}: {'ok' if r['ok'] else 'FAILED'}")
+        log(f"[toy] modes (val, T=1): {checks['eval']['val_T1']['modes']}")
+        log(f"[toy] val acc T=1 top_p=0.7: {checks['eval']['val_T1_top_p0.7']['acc']:.3f}; "
+            f"train acc T=1: {checks['eval']['train256_T1']['acc']:.3f}")
+
+    model.save_pretrained(tmp / "base_model")
+    tok.save_pretrained(tmp / "base_model")
+    world = {
+        "config": cfg,
+        "config_hash": h,
+        "n_params": n_params(model),
+        "splits": stats,
+        "sft": sft_stats,
+        "checks": checks,
+        "build_seconds": round(time.time() - t0, 1),
+        "torch": torch.__version__,
+    }
+    (tmp / "world.json").write_text(json.dumps(world, indent=1))
+    if checks is not None and not checks["passed"]:
+        failed = [k for k, r in checks["results"].items() if not r["ok"]]
+        raise WorldCheckError(f"toy base model failed acceptance checks {failed}; see {tmp / 'world.json'}")
+    if out.exists():
+        out.rmdir()  # empty (checked above)
+    tmp.rename(out)
+    log(f"[toy] world built in {out} ({world['build_seconds']}s, config {h})")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="seconds-long SFT, no acceptance checks")
+    a = ap.parse_args(argv)
+    try:
+        build_world(a.out, seed=a.seed, quick=a.quick)
+    except WorldCheckError as e:
+        print(f"[toy] ERROR: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""The job wrapper: runs one job's command line and leaves marker files the launcher trusts.
+
+Standard library only (it starts in every job). The launcher writes `<job_dir>/spec.json`; this wrapper
+
+  - appends a line to `attempts.jsonl` and writes `started` (submission id, attempt, host, pid),
+  - runs the command in the spec's cwd with the spec's environment (threads set from the allocation),
+    stdout/stderr appended to `<job_dir>/log.out` / `log.err` (a header line per attempt),
+  - on a multi-GPU / multi-node allocation, wraps `python -m MODULE ...` into
+    `python -m torch.distributed.run ... -m MODULE ...` (one launcher per node, ranks per GPU),
+  - ends by writing exactly one of `finished` (exit code 0), `failed` (exit code != 0) or `interrupted`
+    (SIGTERM/SIGINT/preemption/requeue: the job is expected to be rerun and to resume).
+
+Markers hold JSON with the submission id, so markers of an older submission are never mistaken for the
+current one. Locally: `python -m slurm.jobwrap JOB_DIR`. On SLURM the same `run_job()` runs inside a
+submitit job (slurm/launcher.py: CommandJob).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+END_MARKERS = ("finished", "failed", "interrupted")
+_INTERRUPT_RCS = {-signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL, -signal.SIGHUP,
+                  128 + signal.SIGTERM, 128 + signal.SIGINT}
+
+_child: Optional[subprocess.Popen] = None
+_interrupted = False
+
+
+def write_json_atomic(path: Path, data) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def pid_start_time(pid: int) -> Optional[str]:
+    """Start time of a process (field 22 of /proc/PID/stat): with the pid, identifies a process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def process_alive(pid: int, start: Optional[str] = None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:  # a zombie has exited
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    except OSError:
+        pass
+    return start is None or pid_start_time(pid) == start
+
+
+def rank_command(argv: list[str], nnodes: int, nproc_per_node: int, node_rank: int = 0,
+                 master_addr: Optional[str] = None, master_port: int = 29500) -> list[str]:
+    """The command one node runs. World size 1: argv unchanged. Otherwise `python [-m MODULE | SCRIPT] ARGS`
+    becomes `python -m torch.distributed.run --nnodes .. --nproc_per_node .. [-m MODULE | SCRIPT] ARGS`
+    (torchrun: one process per GPU, RANK/LOCAL_RANK/WORLD_SIZE/MASTER_* set for torch.distributed/FSDP)."""
+    nproc = max(1, nproc_per_node)
+    if nnodes * nproc <= 1:
+        return list(argv)
+    python, rest = argv[0], list(argv[1:])
+    if nnodes == 1:
+        where = ["--standalone"]
+    else:
+        where = [f"--node_rank={node_rank}", f"--master_addr={master_addr or 'localhost'}",
+                 f"--master_port={master_port}"]
+    return [python, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc_per_node={nproc}",
+            *where, *rest]
+
+
+def _thread_env(env: dict) -> dict:
+    """Torch/BLAS thread count: ARMOR_THREADS if the launcher set it, else the SLURM allocation."""
+    threads = env.get("ARMOR_THREADS") or env.get("SLURM_CPUS_PER_TASK")
+    if threads:
+        env.setdefault("ARMOR_THREADS", str(threads))
+        env.setdefault("OMP_NUM_THREADS", str(threads))
+        env.setdefault("MKL_NUM_THREADS", str(threads))
+    return env
+
+
+def _on_signal(signum, frame, previous=None):
+    global _interrupted
+    _interrupted = True
+    if _child is not None and _child.poll() is None:
+        try:
+            _child.send_signal(signal.SIGTERM if signum != signal.SIGINT else signal.SIGINT)
+        except ProcessLookupError:
+            pass
+    if callable(previous) and previous not in (signal.SIG_IGN, signal.SIG_DFL):
+        previous(signum, frame)
+
+
+def terminate_child(grace_s: float = 60.0) -> Optional[int]:
+    """Ask the running command to stop (SIGTERM, then SIGKILL after grace_s); used on preemption/timeout."""
+    global _interrupted
+    _interrupted = True
+    child = _child
+    if child is None:
+        return None
+    if child.poll() is None:
+        try:
+            child.terminate()
+        except ProcessLookupError:
+            pass
+    deadline = time.time() + grace_s
+    while time.time() < deadline:
+        if child.poll() is not None or not process_alive(child.pid):
+            break
+        time.sleep(0.2)
+    else:
+        try:
+            child.kill()
+        except ProcessLookupError:
+            pass
+    return child.returncode
+
+
+def _ignore_usr_signals():  # in the child: the preemption signal is for the wrapper, not the command
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
+def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_addr: Optional[str] = None,
+            master_port: int = 29500, slurm_job_id: Optional[str] = None,
+            install_handlers: bool = True) -> int:
+    """Run the job described by JOB_DIR/spec.json; returns the command's exit code (negative: signal)."""
+    global _child, _interrupted
+    job_dir = Path(job_dir)
+    spec = json.loads((job_dir / "spec.json").read_text())
+    sub = spec["submission"]
+    leader = node_rank == 0
+    attempts_file = job_dir / "attempts.jsonl"
+    attempt = 1 + (sum(1 for line in attempts_file.read_text().splitlines() if sub in line)
+                   if attempts_file.exists() else 0)
+    info = {"submission": sub, "attempt": attempt, "host": socket.gethostname(), "pid": os.getpid(),
+            "pid_start": pid_start_time(os.getpid()), "time": time.time(), "slurm_job_id": slurm_job_id,
+            "node_rank": node_rank}
+    if leader:
+        for name in END_MARKERS:
+            (job_dir / name).unlink(missing_ok=True)
+        with open(attempts_file, "a") as f:
+            f.write(json.dumps(info) + "\n")
+        write_json_atomic(job_dir / "started", info)
+
+    env = dict(os.environ)
+    env.update({k: str(v) for k, v in (spec.get("env") or {}).items()})
+    env["ARMOR_JOB_KEY"] = spec["key"]
+    env["ARMOR_JOB_DIR"] = str(job_dir)
+    env = _thread_env(env)
+    argv = list(spec["argv"])
+    if spec.get("launch") == "torchrun":
+        argv = rank_command(argv, nnodes, int(spec.get("gpus_per_node") or 0), node_rank, master_addr,
+                            master_port)
+    suffix = "" if leader else f".node{node_rank}"
+    out = open(job_dir / f"log{suffix}.out", "ab", buffering=0)
+    err = open(job_dir / f"log{suffix}.err", "ab", buffering=0)
+    header = (f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} attempt {attempt} on {info['host']} "
+              f"(submission {sub}{', slurm job ' + slurm_job_id if slurm_job_id else ''}): "
+              f"{' '.join(argv)}\n").encode()
+    out.write(header)
+    err.write(header)
+
+    previous = {}
+    if install_handlers:
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            prev = signal.getsignal(s)
+            previous[s] = prev
+            signal.signal(s, lambda n, f, _p=prev: _on_signal(n, f, _p))
+    _interrupted = False
+    rc: Optional[int] = None
+    status = "interrupted"
+    t0 = time.time()
+    try:
+        _child = subprocess.Popen(argv, cwd=spec.get("cwd") or None, env=env, stdout=out, stderr=err,
+                                  stdin=subprocess.DEVNULL, preexec_fn=_ignore_usr_signals)
+        while True:
+            rc = _child.poll()
+            if rc is not None:
+                break
+            time.sleep(0.1)
+        if rc == 0:
+            status = "finished"
+        elif _interrupted or rc in _INTERRUPT_RCS:
+            status = "interrupted"
+        else:
+            status = "failed"
+        return rc
+    except FileNotFoundError as e:  # the command does not exist: a failure, not an interruption
+        err.write(f"{e}\n".encode())
+        rc, status = 127, "failed"
+        return rc
+    finally:  # also on SystemExit from submitit's requeue handler: the job is interrupted
+        if _child is not None:
+            if _child.poll() is None:
+                terminate_child(30.0)
+            if rc is None:
+                rc = _child.returncode
+        _child = None
+        tail = f"=== exit {rc} ({status}) after {time.time() - t0:.1f}s\n".encode()
+        out.write(tail)
+        out.close()
+        err.close()
+        if leader:
+            write_json_atomic(job_dir / status, {**info, "rc": rc, "status": status, "end": time.time()})
+        for s, prev in previous.items():
+            try:
+                signal.signal(s, prev)
+            except (TypeError, ValueError):
+                pass
+
+
+def main(argv=None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m slurm.jobwrap JOB_DIR", file=sys.stderr)
+        return 2
+    rc = run_job(args[0])
+    return rc if rc >= 0 else 128 - rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

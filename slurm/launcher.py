@@ -1,0 +1,720 @@
+"""A small launcher on submitit: jobs are command lines with a stable key, resources, and dependencies.
+
+    from slurm.launcher import Job, Launcher
+    jobs = [Job("stage1/dapo/seed0", [sys.executable, "-m", "armor.train", "--config", f], kind="train"),
+            Job("peak/dapo/seed0", [...], kind="select_peak", deps=["stage1/dapo/seed0"])]
+    Launcher("runs/tiny", cluster="auto").run(jobs)
+
+Backends
+  local  the launcher itself runs the jobs in dependency order, at most `workers` at a time, each with
+         OMP_NUM_THREADS=ARMOR_THREADS=cores/workers so parallel jobs do not oversubscribe the CPU.
+  slurm  every job is an sbatch job made by submitit's SlurmExecutor running `CommandJob` (a
+         submitit Checkpointable); dependencies become `--dependency=afterok:ID[:ID...]`; jobs that share
+         an `array` tag are one job array (executor.submit_array); every job has `--requeue`.
+  auto   slurm when `sbatch` is on PATH and `sinfo` answers, else local.
+
+Bookkeeping (ROOT/_jobs/): `state.json` maps each job key to its backend, SLURM job id (or local pid),
+submission id and last seen state; `ROOT/_jobs/<key>/` holds `spec.json`, the job wrapper's markers
+(`started`, then `finished` / `failed` / `interrupted`, with the exit code; see slurm/jobwrap.py),
+`attempts.jsonl`, the command's `log.out` / `log.err`, and on SLURM submitit's files in `submitit/`.
+A job's state is read from, in order: its `done` check (outputs exist), the markers of its current
+submission, and the scheduler (`squeue --states=all`, which shows finished jobs for MinJobAge; `sacct`
+only as a fallback, since clusters without accounting have none). A rerun never submits a job that is
+queued, running or done: so the driver is idempotent and resumes after Ctrl-C or SIGKILL.
+
+Requeue and resume: our commands are resumable by rerunning them. On SLURM, (1) time limit: submitit
+asks for `--signal=USR2@<signal_delay_s>`; its handler calls `CommandJob.checkpoint()`, which stops the
+command (SIGTERM, grace period) and returns the same callable, and submitit runs `scontrol requeue`
+(at most `max_requeues` times); (2) preemption / `scontrol requeue` / node failure: SLURM requeues the
+job itself (`--requeue`); the wrapper forwards SIGTERM to the command and marks the attempt
+`interrupted`. Either way the batch script runs again and the rerun command resumes from its last
+checkpoint. Locally, an interrupted job is simply rerun by the next driver invocation.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import graphlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from slurm import jobwrap
+from slurm.resources import Resources
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+DONE, QUEUED, RUNNING, TODO, FAILED, BLOCKED = "done", "queued", "running", "todo", "failed", "blocked"
+ACTIVE = (QUEUED, RUNNING)
+
+_SLURM_QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESIZING",
+                 "SUSPENDED", "STOPPED", "SPECIAL_EXIT", "RESV_DEL_HOLD"}
+_SLURM_RUNNING = {"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT"}
+
+
+class LauncherError(RuntimeError):
+    pass
+
+
+@dataclass
+class Job:
+    """One unit of work. `key` is its identity across driver runs (e.g. "stage1/dapo/seed0")."""
+    key: str
+    argv: list[str]
+    kind: str = "train"
+    deps: list[str] = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+    cwd: Optional[str] = None                     # default: the repository root
+    resources: Optional[Resources] = None
+    launch: str = "plain"                         # "torchrun": ranks per GPU/node on bigger allocations
+    array: Optional[str] = None                   # same tag -> one SLURM job array
+    done: Optional[Callable[[], bool]] = None     # True when the outputs exist (never resubmitted then)
+    description: str = ""
+    info: dict = field(default_factory=dict)      # shown by plans (e.g. resolved config overrides)
+
+    def is_done(self) -> bool:
+        if self.done is None:
+            return False
+        try:
+            return bool(self.done())
+        except Exception:  # a broken check must not stop the driver: the job reruns (idempotent)
+            return False
+
+
+def detect_cluster(cluster: str = "auto") -> str:
+    if cluster in ("local", "slurm"):
+        return cluster
+    if cluster != "auto":
+        raise LauncherError(f"cluster must be local, slurm or auto, got {cluster!r}")
+    if shutil.which("sbatch") and shutil.which("sinfo"):
+        try:
+            r = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, timeout=10)
+            if r.returncode == 0:
+                return "slurm"
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return "local"
+
+
+def topo_order(jobs: list[Job]) -> list[Job]:
+    by_key: dict[str, Job] = {}
+    for j in jobs:
+        if j.key in by_key:
+            raise LauncherError(f"duplicate job key {j.key!r}")
+        by_key[j.key] = j
+    for j in jobs:
+        for d in j.deps:
+            if d not in by_key:
+                raise LauncherError(f"job {j.key!r} depends on unknown job {d!r}")
+    ts = graphlib.TopologicalSorter({j.key: j.deps for j in jobs})
+    try:
+        order = list(ts.static_order())
+    except graphlib.CycleError as e:
+        raise LauncherError(f"dependency cycle: {e.args[1]}") from e
+    pos = {j.key: i for i, j in enumerate(jobs)}
+    # stable: among equally ready jobs keep the caller's order
+    ts = graphlib.TopologicalSorter({j.key: j.deps for j in jobs})
+    ts.prepare()
+    out: list[Job] = []
+    while ts.is_active():
+        ready = sorted(ts.get_ready(), key=pos.get)
+        for k in ready:
+            out.append(by_key[k])
+            ts.done(k)
+    assert len(out) == len(order)
+    return out
+
+
+# --------------------------------------------------------------------------------------------- scheduler
+def slurm_states(job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """SLURM job id -> (STATE, reason) from squeue (all states, array tasks one per line), then sacct
+    for ids squeue does not know. Ids the scheduler has forgotten are absent."""
+    ids = sorted({str(i) for i in job_ids if i})
+    if not ids:
+        return {}
+    out: dict[str, tuple[str, str]] = {}
+    try:
+        r = subprocess.run(["squeue", "-h", "--states=all", "-r", "-o", "%i|%T|%r", "-u", _user()],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode == 0:
+            for line in r.stdout.splitlines():
+                parts = line.strip().split("|")
+                if len(parts) >= 2:
+                    out[parts[0]] = (parts[1], parts[2] if len(parts) > 2 else "")
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    missing = [i for i in ids if i not in out]
+    if missing and shutil.which("sacct"):
+        try:
+            cmd = ["sacct", "-n", "-P", "-X", "-o", "JobID,State"]
+            for i in missing:
+                cmd += ["-j", i]
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            if r.returncode == 0:
+                for line in r.stdout.splitlines():
+                    parts = line.strip().split("|")
+                    if len(parts) >= 2 and parts[0] in missing:
+                        out[parts[0]] = (parts[1].split()[0], "sacct")
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return {i: out[i] for i in ids if i in out}
+
+
+def _user() -> str:
+    try:
+        import pwd
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return os.environ.get("USER", "root")
+
+
+try:  # submitit is a dependency; slurm.jobwrap stays importable without it
+    import submitit
+    from submitit.helpers import Checkpointable as _Checkpointable
+except ImportError:  # pragma: no cover
+    submitit = None
+    _Checkpointable = object
+
+
+class CommandJob(_Checkpointable):
+    """The callable submitit runs in a SLURM job: `jobwrap.run_job` on this node (one task per node).
+    A submitit Checkpointable: on the timeout/preemption signal submitit calls `checkpoint()`, which stops
+    the command and returns this same callable, and requeues the job; the rerun command resumes."""
+
+    def __init__(self, job_dir: str, grace_s: float = 60.0):
+        self.job_dir = str(job_dir)
+        self.grace_s = grace_s
+
+    def __call__(self) -> int:
+        env = submitit.JobEnvironment()
+        hosts = list(env.hostnames) or [socket.gethostname()]
+        port = 29500 + int(str(env.raw_job_id).split("_")[0]) % 2000
+        rc = jobwrap.run_job(self.job_dir, node_rank=env.node, nnodes=env.num_nodes, master_addr=hosts[0],
+                             master_port=port, slurm_job_id=env.job_id, install_handlers=True)
+        if rc != 0:
+            raise RuntimeError(f"command exited with {rc}; see {self.job_dir}/log.err")
+        return rc
+
+    def checkpoint(self, *args, **kwargs):
+        jobwrap.terminate_child(self.grace_s)
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------- launcher
+class Launcher:
+    def __init__(self, root: str | Path, cluster: str = "auto", workers: Optional[int] = None,
+                 poll_s: Optional[float] = None, signal_delay_s: int = 90, max_requeues: int = 100,
+                 grace_s: float = 60.0, progress: Optional[bool] = None, log: Callable[[str], None] = None,
+                 retries: int = 0):
+        self.root = Path(root).resolve()
+        self.jobs_dir = self.root / "_jobs"
+        self.cluster = detect_cluster(cluster)
+        cores = os.cpu_count() or 1
+        self.workers = max(1, workers or cores)
+        self.threads = max(1, cores // self.workers)
+        self.poll_s = poll_s if poll_s is not None else (0.2 if self.cluster == "local" else 5.0)
+        self.signal_delay_s = signal_delay_s
+        self.max_requeues = max_requeues
+        self.grace_s = grace_s
+        self.retries = retries
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self._log = log or (lambda s: print(s, flush=True))
+        self._bar = None
+        self._registry: dict = {}
+
+    # ----------------------------------------------------------------------------------- bookkeeping
+    def job_dir(self, key: str) -> Path:
+        parts = [p for p in key.split("/") if p not in ("", ".", "..")]
+        return self.jobs_dir.joinpath(*parts)
+
+    @property
+    def registry_path(self) -> Path:
+        return self.jobs_dir / "state.json"
+
+    def load_registry(self) -> dict:
+        data = jobwrap.read_json(self.registry_path)
+        self._registry = data if isinstance(data, dict) else {}
+        return self._registry
+
+    def save_registry(self) -> None:
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        jobwrap.write_json_atomic(self.registry_path, self._registry)
+
+    @contextlib.contextmanager
+    def lock(self):
+        """One driver at a time per root (a second one fails at once instead of double-submitting)."""
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        f = open(self.jobs_dir / ".lock", "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            raise LauncherError(f"another driver holds {self.jobs_dir / '.lock'} ({f.read().strip()})")
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}")
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+            f.close()
+
+    def markers(self, key: str, submission: Optional[str]) -> dict[str, dict]:
+        """Markers of one submission: {"started": {...}, "finished"|"failed"|"interrupted": {...}}."""
+        out = {}
+        d = self.job_dir(key)
+        for name in ("started", *jobwrap.END_MARKERS):
+            data = jobwrap.read_json(d / name)
+            if isinstance(data, dict) and (submission is None or data.get("submission") == submission):
+                out[name] = data
+        return out
+
+    # ---------------------------------------------------------------------------------------- states
+    def job_state(self, job: Job, sched: Optional[dict] = None) -> tuple[str, str]:
+        """(state, detail) of one job now. `sched`: SLURM id -> (STATE, reason), if already queried."""
+        if job.is_done():
+            return DONE, "outputs exist"
+        rec = self._registry.get(job.key)
+        if not rec:
+            return TODO, ""
+        m = self.markers(job.key, rec.get("submission"))
+        if "finished" in m:
+            if job.done is None:
+                return DONE, "finished"
+            return FAILED, "exited 0 but its outputs are missing"
+        end = m.get("failed") or m.get("interrupted")
+        if rec.get("backend") == "slurm":
+            jid = rec.get("job_id")
+            if sched is None:
+                sched = slurm_states([jid])
+            st, reason = sched.get(str(jid), (None, ""))
+            if st is not None:
+                st = st.split()[0].rstrip("+")
+                if st in _SLURM_QUEUED:
+                    if "DependencyNeverSatisfied" in reason:
+                        return FAILED, f"slurm {jid} {st}: dependency never satisfied"
+                    return QUEUED, f"slurm {jid} {st}" + (f" ({reason})" if reason and reason != "None" else "")
+                if st in _SLURM_RUNNING:
+                    return RUNNING, f"slurm {jid} {st}"
+                if st == "COMPLETED":
+                    return FAILED, f"slurm {jid} COMPLETED without a finished marker"
+                return FAILED, f"slurm {jid} {st}" + (f", exit {end.get('rc')}" if end else "")
+            if end:
+                return FAILED, f"{end.get('status')} (exit {end.get('rc')}), slurm {jid}"
+            if "started" in m:
+                return FAILED, f"slurm {jid} is gone (no end marker)"
+            return TODO, f"slurm {jid} unknown to the scheduler"
+        # local
+        if end:
+            return FAILED, f"{end.get('status')} (exit {end.get('rc')})"
+        pid, start, host = rec.get("pid"), rec.get("pid_start"), rec.get("host")
+        if pid and host == socket.gethostname() and jobwrap.process_alive(int(pid), start):
+            return RUNNING, f"local pid {pid}"
+        if "started" in m:
+            return FAILED, "local job vanished (killed?)"
+        return TODO, ""
+
+    def states(self, jobs: list[Job]) -> dict[str, tuple[str, str]]:
+        self.load_registry()
+        ids = [r.get("job_id") for k, r in self._registry.items() if r.get("backend") == "slurm"]
+        sched = slurm_states(ids) if ids and shutil.which("squeue") else {}
+        return {j.key: self.job_state(j, sched) for j in jobs}
+
+    # ----------------------------------------------------------------------------------------- run
+    def run(self, jobs: list[Job], wait: bool = True) -> dict[str, tuple[str, str]]:
+        """Run (local) or submit (slurm) every job that is not done, queued or running; with wait, block
+        until all end. Returns key -> (state, detail)."""
+        order = topo_order(jobs)
+        with self.lock():
+            states = self.states(order)
+            todo = [j for j in order if states[j.key][0] != DONE]
+            if not todo:
+                self._log(f"nothing to do: all {len(order)} jobs are done")
+                return states
+            active = [j for j in todo if states[j.key][0] in ACTIVE]
+            self._log(f"{len(order) - len(todo)} of {len(order)} jobs done, {len(active)} queued/running, "
+                      f"{len(todo) - len(active)} to {'run' if self.cluster == 'local' else 'submit'} "
+                      f"({self.cluster})")
+            if self.cluster == "local":
+                return self._run_local(order, states)
+            return self._run_slurm(order, states, wait)
+
+    def _write_spec(self, job: Job) -> str:
+        d = self.job_dir(job.key)
+        d.mkdir(parents=True, exist_ok=True)
+        for name in jobwrap.END_MARKERS:
+            (d / name).unlink(missing_ok=True)
+        sub = uuid.uuid4().hex[:12]
+        res = job.resources or Resources()
+        env = dict(job.env)
+        if self.cluster == "local":
+            env.setdefault("ARMOR_THREADS", str(self.threads))
+            env.setdefault("OMP_NUM_THREADS", str(self.threads))
+            env.setdefault("MKL_NUM_THREADS", str(self.threads))
+        spec = {"key": job.key, "argv": [str(a) for a in job.argv], "kind": job.kind, "env": env,
+                "cwd": str(job.cwd or REPO_ROOT), "submission": sub, "launch": job.launch,
+                "nodes": res.nodes, "gpus_per_node": res.gpus_per_node, "deps": job.deps,
+                "resources": res.as_dict(), "created": time.time()}
+        jobwrap.write_json_atomic(d / "spec.json", spec)
+        return sub
+
+    def _record(self, key: str, **fields) -> None:
+        rec = self._registry.get(key) or {}
+        if "job_id" in fields and rec.get("job_id") and rec.get("job_id") != fields["job_id"]:
+            rec.setdefault("previous", []).append(rec["job_id"])
+        rec.update(fields, updated=time.time())
+        self._registry[key] = rec
+
+    def _emit(self, msg: str) -> None:
+        if self._bar is not None:
+            self._bar.write(msg)
+        else:
+            self._log(msg)
+
+    def _make_bar(self, total: int, initial: int):
+        if not self.progress:
+            return None
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return None
+        return tqdm(total=total, initial=initial, unit="job", dynamic_ncols=True, leave=True)
+
+    # ------------------------------------------------------------------------------------- local
+    def _run_local(self, order: list[Job], states: dict) -> dict:
+        procs: dict[str, Optional[subprocess.Popen]] = {}   # None: adopted from a killed driver
+        started_at: dict[str, float] = {}
+        tries: dict[str, int] = {}
+        final: set[str] = {j.key for j in order if states[j.key][0] == DONE}
+        for j in order:
+            if states[j.key][0] == RUNNING:
+                procs[j.key] = None
+                started_at[j.key] = time.time()
+                tries[j.key] = 1
+                self._emit(f"[adopt] {j.key} ({states[j.key][1]})")
+        self._bar = self._make_bar(len(order), len(final))
+        by_key = {j.key: j for j in order}
+        got = {"sig": None}
+
+        def _on_term(signum, frame):
+            got["sig"] = signum
+            raise KeyboardInterrupt
+
+        try:
+            old = signal.signal(signal.SIGTERM, _on_term)
+        except ValueError:  # not the main thread
+            old = None
+        try:
+            while True:
+                for key in list(procs):  # reap
+                    p = procs[key]
+                    if p is not None and p.poll() is None:
+                        continue
+                    if p is None and self.job_state(by_key[key], {})[0] == RUNNING:
+                        continue
+                    del procs[key]
+                    st, detail = self.job_state(by_key[key], {})
+                    if st in (RUNNING, TODO):
+                        st, detail = FAILED, detail or "the job wrapper exited without an end marker"
+                    if st != DONE and tries.get(key, 0) <= self.retries:
+                        states[key] = (TODO, f"retrying after: {detail}")
+                        self._emit(f"[retry] {key}: {detail}")
+                        continue
+                    states[key] = (st, detail)
+                    final.add(key)
+                    self._record(key, state=st, detail=detail)
+                    self.save_registry()
+                    dt = time.time() - started_at.get(key, time.time())
+                    if st == DONE:
+                        self._emit(f"[done] {key} ({dt:.1f}s)")
+                        if self._bar is not None:
+                            self._bar.update(1)
+                    else:
+                        self._emit(f"[FAILED] {key}: {detail}; log: {self.job_dir(key) / 'log.err'}")
+                for j in order:  # jobs behind a failure never run in this invocation
+                    if j.key in final or j.key in procs:
+                        continue
+                    bad = [d for d in j.deps if d in final and states[d][0] in (FAILED, BLOCKED)]
+                    if bad:
+                        states[j.key] = (BLOCKED, f"dependency {bad[0]} {states[bad[0]][0]}")
+                        final.add(j.key)
+                        self._emit(f"[blocked] {j.key}: {states[j.key][1]}")
+                for j in order:  # start what is ready
+                    if len(procs) >= self.workers:
+                        break
+                    if j.key in final or j.key in procs or not all(states[d][0] == DONE for d in j.deps):
+                        continue
+                    if j.is_done():
+                        states[j.key] = (DONE, "outputs exist")
+                        final.add(j.key)
+                        if self._bar is not None:
+                            self._bar.update(1)
+                        continue
+                    tries[j.key] = tries.get(j.key, 0) + 1
+                    procs[j.key] = self._start_local(j)
+                    started_at[j.key] = time.time()
+                    states[j.key] = (RUNNING, f"local pid {procs[j.key].pid}")
+                    self._emit(f"[start] {j.key}")
+                if not procs:
+                    break
+                if self._bar is not None:
+                    self._bar.set_postfix_str(", ".join(sorted(procs))[:70], refresh=False)
+                    self._bar.refresh()
+                time.sleep(self.poll_s)
+        except KeyboardInterrupt:
+            n = len([p for p in procs.values() if p is not None])
+            self._emit(f"interrupted ({'SIGTERM' if got['sig'] else 'Ctrl-C'}): stopping {n} running job(s); "
+                       f"rerun to resume")
+            for p in procs.values():
+                if p is not None and p.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        p.send_signal(signal.SIGTERM)
+            deadline = time.time() + 15
+            for key, p in procs.items():
+                while p is not None and p.poll() is None and time.time() < deadline:
+                    time.sleep(0.1)
+                if p is not None and p.poll() is None:
+                    p.kill()
+                if p is not None:
+                    states[key] = (FAILED, "interrupted by the driver")
+                    self._record(key, state=FAILED, detail="interrupted by the driver")
+            self.save_registry()
+            raise
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGTERM, old)
+            if self._bar is not None:
+                self._bar.close()
+                self._bar = None
+        self.save_registry()
+        return states
+
+    def _start_local(self, job: Job) -> subprocess.Popen:
+        sub = self._write_spec(job)
+        d = self.job_dir(job.key)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        with open(d / "wrapper.log", "ab") as wlog:
+            p = subprocess.Popen([sys.executable, "-m", "slurm.jobwrap", str(d)], cwd=str(REPO_ROOT), env=env,
+                                 stdout=wlog, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self._record(job.key, backend="local", job_id=str(p.pid), pid=p.pid,
+                     pid_start=jobwrap.pid_start_time(p.pid), host=socket.gethostname(), submission=sub,
+                     submitted_at=time.time(), state=RUNNING, detail="", kind=job.kind)
+        self.save_registry()
+        return p
+
+    # ------------------------------------------------------------------------------------- slurm
+    def _executor(self, folder: Path, job: Job, dependency_ids: list[str], n_array: int = 0):
+        if submitit is None:
+            raise LauncherError("submitit is not installed")
+        res = job.resources or Resources()
+        ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=self.max_requeues)
+        name = job.key.replace("/", ".") if not n_array else f"{job.array}[{n_array}]"
+        params = dict(job_name=name[:120], time=int(res.time_min), nodes=res.nodes, ntasks_per_node=1,
+                      cpus_per_task=res.cpus_per_task, signal_delay_s=self.signal_delay_s,
+                      setup=[f"export PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}}",
+                             "export ARMOR_LAUNCHER=slurm"],
+                      additional_parameters={"requeue": True, "chdir": str(job.cwd or REPO_ROOT),
+                                             **(res.extra or {})})
+        if res.gpus_per_node:
+            params["gpus_per_node"] = res.gpus_per_node
+        if res.mem_gb is not None:
+            params["mem"] = f"{int(round(res.mem_gb * 1024))}M"
+        for k in ("partition", "account", "qos", "constraint", "exclude"):
+            if getattr(res, k):
+                params[k] = getattr(res, k)
+        if dependency_ids:
+            params["dependency"] = "afterok:" + ":".join(dependency_ids)
+        if n_array:
+            params["array_parallelism"] = res.array_parallelism
+        ex.update_parameters(**params)
+        return ex
+
+    def _run_slurm(self, order: list[Job], states: dict, wait: bool) -> dict:
+        by_key = {j.key: j for j in order}
+        # groups in topological order: a single job, or all not-yet-submitted jobs of one array tag
+        groups: list[list[Job]] = []
+        array_group: dict[str, list[Job]] = {}
+        for j in order:
+            if states[j.key][0] in (DONE, *ACTIVE):
+                continue
+            if j.array:
+                if j.array not in array_group:
+                    array_group[j.array] = []
+                    groups.append(array_group[j.array])
+                array_group[j.array].append(j)
+            else:
+                groups.append([j])
+        # an array is submitted once all its members' dependencies are submitted: place it after them
+        placed: list[list[Job]] = []
+        pending = list(groups)
+        while pending:
+            progress = False
+            in_placed = {j.key for g in placed for j in g}
+            for g in list(pending):
+                keys = {j.key for j in g}
+                need = {d for j in g for d in j.deps if d not in keys and states[d][0] not in (DONE, *ACTIVE)}
+                if need <= in_placed:
+                    placed.append(g)
+                    pending.remove(g)
+                    progress = True
+                    in_placed |= keys
+            if not progress:
+                raise LauncherError("cannot order job arrays after their dependencies: "
+                                    + ", ".join(g[0].array or g[0].key for g in pending))
+        n_sub = 0
+        for g in placed:
+            dep_ids: list[str] = []
+            keys = {j.key for j in g}
+            for j in g:
+                for d in j.deps:
+                    if d in keys or states[d][0] == DONE:
+                        continue
+                    jid = (self._registry.get(d) or {}).get("job_id")
+                    if not jid:
+                        raise LauncherError(f"{j.key}: dependency {d} has no SLURM job id")
+                    if jid not in dep_ids:
+                        dep_ids.append(jid)
+            subs = [self._write_spec(j) for j in g]
+            if len(g) == 1 and not g[0].array:
+                j = g[0]
+                ex = self._executor(self.job_dir(j.key) / "submitit", j, dep_ids)
+                sj = ex.submit(CommandJob(str(self.job_dir(j.key)), self.grace_s))
+                submitted = [(j, sj.job_id, subs[0])]
+            else:
+                folder = self.jobs_dir / "_arrays" / f"{g[0].array}-{time.strftime('%Y%m%d-%H%M%S')}"
+                ex = self._executor(folder, g[0], dep_ids, n_array=len(g))
+                sjs = ex.submit_array([CommandJob(str(self.job_dir(j.key)), self.grace_s) for j in g])
+                submitted = [(j, sj.job_id, s) for j, sj, s in zip(g, sjs, subs)]
+            for j, jid, sub in submitted:
+                self._record(j.key, backend="slurm", job_id=str(jid), submission=sub, submitted_at=time.time(),
+                             state=QUEUED, detail=f"slurm {jid}", kind=j.kind, host=None, pid=None)
+                states[j.key] = (QUEUED, f"slurm {jid}")
+                n_sub += 1
+                deps = f" after {','.join(dep_ids)}" if dep_ids else ""
+                self._log(f"[submit] {j.key} -> slurm {jid}{deps}")
+            self.save_registry()
+        if n_sub == 0:
+            self._log("nothing submitted: every job not done is already queued or running")
+        if not wait:
+            return states
+        return self.wait(order, states)
+
+    def wait(self, order: list[Job], states: Optional[dict] = None) -> dict:
+        """Poll the scheduler and the markers until every job is done, failed or blocked."""
+        states = states or self.states(order)
+        n_done = sum(1 for j in order if states[j.key][0] == DONE)
+        self._bar = self._make_bar(len(order), n_done)
+        last = {k: v[0] for k, v in states.items()}
+        try:
+            while True:
+                ids = [(self._registry.get(j.key) or {}).get("job_id") for j in order
+                       if states[j.key][0] in ACTIVE]
+                sched = slurm_states(ids)
+                for j in order:
+                    if states[j.key][0] not in ACTIVE:
+                        continue
+                    st, detail = self.job_state(j, sched)
+                    states[j.key] = (st, detail)
+                    if st != last.get(j.key):
+                        last[j.key] = st
+                        self._record(j.key, state=st, detail=detail)
+                        if st == DONE:
+                            self._emit(f"[done] {j.key}")
+                            if self._bar is not None:
+                                self._bar.update(1)
+                        elif st == FAILED:
+                            self._emit(f"[FAILED] {j.key}: {detail}; log: {self.job_dir(j.key) / 'log.err'}")
+                        elif st == RUNNING:
+                            self._emit(f"[running] {j.key} ({detail})")
+                for j in order:  # a job whose dependency failed will never run
+                    if states[j.key][0] in ACTIVE:
+                        bad = [d for d in j.deps if states[d][0] in (FAILED, BLOCKED)]
+                        if bad:
+                            states[j.key] = (BLOCKED, f"dependency {bad[0]} {states[bad[0]][0]}")
+                            self._record(j.key, state=BLOCKED, detail=states[j.key][1])
+                            jid = (self._registry.get(j.key) or {}).get("job_id")
+                            if jid and shutil.which("scancel"):
+                                subprocess.run(["scancel", str(jid)], capture_output=True)
+                            self._emit(f"[blocked] {j.key}: {states[j.key][1]} (cancelled slurm {jid})")
+                self.save_registry()
+                if not any(states[j.key][0] in ACTIVE for j in order):
+                    break
+                if self._bar is not None:
+                    counts = {}
+                    for j in order:
+                        counts[states[j.key][0]] = counts.get(states[j.key][0], 0) + 1
+                    self._bar.set_postfix_str(" ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+                time.sleep(self.poll_s)
+        except KeyboardInterrupt:
+            self._emit("stopped waiting (Ctrl-C); the SLURM jobs keep running; rerun the driver to follow them")
+            self.save_registry()
+            raise
+        finally:
+            if self._bar is not None:
+                self._bar.close()
+                self._bar = None
+        return states
+
+    def cancel(self, keys: Optional[Iterable[str]] = None) -> list[str]:
+        """scancel the recorded SLURM jobs (or SIGTERM local wrappers) of these keys (default: all)."""
+        self.load_registry()
+        done = []
+        for key, rec in self._registry.items():
+            if keys is not None and key not in set(keys):
+                continue
+            if rec.get("backend") == "slurm" and rec.get("job_id") and shutil.which("scancel"):
+                subprocess.run(["scancel", str(rec["job_id"])], capture_output=True)
+                done.append(key)
+            elif rec.get("backend") == "local" and rec.get("pid") and rec.get("host") == socket.gethostname():
+                if jobwrap.process_alive(int(rec["pid"]), rec.get("pid_start")):
+                    os.kill(int(rec["pid"]), signal.SIGTERM)
+                    done.append(key)
+        return done
+
+
+def format_states(states: dict[str, tuple[str, str]]) -> str:
+    width = max((len(k) for k in states), default=10)
+    lines = [f"{k:<{width}}  {s:<8} {d}" for k, (s, d) in states.items()]
+    counts: dict[str, int] = {}
+    for s, _ in states.values():
+        counts[s] = counts.get(s, 0) + 1
+    lines.append("total: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m slurm.launcher",
+                                 description="Inspect or cancel the jobs a driver recorded under ROOT/_jobs.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("status", help="recorded jobs and their current state")
+    s.add_argument("root")
+    c = sub.add_parser("cancel", help="cancel recorded queued/running jobs")
+    c.add_argument("root")
+    c.add_argument("keys", nargs="*")
+    args = ap.parse_args(argv)
+    la = Launcher(args.root, cluster="local")
+    if args.cmd == "status":
+        reg = la.load_registry()
+        ids = [r.get("job_id") for r in reg.values() if r.get("backend") == "slurm"]
+        sched = slurm_states(ids) if ids and shutil.which("squeue") else {}
+        states = {k: la.job_state(Job(k, [], done=None), sched) for k in reg}
+        print(format_states(states) if states else f"no jobs recorded under {la.jobs_dir}")
+        return 0
+    print("\n".join(f"cancelled {k}" for k in la.cancel(args.keys or None)) or "nothing to cancel")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

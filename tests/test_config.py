@@ -1,0 +1,114 @@
+"""Run config: presets carry the paper's numbers; overrides apply; every bad input names its key."""
+from pathlib import Path
+
+import pytest
+
+from armor.config import ConfigError, apply_overrides, load_config, read_yaml
+
+PRESETS = Path(__file__).resolve().parents[1] / "reproduce" / "presets"
+P7B = PRESETS / "qwen25-math-7b.yaml"
+
+
+def test_qwen25_math_7b_preset_carries_appendix_b():
+    c = load_config(P7B)
+    assert c.model.path == "Qwen/Qwen2.5-Math-7B"
+    assert (c.batch.prompts_per_step, c.batch.group_size, c.batch.mini_batch_prompts) == (512, 16, 32)
+    assert c.batch.updates_per_step == 16
+    assert (c.optim.lr, c.optim.warmup_steps, c.optim.weight_decay, c.optim.grad_clip) == (1e-6, 10, 0.1, 1.0)
+    assert (c.algo.clip.eps_low, c.algo.clip.eps_high, c.algo.clip.dual_clip_c) == (0.2, 0.28, 10.0)
+    assert (c.lengths.max_prompt, c.lengths.max_response, c.lengths.overlong_buffer) == (2048, 8192, 4096)
+    assert (c.rollout.temperature, c.rollout.top_p) == (1.0, 1.0)
+    assert (c.rollout.gen_batch_prompts, c.rollout.max_rounds) == (4 * 512, 10)
+    assert (c.validation.benchmarks, c.validation.temperature, c.validation.top_p) == (["aime24"], 1.0, 0.7)
+    assert c.schedule.validate_every == 5
+    p = c.protocol
+    assert (p.armor_ref_n, p.armor_alpha, p.armor_reset_every, p.peak_step, p.qae_peak_step) == (4, 0.9375, 160, 140, 230)
+    assert p.kl_betas == [1e-3, 1e-2, 1e-1, 1.0] and p.alpha_sweep == [0.9, 0.8, 0.7]
+    assert p.reset_sweep == [80, 120, 160] and (p.nodes, p.gpus_per_node) == (16, 8)
+
+
+def test_qwen3_preset_inherits_and_overrides():
+    c = load_config(PRESETS / "qwen3-8b-base.yaml")
+    assert c.model.path == "Qwen/Qwen3-8B-Base"
+    assert c.lengths.max_response == 20480 and c.lengths.max_response - c.lengths.overlong_buffer == 16384
+    assert c.rollout.gen_batch_prompts == 3 * 512
+    p = c.protocol
+    assert (p.armor_alpha, p.armor_reset_every, p.armor_reset_until, p.peak_step) == (0.875, 1, 180, 70)
+    assert c.optim.lr == 1e-6 and c.batch.group_size == 16   # inherited
+
+
+def test_dotted_overrides_are_typed():
+    c = load_config(P7B, ["algo.mix.alpha=0.875", "algo.mix.variant=mixed", "algo.anchor.enabled=true",
+                          "schedule.keep_steps=[10,20]", "algo.clip.dual_clip_c=null", "optim.lr=3e-5"])
+    assert c.algo.mix.alpha == 0.875 and c.algo.mix.variant == "mixed" and c.algo.anchor.enabled is True
+    assert c.schedule.keep_steps == [10, 20] and c.algo.clip.dual_clip_c is None and c.optim.lr == 3e-5
+
+
+def test_base_chain_merges_deeply(tmp_path):
+    (tmp_path / "a.yaml").write_text("model: {path: m, dtype: bfloat16}\ndata: {train: t.jsonl}\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\nmodel: {path: other}\n")
+    d = read_yaml(tmp_path / "b.yaml")
+    assert d["model"] == {"path": "other", "dtype": "bfloat16"}
+
+
+BAD = [
+    ("algo.mix.alpha=1.5", "algo.mix.alpha"),
+    ("algo.mix.alpha=0", "algo.mix.alpha"),
+    ("algo.clip.eps_low=-0.1", "algo.clip.eps_low"),
+    ("algo.clip.eps_high=-1", "algo.clip.eps_high"),
+    ("batch.group_size=1", "batch.group_size"),
+    ("batch.mini_batch_prompts=30", "batch.mini_batch_prompts"),
+    ("batch.prompts_per_step=0", "batch.prompts_per_step"),
+    ("algo.anchor.enabled=true algo.anchor.ref_n=0", "algo.anchor.ref_n"),
+    ("algo.kl.coef=-1", "algo.kl.coef"),
+    ("algo.kl.estimator=k4", "algo.kl.estimator"),
+    ("algo.advantage=ppo", "algo.advantage"),
+    ("algo.loss_agg=mean", "algo.loss_agg"),
+    ("algo.mx.alpha=0.9", "algo.mx"),
+    ("optim.lr=0", "optim.lr"),
+    ("optim.lr=fast", "optim.lr"),
+    ("optim.betas=[0.9]", "optim.betas"),
+    ("rollout.top_p=1.5", "rollout.top_p"),
+    ("rollout.temperature=0", "rollout.temperature"),
+    ("rollout.engine=sglang", "rollout.engine"),
+    ("lengths.overlong_buffer=9000", "lengths.overlong_buffer"),
+    ("schedule.total_steps=0", "schedule.total_steps"),
+    ("schedule.save_every=2.5", "schedule.save_every"),
+    ("validation.samples=0", "validation.samples"),
+    ("algo.reference.reset.every=0", "algo.reference.reset.every"),
+    ("algo.reference.reset.until_step=10", "algo.reference.reset.until_step"),
+    ("algo.mix.variant=offpolicy_anchor", "algo.mix.variant"),
+    ("algo.anchor.enabled=yes_please", "algo.anchor.enabled"),
+    ("model.path=", "model.path"),
+    ("data.train=", "data.train"),
+    ("algo.clip.dual_clip_c=0.5", "algo.clip.dual_clip_c"),
+    ("algo.qae_k=1.2", "algo.qae_k"),
+    ("protocol.armor_alpha=2", "protocol.armor_alpha"),
+    ("nonsense", "override"),
+]
+
+
+@pytest.mark.parametrize("override,key", BAD, ids=[b[0] for b in BAD])
+def test_bad_inputs_name_the_key(override, key):
+    with pytest.raises(ConfigError) as e:
+        load_config(P7B, override.split(" "))
+    assert key in str(e.value)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+    (tmp_path / "broken.yaml").write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "broken.yaml")
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(tmp_path / "list.yaml")
+    (tmp_path / "t.yaml").write_text("model: {path: m}\ndata: {train: t}\nbatch: 5\n")
+    with pytest.raises(ConfigError, match="batch: expected a mapping"):
+        load_config(tmp_path / "t.yaml")
+
+
+def test_override_creates_nested_and_values_are_yaml():
+    d = apply_overrides({}, ["a.b.c=1", "a.b.d=[1, 2]", "x=hello"])
+    assert d == {"a": {"b": {"c": 1, "d": [1, 2]}}, "x": "hello"}

@@ -1,0 +1,357 @@
+"""figures/: every paper item is drawn from a synthetic runs folder, numbers match the results table, gaps are
+marked instead of crashing, the checklist verdicts follow the curves, the report mentions everything."""
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from figures import build, checklist, plots, report, tables
+from figures.__main__ import main as figures_main
+from figures.data import fmt_beta, load_context, load_results, paper_preset
+from figures.synthetic import ALL_ARMS, make_synthetic
+
+FIG_PANELS = {"fig1": ["reward", "length", "validation"], "fig2": ["a", "b"], "fig3": ["a", "b", "c"],
+              "fig4": ["a"], "fig5": ["a"], "fig6": ["a"], "fig7": ["a"]}
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_synthetic(tmp_path_factory.mktemp("w") / "runs" / "tiny")
+
+
+@pytest.fixture(scope="module")
+def ctx(tiny):
+    return load_context(tiny)
+
+
+@pytest.fixture(scope="module")
+def drawn(tiny, tmp_path_factory):
+    """python -m figures on the tiny results, with the report."""
+    out = tmp_path_factory.mktemp("out")
+    dpi, plots.DPI = plots.DPI, 50  # small PNGs: the test is about content, not looks
+    rc = figures_main(["--results", str(tiny), "--out", str(out / "figs"), "--report", str(out / "REPRODUCTION.md"),
+                       "--command", "python -m reproduce tiny", "--wall-time-s", "3725", "--seeds", "0,1"])
+    plots.DPI = dpi
+    assert rc == 0
+    return out
+
+
+def _labels(ax) -> list[str]:
+    return [lbl for lbl in ax.get_legend_handles_labels()[1] if not lbl.startswith("_")]
+
+
+def _axes(fig) -> dict:
+    return {ax.get_gid().split(":")[1]: ax for ax in fig.axes if ax.get_gid()}
+
+
+def _not_run_texts(ax) -> list[str]:
+    return [t.get_text() for t in ax.texts if t.get_text().startswith("not run")]
+
+
+def _parse_md(md: str) -> list[dict]:
+    lines = [ln for ln in md.splitlines() if ln.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows, model = [], ""
+    for ln in lines[2:]:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        row = dict(zip(head, cells))
+        model = row["model"] or model
+        row["model"] = model
+        rows.append(row)
+    return rows
+
+
+def _num(cell: str):
+    m = re.match(r"^(-?\d+\.\d+)(?: \(([+−])(\d+\.\d+)\))?$", cell)
+    if not m:
+        return None, None
+    delta = None if m.group(2) is None else float(m.group(3)) * (1 if m.group(2) == "+" else -1)
+    return float(m.group(1)), delta
+
+
+# ------------------------------------------------------------------------------------------ outputs
+def test_cli_produces_every_item(drawn):
+    figs = drawn / "figs"
+    for name in FIG_PANELS:
+        png, pdf = figs / f"{name}.png", figs / f"{name}.pdf"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000, name
+        assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 2000, name
+    for name in ("table1", "table2", "table3"):
+        assert "| model | method | source | steps |" in (figs / f"{name}.md").read_text()
+        tex = (figs / f"{name}.tex").read_text()
+        assert "\\begin{tabular}" in tex and "\\bottomrule" in tex
+    verdicts = json.loads((figs / "checklist.json").read_text())
+    assert [v["key"] for v in verdicts] == [c.__name__.removeprefix("check_") for c in checklist.CHECKS]
+
+
+def test_only_subset(tiny, tmp_path):
+    assert figures_main(["--results", str(tiny), "--out", str(tmp_path), "--only", "fig4,table1"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig4.pdf", "fig4.png", "table1.md", "table1.tex"]
+    assert figures_main(["--results", str(tiny), "--out", str(tmp_path), "--only", "fig9"]) == 2
+
+
+def test_figures_have_expected_panels_and_series(ctx):
+    expect = {
+        ("fig1", "reward"): ["dapo"], ("fig1", "length"): ["dapo"],
+        ("fig1", "validation"): ["dapo", "dapo_cont", "anchor_only", "armor"],
+        ("fig2", "a"): ["dapo_cont", "kl_k3_b1e-2", "kl_k3_b1"],
+        ("fig3", "a"): ["dapo_cont", "mix_a0.9", "mix_a0.8"],
+        ("fig3", "b"): ["anchor_only", "anchor_static_clip", "anchor_offpolicy"],
+        ("fig3", "c"): ["armor", "dapo_cont", "armor_late", "dapo_late"],
+        ("fig4", "a"): ["armor_reset_never", "armor_reset_20", "armor_reset_40"],
+        ("fig5", "a"): ["dapo_cont", "kl_k2_b1e-2", "kl_k2_b1"],
+        ("fig6", "a"): ["qae", "qae_cont", "qae_armor_reset_never", "qae_armor_reset_20"],
+        ("fig7", "a"): ["dapo_cont", "armor_tau1", "armor_tau1_until40", "clip_expand"],
+    }
+    for name, panels in FIG_PANELS.items():
+        fig = plots.FIGURES[name](ctx)
+        axes = _axes(fig)
+        assert list(axes) == panels and len(fig.axes) == len(panels), name
+        for panel, ax in axes.items():
+            if (name, panel) in expect:
+                assert set(expect[(name, panel)]) <= set(_labels(ax)), (name, panel, _labels(ax))
+            assert not _not_run_texts(ax), (name, panel)
+            if panel not in ("reward", "length", "b"):
+                assert "tiny_val avg@4" in ax.get_ylabel()  # benchmark taken from the data
+            assert not any(lbl.startswith("paper:") for lbl in _labels(ax))  # no overlay on tiny
+        assert "preset tiny" in fig._suptitle.get_text()
+    # θ* and the late start are marked
+    fig3 = _axes(plots.fig3(ctx))
+    assert {"θ* (step 30)", "late start (step 45)"} <= set(_labels(fig3["c"]))
+    # Fig. 2b: one pair of bars per arm, read at the protocol's N
+    b = _axes(plots.fig2(ctx))["b"]
+    assert [t.get_text() for t in b.get_xticklabels()] == ["dapo_cont", "kl_k3_b1e-2", "kl_k3_b1"]
+    assert len(b.patches) == 6 and "after 20 stage-2 steps" in b.get_title()
+
+
+def test_kl_readoff_step(ctx):
+    arms = ["dapo_cont", "kl_k3_b1"]
+    n, how, vals = plots.kl_readoff(ctx, arms)
+    assert n == 20 and "protocol" in how
+    m = ctx.metrics("kl_k3_b1")
+    assert vals["kl_k3_b1"]["reverse"][0] == pytest.approx(m[m["local_step"] == 20]["kl_reverse"].mean())
+    assert vals["kl_k3_b1"]["reverse"][0] < vals["dapo_cont"]["reverse"][0]
+    assert plots.kl_readoff(ctx, arms, n=7)[0] == 7
+    ctx2 = load_context(ctx.results_path, protocol={"kl_after_steps": 10_000})
+    n2, how2, _ = plots.kl_readoff(ctx2, arms)
+    assert n2 == 60 and how2.startswith("last common step")
+    # metrics steps are shifted to total steps by the run's step_offset
+    assert ctx.metrics("armor")["step"].min() == 31 and ctx.metrics("dapo")["step"].min() == 1
+
+
+# ------------------------------------------------------------------------------------------ tables
+def _expected_cell(ctx, arm, step, bench, metric):
+    d = ctx.df
+    r = d[(d.arm == arm) & (d.step == step) & (d.benchmark == bench) & (d.metric == metric) & (d.source == "eval")]
+    return round(r.groupby("seed")["value"].mean().mean() * 100, 2)
+
+
+def test_table_numbers_equal_results(ctx, tiny):
+    raw = pd.read_parquet(tiny)
+    for name, kind in (("table1", "avg"), ("table2", "pass")):
+        t = tables.build_table(ctx, name)
+        md_rows = _parse_md(t.to_markdown())
+        assert [r["method"] for r in md_rows] == ["DAPO", "+ARMOR", "QAE", "+ARMOR"]
+        for row, md in zip(t.rows, md_rows):
+            assert row.source == md["source"] == "ours"
+            # the selected checkpoint is the best-validation eval step
+            vc = ctx.val_curve(row.arm)
+            eval_steps = set(ctx.eval_rows(row.arm)["step"])
+            best = max((v, -s) for s, v in zip(vc.step, vc.mean) if s in eval_steps)
+            assert row.step == -best[1]
+            bench_vals = []
+            for col, bench in (("AIME24", "aime24"), ("AIME25", "aime25"), ("AMC", "amc")):
+                metric = "avg@32" if kind == "avg" else "pass@16"
+                value, _ = _num(md[col])
+                exp = _expected_cell(ctx, row.arm, row.step, bench, metric)
+                assert value == exp, (name, row.method, col)
+                # straight from the parquet file, without our loader
+                r = raw[(raw.arm == row.arm) & (raw.step == row.step) & (raw.benchmark == bench)
+                        & (raw.metric == metric) & (raw.source == "eval")]
+                assert value == round(r["value"].mean() * 100, 2)
+                bench_vals.append(value)
+            avg_col = "math avg" if kind == "avg" else "avg"
+            assert _num(md[avg_col])[0] == pytest.approx(sum(bench_vals) / 3, abs=0.011)
+            if kind == "avg":
+                assert _num(md["GPQA"])[0] == _expected_cell(ctx, row.arm, row.step, "gpqa_diamond", "avg@8")
+        # deltas are differences of printed values, against the row's baseline
+        base, arm_row = md_rows[0], md_rows[1]
+        v, d = _num(arm_row["AIME24"])
+        assert d == pytest.approx(v - _num(base["AIME24"])[0], abs=1e-9)
+        assert base["steps"] == str(t.rows[0].step)
+        assert arm_row["steps"] == f"+{t.rows[1].step - 30}"
+
+
+def test_delta_format():
+    assert tables.Cell(43.04, 5.91).text() == "43.04 (+5.91)"
+    assert tables.Cell(39.02, -1.2).text() == "39.02 (−1.20)"
+    assert tables.Cell(None, note=2).text() == "— [2]"
+
+
+def test_paper_preset_overlay_and_paper_rows(tmp_path):
+    path = make_synthetic(tmp_path / "runs" / "qwen25-math-7b", preset="qwen25-math-7b", model="Qwen2.5-Math-7B",
+                          seeds=[0], val_bench="aime24", val_k=32, theta=140, stage1=360, stage2=240, every=20,
+                          eval_every=20, late=200, qae_theta=230, kl_after_steps=100,
+                          arms=["dapo", "dapo_cont", "armor", "anchor_only", "kl_k3_b1", "qae", "qae_cont",
+                                "qae_armor_reset_20", "opd"])
+    ctx = load_context(path)
+    val = _axes(plots.fig1(ctx))["validation"]
+    assert "paper: DAPO peak ~0.385 (step 130-140)" in _labels(val)
+    assert "aime24 avg@32" in val.get_ylabel()
+    b = _axes(plots.fig2(ctx))["b"]
+    assert "paper: reverse / forward" in _labels(b)
+    t1 = tables.build_table(ctx, "table1")
+    rows = _parse_md(t1.to_markdown())
+    paper = paper_preset("qwen25-math-7b")["tables"]["table1"]
+    prow = [r for r in rows if r["source"] == "paper"]
+    assert [r["method"] for r in prow] == ["DAPO", "+ARMOR", "QAE", "+ARMOR"]
+    assert _num(prow[0]["AIME24"]) == (37.13, None)
+    assert _num(prow[1]["AIME24"]) == (paper["dapo_armor"]["aime24"], 5.91)
+    assert prow[1]["steps"] == "+200" and prow[3]["MMLU-Pro"] == "42.15 (−1.15)"
+    # paper steps: DAPO 140 and ARMOR 140+200 were evaluated, QAE's 230 was not (eval every 20 from 230)
+    ours = [r for r in t1.rows if r.source == "ours"]
+    assert (ours[0].step, ours[0].how) == (140, "paper step") and ours[1].step == 340
+    assert ours[1].cells["aime24"].value == _expected_cell(ctx, "armor", 340, "aime24", "avg@32")
+    t3 = tables.build_table(ctx, "table3")
+    assert [(r.method, r.source) for r in t3.rows] == [("OPD", "ours"), ("OPD", "paper"), ("MOPD", "ours"),
+                                                     ("MOPD", "paper"), ("ARMOR", "ours"), ("ARMOR", "paper")]
+    mopd = t3.rows[2]
+    assert all(c.value is None and c.note for c in mopd.cells.values())
+    assert any("not run: mopd" in f for f in t3.footnotes)
+
+
+def test_generic_benchmarks_get_their_own_columns(tmp_path):
+    path = make_synthetic(tmp_path / "runs" / "smoke", preset="smoke", arms=["dapo", "dapo_cont", "armor"],
+                          seeds=[0], eval_benches=("toy_add", "toy_mul"), write_metrics=False)
+    ctx = load_context(path)
+    t = tables.build_table(ctx, "table1")
+    assert t.columns == ["toy_add", "toy_mul", "avg"]
+    md = _parse_md(t.to_markdown())
+    a, m, avg = (_num(md[1][c])[0] for c in ("toy_add", "toy_mul", "avg"))
+    assert avg == pytest.approx((a + m) / 2, abs=0.011)
+
+
+# ------------------------------------------------------------------------------------------ gaps
+def test_missing_arms_leave_marked_gaps(tmp_path):
+    keep = [a for a in ALL_ARMS if a not in ("kl_k3_b1", "armor", "mopd", "opd", "armor_reset_never")
+            and not a.startswith("qae")]
+    path = make_synthetic(tmp_path / "runs" / "tiny", arms=keep)
+    ctx = load_context(path)
+    f2 = _axes(plots.fig2(ctx))
+    assert "kl_k3_b1" not in _labels(f2["a"]) and any("kl_k3_b1" in t for t in _not_run_texts(f2["a"]))
+    assert any("kl_k3_b1" in t for t in _not_run_texts(f2["b"]))
+    f1 = plots.fig1(ctx)
+    assert f1.armor_info["missing"]["validation"] == ["armor"]
+    f6 = _axes(plots.fig6(ctx))["a"]  # nothing of QAE at all: the whole panel says so
+    assert not _labels(f6) or all(lbl.startswith("θ") for lbl in _labels(f6))
+    assert _not_run_texts(f6) and "qae" in _not_run_texts(f6)[0]
+    t1 = tables.build_table(ctx, "table1")
+    armor_row = t1.rows[1]
+    assert armor_row.method == "+ARMOR" and armor_row.steps == "—"
+    md = _parse_md(t1.to_markdown())
+    assert md[1]["AIME24"].startswith("—") and "[1]" in md[1]["AIME24"]
+    assert "[1] tiny-lm +ARMOR: not run: armor" in t1.to_markdown()
+    assert len(t1.rows) == 2  # no QAE arm in the data and tiny is no paper preset: no QAE rows
+    verdicts = {v.key: v for v in checklist.run_checklist(ctx)}
+    assert verdicts["armor_holds"].verdict == "not run" and "armor" in verdicts["armor_holds"].evidence
+    assert verdicts["resets_raise_ceiling"].verdict == "not run"
+    assert verdicts["opd_below_armor"].verdict == "not run"
+    assert verdicts["baseline_collapse"].verdict == "yes"
+
+
+def test_nearly_empty_results_do_not_crash(tmp_path):
+    df = pd.DataFrame([dict(preset="tiny", model="m", arm="dapo", seed=0, step=s, benchmark="v", metric="avg@4",
+                            k=4, value=0.1 * s, n=4, source="validation") for s in (0, 5)])
+    path = tmp_path / "results.parquet"
+    df.to_parquet(path)
+    out = tmp_path / "out"
+    ctx = load_context(path)
+    produced = build.draw_all(ctx, out, only=["fig6", "table1", "table3", "checklist"])
+    assert all(p.exists() for ps in produced.values() for p in ps)
+    assert "—" in (out / "table1.md").read_text()
+    for name, fn in plots.FIGURES.items():  # every figure builds, with its gaps marked
+        fig = fn(ctx)
+        assert any(fig.armor_info["missing"].values()), name
+
+
+# ------------------------------------------------------------------------------------------ checklist
+def test_checklist_flips_with_the_curves(tmp_path):
+    arms = ["dapo", "dapo_cont", "armor", "anchor_only", "mix_a0.9", "kl_k3_b1", "armor_reset_never",
+            "armor_reset_20"]
+    bad = load_context(make_synthetic(tmp_path / "a" / "tiny", arms=arms, collapse=True))
+    good = load_context(make_synthetic(tmp_path / "b" / "tiny", arms=arms, collapse=False))
+    vb = {v.key: v for v in checklist.run_checklist(bad)}
+    vg = {v.key: v for v in checklist.run_checklist(good)}
+    assert vb["baseline_collapse"].verdict == "yes" and vg["baseline_collapse"].verdict == "no"
+    assert vb["baseline_collapse"].numbers["drop"] >= checklist.COLLAPSE_DROP
+    assert vg["baseline_collapse"].numbers["drop"] < checklist.COLLAPSE_DROP
+    assert vb["mix_collapses"].verdict == "yes" and vg["mix_collapses"].verdict == "no"
+    assert vb["armor_holds"].verdict == "yes" and vb["anchor_only_stable"].verdict == "yes"
+    assert vb["beta1_stagnates"].verdict == "yes" and vb["resets_raise_ceiling"].verdict == "yes"
+    assert "peak" in vb["baseline_collapse"].evidence and "0.0" in vb["baseline_collapse"].evidence
+
+
+def test_checklist_on_constructed_curves(tmp_path):
+    """Hand-made curves: a peak-then-drop flips to "yes" only past the threshold; a falling reward vetoes it."""
+    def ctx_for(values, reward=None):
+        rows = [dict(preset="smoke", model="m", arm="dapo", seed=0, step=5 * i, benchmark="val", metric="avg@4",
+                     k=4, value=v, n=4, source="validation") for i, v in enumerate(values)]
+        d = tmp_path / f"c{len(list(tmp_path.iterdir()))}"
+        (d / "dapo" / "seed0").mkdir(parents=True)
+        pd.DataFrame(rows).to_parquet(d / "results.parquet")
+        if reward is not None:
+            (d / "dapo" / "seed0" / "metrics.jsonl").write_text(
+                "".join(json.dumps({"step": s + 1, "reward_mean": r}) + "\n" for s, r in enumerate(reward)))
+        return load_context(d / "results.parquet")
+
+    up = [0.1, 0.2, 0.3, 0.4, 0.4, 0.4, 0.4]
+    drop = checklist.COLLAPSE_DROP
+    rising = [i / 40 for i in range(31)]
+    assert checklist.check_baseline_collapse(ctx_for([0.1, 0.3, 0.4, 0.4 - drop - 0.01, 0.4 - drop - 0.01,
+                                                      0.4 - drop - 0.01], rising)).verdict == "yes"
+    assert checklist.check_baseline_collapse(ctx_for([0.1, 0.3, 0.4, 0.4 - drop + 0.01, 0.4 - drop + 0.01,
+                                                      0.4 - drop + 0.01], rising)).verdict == "no"
+    assert checklist.check_baseline_collapse(ctx_for(up, rising)).verdict == "no"
+    falling = [1 - i / 40 for i in range(31)]
+    v = checklist.check_baseline_collapse(ctx_for([0.1, 0.3, 0.4, 0.3, 0.3, 0.3], falling))
+    assert v.verdict == "no" and "training reward" in v.evidence
+    assert checklist.check_armor_holds(ctx_for(up)).verdict == "not run"
+
+
+# ------------------------------------------------------------------------------------------ report
+def test_report_mentions_every_item(drawn):
+    md = (drawn / "REPRODUCTION.md").read_text()
+    assert md.startswith("<!-- GENERATED FILE") and "Do not edit by hand" in md
+    for name, title in report.FIGURE_TITLES.items():
+        assert title in md and f"![{name}](figs/{name}.png)" in md
+    for t in ("Table 1", "Table 2", "Table 3"):
+        assert f"### {t}" in md
+    assert "python -m reproduce tiny" in md and "1h 02m 05s" in md and "| seeds | 0, 1 |" in md
+    assert "Checklist" in md and "**yes**" in md
+    assert "Paper's table for reference" in md and "37.13" in md  # tiny: the paper's numbers beside ours
+
+
+def test_report_module_cli(tiny, tmp_path):
+    out = tmp_path / "rep" / "REPRODUCTION.md"
+    figdir = tmp_path / "rep" / "figures"
+    figdir.mkdir(parents=True)
+    for n in plots.FIGURES:  # present figures are not redrawn
+        (figdir / f"{n}.png").write_bytes(b"x")
+    assert report.main(["--results", str(tiny), "--out", str(out), "--figures-dir", str(figdir),
+                        "--command", "cmd", "--preset", "tiny"]) == 0
+    md = out.read_text()
+    assert "![fig7](figures/fig7.png)" in md and (figdir / "table1.md").exists()
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def test_helpers(tmp_path):
+    assert [fmt_beta(b) for b in (1e-3, 1e-2, 0.1, 1.0, 0.05)] == ["1e-3", "1e-2", "1e-1", "1", "5e-2"]
+    df = pd.DataFrame([dict(preset="p", model="m", arm="dapo", seed=0, step=0, benchmark="b", metric="avg@4", k=4,
+                            value=v, n=4, source="validation") for v in (38.5, 40.0)])
+    assert load_results(df)["value"].tolist() == [0.385, 0.4]  # percent -> fraction
+    with pytest.raises(ValueError):
+        load_results(df.drop(columns=["source"]))

@@ -1,0 +1,168 @@
+"""The launcher against the real scheduler (bash slurm/cluster_up.sh): states without sacct, afterok
+dependencies, a job array, and requeue + resume of a resumable command (preemption and timeout signal)."""
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm.launcher import DONE, FAILED, Job, Launcher
+from slurm.resources import Resources
+
+pytestmark = pytest.mark.slurm
+PY = sys.executable
+SMALL = Resources(cpus_per_task=1, mem_gb=0.25, time_min=5)
+
+# a resumable command: counts to N, one step per DT seconds, checkpointing each step; a rerun resumes
+COUNTER = r'''
+import json, os, sys, time
+from pathlib import Path
+d, n, dt = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+ck = d / "ckpt.json"
+st = json.loads(ck.read_text()) if ck.exists() else {"step": 0, "acc": 7}
+with open(d / "starts.log", "a") as f:
+    f.write(f"{st['step']}\n")
+while st["step"] < n:
+    time.sleep(dt)
+    st = {"step": st["step"] + 1, "acc": (st["acc"] * 31 + st["step"] + 1) % 1000003}
+    tmp = d / "ckpt.tmp"; tmp.write_text(json.dumps(st)); os.replace(tmp, ck)
+(d / "result.json").write_text(json.dumps(st))
+'''
+
+
+def expected_counter(n):
+    st = {"step": 0, "acc": 7}
+    while st["step"] < n:
+        st = {"step": st["step"] + 1, "acc": (st["acc"] * 31 + st["step"] + 1) % 1000003}
+    return st
+
+
+def launcher(root, **kw):
+    return Launcher(root, cluster="slurm", progress=False, poll_s=0.5, log=lambda s: None, **kw)
+
+
+def writer(root, key, deps=(), array=None):
+    """A job that appends (time, SLURM job id) to out/<key> and then exists."""
+    out = Path(root) / "out" / key.replace("/", "_")
+    code = (f"import os,time; time.sleep(0.2); open({str(out)!r},'a').write("
+            f"repr((time.time(), os.environ.get('SLURM_JOB_ID'), os.environ.get('SLURM_ARRAY_TASK_ID')))+'\\n')")
+    return Job(key, [PY, "-c", code], kind="collect", deps=list(deps), array=array, resources=SMALL)
+
+
+def read_out(root, key):
+    return [eval(line) for line in (Path(root) / "out" / key.replace("/", "_")).read_text().splitlines()]
+
+
+def test_trivial_job_done_without_sacct(slurm_cluster, tmp_path):
+    (tmp_path / "out").mkdir()
+    la = launcher(tmp_path)
+    job = writer(tmp_path, "trivial")
+    states = la.run([job])
+    assert states["trivial"][0] == DONE
+    rec = la.load_registry()["trivial"]
+    assert rec["backend"] == "slurm" and rec["job_id"].isdigit()
+    # the scheduler itself reports it, without accounting
+    out = subprocess.run(["squeue", "-h", "--states=all", "-j", rec["job_id"], "-o", "%T"],
+                         capture_output=True, text=True).stdout.strip()
+    assert out == "COMPLETED"
+    assert (la.job_dir("trivial") / "finished").exists()
+    assert json.loads((la.job_dir("trivial") / "finished").read_text())["rc"] == 0
+    assert read_out(tmp_path, "trivial")[0][1] == rec["job_id"]
+    # a fresh launcher (a rerun of the driver) reads it as done and submits nothing
+    logs = []
+    la2 = Launcher(tmp_path, cluster="slurm", progress=False, log=logs.append)
+    assert la2.run([writer(tmp_path, "trivial")])["trivial"][0] == DONE
+    assert any("nothing to do" in line for line in logs)
+    assert la2.load_registry()["trivial"]["job_id"] == rec["job_id"]
+
+
+def test_failed_job_reads_failed_and_blocks_dependents(slurm_cluster, tmp_path):
+    la = launcher(tmp_path)
+    bad = Job("bad", [PY, "-c", "import sys; sys.exit(3)"], kind="collect", resources=SMALL)
+    after = Job("after", [PY, "-c", "pass"], kind="collect", deps=["bad"], resources=SMALL)
+    states = la.run([bad, after])
+    assert states["bad"][0] == FAILED
+    assert json.loads((la.job_dir("bad") / "failed").read_text())["rc"] == 3
+    assert states["after"][0] in ("blocked", FAILED)
+    assert not (la.job_dir("after") / "started").exists()
+
+
+def test_dependency_runs_in_order(slurm_cluster, tmp_path):
+    (tmp_path / "out").mkdir()
+    la = launcher(tmp_path)
+    a = writer(tmp_path, "a")
+    a.argv[-1] = a.argv[-1].replace("time.sleep(0.2)", "time.sleep(1.5)")
+    b = writer(tmp_path, "b", deps=["a"])
+    states = la.run([b, a])  # order given does not matter
+    assert states["a"][0] == DONE and states["b"][0] == DONE
+    spec_b = subprocess.run(["scontrol", "show", "job", la.load_registry()["b"]["job_id"]],
+                            capture_output=True, text=True).stdout
+    assert f"afterok:{la.load_registry()['a']['job_id']}" in spec_b.replace("(unfulfilled)", "")\
+        or "Dependency=(null)" in spec_b  # fulfilled dependencies are cleared by the scheduler
+    (ta, _, _), (tb, _, _) = read_out(tmp_path, "a")[0], read_out(tmp_path, "b")[0]
+    assert tb > ta
+    script = (la.job_dir("b") / "submitit").glob("*_submission.sh")
+    assert any("--dependency=afterok:" in p.read_text() for p in script)
+
+
+def test_evaluation_job_array(slurm_cluster, tmp_path):
+    (tmp_path / "out").mkdir()
+    la = launcher(tmp_path)
+    train = writer(tmp_path, "train")
+    evals = [writer(tmp_path, f"eval/run{i}", deps=["train"], array="evaluate") for i in range(3)]
+    collect = writer(tmp_path, "collect", deps=[e.key for e in evals])
+    states = la.run([train, *evals, collect])
+    assert all(s == DONE for s, _ in states.values()), states
+    reg = la.load_registry()
+    ids = [reg[e.key]["job_id"] for e in evals]
+    base = {i.split("_")[0] for i in ids}
+    assert len(base) == 1 and sorted(i.split("_")[1] for i in ids) == ["0", "1", "2"]  # one array
+    t_train = read_out(tmp_path, "train")[0][0]
+    rows = [read_out(tmp_path, e.key)[0] for e in evals]
+    assert all(r[0] > t_train for r in rows)
+    assert sorted(r[2] for r in rows) == ["0", "1", "2"]
+    assert read_out(tmp_path, "collect")[0][0] > max(r[0] for r in rows)
+
+
+def _requeue_roundtrip(tmp_path, interrupt):
+    script = tmp_path / "counter.py"
+    script.write_text(COUNTER)
+    work = tmp_path / "work"
+    work.mkdir()
+    n = 10
+    job = Job("train/counter", [PY, str(script), str(work), str(n), "0.4"], kind="train", resources=SMALL,
+              done=lambda: (work / "result.json").exists())
+    la = launcher(tmp_path, signal_delay_s=30, grace_s=10)
+    la.run([job], wait=False)
+    jid = la.load_registry()["train/counter"]["job_id"]
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        ck = work / "ckpt.json"
+        if ck.exists() and json.loads(ck.read_text())["step"] >= 3:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the counter job did not start")
+    interrupt(jid)
+    states = Launcher(tmp_path, cluster="slurm", progress=False, poll_s=0.5, log=lambda s: None).run([job])
+    assert states["train/counter"][0] == DONE
+    assert json.loads((work / "result.json").read_text()) == expected_counter(n)
+    starts = [int(x) for x in (work / "starts.log").read_text().split()]
+    assert len(starts) == 2 and starts[0] == 0 and starts[1] >= 3  # resumed, not restarted from 0
+    assert la.load_registry()["train/counter"]["job_id"] == jid  # requeued, same job id, no resubmission
+    attempts = (la.job_dir("train/counter") / "attempts.jsonl").read_text().splitlines()
+    assert len(attempts) == 2
+    log = (la.job_dir("train/counter") / "log.out").read_text()
+    assert "(interrupted)" in log and "(finished)" in log
+
+
+def test_requeued_job_resumes(slurm_cluster, tmp_path):
+    """Preemption-like: `scontrol requeue` kills the running job and queues it again (--requeue)."""
+    _requeue_roundtrip(tmp_path, lambda jid: subprocess.check_call(["scontrol", "requeue", jid]))
+
+
+def test_timeout_signal_checkpoints_and_requeues(slurm_cluster, tmp_path):
+    """Time-limit-like: the USR2 warning signal -> submitit calls CommandJob.checkpoint() and requeues."""
+    _requeue_roundtrip(tmp_path, lambda jid: subprocess.check_call(["scancel", "--signal=USR2", jid]))

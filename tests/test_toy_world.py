@@ -1,0 +1,143 @@
+"""Fast tests of the toy world (reproduce/toy): task, tokenizer, model, quick build."""
+import json
+import random
+
+import pytest
+import torch
+
+from reproduce.toy import task as T
+from reproduce.toy.build import build_world, prompt_ids
+from reproduce.toy.model import build_model, n_params, sample
+from reproduce.toy.tokenizer import build_tokenizer
+
+CFG = T.TaskConfig()
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return T.make_splits(CFG, seed=0)
+
+
+def test_task_deterministic(splits):
+    again = T.make_splits(CFG, seed=0)
+    assert again == splits
+    other = T.make_splits(CFG, seed=1)
+    assert [r["problem"] for r in other["train"][:50]] != [r["problem"] for r in splits["train"][:50]]
+
+
+def test_golds_recomputed(splits):
+    for name, recs in splits.items():
+        assert len(recs) == getattr(CFG, f"n_{name}")
+        for r in recs:
+            # recompute the gold independently of the generator
+            expr = r["problem"][:-2]
+            assert r["answer"] == str(eval(expr) % 10)  # noqa: S307 (digits and +/- only)
+            assert T.gold(r["problem"]) == int(r["answer"])
+            assert r["shortcut_correct"] == (r["answer"] == expr[-1])
+            assert r["chain_correct"] == (T.strategy_answers(r["problem"])["chain"] == int(r["answer"]))
+            assert {"problem", "answer", "id", "shortcut_correct"} <= set(r)
+
+
+def test_splits_disjoint(splits):
+    sets = {k: {r["problem"] for r in v} for k, v in splits.items()}
+    for k, v in sets.items():
+        assert len(v) == len(splits[k])  # no duplicates inside a split
+    assert not sets["train"] & sets["validation"]
+    assert not sets["train"] & sets["test"]
+    assert not sets["validation"] & sets["test"]
+
+
+def test_shortcut_rates(splits):
+    st = {k: T.split_stats(v) for k, v in splits.items()}
+    # documented rates (docs/toy_world.md): shortcut pays on ~q_train of training prompts, ~10% elsewhere
+    assert abs(st["train"]["shortcut_rate"] - CFG.q_train) < 0.03
+    for k in ("validation", "test"):
+        assert 0.04 <= st[k]["shortcut_rate"] <= 0.16
+    # the chain's ceiling (blind spot: no borrowing) is below the shortcut's training rate
+    for k in st:
+        assert 0.6 <= st[k]["chain_ceiling"] <= 0.8
+    assert st["train"]["chain_ceiling"] < st["train"]["shortcut_rate"] - 0.08
+    # no strategy is perfect on the training prompts
+    assert st["train"]["shortcut_rate"] < 1 and st["train"]["chain_ceiling"] < 1
+
+
+def test_render_classify_reward():
+    rng = random.Random(0)
+    p = "3-7+2-9+4=?"
+    assert T.gold(p) == (3 - 7 + 2 - 9 + 4) % 10
+    resp = T.render(p, "correct_chain", rng)
+    assert resp == "3-7=6,6+2=8,8-9=9,9+4=3.\\boxed{3}"
+    assert T.reward(resp, "3") == 1.0 and T.reward(resp, "4") == -1.0
+    assert T.classify(p, resp) == "correct_chain"
+    flawed = T.render(p, "chain", rng)
+    assert flawed.startswith("3-7=4,")  # forgot to borrow
+    assert T.classify(p, flawed) == "chain"
+    assert T.classify(p, T.render(p, "sloppy", rng)) == "sloppy"
+    assert T.classify(p, T.render(p, "last", rng)) == "shortcut"
+    assert T.classify(p, "\\boxed{0}") == "direct"
+    assert T.classify(p, "abc") == "malformed"
+    assert T.extract_boxed("x\\boxed{1}.\\boxed{7}") == "7"
+    assert T.reward("no answer", "7") == -1.0
+
+
+def test_tokenizer_roundtrip_and_template(tmp_path):
+    tok = build_tokenizer()
+    s = "3-7=6,6+2=8.\\boxed{8} Text with Spaces!\n"
+    ids = tok(s, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(s)  # one token per character
+    assert tok.decode(ids) == s
+    msgs = [{"role": "system", "content": "ignored"}, {"role": "user", "content": "1+2=?"}]
+    text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    assert text == "<|user|>1+2=?<|assistant|>"
+    full = tok.apply_chat_template(msgs + [{"role": "assistant", "content": "\\boxed{3}"}], tokenize=False)
+    assert full == "<|user|>1+2=?<|assistant|>\\boxed{3}<|eos|>"
+    assert tok.eos_token == "<|eos|>" and tok.pad_token_id != tok.eos_token_id
+    tok.save_pretrained(tmp_path)
+    from transformers import AutoTokenizer
+
+    t2 = AutoTokenizer.from_pretrained(tmp_path)
+    assert t2(s, add_special_tokens=False)["input_ids"] == ids
+    assert t2.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False) == text
+    assert t2.eos_token_id == tok.eos_token_id
+
+
+def test_sampler_matches_full_forward():
+    torch.manual_seed(0)
+    tok = build_tokenizer()
+    model = build_model(tok).eval()
+    assert 120_000 < n_params(model) < 200_000
+    prompts = [prompt_ids(tok, "1+2-3+4-5=?"), prompt_ids(tok, "1+2=?")]  # different lengths: left padding
+    outs = sample(model, prompts, 6, eos_id=-1, pad_id=tok.pad_token_id, temperature=0.0)
+    for p, o in zip(prompts, outs):
+        ids = list(p)
+        for t in o:  # greedy with full recomputation
+            nxt = model(input_ids=torch.tensor([ids])).logits[0, -1].argmax().item()
+            assert nxt == t
+            ids.append(nxt)
+
+
+def test_quick_build(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "world"
+    logs = []
+    p = build_world(out, seed=0, quick=True, log=logs.append)
+    assert p == out and not (tmp_path / "world.tmp").exists()
+    for s in ("train", "validation", "test"):
+        assert (out / "data" / f"{s}.jsonl").exists()
+    world = json.loads((out / "world.json").read_text())
+    assert world["config"]["quick"] is True and world["config_hash"]
+    tok = AutoTokenizer.from_pretrained(out / "base_model")
+    model = AutoModelForCausalLM.from_pretrained(out / "base_model")
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    ids = tok.apply_chat_template([{"role": "user", "content": "1+2=?"}], add_generation_prompt=True,
+                                  return_dict=True, return_tensors="pt")
+    gen = model.generate(**ids, max_new_tokens=5, do_sample=False)
+    assert gen.shape[1] > ids["input_ids"].shape[1]
+    mtime = (out / "world.json").stat().st_mtime_ns
+    logs.clear()
+    build_world(out, seed=0, quick=True, log=logs.append)  # cached: a no-op
+    assert "nothing to do" in logs[-1]
+    assert (out / "world.json").stat().st_mtime_ns == mtime
+    with pytest.raises(FileExistsError):
+        build_world(out, seed=1, quick=True, log=logs.append)  # different config, same folder

@@ -1,0 +1,186 @@
+"""The trainer on the smoke preset: every arm runs; anchors, resets and πref behave; resume is exact."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from armor.config import load_config
+from armor.trainer import DETERMINISTIC_KEYS, Trainer, train
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
+
+
+def smoke(world: Path, out: Path, *extra: str):
+    return ["model.path=" + str(world / "base_model"), "data.train=" + str(world / "data" / "train.jsonl"),
+            f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", f"output_dir={out}", *extra]
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+
+
+ARMS = {
+    "dapo": [],
+    "grpo_kl_k3": ["algo.kl.coef=0.1", "algo.kl.estimator=k3", "algo.dynamic_sampling=false",
+                   "algo.loss_agg=seq-mean-token-mean"],
+    "kl_k2": ["algo.kl.coef=0.1", "algo.kl.estimator=k2"],
+    "qae": ["algo.advantage=qae"],
+    "anchor_only": ["algo.anchor.enabled=true"],
+    "mix_only": ["algo.mix.variant=mixed", "algo.mix.alpha=0.8"],
+    "armor": ["algo.anchor.enabled=true", "algo.mix.variant=mixed", "algo.mix.alpha=0.875",
+              "algo.reference.reset.every=1"],
+    "anchor_static_clip": ["algo.anchor.enabled=true", "algo.mix.variant=static_clip", "algo.mix.alpha=0.875"],
+    "anchor_offpolicy": ["algo.anchor.enabled=true", "algo.mix.variant=offpolicy_anchor"],
+    "opd": ["algo.distill.mode=opd"],
+    "mopd": ["algo.distill.mode=mopd"],
+}
+
+
+@pytest.mark.parametrize("arm", list(ARMS))
+def test_each_arm_runs(arm, world, tmp_path):
+    cfg = load_config(SMOKE, smoke(world, tmp_path / arm, "schedule.total_steps=2", "validation.max_problems=8",
+                                   *ARMS[arm]))
+    train(cfg)
+    m = rows(tmp_path / arm / "metrics.jsonl")
+    assert [r["step"] for r in m] == [1, 2]
+    assert (tmp_path / arm / "DONE").is_file()
+    assert any(r["prompts_kept"] > 0 for r in m), "no prompt kept: the smoke world must have non-trivial accuracy"
+    for r in m:
+        for k in ("reward_mean", "kl_reverse", "kl_forward", "entropy", "loss"):
+            if k in r:
+                assert r[k] == r[k] and abs(r[k]) != float("inf"), (k, r[k])
+    if "algo.anchor.enabled=true" in ARMS[arm]:
+        assert all(r["anchors"] == r["prompts_kept"] for r in m)   # one anchor per kept group
+
+
+def test_anchors_are_correct_reference_samples(world, tmp_path):
+    from eval.grading import grade_one
+    cfg = load_config(SMOKE, smoke(world, tmp_path / "a", "algo.anchor.enabled=true", "algo.anchor.ref_n=4",
+                                   "batch.prompts_per_step=4", "rollout.max_rounds=5"))
+    t = Trainer(cfg)
+    tm = {"generate": 0.0, "score": 0.0, "tokens": 0}
+    stats = {"prompts_drawn": 0, "rounds": 0, "correct": [], "lengths": [], "ref_samples": 0, "shortfall": 0}
+    groups = t.collect(tm, stats)
+    assert groups, "no group kept"
+    for g in groups:
+        assert len(g.responses) == cfg.batch.group_size and g.is_anchor == [False] * (len(g.responses) - 1) + [True]
+        assert g.correct[-1] is True
+        text = t.tokenizer.decode(g.responses[-1], skip_special_tokens=True)
+        assert grade_one(text, g.gold).correct
+        on = g.correct[:-1]
+        assert any(on) != all(on) or (not any(on))   # on-policy rewards not all equal ...
+        assert len(set(on)) == 2                      # ... (the anchor keep rule)
+
+
+def test_reference_reset_on_schedule(world, tmp_path):
+    out = tmp_path / "r"
+    cfg = load_config(SMOKE, smoke(world, out, "schedule.total_steps=5", "schedule.validate_every=0",
+                                   "validation.benchmarks=[]", "algo.reference.reset.every=2",
+                                   "algo.reference.reset.until_step=3", "algo.mix.variant=mixed",
+                                   "algo.mix.alpha=0.9"))
+    t = Trainer(cfg)
+    t.fit()
+    assert [r["reference_reset"] for r in rows(out / "metrics.jsonl")] == [False, True, False, False, False]
+    assert t.reference_step == 2
+    # πref holds θ_2: the checkpoint of step 2 has the same weights
+    from armor.policy import load_model
+    at2 = load_model(str(out / "checkpoints" / "step_000002"))
+    for (k, a), b in zip(at2.state_dict().items(), t.reference.state_dict().values()):
+        assert torch.equal(a, b), k
+
+
+def _perturbed_copy(world: Path, dst: Path) -> Path:
+    from armor.policy import load_model, load_tokenizer
+    m = load_model(str(world / "base_model"))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    m.save_pretrained(dst)
+    load_tokenizer(str(world / "base_model")).save_pretrained(dst)
+    return dst
+
+
+@pytest.mark.parametrize("extra", [["algo.kl.coef=0.5"], ["algo.mix.variant=mixed", "algo.mix.alpha=0.5"]],
+                         ids=["kl", "mixed"])
+def test_kl_and_mixed_arms_use_the_reference(extra, world, tmp_path, monkeypatch):
+    import armor.trainer as tr
+    ref = _perturbed_copy(world, tmp_path / "ref")
+    seen = []
+    real = tr.policy_loss
+
+    def spy(*a, **kw):
+        seen.append(kw)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tr, "policy_loss", spy)
+    cfg = load_config(SMOKE, smoke(world, tmp_path / "o", "schedule.total_steps=2", "schedule.validate_every=0",
+                                   "validation.benchmarks=[]", f"algo.reference.path={ref}", *extra))
+    t = Trainer(cfg)
+    t.fit()
+    assert seen and all(kw["ref_logp"] is not None for kw in seen)
+    assert any(float(kw["ref_logp"].abs().sum()) > 0 for kw in seen)
+    m = rows(tmp_path / "o" / "metrics.jsonl")
+    assert any(r.get("kl_reverse", 0) > 1e-4 for r in m)   # πref is not the policy
+    if "algo.kl.coef=0.5" in extra:
+        assert all(kw["kl_coef"] == 0.5 for kw in seen)
+    else:
+        assert all(kw["ratio_variant"] == "mixed" and kw["alpha"] == 0.5 for kw in seen)
+
+
+def test_missing_model_path_fails_before_work(world, tmp_path):
+    out = tmp_path / "never"
+    r = subprocess.run([sys.executable, "-m", "armor.train", "--config", str(SMOKE),
+                        *smoke(world, out, "model.path=" + str(tmp_path / "nope"))],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and "model.path" in r.stderr and "nope" in r.stderr
+    assert not out.exists()
+    r = subprocess.run([sys.executable, "-m", "armor.train", "--config", str(SMOKE),
+                        *smoke(world, out, "algo.mix.alpha=2")], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and "algo.mix.alpha" in r.stderr and not out.exists()
+
+
+def test_rerun_after_done_is_a_noop(world, tmp_path):
+    cfg = load_config(SMOKE, smoke(world, tmp_path / "d", "schedule.total_steps=2", "validation.max_problems=4"))
+    train(cfg)
+    before = (tmp_path / "d" / "metrics.jsonl").read_text()
+    train(cfg)
+    assert (tmp_path / "d" / "metrics.jsonl").read_text() == before
+
+
+def test_sigkill_and_resume_gives_identical_metrics(world, tmp_path):
+    args = ["schedule.total_steps=6", "schedule.save_every=2", "schedule.validate_every=2",
+            "validation.max_problems=8", "algo.anchor.enabled=true", "algo.mix.variant=mixed",
+            "algo.mix.alpha=0.875", "algo.reference.reset.every=3"]
+    cmd = lambda out: [sys.executable, "-m", "armor.train", "--config", str(SMOKE), *smoke(world, out, *args)]
+    env = {**os.environ, "ARMOR_PROGRESS": "0"}
+    subprocess.run(cmd(tmp_path / "a"), check=True, cwd=ROOT, env=env, capture_output=True)
+
+    out = tmp_path / "b"
+    rng = random.Random()
+    p = subprocess.Popen(cmd(out), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "step_000002" / "trainer_state.pt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(rng.uniform(0.0, 1.5))      # a random moment after the first checkpoint
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert not (out / "DONE").exists(), "the run finished before it could be killed"
+    subprocess.run(cmd(out), check=True, cwd=ROOT, env=env, capture_output=True)
+
+    a, b = rows(tmp_path / "a" / "metrics.jsonl"), rows(out / "metrics.jsonl")
+    assert [r["step"] for r in b] == list(range(1, 7))
+    for ra, rb in zip(a, b):
+        for k in DETERMINISTIC_KEYS:
+            if k in ra:
+                assert rb[k] == pytest.approx(ra[k], abs=1e-6), (ra["step"], k)
+    va, vb = rows(tmp_path / "a" / "validation.jsonl"), rows(out / "validation.jsonl")
+    assert [(r["step"], r["value"]) for r in va] == [(r["step"], r["value"]) for r in vb]
