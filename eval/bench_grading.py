@@ -8,10 +8,14 @@ unboxed answers. Reports answers/s in-process and with worker processes, separat
 (math-verify) and for integer answers (the fast path, as in RL on DAPO-style/tiny-world answers), and the
 wall-time cost of one pathological answer that hits the timeout (worker alarm, and the parent's kill).
 Target: >= 200 answers/s with 2 workers on the MATH-500-like mix.
+
+Wall-clock rates depend on how loaded the machine is; "answers/CPU-s" (answers per CPU-second used by the
+parent and the workers) does not, and times the number of free cores estimates the unloaded rate.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import re
 import time
@@ -73,53 +77,58 @@ def rate(grader: Grader, responses, golds, repeat: int = 1) -> tuple[float, floa
     return len(responses) * repeat / dt, sum(x.correct for x in v) / len(v)
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=2000, help="responses in the MATH-500-like mix")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--timeout", type=float, default=5.0)
-    args = ap.parse_args(argv)
+def _datasets(n: int):
+    responses, golds = make_responses(n)
+    nonint = [(r, g) for r, g in zip(responses, golds) if not re.fullmatch(r"-?\d+", g)]
+    dapo_like = [(f"{FILLER * 5}so the answer is $\\boxed{{{k + (i % 3 == 0)}}}$.", str(k))
+                 for i, k in enumerate(random.Random(1).choices(range(1000), k=5000))]
+    return {"full mix": (responses, golds),
+            "non-integer golds only": ([r for r, _ in nonint], [g for _, g in nonint]),
+            "integer fast path (DAPO-like)": ([r for r, _ in dapo_like], [g for _, g in dapo_like])}
 
-    responses, golds = make_responses(args.n)
-    is_int = [bool(re.fullmatch(r"-?\d+", g)) for g in golds]
-    nonint = [(r, g) for r, g, k in zip(responses, golds, is_int) if not k]
-    ints = [(r, g) for r, g, k in zip(responses, golds, is_int) if k]
-    print(f"MATH-500-like mix: {len(responses)} responses, {len(nonint)} with non-integer golds "
-          f"({100 * len(nonint) / len(responses):.0f}%), {len(ints)} integer")
-    dapo_like = [(f"{FILLER * 5}so the answer is $\\boxed{{{n + (i % 3 == 0)}}}$.", str(n))
-                 for i, n in enumerate(random.Random(1).choices(range(1000), k=5000))]
 
-    sets = [("full mix", responses, golds),
-            ("non-integer golds only", [r for r, _ in nonint], [x for _, x in nonint]),
-            ("integer fast path (DAPO-like)", [r for r, _ in dapo_like], [x for _, x in dapo_like])]
-    warm_r, warm_g = make_responses(300, seed=99)  # different responses, same distribution
-    for workers in (0, args.workers):
-        label = "in-process" if workers == 0 else f"{workers} workers"
-        for name, rs, gs in sets:
-            for warm in (False, True):
-                if warm and name.startswith("integer"):
-                    continue
-                # a fresh grader per measurement: no caches shared between measurements
-                with Grader(num_workers=workers, timeout_s=args.timeout) as g:
-                    t0 = time.perf_counter()
-                    g.grade(["\\boxed{\\frac{1}{3}}"], ["2/6"])  # start the workers (not timed)
-                    if warm:
-                        g.grade(warm_r, warm_g)  # steady state of a long-lived grader (not timed)
-                    prep = time.perf_counter() - t0
-                    s0 = dict(g.stats)
-                    r, acc = rate(g, rs, gs)
-                    d = {k: g.stats[k] - s0[k] for k in g.stats}
-                    state = "warm" if warm else "cold"
-                    print(f"[{label:>10}] {name:<30} {state}  {len(rs):5d} answers {r:9.1f} answers/s  "
-                          f"accuracy {acc:.3f}  (decided in parent {d['parent']}, math-verify {d['pool']} "
-                          f"unique, timeouts {d['timeouts']}; setup {prep:.1f}s)")
+def _measure(n: int, workers: int, timeout: float, name: str, warm: bool) -> dict:
+    """One measurement, meant to run in a fresh process (no parse caches shared between measurements)."""
+    rs, gs = _datasets(n)[name]
+    with Grader(num_workers=workers, timeout_s=timeout) as g:
+        t0 = time.perf_counter()
+        g.grade(["\\boxed{2\\sqrt{3}}"], ["\\sqrt{12}"])  # start the workers / import math-verify (not timed)
+        if warm:
+            wr, wg = make_responses(300, seed=99)  # other responses, same distribution (not timed)
+            g.grade(wr, wg)
+        setup = time.perf_counter() - t0
+        s0 = dict(g.stats)
+        pids = [os.getpid()] + [w.proc.pid for w in g._workers]
+        c0 = _cpu_seconds(pids)
+        r, acc = rate(g, rs, gs)
+        c1 = _cpu_seconds(pids)
+        d = {k: g.stats[k] - s0[k] for k in g.stats}
+    cpu = (c1 - c0) if (c0 is not None and c1 is not None) else None
+    return {"rate": r, "acc": acc, "n": len(rs), "parent": d["parent"], "pool": d["pool"],
+            "timeouts": d["timeouts"], "setup": setup, "cpu": cpu}
 
-    # cost of one timeout: a batch of 200 ordinary answers with and without one pathological string
-    base_r, base_g = [r for r, _ in nonint[:200]], [x for _, x in nonint[:200]]
+
+def _cpu_seconds(pids) -> float | None:
+    """User+system CPU seconds of these processes (Linux /proc; None elsewhere)."""
+    try:
+        tck = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / tck
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _timeout_cost(n: int, workers: int) -> None:
+    rs, gs = _datasets(n)["non-integer golds only"]
+    base_r, base_g = rs[:200], gs[:200]
     bad = "\\boxed{10^{10^{10^{10}}}}"
+    timeout = 1.0
     for soft, label in ((True, "worker alarm"), (False, "parent kill + respawn")):
-        timeout = 1.0
-        with Grader(num_workers=args.workers, timeout_s=timeout, soft_timeout=soft) as g:
+        with Grader(num_workers=workers, timeout_s=timeout, soft_timeout=soft) as g:
             g.grade(base_r, base_g)  # warm: the timed batches below hit the same caches
             t = time.perf_counter()
             g.grade(base_r, base_g)
@@ -127,9 +136,53 @@ def main(argv=None) -> None:
             t = time.perf_counter()
             v = g.grade(base_r + [bad], base_g + ["5"])
             t_bad = time.perf_counter() - t
-            print(f"timeout cost ({label}, timeout_s={timeout}): one pathological answer adds "
-                  f"{t_bad - t_base:+.2f}s wall to a 200-answer batch (verdict reason: {v[-1].reason}; "
-                  f"kills={g.stats['kills']}, respawns={g.stats['respawns']})")
+            print(f"timeout cost ({label}, timeout_s={timeout}, {workers} workers): one pathological answer "
+                  f"adds {t_bad - t_base:+.2f}s wall to a 200-answer batch ({t_base:.2f}s -> {t_bad:.2f}s; "
+                  f"verdict reason: {v[-1].reason}; kills={g.stats['kills']}, respawns={g.stats['respawns']})",
+                  flush=True)
+
+
+def main(argv=None) -> None:
+    import json
+    import subprocess
+    import sys
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=2000, help="responses in the MATH-500-like mix")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=5.0)
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: "workers|name|warm" -> one JSON line
+    args = ap.parse_args(argv)
+
+    if args.one:
+        w, name, warm = args.one.split("|")
+        print(json.dumps(_measure(args.n, int(w), args.timeout, name, warm == "1")))
+        return
+
+    data = _datasets(args.n)
+    rs, gs = data["full mix"]
+    n_int = sum(bool(re.fullmatch(r"-?\d+", g)) for g in gs)
+    print(f"MATH-500-like mix: {len(rs)} responses; golds: {len(rs) - n_int} non-integer "
+          f"({100 * (len(rs) - n_int) / len(rs):.0f}%), {n_int} integer; cpus: {os.cpu_count()}, "
+          f"load average: {os.getloadavg()[0]:.1f}", flush=True)
+    for workers in (0, args.workers):
+        label = "in-process" if workers == 0 else f"{workers} workers"
+        for name in data:
+            for warm in (False, True):
+                if warm and name.startswith("integer"):
+                    continue
+                out = subprocess.run([sys.executable, "-m", "eval.bench_grading", "--n", str(args.n),
+                                      "--timeout", str(args.timeout), "--one", f"{workers}|{name}|{int(warm)}"],
+                                     capture_output=True, text=True, check=True)
+                m = json.loads(out.stdout.strip().splitlines()[-1])
+                # answers per CPU-second of all grading processes: what an unloaded machine gives per core
+                per_cpu = f"{m['n'] / m['cpu']:9.1f}" if m["cpu"] else "      n/a"
+                print(f"[{label:>10}] {name:<30} {'warm' if warm else 'cold'}  {m['n']:5d} answers "
+                      f"{m['rate']:9.1f} answers/s wall, {per_cpu} answers/CPU-s  accuracy {m['acc']:.3f}  "
+                      f"(decided in parent {m['parent']}, math-verify {m['pool']} unique, "
+                      f"timeouts {m['timeouts']}; setup {m['setup']:.1f}s)", flush=True)
+    _timeout_cost(args.n, args.workers)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

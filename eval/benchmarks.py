@@ -228,9 +228,9 @@ def report_name(name: str, source: str = "auto") -> str:
 # loading
 # --------------------------------------------------------------------------------------------------
 def _source_kind(spec: BenchmarkSpec, source: str) -> str:
-    if source == "auto":
+    if source == "auto":  # the local copy if it exists (or if there is no hub alternative), else the hub
         lp = spec.local_path()
-        return "local" if lp is not None and lp.exists() else "hub"
+        return "local" if lp is not None and (lp.exists() or not spec.hf_id) else "hub"
     if source in ("local", "hub"):
         return source
     return "path"

@@ -7,11 +7,15 @@ Protocol (recorded; changing it changes every number):
   run on the extracted answer wrapped as ``$...$``, never on the raw response (its lenient fallback would
   accept an unboxed number anywhere in the text).
 * ``mode="answer_line"`` is DAPO's format: the last match of ``(?i)Answer\\s*:\\s*([^\\n]+)`` (DAPO's regex;
-  unlike DAPO we do not first cut the response to its last 300 characters). ``"boxed_or_answer_line"``
-  takes the last box if there is one, else the answer line.
-* Math golds are parsed as ``$gold$`` and compared with ``math_verify.verify(gold, pred)``. When both the
-  extracted answer and the gold are plain integers (``-?\\d+``) they are compared as integers without
-  math-verify (same result, ~100x faster).
+  unlike DAPO we do not first cut the response to its last 300 characters, and we compare with math-verify
+  where DAPO compares normalized strings -- the same verdicts for DAPO-Math-17k, whose answers are all
+  integers). ``"boxed_or_answer_line"`` takes the last box if there is one, else the answer line.
+* Math golds are parsed as ``$gold$`` and compared with ``math_verify.verify(gold, pred)``. Shortcuts decided
+  in the parent without math-verify, with math-verify's verdict (see ``_cheap_compare``; a test checks the
+  agreement): both plain integers (``-?\\d+``) -> integer comparison (~1000x faster; RL on integer answers
+  never reaches math-verify); identical up to ``\\left``/``\\right``, spacing and ``\\dfrac`` -> correct;
+  ``x = <rhs>`` against a gold without ``=`` -> the rhs is compared; both plain numbers (integers, decimals,
+  integer fractions) -> exact, or after rounding to 6 decimals when a decimal is involved.
 * Multi-answer golds (OlympiadBench lists, or a ``list[str]`` gold) are joined with ``", "`` after removing
   ``$`` delimiters: math-verify parses ``a, b`` as the set {a, b}, so a prediction is correct iff it
   verifies against the whole set (order-free); giving only one of several answers is wrong.
@@ -27,7 +31,11 @@ the caller's ``__main__`` is never re-imported and needs no guard). Each worker 
 exceeds ``timeout_s + kill_grace_s`` (e.g. stuck inside one C call), respawns it and marks that item
 ``"timeout"``. Workers run under an address-space limit (``max_memory_mb``), so a huge allocation becomes a
 ``MemoryError`` (reason ``"error"``) instead of swapping the machine. Grading never raises on any response
-string; it raises ``ValueError`` only for caller bugs (length mismatch, unknown mode / answer type).
+string; it raises ``ValueError`` only for caller bugs (length mismatch, unknown mode / answer type, a gold
+that is not a string/number/list, a multiple-choice gold that is not a letter).
+
+Throughput (``python -m eval.bench_grading``): see the report in that module's output; integers are graded in
+the parent at tens of thousands per second, LaTeX answers cost math-verify ~5-50 ms each (antlr parsing).
 """
 from __future__ import annotations
 
@@ -42,7 +50,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Sequence
+from typing import Sequence
 
 __all__ = [
     "Verdict", "REASONS", "MODES", "ANSWER_TYPES",
@@ -236,29 +244,41 @@ def _canon(s: str) -> str:
     return _LOOSE_SPACE_RE.sub("", _WS_RE.sub(" ", s)).strip()
 
 
-_RATIONAL_RES = (
-    re.compile(r"(-?)(\d{1,60})"),
-    re.compile(r"(-?)\\frac\{(-?\d{1,60})\}\{(\d{1,60})\}"),
-    re.compile(r"(-?)\\frac(\d)(\d)"),
-    re.compile(r"(-?)(\d{1,60})/(\d{1,60})"),
-)
+_NUMBER_RE = re.compile(
+    r"(?P<sign>-?)(?:(?P<int>\d{1,60})|(?P<dec>\d{0,60}\.\d{1,60})"
+    r"|\\frac\{(?P<fn>-?\d{1,60})\}\{(?P<fd>\d{1,60})\}|\\frac(?P<sn>\d)(?P<sd>\d)|(?P<n>\d{1,60})/(?P<d>\d{1,60}))")
 
 
-def _as_rational(s: str):
-    """Fraction for an integer or an integer fraction (``-\\frac{a}{b}``, ``\\frac12``, ``a/b``), else None."""
+def _as_number(s: str):
+    """(Fraction, is_decimal) for an integer, a plain decimal, or an integer fraction (``-\\frac{a}{b}``,
+    ``\\frac12``, ``a/b``); None for anything else (including a zero denominator)."""
     from fractions import Fraction
 
-    for rx in _RATIONAL_RES:
-        m = rx.fullmatch(s)
-        if m:
-            sign = -1 if m.group(1) else 1
-            if rx.groups == 2:
-                return sign * Fraction(int(m.group(2)))
-            den = int(m.group(3))
-            if den == 0:
-                return None
-            return sign * Fraction(int(m.group(2)), den)
-    return None
+    m = _NUMBER_RE.fullmatch(s)
+    if not m:
+        return None
+    sign = -1 if m.group("sign") else 1
+    if m.group("int") is not None:
+        return sign * Fraction(int(m.group("int"))), False
+    if m.group("dec") is not None:
+        return sign * Fraction(m.group("dec")), True
+    num, den = ((m.group("fn"), m.group("fd")) if m.group("fn") is not None else
+                (m.group("sn"), m.group("sd")) if m.group("sn") is not None else (m.group("n"), m.group("d")))
+    if int(den) == 0:
+        return None
+    return sign * Fraction(int(num), int(den)), False
+
+
+def _numbers_equal(a, b, float_rounding: int = 6) -> bool:
+    """math-verify's rule for two numbers: if either is a decimal, compare after rounding to 6 decimals,
+    else compare exactly."""
+    (x, xdec), (y, ydec) = a, b
+    if xdec or ydec:
+        return round(x, float_rounding) == round(y, float_rounding)
+    return x == y
+
+
+_ASSIGN_RE = re.compile(r"[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?=(?P<rhs>[^=<>]+)")
 
 
 def _cheap_compare(extracted: str, gold: str) -> bool | None:
@@ -266,8 +286,9 @@ def _cheap_compare(extracted: str, gold: str) -> bool | None:
 
     * both plain integers: integer comparison (same result as math-verify);
     * identical after ``_canon``: correct (math-verify's string comparison / normalization accepts these);
-    * both integers or integer fractions: exact rational comparison (math-verify compares numbers after
-      rounding to 6 decimals, so it could also accept rationals differing by < 1e-6; we do not).
+    * an assignment ``x = <rhs>`` against a gold without ``=``: the rhs is compared (as math-verify does);
+    * both plain numbers (integers, decimals, integer fractions): math-verify's numeric rule (exact for
+      rationals, equality after rounding to 6 decimals when a decimal is involved).
     """
     fast = _int_fast_path(extracted, gold)
     if fast is not None:
@@ -277,9 +298,15 @@ def _cheap_compare(extracted: str, gold: str) -> bool | None:
     ce, cg = _canon(extracted), _canon(gold)
     if ce == cg and ce:
         return True
-    re_, rg = _as_rational(ce), _as_rational(cg)
-    if re_ is not None and rg is not None:
-        return re_ == rg
+    if "=" not in cg:  # "x = 5" against a gold that is not an equation: math-verify compares the rhs
+        m = _ASSIGN_RE.fullmatch(ce)
+        if m:
+            ce = m.group("rhs")
+            if ce == cg:
+                return True
+    ne, ng = _as_number(ce), _as_number(cg)
+    if ne is not None and ng is not None:
+        return _numbers_equal(ne, ng)
     return None
 
 
@@ -339,6 +366,12 @@ def _parse_gold(gold: str):
     return parse(f"${gold}$", extraction_config=cfg, parsing_timeout=None)
 
 
+@lru_cache(maxsize=8192)
+def _parse_pred(answer: str):
+    parse, _, cfg = _mv()
+    return parse(f"${answer}$", extraction_config=cfg, parsing_timeout=None)
+
+
 def _grade_extracted(extracted: str, gold: str, answer_type: str) -> tuple[bool, str]:
     """(correct, reason) for an already-extracted, already-cleaned answer and a normalized gold."""
     if answer_type == "mc":
@@ -348,11 +381,16 @@ def _grade_extracted(extracted: str, gold: str, answer_type: str) -> tuple[bool,
     fast = _cheap_compare(extracted, gold)
     if fast is not None:
         return fast, "ok"
-    parse, verify, cfg = _mv()
+    return _math_verify(extracted, gold)
+
+
+def _math_verify(extracted: str, gold: str) -> tuple[bool, str]:
+    """math-verify alone (no shortcuts): parse ``$gold$`` and ``$extracted$``, then verify(gold, pred)."""
+    _, verify, _ = _mv()
     g = _parse_gold(gold)
     if not g:
         return False, "error"
-    p = parse(f"${extracted}$", extraction_config=cfg, parsing_timeout=None)
+    p = _parse_pred(extracted)
     if not p:
         return False, "ok"
     return bool(verify(g, p, timeout_seconds=None)), "ok"
@@ -413,6 +451,8 @@ def _prepare(response, gold, answer_type: str, mode: str, max_answer_chars: int)
     if mode not in MODES:
         raise ValueError(f"unknown extraction mode {mode!r}; expected one of {MODES}")
     gold_n = normalize_gold(gold)
+    if answer_type == "mc" and mc_letter(gold_n) is None:
+        raise ValueError(f"multiple-choice gold must be an option letter A-J, got {gold!r}")
     if not isinstance(response, str):
         return Verdict(False, None, "error"), None
     try:
@@ -597,7 +637,10 @@ class Grader:
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._closed = False
-        self.stats = {"items": 0, "parent": 0, "pool": 0, "timeouts": 0, "kills": 0, "respawns": 0}
+        #: counters: items graded, decided in the parent, sent to math-verify (unique), timeouts, worker kills
+        #: and respawns, and the longest time one item took in a worker as seen by the parent (seconds)
+        self.stats = {"items": 0, "parent": 0, "pool": 0, "timeouts": 0, "kills": 0, "respawns": 0,
+                      "max_item_s": 0.0}
 
     # -- lifecycle --------------------------------------------------------------------------------
     @property
@@ -711,12 +754,28 @@ class Grader:
         return out  # type: ignore[return-value]
 
     def _grade_pool(self, tasks: list[tuple[str, str, str]]) -> list[tuple[bool, str]]:
-        from multiprocessing.connection import wait
-
         results: list[tuple[bool, str] | None] = [None] * len(tasks)
         pending = deque(range(len(tasks)))
+        for idx, w in enumerate(self._workers):
+            if w.chunk is not None or w.proc.poll() is not None:  # left over from an interrupted call, or dead
+                self._stop_worker(w)
+                self._workers[idx] = self._spawn()
+                self.stats["respawns"] += 1
         while len(self._workers) < self.num_workers:
             self._workers.append(self._spawn())
+        try:
+            return self._pool_loop(tasks, results, pending)
+        except BaseException:
+            # interrupted (Ctrl-C) or failed: workers with work in flight would answer stale items later
+            busy = [w for w in self._workers if w.chunk is not None]
+            for w in busy:
+                self._stop_worker(w)
+            self._workers = [w for w in self._workers if w.chunk is None]  # refilled by the next call
+            raise
+
+    def _pool_loop(self, tasks, results, pending) -> list[tuple[bool, str]]:
+        from multiprocessing.connection import wait
+
         # chunk so that every worker gets several chunks (load balance), capped by chunk_size
         cs = max(1, min(self.chunk_size, math.ceil(len(tasks) / (4 * self.num_workers))))
         hard = self.timeout_s + self.kill_grace_s
@@ -778,7 +837,9 @@ class Grader:
                                 results[iid] = (bool(ok), reason)
                                 remaining -= 1
                                 w.pos += 1
-                                w.t_last = time.monotonic()
+                                t_now = time.monotonic()
+                                self.stats["max_item_s"] = max(self.stats["max_item_s"], t_now - w.t_last)
+                                w.t_last = t_now
                                 if w.pos >= len(w.chunk):
                                     w.chunk = None
                         if not conn.poll():
@@ -796,6 +857,7 @@ class Grader:
                     if w.conn.poll():
                         continue  # a result arrived meanwhile; read it next round
                     self.stats["kills"] += 1
+                    self.stats["max_item_s"] = max(self.stats["max_item_s"], now - w.t_last)
                     replace(idx, "timeout")
                 elif not w.ready and now - w.t_spawn > self.startup_timeout_s:
                     startup_failures += 1

@@ -69,8 +69,9 @@ def main(argv=None) -> int:
         if len(presets) > 1:
             print("--report needs one preset (--preset)", file=sys.stderr)
             return 2
+        runs = a.runs or next((c.runs_dir for c in all_ctxs if c.preset == presets[0]), None)
         p = write_report(results, a.report, presets[0], a.command, _seeds(a.seeds), a.wall_time_s,
-                         figures_dir=out, runs_dir=a.runs)
+                         figures_dir=out, runs_dir=runs)
         print(f"report: {p}")
     return 0
 

@@ -30,6 +30,7 @@ PALETTE = ["C1", "C4", "C6", "C8", "C9", "C5", "C2", "C3", "C0"]  # tab10 withou
 CONTEXT_COLOR = "0.7"
 MISSING_COLOR = "tab:red"
 DPI = 110
+LEGEND_INSIDE_MAX = 7
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -80,7 +81,10 @@ def _finish(ax, ylabel: str, title: str) -> None:
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
+    n = len(ax.get_legend_handles_labels()[0])
+    if n > LEGEND_INSIDE_MAX:  # many series / paper marks: keep the curves visible
+        ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    elif n:
         ax.legend(fontsize=6.5, loc="best", framealpha=0.75)
 
 

@@ -231,6 +231,8 @@ class Launcher:
         self._log = log or (lambda s: print(s, flush=True))
         self._bar = None
         self._registry: dict = {}
+        self._completed_seen: dict[str, float] = {}
+        self.marker_grace_s = 60.0
 
     # ----------------------------------------------------------------------------------- bookkeeping
     def job_dir(self, key: str) -> Path:
@@ -281,8 +283,10 @@ class Launcher:
         return out
 
     # ---------------------------------------------------------------------------------------- states
-    def job_state(self, job: Job, sched: Optional[dict] = None) -> tuple[str, str]:
-        """(state, detail) of one job now. `sched`: SLURM id -> (STATE, reason), if already queried."""
+    def job_state(self, job: Job, sched: Optional[dict] = None, just_ended: bool = False) -> tuple[str, str]:
+        """(state, detail) of one job now. `sched`: SLURM id -> (STATE, reason), if already queried.
+        `just_ended`: the job ended during this driver run (a finished job without outputs is then a
+        failure; found later, it is out of date: its inputs changed since, so it runs again)."""
         if job.is_done():
             return DONE, "outputs exist"
         rec = self._registry.get(job.key)
@@ -292,7 +296,9 @@ class Launcher:
         if "finished" in m:
             if job.done is None:
                 return DONE, "finished"
-            return FAILED, "exited 0 but its outputs are missing"
+            if just_ended or rec.get("state") in ACTIVE:
+                return FAILED, "exited 0 but its outputs are missing"
+            return TODO, "finished earlier; outputs missing or out of date"
         end = m.get("failed") or m.get("interrupted")
         if rec.get("backend") == "slurm":
             jid = rec.get("job_id")
@@ -307,7 +313,10 @@ class Launcher:
                     return QUEUED, f"slurm {jid} {st}" + (f" ({reason})" if reason and reason != "None" else "")
                 if st in _SLURM_RUNNING:
                     return RUNNING, f"slurm {jid} {st}"
-                if st == "COMPLETED":
+                if st == "COMPLETED":  # the marker may lag on a network file system: wait a little
+                    first = self._completed_seen.setdefault(job.key, time.time())
+                    if time.time() - first < self.marker_grace_s:
+                        return RUNNING, f"slurm {jid} COMPLETED, waiting for its finished marker"
                     return FAILED, f"slurm {jid} COMPLETED without a finished marker"
                 return FAILED, f"slurm {jid} {st}" + (f", exit {end.get('rc')}" if end else "")
             if end:
@@ -424,7 +433,7 @@ class Launcher:
                     if p is None and self.job_state(by_key[key], {})[0] == RUNNING:
                         continue
                     del procs[key]
-                    st, detail = self.job_state(by_key[key], {})
+                    st, detail = self.job_state(by_key[key], {}, just_ended=True)
                     if st in (RUNNING, TODO):
                         st, detail = FAILED, detail or "the job wrapper exited without an end marker"
                     if st != DONE and tries.get(key, 0) <= self.retries:

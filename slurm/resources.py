@@ -50,13 +50,13 @@ class Resources:
         return self.nodes * max(1, self.gpus_per_node)
 
     def short(self) -> str:
-        """One line for plans: `16x8gpu 64cpu 0GB 24h00 p=gpu`."""
-        gpu = f"x{self.gpus_per_node}gpu" if self.gpus_per_node else ""
+        """One line for plans: `16x8gpu 64cpu 24h00 p=gpu` (nodes x GPUs per node), `1node 1cpu 2GB 0h10`."""
+        where = f"{self.nodes}x{self.gpus_per_node}gpu" if self.gpus_per_node else f"{self.nodes}node"
         mem = f" {self.mem_gb:g}GB" if self.mem_gb is not None else ""
         h, m = divmod(self.time_min, 60)
-        where = "".join(f" {k[0]}={getattr(self, k)}" for k in ("partition", "account", "qos")
-                        if getattr(self, k))
-        return f"{self.nodes}node{gpu} {self.cpus_per_task}cpu{mem} {h}h{m:02d}{where}"
+        opts = "".join(f" {k[0]}={getattr(self, k)}" for k in ("partition", "account", "qos")
+                       if getattr(self, k))
+        return f"{where} {self.cpus_per_task}cpu{mem} {h}h{m:02d}{opts}"
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -42,5 +42,10 @@ os.environ.setdefault("ARMOR_PROGRESS", "0")
 def world() -> Path:
     """The tiny world built with --quick: same code path as the real one, a seconds-long SFT."""
     from reproduce.toy.build import build_world
+    import shutil
     out = Path(os.environ.get("ARMOR_TEST_WORLD", ROOT / "runs" / "_cache" / "world_quick"))
-    return Path(build_world(out, seed=0, quick=True, log=lambda *a, **k: None))
+    try:
+        return Path(build_world(out, seed=0, quick=True, log=lambda *a, **k: None))
+    except FileExistsError:   # a cache left by an older world definition: it is only a cache, rebuild it
+        shutil.rmtree(out)
+        return Path(build_world(out, seed=0, quick=True, log=lambda *a, **k: None))

@@ -17,6 +17,7 @@ class ModelConfig:
     intermediate_size: int = 192
     max_position_embeddings: int = 128
     rope_theta: float = 10000.0
+    initializer_range: float = 0.02
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -33,6 +34,7 @@ def build_model(tok, cfg: ModelConfig = ModelConfig(), seed: int = 0) -> Qwen2Fo
         max_position_embeddings=cfg.max_position_embeddings,
         rope_theta=cfg.rope_theta,
         tie_word_embeddings=True,
+        initializer_range=cfg.initializer_range,
         use_sliding_window=False,
         pad_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id,

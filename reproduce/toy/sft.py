@@ -24,6 +24,7 @@ class SFTConfig:
     warmup: int = 30
     weight_decay: float = 0.0
     grad_clip: float = 1.0
+    beta2: float = 0.98
     threads: int = 1  # fixed for determinism (bit-identical results need the same count)
 
     def to_dict(self) -> dict:
@@ -75,7 +76,7 @@ def sft(model, tok, task_cfg: T.TaskConfig, cfg: SFTConfig, seed: int = 0, exclu
     try:
         torch.manual_seed(seed)
         rng = random.Random(f"toy-sft-{seed}")
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, cfg.beta2))
 
         def lr_at(step):
             if step < cfg.warmup:

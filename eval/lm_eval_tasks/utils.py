@@ -1,0 +1,123 @@
+"""lm-evaluation-harness (0.4.x) glue for the ARMOR benchmarks: the same problems, gold answers, prompts and
+grader as ``python -m eval.evaluate``.
+
+* Docs come from ``eval.benchmarks.load_benchmark`` (``custom_dataset: !function utils.load_docs``; the
+  YAML's ``dataset_kwargs`` name the benchmark), so gold extraction/normalization and row validation are
+  eval.benchmarks'. Each doc carries ``armor_system`` / ``armor_user``: the messages of
+  ``eval.benchmarks.build_messages(problem, template)``. The task YAML uses ``description: armor_system``
+  (lm-eval turns the description into the system message under ``--apply_chat_template``) and
+  ``doc_to_text: armor_user``, so with ``--apply_chat_template`` the model sees exactly
+  ``tokenizer.apply_chat_template(build_messages(...), add_generation_prompt=True)``, as in eval.evaluate.
+* ``process_results`` grades the k responses of a doc with ``eval.grading.Grader`` (extraction mode
+  ``eval.benchmarks.default_mode(template)``) and returns avg@k, pass@j (unbiased estimator) and maj@k.
+  The task keeps all k responses through the ``take_first_k`` filter (lm-eval's default filter keeps only
+  the first of ``repeats``); a doc with a different number of responses is an error, not a silent avg@1.
+* ``until: []`` (only the model's EOS stops generation; lm-eval's default would stop at the first blank
+  line), ``top_k: 0`` (HF's generate otherwise applies top_k=50; eval.evaluate does not).
+
+Options (lm-eval ``--metadata '{"template": "dapo", "data_file": "..."}'``, passed to ``load_docs``):
+``template`` (prompt template, default: the benchmark's / the toy protocol's ``plain``), ``data_file`` (read
+the benchmark from this file instead of the shipped copy). The tiny world's test split (task
+``armor_toy_test``) is read from, in order: ``data_file``, the ``ARMOR_TOY_DATA`` environment variable,
+``<repo>/runs/tiny/world/data/test.jsonl``. Environment: ``ARMOR_GRADER_WORKERS`` (math-verify worker
+processes, default 1).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+try:
+    import eval.benchmarks  # noqa: F401
+except ImportError:  # pragma: no cover - the repo is not installed in this environment
+    sys.path.insert(0, str(REPO_ROOT))
+
+from eval.benchmarks import build_messages, default_mode, load_benchmark, register_jsonl  # noqa: E402
+from eval.metrics import maj_at_k, pass_at_k  # noqa: E402
+
+TOY_DEFAULT = REPO_ROOT / "runs" / "tiny" / "world" / "data" / "test.jsonl"
+TOY_BENCHMARKS = {"toy_test": "test", "toy_validation": "validation"}
+
+
+def toy_data_file(benchmark: str = "toy_test", data_file: str | None = None) -> Path:
+    """The tiny world's split file: data_file, else $ARMOR_TOY_DATA, else runs/tiny/world/data/<split>.jsonl."""
+    if data_file:
+        return Path(data_file).expanduser()
+    env = os.environ.get("ARMOR_TOY_DATA")
+    if env:
+        return Path(env).expanduser()
+    return REPO_ROOT / "runs" / "tiny" / "world" / "data" / f"{TOY_BENCHMARKS[benchmark]}.jsonl"
+
+
+def _system_user(messages: list[dict]) -> tuple[str, str]:
+    system = "".join(m["content"] for m in messages if m["role"] == "system")
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    if len(users) != 1 or any(m["role"] not in ("system", "user") for m in messages):
+        raise ValueError(f"unsupported message layout for lm-eval: {[m['role'] for m in messages]}")
+    return system, users[0]
+
+
+def docs(benchmark: str, samples: int, pass_ks=(), default_template: str | None = None,
+         template: str | None = None, data_file: str | None = None, limit: int | None = None) -> list[dict]:
+    """The docs of one benchmark (a list of dicts; see the module docstring)."""
+    if benchmark in TOY_BENCHMARKS:
+        path = toy_data_file(benchmark, data_file)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{benchmark}: data file not found: {path} (build the tiny world, or set ARMOR_TOY_DATA=<path> or "
+                f"lm-eval --metadata '{{\"data_file\": \"<path>\"}}')")
+        register_jsonl(benchmark, path)
+        data = load_benchmark(benchmark, limit=limit)
+    else:
+        data = load_benchmark(benchmark, source=data_file or "local", limit=limit)
+    tmpl = template or default_template or data.spec.template
+    mode = default_mode(tmpl)
+    out = []
+    for p in data:
+        system, user = _system_user(build_messages(p, tmpl))
+        out.append({"armor_index": p.index, "armor_benchmark": data.report_name, "armor_problem": p.problem,
+                    "armor_gold": p.gold, "armor_answer_type": p.answer_type, "armor_template": tmpl,
+                    "armor_mode": mode, "armor_system": system, "armor_user": user, "armor_k": int(samples),
+                    "armor_pass_ks": [int(j) for j in pass_ks]})
+    return out
+
+
+def load_docs(benchmark: str, samples: int, pass_ks=(), default_template: str | None = None,
+              template: str | None = None, data_file: str | None = None, **_ignored):
+    """``custom_dataset`` entry point: {"test": datasets.Dataset} (extra lm-eval metadata keys are ignored)."""
+    import datasets
+    rows = docs(benchmark, samples, pass_ks, default_template, template, data_file)
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+
+
+
+def _grader(mode: str):
+    from eval.grading import get_grader
+    workers = int(os.environ.get("ARMOR_GRADER_WORKERS", "1"))
+    return get_grader(num_workers=workers, timeout_s=5.0, mode=mode)
+
+
+def grade(doc: dict, responses: list[str]) -> list:
+    """Verdicts (eval.grading.Verdict) of the responses to one doc."""
+    return _grader(doc["armor_mode"]).grade(list(responses), [doc["armor_gold"]] * len(responses),
+                                            doc["armor_answer_type"])
+
+
+def process_results(doc: dict, results: list) -> dict:
+    """avg@k, pass@j, maj@k of one doc from its k responses (``results`` = [the filtered responses])."""
+    responses = results[0] if results and isinstance(results[0], (list, tuple)) else results
+    k = int(doc["armor_k"])
+    if len(responses) != k:
+        raise ValueError(f"{doc.get('armor_benchmark')} doc {doc.get('armor_index')}: got {len(responses)} responses, "
+                         f"expected {k} (the task needs repeats: {k} and a take_first_k filter with k: {k})")
+    verdicts = grade(doc, responses)
+    correct = [bool(v.correct) for v in verdicts]
+    c = sum(correct)
+    out = {f"avg@{k}": c / k}
+    for j in doc["armor_pass_ks"]:
+        out[f"pass@{j}"] = pass_at_k(k, c, int(j))
+    answers = [(v.extracted or "").strip() or None for v in verdicts]
+    out[f"maj@{k}"] = maj_at_k([answers], [correct], k)
+    return out

@@ -1,0 +1,166 @@
+"""The driver: plan -> submit/run -> wait -> collect -> figures + report, idempotent.
+
+    python reproduce/run_all.py                                  # the tiny preset on this machine
+    python reproduce/run_all.py --preset smoke --cluster local   # the seconds-long smoke protocol
+    python reproduce/run_all.py --preset qwen25-math-7b --cluster slurm --partition gpu --account X
+    python reproduce/run_all.py --preset qwen3-8b-base --dry-run # the plan, without GPUs or weights
+    python reproduce/run_all.py --preset tiny --only fig4,table1 # only these items (and what they need)
+    python reproduce/run_all.py --preset tiny --status           # what is done / queued / running
+
+The DAG (reproduce/experiments.py): world build (toy presets) -> stage-1 baselines -> select θ* ->
+stage-2 arms -> evaluate (job array) -> runs/<preset>/results.parquet -> figures + REPRODUCTION.md.
+Reruns skip finished units (DONE markers, outputs) and never resubmit a queued or running job, so after an
+interruption (Ctrl-C, SIGKILL, a lost SSH session) rerunning the same command resumes. Bookkeeping and
+per-job logs: runs/<preset>/_jobs/<job key>/ (log.out, log.err); `python -m slurm.launcher status
+runs/<preset>` lists the recorded jobs, `python -m slurm.launcher cancel runs/<preset>` cancels them.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # `python reproduce/run_all.py` from anywhere
+    sys.path.insert(0, str(REPO_ROOT))
+
+from reproduce.experiments import (ExperimentError, build_arms, build_jobs, figure_arms, fixed_peak,  # noqa: E402
+                                   load_preset, missing_entry_points, parse_only, preset_root, read_peak)
+from slurm.launcher import ACTIVE, DONE, Launcher, LauncherError, topo_order  # noqa: E402
+from slurm.resources import ResourceError, load_resources  # noqa: E402
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python reproduce/run_all.py", description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.split("\n")[2:]))
+    ap.add_argument("--preset", default="tiny", help="name in reproduce/presets/ or a YAML path (default: tiny)")
+    ap.add_argument("--cluster", default="auto", choices=["local", "slurm", "auto"],
+                    help="auto: slurm when sbatch is on PATH and the scheduler answers, else local")
+    ap.add_argument("--only", help="comma-separated figures/tables, e.g. fig1,fig4,table1 (default: all the "
+                                   "preset has numbers for)")
+    ap.add_argument("--seeds", help="comma-separated seeds (default: protocol.seeds)")
+    ap.add_argument("--root", default=None, help="runs folder (default: <repo>/runs)")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    ap.add_argument("--status", action="store_true", help="print each job's state and exit")
+    ap.add_argument("--no-wait", action="store_true", help="slurm: submit and exit (rerun later to follow)")
+    ap.add_argument("--workers", type=int, default=None, help="local: jobs at once (default: CPU cores)")
+    ap.add_argument("--poll", type=float, default=None, help="seconds between state checks")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = ap.add_argument_group("resources (override the preset's protocol; see slurm/resources.py)")
+    g.add_argument("--resources", help="YAML file with per-kind resources and cluster options")
+    g.add_argument("--partition")
+    g.add_argument("--account")
+    g.add_argument("--qos")
+    g.add_argument("--constraint")
+    g.add_argument("--nodes", type=int, help="training nodes per run (default: protocol.nodes)")
+    g.add_argument("--gpus-per-node", type=int, help="training GPUs per node (default: protocol.gpus_per_node)")
+    g.add_argument("--time-min", type=int, help="training time limit per job, minutes (jobs requeue and resume)")
+    return ap.parse_args(argv)
+
+
+def _short_deps(deps: list[str]) -> str:
+    if not deps:
+        return "-"
+    if len(deps) <= 3:
+        return ",".join(deps)
+    return f"{','.join(deps[:2])},... (+{len(deps) - 2})"
+
+
+def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=True) -> None:
+    figs = figure_arms(preset.protocol)
+    chosen = [f for f in figs if not only or f in only]
+    arms = build_arms(preset, only)
+    print(f"preset {preset.name} ({preset.path})")
+    print(f"  runs: {preset_root(root, preset)}   cluster: {cluster}   seeds: {','.join(map(str, seeds))}")
+    print(f"  items: {', '.join(chosen)}" + (f"   (preset also has: {', '.join(f for f in figs if f not in chosen)})"
+                                               if only and len(chosen) < len(figs) else ""))
+    for b in ("dapo", "qae"):
+        if b in arms:
+            fixed = fixed_peak(preset, b)
+            got = [read_peak(root, preset, b, s) for s in seeds]
+            if fixed is not None:
+                how = f"step {fixed} (protocol)"
+            else:
+                how = f"argmax of validation smoothed over {preset.protocol.peak_selection_window} point(s)"
+            have = ", ".join(f"seed{s}: {g['step']}" for s, g in zip(seeds, got) if g)
+            print(f"  θ* of {b}: {how}" + (f"; chosen: {have}" if have else ""))
+    aliases = [f"{a.name} = {a.alias_of}" for a in arms.values() if a.alias_of]
+    if aliases:
+        print(f"  aliases (same configuration, trained once): {'; '.join(aliases)}")
+    missing = missing_entry_points(preset)
+    if missing:
+        print(f"  warning: entry points not found yet: {', '.join(missing)} (their jobs will fail until they exist)")
+    order = topo_order(jobs)
+    w = max(len(j.key) for j in order)
+    rw = max(len(j.resources.short()) if j.resources else 1 for j in order)
+    print()
+    print(f"{'JOB':<{w}}  {'KIND':<11} {'RESOURCES':<{rw}} {'STATE':<8} DEPENDS ON")
+    for j in order:
+        st, detail = states[j.key]
+        print(f"{j.key:<{w}}  {j.kind:<11} {j.resources.short() if j.resources else '-':<{rw}} {st:<8} "
+              f"{_short_deps(j.deps)}" + (f"   [{detail}]" if detail and st not in (DONE, "todo") else ""))
+        if show_commands:
+            if j.kind == "train" and j.info.get("overrides"):
+                print(f"{'':<{w}}    armor.train {j.info['overrides']}")
+            elif j.kind == "evaluate":
+                print(f"{'':<{w}}    eval.evaluate --benchmarks {j.info.get('benchmarks')} "
+                      f"--protocol {j.info.get('protocol')} (checkpoints chosen at run time)")
+    counts: dict[str, int] = {}
+    for s, _ in states.values():
+        counts[s] = counts.get(s, 0) + 1
+    n_todo = len(order) - counts.get(DONE, 0) - sum(counts.get(s, 0) for s in ACTIVE)
+    print()
+    print(f"{len(order)} jobs: {counts.get(DONE, 0)} done, {counts.get('queued', 0)} queued, "
+          f"{counts.get('running', 0)} running, {n_todo} to run"
+          + (f" ({counts.get('failed')} failed before)" if counts.get("failed") else ""))
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    try:
+        preset = load_preset(a.preset)
+        only = parse_only(a.only)
+        seeds = [int(x) for x in a.seeds.split(",")] if a.seeds else list(preset.protocol.seeds)
+        root = Path(a.root).resolve() if a.root else REPO_ROOT / "runs"
+        flags = {"partition": a.partition, "account": a.account, "qos": a.qos, "constraint": a.constraint,
+                 "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "time_min": a.time_min}
+        res = load_resources(preset.protocol.nodes, preset.protocol.gpus_per_node, a.resources, flags)
+        jobs = build_jobs(preset, root, seeds, only, res)
+        la = Launcher(preset_root(root, preset), cluster=a.cluster, workers=a.workers, poll_s=a.poll,
+                      progress=False if a.no_progress else None)
+        if a.dry_run or a.status:
+            states = la.states(jobs)
+            print_plan(preset, jobs, states, la.cluster, root, seeds, only, show_commands=a.dry_run)
+            return 0
+        missing = missing_entry_points(preset)
+        if missing:
+            print(f"warning: entry points not found: {', '.join(missing)}; their jobs will fail", file=sys.stderr)
+        t0 = time.time()
+        try:
+            states = la.run(jobs, wait=not a.no_wait)
+        except KeyboardInterrupt:
+            print("\ninterrupted: rerun the same command to resume (finished units are kept)", file=sys.stderr)
+            return 130
+        bad = {k: v for k, v in states.items() if v[0] not in (DONE, *ACTIVE)}
+        out = preset_root(root, preset)
+        if bad:
+            print(f"\n{len(bad)} job(s) did not finish:")
+            for k, (s, d) in bad.items():
+                print(f"  {k}: {s} {d}  (log: {la.job_dir(k) / 'log.err'})")
+            return 1
+        if all(s == DONE for s, _ in states.values()):
+            print(f"\nall {len(states)} jobs done ({time.time() - t0:.0f}s): results {out / 'results.parquet'}, "
+                  f"figures {out / 'figures'}, report {out / 'REPRODUCTION.md'}")
+        else:
+            n = sum(1 for s, _ in states.values() if s in ACTIVE)
+            print(f"\n{n} job(s) queued or running on {la.cluster}; rerun this command (or add --status) to follow")
+        return 0
+    except (ExperimentError, LauncherError, ResourceError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,486 @@
+"""The experiment matrix (arms, overrides, DAG), peak selection, the driver's dry run for the paper presets,
+and the driver end to end with fake fast entry points (idempotent reruns, a killed driver)."""
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from armor.config import load_config
+from reproduce import experiments as E
+from reproduce import run_all
+from slurm.launcher import topo_order
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+PRESETS = sorted(p.stem for p in (REPO / "reproduce" / "presets").glob("*.yaml"))
+
+CONTRACT_7B = {
+    "dapo", "qae", "dapo_cont", "kl_k3_b1e-3", "kl_k3_b1e-2", "kl_k3_b1e-1", "kl_k3_b1", "kl_k2_b1e-3", "kl_k2_b1e-2",
+    "kl_k2_b1e-1", "kl_k2_b1", "anchor_only", "mix_a0.9", "mix_a0.8", "mix_a0.7", "anchor_static_clip",
+    "anchor_offpolicy", "armor", "armor_reset_never", "armor_reset_80", "armor_reset_120", "armor_reset_160",
+    "armor_late", "dapo_late", "opd", "mopd", "qae_cont", "qae_armor_reset_never", "qae_armor_reset_150",
+    "qae_armor_reset_160"}
+
+
+def ov(overrides):
+    return dict(o.split("=", 1) for o in overrides)
+
+
+# ------------------------------------------------------------------------------------------ the matrix
+def test_7b_arms_and_figures():
+    p = E.load_preset("qwen25-math-7b")
+    arms = E.build_arms(p)
+    assert set(arms) == CONTRACT_7B
+    assert arms["armor_reset_160"].alias_of == "armor"  # τ=160 is the preset's ARMOR schedule
+    assert sum(1 for a in arms.values() if not a.alias_of) == len(CONTRACT_7B) - 1
+    figs = E.figure_arms(p.protocol)
+    assert list(figs) == ["fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "table1", "table2", "table3"]
+    assert figs["fig2"][2:] == ["kl_k3_b1e-3", "kl_k3_b1e-2", "kl_k3_b1e-1", "kl_k3_b1"]
+    assert {"armor_late", "dapo_late", "mix_a0.7"} <= set(figs["fig3"])
+    assert {a for a in arms if arms[a].evaluate} == {"dapo", "armor", "qae", "qae_armor_reset_never",
+                                                     "qae_armor_reset_150", "qae_armor_reset_160", "opd", "mopd"}
+    a = {n: ov(x.overrides) for n, x in arms.items()}
+    assert a["armor"] == {"algo.anchor.enabled": "true", "algo.anchor.ref_n": "4", "algo.mix.variant": "mixed",
+                          "algo.mix.alpha": "0.9375", "algo.reference.reset.every": "160",
+                          "algo.reference.reset.until_step": "null"}
+    assert a["anchor_only"] == {"algo.anchor.enabled": "true", "algo.anchor.ref_n": "4"}
+    assert a["kl_k2_b1e-2"] == {"algo.kl.coef": "0.01", "algo.kl.estimator": "k2"}
+    assert a["mix_a0.8"] == {"algo.mix.variant": "mixed", "algo.mix.alpha": "0.8"}
+    assert a["anchor_static_clip"]["algo.mix.variant"] == "static_clip"
+    assert a["anchor_offpolicy"]["algo.mix.variant"] == "offpolicy_anchor"
+    assert a["armor_reset_never"]["algo.reference.reset.every"] == "null"
+    assert a["qae_armor_reset_150"]["algo.advantage"] == "qae" and a["qae_armor_reset_150"][
+        "algo.reference.reset.every"] == "150"
+    assert a["opd"] == {"algo.distill.mode": "opd"} and a["mopd"] == {"algo.distill.mode": "mopd"}
+    assert a["dapo_cont"] == {} and a["dapo_late"] == {}
+    assert arms["armor_late"].start == "late" and arms["qae_cont"].baseline == "qae"
+
+
+def test_qwen3_arms_and_figures():
+    p = E.load_preset("qwen3-8b-base")
+    figs = E.figure_arms(p.protocol)
+    assert list(figs) == ["fig1", "fig7", "table1", "table2", "table3"]  # no kl_betas -> no Fig. 2/5 ...
+    arms = E.build_arms(p)
+    assert set(arms) == {"dapo", "dapo_cont", "armor", "armor_tau1", "armor_tau1_until110", "armor_tau1_until180",
+                         "clip_expand", "opd", "mopd"}
+    assert arms["armor_tau1_until180"].alias_of == "armor"
+    a = {n: ov(x.overrides) for n, x in arms.items()}
+    assert a["armor"]["algo.mix.alpha"] == "0.875" and a["armor"]["algo.reference.reset.every"] == "1"
+    assert a["armor"]["algo.reference.reset.until_step"] == "180"
+    assert a["armor_tau1"]["algo.reference.reset.until_step"] == "null"
+    assert a["armor_tau1_until110"]["algo.reference.reset.until_step"] == "110"
+    assert a["clip_expand"] == {"algo.mix.variant": "static_clip", "algo.mix.alpha": "0.875"}
+    with pytest.raises(E.ExperimentError, match="fig2"):
+        E.build_arms(p, ["fig2"])
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_arm_config_is_valid(name, tmp_path):
+    p = E.load_preset(name)
+    root = tmp_path / "runs"
+    s1, s2 = E.stage_steps(p)
+    for seed in p.protocol.seeds[:2] + [7]:
+        for arm in E.build_arms(p).values():
+            start = None
+            if arm.stage == 2:
+                st = p.protocol.late_start_step if arm.start == "late" else (E.fixed_peak(p, arm.baseline) or 3)
+                start = {"step": st, "checkpoint": str(E.ckpt_dir(E.run_dir(root, p, arm.baseline, seed), st))}
+            overrides = E.train_overrides(p, root, arm, seed, start)
+            cfg = load_config(p.path, overrides)  # validates every key and value
+            assert cfg.seed == seed
+            assert Path(cfg.output_dir) == root / p.name / arm.run_arm / f"seed{seed}"
+            if arm.stage == 1:
+                assert cfg.schedule.total_steps == s1 and cfg.step_offset == 0
+                assert cfg.model.path == p.cfg.model.path
+            else:
+                assert cfg.model.path == cfg.algo.reference.path == start["checkpoint"]
+                assert cfg.step_offset == start["step"] and cfg.schedule.total_steps == s2
+            if arm.name in ("anchor_only", "armor"):
+                assert cfg.algo.anchor.enabled and cfg.batch.group_size == p.cfg.batch.group_size
+                assert cfg.algo.anchor.ref_n == p.protocol.armor_ref_n
+            if arm.name == "armor":
+                assert cfg.algo.mix.variant == "mixed" and cfg.algo.mix.alpha == p.protocol.armor_alpha
+                assert cfg.algo.reference.reset.every == p.protocol.armor_reset_every
+                assert cfg.algo.reference.reset.until_step == p.protocol.armor_reset_until
+            if arm.name == "dapo" and p.protocol.peak_step is not None:
+                assert p.protocol.peak_step in cfg.schedule.keep_steps  # θ* is never pruned
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_dag_structure(name, tmp_path):
+    p = E.load_preset(name)
+    jobs = E.build_jobs(p, tmp_path / "runs")
+    by = {j.key: j for j in jobs}
+    topo_order(jobs)  # no cycles, no unknown dependencies
+    arms = E.build_arms(p)
+    world = ["world"] if p.world() else []
+    assert ("world" in by) == bool(world)
+    for arm in arms.values():
+        key = f"stage{arm.stage}/{arm.name}/seed0"
+        if arm.alias_of:
+            assert key not in by
+            continue
+        j = by[key]
+        assert j.kind == "train" and j.launch == "torchrun" and j.resources.nodes == p.protocol.nodes
+        assert j.resources.gpus_per_node == p.protocol.gpus_per_node
+        if arm.stage == 1:
+            assert j.deps == world
+        elif arm.start == "late":
+            assert j.deps == ["stage1/dapo/seed0"]
+        else:
+            assert j.deps == [f"peak/{arm.baseline}/seed0"]
+            assert by[f"peak/{arm.baseline}/seed0"].deps == [f"stage1/{arm.baseline}/seed0"]
+        if arm.evaluate:
+            e = by[f"eval/{arm.name}/seed0"]
+            assert e.array == "evaluate" and e.kind == "evaluate"
+            assert e.deps == ([f"peak/{arm.name}/seed0"] if arm.stage == 1 else [key])
+    assert set(by["collect"].deps) == {k for k, j in by.items() if j.kind in ("train", "evaluate", "select_peak")}
+    assert by["figures"].deps == ["collect"]
+
+
+def test_only_selects_items_and_what_they_need(tmp_path):
+    p = E.load_preset("qwen25-math-7b")
+    arms = E.build_arms(p, ["fig4"])
+    assert set(arms) == {"dapo", "armor", "armor_reset_never", "armor_reset_80", "armor_reset_120",
+                         "armor_reset_160"}
+    jobs = E.build_jobs(p, tmp_path, only=["fig4"])
+    assert not [j for j in jobs if j.kind == "evaluate"]  # no table -> no evaluation
+    assert "stage2/armor/seed0" in {j.key for j in jobs} and "stage2/armor_reset_160/seed0" not in {j.key for j in jobs}
+    assert "--only" in jobs[-1].argv and "fig4" in jobs[-1].argv
+    assert set(E.build_arms(p, ["fig6"])) == {"qae", "qae_cont", "qae_armor_reset_never", "qae_armor_reset_150",
+                                              "qae_armor_reset_160"}
+    with pytest.raises(E.ExperimentError, match="unknown"):
+        E.parse_only("fig9")
+    seeds = E.build_jobs(p, tmp_path, seeds=[0, 1], only=["table3"])
+    assert {"stage2/opd/seed1", "eval/mopd/seed1", "eval/dapo/seed0"} <= {j.key for j in seeds}
+
+
+# ------------------------------------------------------------------------------------------ peak choice
+def test_choose_peak_synthetic_curves():
+    curve = [(0, 0.40), (5, 0.50), (10, 0.62), (15, 0.55), (20, 0.58), (25, 0.60), (30, 0.59), (35, 0.30)]
+    ck = [10, 20, 30, 35]
+    assert E.choose_peak(curve, [0, 5, 10, 15, 20, 25, 30, 35])["step"] == 10   # raw argmax
+    assert E.choose_peak(curve, ck)["step"] == 10
+    # smoothing over 3 points prefers the broad plateau to the single spike
+    sm = dict(E.smooth(curve, 3))
+    assert abs(sm[10] - (0.50 + 0.62 + 0.55) / 3) < 1e-12 and abs(sm[0] - 0.45) < 1e-12
+    assert E.choose_peak(curve, [0, 5, 10, 15, 20, 25, 30, 35], window=3)["step"] == 25
+    # restricted to checkpoints: step 25 has none
+    assert E.choose_peak(curve, ck, window=3)["step"] == 20
+    # ties -> earliest
+    assert E.choose_peak([(0, 0.5), (5, 0.7), (10, 0.7)], [0, 5, 10])["step"] == 5
+    # fixed step
+    assert E.choose_peak(curve, ck, fixed=30) == {"step": 30, "method": "fixed"}
+    with pytest.raises(E.ExperimentError, match="no checkpoint"):
+        E.choose_peak(curve, ck, fixed=25)
+    with pytest.raises(E.ExperimentError, match="no validated step"):
+        E.choose_peak(curve, [1, 2])
+    with pytest.raises(E.ExperimentError, match="no validation curve"):
+        E.choose_peak([], ck)
+
+
+def test_select_peak_from_run_files(tmp_path):
+    preset = _mini_preset(tmp_path)
+    p = E.load_preset(preset)
+    run = E.run_dir(tmp_path / "runs", p, "dapo", 0)
+    run.mkdir(parents=True)
+    vals = {0: 0.3, 2: 0.6, 4: 0.5, 6: 0.2}
+    with open(run / "validation.jsonl", "w") as f:
+        for s, v in vals.items():
+            f.write(json.dumps({"step": s, "benchmark": "toy_val", "metric": "avg@2", "k": 2, "value": v}) + "\n")
+            f.write(json.dumps({"step": s, "benchmark": "other", "metric": "avg@2", "k": 2, "value": 1 - v}) + "\n")
+    for s in (2, 4, 6):
+        (run / "checkpoints" / f"step_{s:06d}").mkdir(parents=True)
+    (run / "checkpoints" / "step_000008.tmp").mkdir()  # a partial save is not a checkpoint
+    assert E.main(["select-peak", "--preset", str(preset), "--root", str(tmp_path / "runs"), "--arm", "dapo",
+                   "--seed", "0"]) == 0
+    pk = json.loads((run / "peak.json").read_text())
+    assert pk["step"] == 2 and pk["benchmark"] == "toy_val" and pk["method"] == "argmax"
+    assert pk["checkpoint"] == str(run / "checkpoints" / "step_000002")
+    arm = E.arm_definitions(p.protocol)["armor"]
+    assert E.start_point(p, tmp_path / "runs", arm, 0) == {"step": 2, "checkpoint": pk["checkpoint"]}
+
+
+# ------------------------------------------------------------------------------------------ dry run
+def _dry(argv):
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = run_all.main(argv)
+    return rc, buf.getvalue()
+
+
+def test_dry_run_qwen25_math_7b(tmp_path):
+    rc, out = _dry(["--preset", "qwen25-math-7b", "--dry-run", "--cluster", "slurm", "--root", str(tmp_path)])
+    assert rc == 0
+    assert "θ* of dapo: step 140 (protocol)" in out and "θ* of qae: step 230 (protocol)" in out
+    assert "armor_reset_160 = armor" in out
+    lines = out.splitlines()
+    row = next(l for l in lines if l.startswith("stage2/armor/seed0 "))
+    assert "16x8gpu" in row and "todo" in row and "peak/dapo/seed0" in row
+    cmd = lines[lines.index(row) + 1]
+    for frag in ("model.path=" + str(tmp_path / "qwen25-math-7b/dapo/seed0/checkpoints/step_000140"),
+                 "step_offset=140", "schedule.total_steps=240", "algo.mix.alpha=0.9375",
+                 "algo.reference.reset.every=160"):
+        assert frag in cmd
+    late = lines[lines.index(next(l for l in lines if l.startswith("stage2/armor_late/seed0"))) + 1]
+    assert "step_000200" in late and "step_offset=200" in late
+    assert next(l for l in lines if l.startswith("eval/armor/seed0")).split()[2] == "1x1gpu"
+    n_train = sum(1 for l in lines if l.startswith("stage") and " train " in l)
+    assert n_train == len(CONTRACT_7B) - 1
+    assert "41 jobs: 0 done, 0 queued, 0 running, 41 to run" in out
+    assert not tmp_path.joinpath("qwen25-math-7b").exists()  # a dry run writes nothing
+    rc, out = _dry(["--preset", "qwen25-math-7b", "--dry-run", "--cluster", "slurm", "--root", str(tmp_path),
+                    "--nodes", "2", "--gpus-per-node", "4", "--partition", "gpu", "--only", "fig2"])
+    row = next(l for l in out.splitlines() if l.startswith("stage2/kl_k3_b1/seed0"))
+    assert "2x4gpu" in row and "p=gpu" in row
+    assert "stage2/kl_k2_b1/seed0" not in out and "eval/" not in out
+
+
+def test_dry_run_qwen3_8b_base(tmp_path):
+    rc, out = _dry(["--preset", "qwen3-8b-base", "--dry-run", "--cluster", "slurm", "--root", str(tmp_path)])
+    assert rc == 0
+    assert "θ* of dapo: step 70 (protocol)" in out and "armor_tau1_until180 = armor" in out
+    assert "items: fig1, fig7, table1, table2, table3" in out
+    assert "kl_k3" not in out and "qae" not in out and "mix_a" not in out
+    lines = out.splitlines()
+    row = next(l for l in lines if l.startswith("stage2/armor_tau1_until110/seed0"))
+    assert "16x8gpu" in row
+    cmd = lines[lines.index(row) + 1]
+    assert "algo.mix.alpha=0.875" in cmd and "algo.reference.reset.until_step=110" in cmd and "step_offset=70" in cmd
+    assert "15 jobs: 0 done, 0 queued, 0 running, 15 to run" in out
+
+
+# ------------------------------------------------------------------------------------------ fake pipeline
+FAKE_TRAIN = r'''
+import json, math, os, sys, time
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from armor.config import load_config, dump_config
+a = sys.argv[1:]
+cfg = load_config(a[1], a[2:])
+rd = Path(cfg.output_dir); rd.mkdir(parents=True, exist_ok=True)
+with open(rd / "invocations.log", "a") as f:
+    f.write(" ".join(a[2:]) + "\n")
+if (rd / "DONE").exists():
+    sys.exit(0)
+dump_config(cfg, rd / "config.yaml")
+bonus = 0.1 if cfg.algo.anchor.enabled else 0.0
+def val(t):  # peaks at total step 4, then collapses
+    return round(0.5 + 0.3 * math.exp(-((t - 4) / 2.0) ** 2) + bonus, 6)
+n = cfg.schedule.total_steps
+delay = float(os.environ.get("FAKE_STEP_S", "0.02"))
+with open(rd / "validation.jsonl", "w") as f:
+    for s in range(0, n + 1, cfg.schedule.validate_every):
+        t = cfg.step_offset + s
+        f.write(json.dumps({{"step": s, "total_step": t, "benchmark": "toy_val", "metric": "avg@2", "k": 2,
+                            "value": val(t), "n_problems": 16}}) + "\n")
+with open(rd / "metrics.jsonl", "w") as f:
+    for s in range(1, n + 1):
+        time.sleep(delay)
+        f.write(json.dumps({{"step": s, "reward_mean": 0.1 * s, "kl_reverse": 0.01, "kl_forward": 0.02}}) + "\n")
+        if s % cfg.schedule.save_every == 0 or s == n:
+            d = rd / "checkpoints" / f"step_{{s:06d}}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "config.json").write_text("{{}}")
+(rd / "DONE").write_text(json.dumps({{"steps": n}}))
+'''
+
+FAKE_EVAL = r'''
+import argparse, json, os
+from pathlib import Path
+ap = argparse.ArgumentParser()
+ap.add_argument("--checkpoint"); ap.add_argument("--benchmarks"); ap.add_argument("--protocol"); ap.add_argument("--out")
+a, rest = ap.parse_known_args()
+assert "--preset" in rest and "--engine" in rest, rest
+out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
+for b in a.benchmarks.split(","):
+    b = b.split("=", 1)[0]  # NAME=path.jsonl
+    (out / f"{b}__{a.protocol}__k4.json").write_text(json.dumps(
+        {"benchmark": b, "metrics": {"avg@4": 0.25, "pass@2": 0.5}, "samples": 4, "checkpoint": a.checkpoint}))
+with open(out.parent / "invocations.log", "a") as f:
+    f.write(a.checkpoint + "\n")
+'''
+
+FAKE_FIGURES = r'''
+import argparse, sys
+from pathlib import Path
+import pandas as pd
+ap = argparse.ArgumentParser()
+for k in ("--results", "--out", "--preset", "--runs", "--report", "--seeds", "--command", "--only"):
+    ap.add_argument(k)
+a = ap.parse_args()
+df = pd.read_parquet(a.results)
+out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
+(out / "fig.txt").write_text(f"{len(df)} rows, only={a.only}")
+Path(a.report).write_text("# report\n")
+with open(out / "invocations.log", "a") as f:
+    f.write("x\n")
+'''
+
+FAKE_WORLD = r'''
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[sys.argv.index("--out") + 1])
+(out / "base_model").mkdir(parents=True, exist_ok=True)
+(out / "data").mkdir(parents=True, exist_ok=True)
+for s in ("train", "validation", "test"):
+    (out / "data" / f"{s}.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
+(out / "world.json").write_text(json.dumps({"quick": "--quick" in sys.argv}))
+'''
+
+MINI = """
+name: mini
+device: cpu
+model: {{path: {world}/base_model}}
+data: {{train: {world}/data/train.jsonl}}
+batch: {{prompts_per_step: 4, group_size: 4, mini_batch_prompts: 2}}
+lengths: {{max_prompt: 32, max_response: 40, overlong_buffer: 8}}
+schedule: {{total_steps: 6, save_every: 2, validate_every: 2}}
+validation: {{benchmarks: [toy_val={world}/data/validation.jsonl], samples: 2}}
+protocol:
+  stage1_steps: 6
+  stage2_steps: 4
+  peak_selection_window: 1
+  late_start_step: 6
+  armor_alpha: 0.875
+  armor_ref_n: 2
+  armor_reset_every: 2
+  reset_sweep: [2, 4]
+  qae_reset_sweep: [2]
+  eval_benchmarks: [toy_test={world}/data/test.jsonl]
+  eval_protocol: toy
+  seeds: [0]
+"""
+
+
+def _mini_preset(tmp_path, name="mini"):
+    world = tmp_path / "world"
+    f = tmp_path / "presets" / f"{name}.yaml"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(MINI.format(world=world))
+    return f
+
+
+def _fakes(tmp_path, monkeypatch):
+    d = tmp_path / "fakes"
+    d.mkdir(exist_ok=True)
+    for name, text in (("train.py", FAKE_TRAIN.format(repo=str(REPO))), ("evaluate.py", FAKE_EVAL),
+                       ("figures.py", FAKE_FIGURES), ("world.py", FAKE_WORLD)):
+        (d / name).write_text(text)
+    table = {"armor.train": [PY, str(d / "train.py")], "eval.evaluate": [PY, str(d / "evaluate.py")],
+             "figures": [PY, str(d / "figures.py")], "reproduce.toy.build": [PY, str(d / "world.py")]}
+    monkeypatch.setenv("ARMOR_REPRO_ENTRYPOINTS", json.dumps(table))
+    return table
+
+
+def _invocations(root):
+    return {str(p.relative_to(root)): p.read_text() for p in Path(root).rglob("invocations.log")}
+
+
+def test_pipeline_with_fake_jobs_is_idempotent(tmp_path, monkeypatch):
+    _fakes(tmp_path, monkeypatch)
+    preset = _mini_preset(tmp_path)
+    root = tmp_path / "runs"
+    argv = ["--preset", str(preset), "--cluster", "local", "--root", str(root), "--workers", "2", "--no-progress"]
+    rc, out = _dry(argv)
+    assert rc == 0, out
+    assert "all" in out and "jobs done" in out
+    pr = root / "mini"
+    df = pd.read_parquet(pr / "results.parquet")
+    assert list(df.columns) == E.RESULT_COLUMNS
+    assert set(df["preset"]) == {"mini"} and set(df["source"]) == {"validation", "eval"}
+    arms = E.build_arms(E.load_preset(preset))
+    assert set(df["arm"]) == set(arms)  # aliases included (armor_reset_2 = armor)
+    peak = json.loads((pr / "dapo" / "seed0" / "peak.json").read_text())
+    assert peak["step"] == 4 and peak["method"] == "argmax"  # the fake curve peaks at 4
+    armor_val = df[(df.arm == "armor") & (df.source == "validation")]
+    assert sorted(armor_val["step"]) == [4, 6, 8]  # stage-2 steps 0, 2, 4 + θ*'s step 4
+    late = df[(df.arm == "armor_late") & (df.source == "validation")]
+    assert sorted(late["step"]) == [6, 8, 10]
+    ev = df[df.source == "eval"]
+    assert set(ev["arm"]) == {"dapo", "qae", "armor", "armor_reset_2", "qae_armor_reset_never", "qae_armor_reset_2",
+                              "opd", "mopd"}  # armor_reset_2 is armor's run
+    dapo_ev = ev[ev.arm == "dapo"]
+    assert set(dapo_ev["step"]) == {4} and set(dapo_ev["metric"]) == {"avg@4", "pass@2"}
+    assert set(dapo_ev["benchmark"]) == {"toy_test"} and set(dapo_ev["n"]) == {4}
+    assert (pr / "armor_reset_2" / "seed0").is_symlink()
+    assert (pr / "armor_reset_2" / "seed0" / "DONE").exists()
+    assert (pr / "figures" / "fig.txt").exists() and (pr / "REPRODUCTION.md").exists()
+    assert json.loads((tmp_path / "world" / "world.json").read_text()) == {"quick": False}
+    meta = json.loads((pr / "results.meta.json").read_text())
+    assert meta["peaks"]["dapo"]["0"] == 4 and meta["aliases"]["armor_reset_2"] == "armor"
+    # every stage-2 arm started from θ* with πref = θ*
+    cfg = load_config(pr / "armor" / "seed0" / "config.yaml")
+    assert cfg.model.path == cfg.algo.reference.path == peak["checkpoint"] and cfg.step_offset == 4
+    before = _invocations(tmp_path)
+    mtime = (pr / "results.parquet").stat().st_mtime_ns
+    # a second invocation right after: nothing runs
+    rc, out = _dry(argv)
+    assert rc == 0 and "nothing to do" in out
+    assert _invocations(tmp_path) == before and (pr / "results.parquet").stat().st_mtime_ns == mtime
+    rc, out = _dry(argv + ["--status"])
+    assert rc == 0 and "0 to run" in out and "todo" not in out
+    # a figure subset redraws only the figures
+    rc, out = _dry(argv + ["--only", "fig4"])
+    assert rc == 0
+    after = _invocations(tmp_path)
+    changed = {k for k in after if after[k] != before.get(k)}
+    assert changed == {"runs/mini/figures/invocations.log"}
+    assert "only=fig4" in (pr / "figures" / "fig.txt").read_text()
+
+
+DRIVER_ARGS = ["--cluster", "local", "--workers", "2", "--no-progress"]
+
+
+def test_pipeline_killed_driver_resumes(tmp_path, monkeypatch):
+    _fakes(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_STEP_S", "0.3")
+    preset = _mini_preset(tmp_path)
+    root = tmp_path / "runs"
+    cmd = [PY, str(REPO / "reproduce" / "run_all.py"), "--preset", str(preset), "--root", str(root),
+           "--only", "fig4", *DRIVER_ARGS]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
+    peak = root / "mini" / "dapo" / "seed0" / "peak.json"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (root / "mini" / "armor" / "seed0" / "metrics.jsonl").exists():
+        time.sleep(0.05)
+    assert peak.exists(), "the driver did not reach stage 2"
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[adopt] stage2/" in out.stdout
+    inv = _invocations(root)
+    for arm in ("dapo", "armor", "armor_reset_never", "armor_reset_4"):
+        assert len(inv[f"mini/{arm}/seed0/invocations.log"].splitlines()) == 1, arm  # each trained once
+    df = pd.read_parquet(root / "mini" / "results.parquet")
+    assert {"dapo", "armor", "armor_reset_never", "armor_reset_2", "armor_reset_4"} == set(df["arm"])
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    assert "nothing to do" in out.stdout
+
+
+@pytest.mark.slurm
+def test_pipeline_with_fake_jobs_on_slurm(slurm_cluster, tmp_path, monkeypatch):
+    _fakes(tmp_path, monkeypatch)
+    preset = _mini_preset(tmp_path)
+    root = tmp_path / "runs"
+    argv = ["--preset", str(preset), "--cluster", "slurm", "--root", str(root), "--only", "fig4", "--no-progress",
+            "--poll", "0.5"]
+    rc, out = _dry(argv)
+    assert rc == 0, out
+    assert "[submit] stage2/armor/seed0 -> slurm" in out and "after" in out
+    df = pd.read_parquet(root / "mini" / "results.parquet")
+    assert set(df["arm"]) == {"dapo", "armor", "armor_reset_never", "armor_reset_2", "armor_reset_4"}
+    reg = json.loads((root / "mini" / "_jobs" / "state.json").read_text())
+    assert all(r["backend"] == "slurm" and r["state"] == "done" for r in reg.values())
+    rc, out = _dry(argv)
+    assert rc == 0 and "nothing to do" in out and "[submit]" not in out

@@ -1,0 +1,314 @@
+"""The launcher without SLURM: resources, rank commands, DAG order, the local backend and its bookkeeping
+(idempotent reruns, failures, stale markers, a killed or interrupted driver)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm import jobwrap
+from slurm.launcher import (BLOCKED, DONE, FAILED, RUNNING, TODO, Job, Launcher, LauncherError, detect_cluster,
+                            topo_order)
+from slurm.resources import ResourceError, Resources, load_resources
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+# ------------------------------------------------------------------------------------------ resources
+def test_resources_from_protocol_yaml_and_flags(tmp_path):
+    r = load_resources(nodes=16, gpus_per_node=8)
+    assert (r["train"].nodes, r["train"].gpus_per_node, r["train"].cpus_per_task) == (16, 8, 64)
+    assert r["evaluate"].gpus_per_node == 1 and r["collect"].gpus_per_node == 0
+    cpu = load_resources(nodes=1, gpus_per_node=0)
+    assert all(x.gpus_per_node == 0 and x.nodes == 1 for x in cpu.values())
+    f = tmp_path / "res.yaml"
+    f.write_text("partition: gpu\naccount: proj\ntrain: {nodes: 2, time_min: 2880}\n"
+                 "evaluate: {partition: eval}\nextra: {reservation: armor}\n")
+    r = load_resources(16, 8, f, {"qos": "high", "nodes": 4, "constraint": None})
+    assert r["train"].nodes == 4 and r["train"].time_min == 2880 and r["train"].partition == "gpu"
+    assert r["evaluate"].partition == "eval" and r["evaluate"].account == "proj"
+    assert all(x.qos == "high" for x in r.values()) and r["figures"].extra == {"reservation": "armor"}
+    f.write_text("trian: {nodes: 2}\n")
+    with pytest.raises(ResourceError, match="trian"):
+        load_resources(1, 0, f)
+    f.write_text("train: {gpus: 2}\n")
+    with pytest.raises(ResourceError, match="gpus"):
+        load_resources(1, 0, f)
+    with pytest.raises(ResourceError, match="nodes"):
+        load_resources(1, 0, None, {"nodes": 0})
+
+
+def test_rank_command():
+    argv = [PY, "-m", "armor.train", "--config", "x.yaml", "seed=1"]
+    assert jobwrap.rank_command(argv, 1, 0) == argv
+    assert jobwrap.rank_command(argv, 1, 1) == argv
+    one = jobwrap.rank_command(argv, 1, 8)
+    assert one[:3] == [PY, "-m", "torch.distributed.run"] and "--standalone" in one
+    assert "--nproc_per_node=8" in one and one[-5:] == argv[1:]
+    many = jobwrap.rank_command(argv, 16, 8, node_rank=3, master_addr="node001", master_port=29600)
+    for flag in ("--nnodes=16", "--nproc_per_node=8", "--node_rank=3", "--master_addr=node001",
+                 "--master_port=29600"):
+        assert flag in many
+    assert many[-len(argv) + 1:] == argv[1:]
+
+
+def test_sbatch_script_from_resources(tmp_path, monkeypatch):
+    """The sbatch file submitit writes for a 16x8-GPU training job (no scheduler needed)."""
+    import shutil as _sh
+    import submitit.slurm.slurm as ss
+    real = _sh.which
+    monkeypatch.setattr(ss.shutil, "which", lambda n, *a, **k: "/usr/bin/srun" if n == "srun" else real(n))
+    la = Launcher(tmp_path, cluster="local", progress=False)
+    res = Resources(nodes=16, gpus_per_node=8, cpus_per_task=64, mem_gb=900, time_min=1440, partition="gpu",
+                    account="proj", qos="high", constraint="h100", extra={"reservation": "armor"})
+    job = Job("stage1/dapo/seed0", [PY, "-m", "armor.train"], resources=res, launch="torchrun")
+    ex = la._executor(tmp_path / "sub", job, ["101", "102_3"])
+    text = ex._make_submission_file_text("python -u -m submitit.core._submit x", "uid")
+    for line in ("--nodes=16", "--gpus-per-node=8", "--cpus-per-task=64", "--ntasks-per-node=1",
+                 "--mem=921600M", "--time=1440", "--partition=gpu", "--account=proj", "--qos=high",
+                 "--constraint=h100", "--dependency=afterok:101:102_3", "--requeue", "--signal=USR2@90",
+                 "--reservation=armor", f"--chdir={REPO}", "--job-name=stage1.dapo.seed0"):
+        assert f"#SBATCH {line}" in text, line
+    assert "srun" in text and f"export PYTHONPATH={REPO}" in text
+
+
+# ------------------------------------------------------------------------------------------ DAG
+def test_topo_order_and_errors():
+    jobs = [Job("c", ["x"], deps=["a", "b"]), Job("b", ["x"], deps=["a"]), Job("a", ["x"]), Job("d", ["x"])]
+    assert [j.key for j in topo_order(jobs)] == ["a", "d", "b", "c"]
+    with pytest.raises(LauncherError, match="unknown"):
+        topo_order([Job("a", ["x"], deps=["zz"])])
+    with pytest.raises(LauncherError, match="duplicate"):
+        topo_order([Job("a", ["x"]), Job("a", ["y"])])
+    with pytest.raises(LauncherError, match="cycle"):
+        topo_order([Job("a", ["x"], deps=["b"]), Job("b", ["x"], deps=["a"])])
+
+
+def test_detect_cluster(monkeypatch):
+    import slurm.launcher as L
+    monkeypatch.setattr(L.shutil, "which", lambda n: None)
+    assert detect_cluster("auto") == "local"
+    assert detect_cluster("slurm") == "slurm"
+    with pytest.raises(LauncherError):
+        detect_cluster("k8s")
+
+
+# ------------------------------------------------------------------------------------------ local backend
+def stamp_job(root, key, deps=(), sleep=0.3, fail=False):
+    """A job that records (start, end, ARMOR_THREADS, OMP_NUM_THREADS) in out/<key>.json; done when that exists."""
+    out = Path(root) / "out" / (key.replace("/", "_") + ".json")
+    code = textwrap.dedent(f"""
+        import json, os, sys, time
+        t0 = time.time(); time.sleep({sleep})
+        if {fail!r}: sys.exit(5)
+        json.dump([t0, time.time(), os.environ.get('ARMOR_THREADS'), os.environ.get('OMP_NUM_THREADS'),
+                   os.getcwd()], open({str(out)!r}, 'w'))
+    """)
+    return Job(key, [PY, "-c", code], kind="collect", deps=list(deps), done=lambda: out.exists())
+
+
+def read_stamp(root, key):
+    return json.loads((Path(root) / "out" / (key.replace("/", "_") + ".json")).read_text())
+
+
+def quiet(root, **kw):
+    kw.setdefault("workers", 2)
+    return Launcher(root, cluster="local", progress=False, poll_s=0.05, log=lambda s: None, **kw)
+
+
+def test_local_dag_order_parallelism_threads_and_rerun(tmp_path):
+    (tmp_path / "out").mkdir()
+    jobs = [stamp_job(tmp_path, "a"), stamp_job(tmp_path, "b1", ["a"]), stamp_job(tmp_path, "b2", ["a"]),
+            stamp_job(tmp_path, "b3", ["a"]), stamp_job(tmp_path, "z/final", ["b1", "b2", "b3"])]
+    la = quiet(tmp_path, workers=2)
+    states = la.run(jobs)
+    assert all(s == DONE for s, _ in states.values())
+    st = {j.key: read_stamp(tmp_path, j.key) for j in jobs}
+    assert all(st[k][0] >= st["a"][1] for k in ("b1", "b2", "b3"))
+    assert st["z/final"][0] >= max(st[k][1] for k in ("b1", "b2", "b3"))
+    # at most 2 at a time
+    events = sorted([(v[0], 1) for v in st.values()] + [(v[1], -1) for v in st.values()])
+    level = peak = 0
+    for _, d in events:
+        level += d
+        peak = max(peak, level)
+    assert peak <= 2
+    threads = str(max(1, (os.cpu_count() or 1) // 2))
+    assert all(v[2] == threads and v[3] == threads for v in st.values())
+    assert all(v[4] == str(REPO) for v in st.values())  # jobs run in the repository root
+    # bookkeeping: registry, markers, logs in predictable places
+    reg = json.loads((tmp_path / "_jobs" / "state.json").read_text())
+    assert set(reg) == {j.key for j in jobs} and all(r["state"] == DONE for r in reg.values())
+    d = tmp_path / "_jobs" / "z" / "final"
+    assert (d / "finished").exists() and (d / "log.out").exists() and (d / "spec.json").exists()
+    # rerun: nothing runs
+    logs = []
+    la2 = Launcher(tmp_path, cluster="local", progress=False, log=logs.append)
+    mtimes = {k: (tmp_path / "out" / (k.replace("/", "_") + ".json")).stat().st_mtime for k in st}
+    assert all(s == DONE for s, _ in la2.run(jobs).values())
+    assert any("nothing to do" in x for x in logs)
+    assert mtimes == {k: (tmp_path / "out" / (k.replace("/", "_") + ".json")).stat().st_mtime for k in st}
+
+
+def test_local_failure_blocks_dependents_and_rerun_retries(tmp_path):
+    (tmp_path / "out").mkdir()
+    jobs = [stamp_job(tmp_path, "a"), stamp_job(tmp_path, "bad", ["a"], fail=True),
+            stamp_job(tmp_path, "after", ["bad"]), stamp_job(tmp_path, "other", ["a"])]
+    la = quiet(tmp_path)
+    states = la.run(jobs)
+    assert states["a"][0] == DONE and states["other"][0] == DONE
+    assert states["bad"][0] == FAILED and "exit 5" in states["bad"][1]
+    assert states["after"][0] == BLOCKED
+    assert json.loads((la.job_dir("bad") / "failed").read_text())["rc"] == 5
+    assert not (la.job_dir("after") / "spec.json").exists()
+    # fixed command: the rerun retries only what is not done
+    jobs[1] = stamp_job(tmp_path, "bad", ["a"])
+    a_mtime = (tmp_path / "out" / "a.json").stat().st_mtime
+    states = quiet(tmp_path).run(jobs)
+    assert all(s == DONE for s, _ in states.values())
+    assert (tmp_path / "out" / "a.json").stat().st_mtime == a_mtime
+    assert len((la.job_dir("bad") / "attempts.jsonl").read_text().splitlines()) == 2
+
+
+def test_finished_marker_of_an_older_submission_is_ignored(tmp_path):
+    (tmp_path / "out").mkdir()
+    job = Job("j", [PY, "-c", "pass"], kind="collect")  # no done check: markers decide
+    la = quiet(tmp_path)
+    assert la.run([job])["j"][0] == DONE
+    la.load_registry()
+    la._record("j", submission="another")  # as if resubmitted since
+    la.save_registry()
+    assert quiet(tmp_path).states([job])["j"][0] == TODO
+    # a finished command whose outputs are missing is a failure, not done
+    out = tmp_path / "never"
+    job2 = Job("k", [PY, "-c", "pass"], kind="collect", done=lambda: out.exists())
+    st = quiet(tmp_path).run([job2])["k"]
+    assert st[0] == FAILED and "outputs are missing" in st[1]
+
+
+def test_missing_command_fails_cleanly(tmp_path):
+    st = quiet(tmp_path).run([Job("x", ["/nonexistent/bin/tool"], kind="collect")])["x"]
+    assert st[0] == FAILED and "127" in st[1]
+
+
+def test_second_driver_is_refused(tmp_path):
+    la = quiet(tmp_path)
+    with la.lock():
+        with pytest.raises(LauncherError, match="another driver"):
+            with quiet(tmp_path).lock():
+                pass
+
+
+# ------------------------------------------------------------------------------------------ killed drivers
+COUNTER = r'''
+import json, os, sys, time
+from pathlib import Path
+d, n, dt = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+d.mkdir(parents=True, exist_ok=True)
+ck = d / "ckpt.json"
+st = json.loads(ck.read_text()) if ck.exists() else {"step": 0}
+with open(d / "starts.log", "a") as f:
+    f.write(f"{st['step']}\n")
+while st["step"] < n:
+    time.sleep(dt)
+    st = {"step": st["step"] + 1}
+    tmp = d / "ckpt.tmp"; tmp.write_text(json.dumps(st)); os.replace(tmp, ck)
+(d / "result.json").write_text(json.dumps(st))
+'''
+
+DRIVER = r'''
+import sys
+sys.path.insert(0, {repo!r})
+from pathlib import Path
+from slurm.launcher import Job, Launcher
+root = Path({root!r})
+jobs = []
+for i in range(2):
+    w = root / f"w{{i}}"
+    jobs.append(Job(f"count/{{i}}", [sys.executable, {script!r}, str(w), "8", "0.25"], kind="train",
+                    done=lambda w=w: (w / "result.json").exists()))
+jobs.append(Job("after", [sys.executable, "-c", "open({root!r} + '/after', 'w')"], kind="collect",
+                deps=["count/0", "count/1"], done=lambda: (root / "after").exists()))
+Launcher(root, cluster="local", workers=2, progress=False, poll_s=0.05).run(jobs)
+'''
+
+
+def _driver(tmp_path):
+    script = tmp_path / "counter.py"
+    script.write_text(COUNTER)
+    drv = tmp_path / "driver.py"
+    drv.write_text(DRIVER.format(repo=str(REPO), root=str(tmp_path), script=str(script)))
+    return drv
+
+
+def _wait_step(tmp_path, step):
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            if all(json.loads((tmp_path / f"w{i}" / "ckpt.json").read_text())["step"] >= step for i in range(2)):
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    pytest.fail("jobs did not start")
+
+
+def test_killed_driver_jobs_are_adopted_not_duplicated(tmp_path):
+    drv = _driver(tmp_path)
+    p = subprocess.Popen([PY, str(drv)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_step(tmp_path, 2)
+    p.send_signal(signal.SIGKILL)  # the jobs survive their driver
+    p.wait()
+    out = subprocess.run([PY, str(drv)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[adopt] count/0" in out.stdout and "[adopt] count/1" in out.stdout
+    for i in range(2):
+        assert json.loads((tmp_path / f"w{i}" / "result.json").read_text()) == {"step": 8}
+        assert (tmp_path / f"w{i}" / "starts.log").read_text().split() == ["0"]  # ran once
+    assert (tmp_path / "after").exists()
+    out = subprocess.run([PY, str(drv)], capture_output=True, text=True, timeout=60)
+    assert "nothing to do: all 3 jobs are done" in out.stdout
+
+
+def test_interrupted_driver_resumes(tmp_path):
+    drv = _driver(tmp_path)
+    p = subprocess.Popen([PY, str(drv)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_step(tmp_path, 2)
+    p.send_signal(signal.SIGINT)  # Ctrl-C: the driver stops its jobs (they are resumable)
+    p.wait(timeout=30)
+    assert p.returncode != 0
+    assert not (tmp_path / "w0" / "result.json").exists()
+    reg = json.loads((tmp_path / "_jobs" / "state.json").read_text())
+    assert reg["count/0"]["state"] == FAILED
+    assert not any(jobwrap.process_alive(r["pid"], r.get("pid_start")) for r in reg.values())
+    out = subprocess.run([PY, str(drv)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for i in range(2):
+        assert json.loads((tmp_path / f"w{i}" / "result.json").read_text()) == {"step": 8}
+        starts = [int(x) for x in (tmp_path / f"w{i}" / "starts.log").read_text().split()]
+        assert starts[0] == 0 and len(starts) == 2 and starts[1] >= 2  # resumed from its checkpoint
+    assert (tmp_path / "after").exists()
+    marker = json.loads((tmp_path / "_jobs" / "count" / "0" / "finished").read_text())
+    assert marker["attempt"] == 1 and marker["rc"] == 0
+
+
+def test_running_state_of_a_live_local_job(tmp_path):
+    la = quiet(tmp_path)
+    la.load_registry()
+    p = subprocess.Popen([PY, "-c", "import time; time.sleep(5)"])
+    try:
+        la._record("j", backend="local", pid=p.pid, pid_start=jobwrap.pid_start_time(p.pid),
+                   host=__import__("socket").gethostname(), submission="s1")
+        job = Job("j", ["x"])
+        assert la.job_state(job, {})[0] == RUNNING
+        la._record("j", pid_start="0")  # pid reused by another process: not ours
+        assert la.job_state(job, {})[0] == TODO
+    finally:
+        p.kill()
+        p.wait()
