@@ -309,7 +309,12 @@ def format_report(res: dict) -> str:
                  "did no work; use a trained world (--world runs/tiny/world)")
     r1 = a["total"] / d["total"]
     L.append(f"ARMOR / DAPO step time: {r1:.2f} (target <= {TARGET_ARMOR_OVER_DAPO}: "
-             f"{'met' if r1 <= TARGET_ARMOR_OVER_DAPO else 'MISSED'})")
+             f"{'met' if r1 <= TARGET_ARMOR_OVER_DAPO else 'MISSED'}); rollout (generate + score) "
+             f"{(a['generate'] + a['score']) / (d['generate'] + d['score']):.2f}")
+    if 0 < a["prompts_kept"] < d["prompts_kept"]:
+        est = a["total"] - a["logprob"] - a["update"] + d["logprob"] + d["update"]
+        L.append(f"  ARMOR kept fewer prompts than DAPO trains on; with DAPO's log-prob + update times in place of its "
+                 f"own (a full batch; estimate) the ratio is {est / d['total']:.2f}")
     if has_trl:
         r2 = d["total"] / t["total"]
         L.append(f"DAPO / TRL step time:  {r2:.2f} (target <= {TARGET_DAPO_OVER_TRL}: "

@@ -193,6 +193,8 @@ class ProtocolConfig:
     eval_benchmarks: list[str] = field(default_factory=list)
     eval_protocol: str = "paper"
     eval_every: int = 0                 # evaluate every N-th saved checkpoint (0 = only the selected ones)
+    eval_samples: Optional[int] = None  # override the protocol's samples per problem (k)
+    eval_limit: Optional[int] = None    # score only the first N problems of each benchmark
     nodes: int = 1
     gpus_per_node: int = 0
     seeds: list[int] = field(default_factory=lambda: [0])
@@ -483,6 +485,8 @@ def validate(cfg: RunConfig) -> None:
     for i, x in enumerate(p.kl_betas):
         c(x > 0, f"protocol.kl_betas[{i}]", x, "must be > 0")
     c(p.peak_selection_window >= 1, "protocol.peak_selection_window", p.peak_selection_window, "must be >= 1")
+    c(p.eval_samples is None or p.eval_samples >= 1, "protocol.eval_samples", p.eval_samples, "must be >= 1")
+    c(p.eval_limit is None or p.eval_limit >= 1, "protocol.eval_limit", p.eval_limit, "must be >= 1")
     c(p.nodes >= 1, "protocol.nodes", p.nodes, "must be >= 1")
     c(p.gpus_per_node >= 0, "protocol.gpus_per_node", p.gpus_per_node, "must be >= 0")
     c(len(p.seeds) >= 1, "protocol.seeds", p.seeds, "must list at least one seed")

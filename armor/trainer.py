@@ -384,7 +384,7 @@ class Trainer:
                     w = len(r) / len(rows)
                     for k, v in metrics.items():
                         mstats[k] = mstats.get(k, 0.0) + w * float(v)
-                    mstats["loss"] = mstats.get("loss", 0.0) + float(loss)
+                    mstats["loss"] = mstats.get("loss", 0.0) + float(loss.detach())
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.optim.grad_clip)
                 self.optimizer.step()
                 mstats["grad_norm"] = float(grad_norm)

@@ -525,6 +525,10 @@ def eval_command(preset: Preset, ckpt: Path, out: Path) -> list[str]:
                                      "--protocol", preset.protocol.eval_protocol, "--out", str(out),
                                      "--preset", str(preset.path), "--engine", preset.cfg.rollout.engine,
                                      "--no-progress"]
+    if preset.protocol.eval_samples:
+        argv += ["--samples", str(preset.protocol.eval_samples)]
+    if preset.protocol.eval_limit:
+        argv += ["--limit", str(preset.protocol.eval_limit)]
     if os.environ.get("ARMOR_THREADS"):
         argv += ["--threads", os.environ["ARMOR_THREADS"]]
     return argv

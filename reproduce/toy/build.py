@@ -36,11 +36,11 @@ SFT = SFTConfig()
 
 # Acceptance checks on the SFT base model (validation split, T = 1 sampling, 4 samples per prompt).
 CHECKS = {
-    "val_acc_T1": (0.30, 0.60),  # neither hopeless nor saturated
+    "val_acc_T1": (0.25, 0.55),  # neither hopeless nor saturated
     "chain_share_T1": (0.40, 0.85),  # the chain is the main mode ...
-    "shortcut_share_T1": (0.03, 0.25),  # ... the shortcut exists but is a minority
+    "shortcut_share_T1": (0.01, 0.20),  # ... the shortcut exists but is a minority
     "well_formed_T1": (0.95, 1.0),  # responses end with \boxed{d}
-    "greedy_acc": (0.45, 1.0),
+    "greedy_acc": (0.50, 1.0),  # greedy follows the chain (ceiling ~0.7)
 }
 
 

@@ -17,7 +17,9 @@ class ModelConfig:
     intermediate_size: int = 192
     max_position_embeddings: int = 128
     rope_theta: float = 10000.0
-    initializer_range: float = 0.02
+    # HF's default 0.02 leaves this tiny model on a long loss plateau (arithmetic not learned in 1000 SFT
+    # steps); 0.1 learns it in ~200.
+    initializer_range: float = 0.1
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -47,7 +47,12 @@ class TaskConfig:
 
     n_operands: int = 5
     p_minus: float = 0.25  # probability that an operator is '-'
-    q_train: float = 0.85  # fraction of training prompts where answer == last operand (the shortcut pays)
+    # The spurious regularity of the training split: on training prompts whose last operand is in
+    # ``feature_digits`` (the prompt feature F, ~30% of prompts), answer == last operand with probability
+    # ``q_feature`` (the shortcut pays); other training prompts and all validation/test prompts are natural (~10%).
+    # The chosen design uses all digits (no feature: the shortcut pays on ~q_feature of *all* training prompts).
+    feature_digits: tuple = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9)
+    q_feature: float = 0.85
     n_train: int = 4096
     n_validation: int = 256
     n_test: int = 512
@@ -136,7 +141,7 @@ def sample_prompt(rng: random.Random, cfg: TaskConfig) -> tuple[list[int], list[
     return operands, ops
 
 
-def make_record(operands: list[int], ops: list[str], split: str, idx: int) -> dict:
+def make_record(operands: list[int], ops: list[str], split: str, idx: int, cfg: TaskConfig) -> dict:
     problem = problem_text(operands, ops)
     ans = evaluate(operands, ops)[-1]
     sa = strategy_answers(problem)
@@ -151,14 +156,21 @@ def make_record(operands: list[int], ops: list[str], split: str, idx: int) -> di
         "chain_correct": sa["chain"] == ans,  # the base's (blind-spot) chain, without slips
         "sloppy_correct": sa["sloppy"] == ans,
         "n_borrows": n_borrows(operands, ops),
+        "feature": has_feature(operands, cfg),  # last operand in cfg.feature_digits
     }
+
+
+def has_feature(operands: list[int], cfg: TaskConfig) -> bool:
+    return operands[-1] in cfg.feature_digits
 
 
 def make_splits(cfg: TaskConfig, seed: int = 0) -> dict[str, list[dict]]:
     """Disjoint train / validation / test splits (deterministic from ``seed``).
 
-    Validation and test: natural distribution.  Train: each prompt is, with probability ``q_train``, drawn
-    conditioned on the shortcut paying (answer == last operand) and otherwise conditioned on it not paying.
+    Validation and test: natural distribution.  Train: natural, except that a prompt with the feature F (last
+    operand in ``feature_digits``) is redrawn among F prompts conditioned on the shortcut paying
+    (answer == last operand) with probability ``q_feature`` and on it not paying otherwise (F keeps its natural
+    share).
     """
     rng = random.Random(f"toy-task-{seed}")
     seen: set[str] = set()
@@ -166,18 +178,22 @@ def make_splits(cfg: TaskConfig, seed: int = 0) -> dict[str, list[dict]]:
     for split, n in (("validation", cfg.n_validation), ("test", cfg.n_test), ("train", cfg.n_train)):
         recs: list[dict] = []
         while len(recs) < n:
-            want_shortcut = rng.random() < cfg.q_train if split == "train" else None
+            want_shortcut = None
             while True:
                 operands, ops = sample_prompt(rng, cfg)
                 p = problem_text(operands, ops)
                 if p in seen:
                     continue
+                if split == "train" and want_shortcut is None and has_feature(operands, cfg):
+                    want_shortcut = rng.random() < cfg.q_feature  # an F prompt: redraw among F prompts
                 if want_shortcut is not None:
+                    if not has_feature(operands, cfg):
+                        continue
                     if (evaluate(operands, ops)[-1] == operands[-1]) != want_shortcut:
                         continue
                 break
             seen.add(p)
-            recs.append(make_record(operands, ops, split, len(recs)))
+            recs.append(make_record(operands, ops, split, len(recs), cfg))
         out[split] = recs
     return out
 
@@ -196,12 +212,21 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def split_stats(records: list[dict]) -> dict:
-    n = len(records)
+    def rate(key, recs):
+        return round(sum(r[key] for r in recs) / max(1, len(recs)), 4)
+
+    feat = [r for r in records if r["feature"]]
+    rest = [r for r in records if not r["feature"]]
     return {
-        "n": n,
-        "shortcut_rate": sum(r["shortcut_correct"] for r in records) / n,
-        "chain_ceiling": sum(r["chain_correct"] for r in records) / n,
-        "sloppy_rate": sum(r["sloppy_correct"] for r in records) / n,
+        "n": len(records),
+        "shortcut_rate": rate("shortcut_correct", records),
+        "chain_ceiling": rate("chain_correct", records),
+        "sloppy_rate": rate("sloppy_correct", records),
+        "feature_share": round(len(feat) / max(1, len(records)), 4),
+        "shortcut_rate_feature": rate("shortcut_correct", feat),
+        "chain_ceiling_feature": rate("chain_correct", feat),
+        "shortcut_rate_nofeature": rate("shortcut_correct", rest),
+        "chain_ceiling_nofeature": rate("chain_correct", rest),
     }
 
 
