@@ -16,8 +16,8 @@ import re
 import shutil
 from pathlib import Path
 
-import numpy as np
-import torch
+# torch and numpy are imported inside the functions that need them: the layout helpers (list_checkpoints,
+# step_dir) serve the experiment driver, which should not pay for loading torch.
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
 
@@ -46,11 +46,15 @@ def clean_partial(run_dir: Path) -> None:
 
 
 def rng_state() -> dict:
+    import numpy as np
+    import torch
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
 
 
 def set_rng_state(s: dict) -> None:
+    import numpy as np
+    import torch
     random.setstate(s["python"])
     np.random.set_state(s["numpy"])
     torch.set_rng_state(s["torch"])
@@ -69,6 +73,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, ref
         tokenizer.save_pretrained(tmp)
     if reference is not None:
         reference.save_pretrained(tmp / "reference")
+    import torch
     torch.save({**state, "rng": rng_state()}, tmp / "trainer_state.pt")
     if final.exists():  # a rerun of a step whose checkpoint survived a crash before `DONE`
         shutil.rmtree(final)
@@ -77,6 +82,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, ref
 
 
 def load_state(run_dir: Path, step: int) -> dict:
+    import torch
     return torch.load(step_dir(run_dir, step) / "trainer_state.pt", weights_only=False)
 
 

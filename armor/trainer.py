@@ -168,7 +168,8 @@ class Trainer:
         if cfg_file.is_file():
             old = _flatten(to_dict(load_config(cfg_file)))
             new = _flatten(to_dict(self.cfg))
-            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUME_MUTABLE)
+            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUME_MUTABLE
+                          and not k.startswith("protocol."))   # read by reproduce/, not by the trainer
             if diff:
                 k = diff[0]
                 raise ValueError(f"{rd}: config differs from the run's config.yaml at {k}: "

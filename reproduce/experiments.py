@@ -51,7 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from armor.checkpoint import list_checkpoints
 from armor.config import ProtocolConfig, RunConfig, load_config, read_yaml
+from figures.data import fmt_alpha, fmt_beta  # arm names are shared with the figures
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
@@ -71,20 +73,6 @@ class ExperimentError(RuntimeError):
 
 
 # ------------------------------------------------------------------------------------------- names
-def fmt_beta(b: float) -> str:
-    """KL β in arm names: 1e-3, 1e-2, 1e-1, 1 (docs/CONTRACTS.md)."""
-    b = float(b)
-    if b.is_integer():
-        return str(int(b))
-    mant, exp = f"{b:e}".split("e")
-    mant = mant.rstrip("0").rstrip(".")
-    return f"{mant}e{int(exp)}"
-
-
-def fmt_alpha(a: float) -> str:
-    return f"{float(a):g}"
-
-
 def _val(x: Any) -> str:
     """An override value as YAML text."""
     if x is None:
@@ -326,18 +314,6 @@ def run_dir(root: Path, preset: Preset, arm: str, seed: int) -> Path:
 
 def ckpt_dir(run: Path, step: int) -> Path:
     return Path(run) / "checkpoints" / f"step_{step:06d}"
-
-
-def list_checkpoints(run: Path) -> list[int]:
-    d = Path(run) / "checkpoints"
-    if not d.is_dir():
-        return []
-    out = []
-    for x in d.iterdir():
-        m = STEP_DIR_RE.match(x.name)
-        if m and x.is_dir():
-            out.append(int(m.group(1)))
-    return sorted(out)
 
 
 def stage_steps(preset: Preset) -> tuple[int, int]:

@@ -8,8 +8,8 @@ Writes (atomically: built in ``DIR.tmp`` then renamed)::
     DIR/base_model/                          Qwen2ForCausalLM + tokenizer (save_pretrained; loads offline)
     DIR/world.json                           config, config hash, split stats, SFT stats, checks
 
-Cached: if ``DIR/world.json`` exists with the same config hash, nothing is done. ``--quick`` runs a seconds-long
-SFT through the same code path and skips the acceptance checks (tests, the ``smoke`` preset).
+Cached: if ``DIR/world.json`` exists with the same config hash, nothing is done. ``--quick`` runs a short SFT
+(``sft.QUICK_SFT``, ~40 s) through the same code path and skips the acceptance checks (tests, the ``smoke`` preset).
 """
 from __future__ import annotations
 

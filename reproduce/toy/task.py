@@ -19,8 +19,9 @@ Strategies the base model is pretrained (SFT) on -- each is a *mode* of the base
 * ``sloppy`` -- the same chain with every operator treated as ``+`` (optional, weight 0 by default).
 * ``guess``  -- ``\\boxed{d}`` with a random digit (right ~10%).
 * ``last``   -- ``\\boxed{last operand}`` -- the *shortcut*.  On natural prompts it is right ~10% of the time;
-  the training split is drawn so that it is right on a fraction ``q_train`` of training prompts, larger than
-  the chain's ceiling.  Validation and test prompts come from the natural distribution.
+  the training split is drawn so that it is right on a fraction ``q_feature`` (0.85) of training prompts (those
+  with the feature; by default all of them), more than the chain's ceiling.  Validation and test prompts come
+  from the natural distribution.
 
 Nothing can tell from the prompt alone (without doing the arithmetic) whether the shortcut pays, so a policy
 that maximizes training reward has to trade the chain (useful on validation) for the shortcut (better on
