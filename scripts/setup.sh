@@ -6,5 +6,5 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first and pinned: an unpinned torch makes pip fetch a multi-GB CUDA build on CPU machines
-.venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q "torch==2.13.0" -e ".[dev,eval]"
+.venv/bin/python -m pip install -q -c constraints.txt "torch==2.13.0"
+.venv/bin/python -m pip install -q -c constraints.txt -e ".[dev,eval]"
