@@ -98,8 +98,11 @@ def qae_advantages(rewards: Tensor, k: float = 0.45, mask: Optional[Tensor] = No
 def group_advantages(rewards: Tensor, estimator: str, mask: Optional[Tensor] = None, **kw) -> Tensor:
     """Dispatch: "grpo" (mean/std), "grpo_no_std" (mean only, Dr.GRPO), "qae" (k-quantile/std, kw k=0.45).
 
-    Extra keywords (eps, k, norm_by_std) go to the estimator.
+    Extra keywords (eps, k, norm_by_std) go to the estimator; `k` only means something to QAE and is ignored
+    by the mean baselines, so callers can pass one set of settings whatever the estimator.
     """
+    if estimator in ("grpo", "grpo_no_std"):
+        kw = {key: v for key, v in kw.items() if key != "k"}
     if estimator == "grpo":
         return grpo_advantages(rewards, mask=mask, **kw)
     if estimator == "grpo_no_std":

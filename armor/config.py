@@ -224,13 +224,6 @@ class RunConfig:
     def run_dir(self) -> Path:
         return Path(self.output_dir or f"runs/{self.name}")
 
-    @property
-    def uses_reference(self) -> bool:
-        """Whether the objective or the rollout needs πref's log-probs or weights."""
-        a = self.algo
-        return (a.anchor.enabled or a.mix.variant != "plain" or a.kl.coef > 0
-                or (a.distill.mode != "none" and not a.distill.teacher_path))
-
 
 # ------------------------------------------------------------------------------------ building from dicts
 def _is_optional(tp) -> tuple[bool, Any]:

@@ -336,9 +336,7 @@ class Trainer:
         L = cfg.lengths
         rewards = shaped_reward(correct, lengths, L.max_response, L.overlong_buffer, L.overlong_factor,
                                 enable=L.overlong_buffer > 0).view(len(groups), G)
-        adv = group_advantages(rewards, a.advantage, k=a.qae_k) if a.advantage == "qae" \
-            else group_advantages(rewards, a.advantage)
-        adv = adv.reshape(-1)
+        adv = group_advantages(rewards, a.advantage, k=a.qae_k).reshape(-1)
 
         mb = cfg.batch.micro_batch_responses
         temp = cfg.rollout.temperature
