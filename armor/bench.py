@@ -6,7 +6,8 @@ One configuration for all three contenders (CPU, float32, the world's base_model
 step, at most 48 new tokens, temperature 1 / top_p 1, one optimizer update per step (one pass, one mini-batch),
 binary +1/-1 reward from grading \\boxed{} against the gold answer.
 
-- DAPO: our Trainer, plain ratio, clip-higher + dual-clip, dynamic sampling OFF (every step does the same work).
+- DAPO: our Trainer, plain ratio, clip-higher + dual-clip, dynamic sampling OFF (every step does the same work),
+  no KL-to-πref monitor (algo.reference.kl_monitor=false: TRL at beta 0 has no reference model either).
 - ARMOR: our Trainer, Anchor Rollout (7 on-policy + 1 anchor, ref_n = 4 reference samples for the prompts that
   pass the on-policy filter) and the mixed ratio with alpha = 0.875. One generation round per step (the same 8
   prompts as DAPO draws), so a prompt that fails the keep rule is dropped rather than replaced.
@@ -90,7 +91,9 @@ def run_config(world: Path, out_dir: Path, arm: str, *, threads: int, total_step
         "algo": {"advantage": "grpo", "loss_agg": "token-mean", "dynamic_sampling": False,
                  "clip": {"eps_low": 0.2, "eps_high": 0.28, "dual_clip_c": 10.0},
                  "anchor": {"enabled": armor, "ref_n": REF_N, "lazy": True},
-                 "mix": {"variant": "mixed" if armor else "plain", "alpha": ALPHA if armor else 1.0}},
+                 "mix": {"variant": "mixed" if armor else "plain", "alpha": ALPHA if armor else 1.0},
+                 # like TRL at beta 0, no KL monitor: DAPO never reads πref; ARMOR's mixed ratio still does
+                 "reference": {"kl_monitor": False}},
         "optim": {"lr": LR, "warmup_steps": 0, "weight_decay": 0.0, "grad_clip": 1.0},
         "reward": {"answer_mode": "boxed", "grader_workers": 0},
         "schedule": {"total_steps": total_steps, "save_every": 10 ** 6, "validate_every": 0},

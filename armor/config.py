@@ -92,8 +92,8 @@ class KLConfig:
 class AnchorConfig:
     enabled: bool = False               # ARMOR's Anchor Rollout
     ref_n: int = 4                      # reference samples per prompt
-    lazy: bool = True                   # sample references only for prompts that pass the on-policy filter,
-    #                                     one round at a time, stopping at the first correct one
+    lazy: bool = True                   # sample references only for prompts that pass the on-policy filter
+    #                                     (the anchor is the first correct of the ref_n samples either way)
 
 
 @dataclass
@@ -112,6 +112,9 @@ class ResetConfig:
 class ReferenceConfig:
     path: str = ""                      # πref's weights; "" = same as model.path (continual protocol)
     reset: ResetConfig = field(default_factory=ResetConfig)
+    kl_monitor: bool = True             # log reverse/forward KL to πref every step. It costs one reference
+    #                                     forward pass, which arms whose loss never reads πref (DAPO, QAE) skip
+    #                                     when this is off
 
 
 @dataclass

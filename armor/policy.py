@@ -83,7 +83,7 @@ def make_token_batch(prompt_ids: list[list[int]], response_ids: list[list[int]],
 
 
 def forward_logprobs(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False):
-    """Per-token log πθ(y_t | x, y_<t) of the response tokens: [N, R] (and the entropy [N, R])."""
+    """Per-token log πθ(y_t | x, y_<t) of the response tokens: [N, R] (and the entropy [N, R], without grad)."""
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                    position_ids=batch.position_ids, use_cache=False).logits
     logits = logits[:, batch.prompt_len - 1:-1, :].float() / temperature
@@ -91,7 +91,8 @@ def forward_logprobs(model, batch: TokenBatch, temperature: float = 1.0, with_en
     logp = logp_all.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1) * batch.response_mask
     if not with_entropy:
         return logp, None
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    with torch.no_grad():   # a metric only: no objective here has an entropy term
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy
 
 

@@ -341,8 +341,27 @@ class Trainer:
         mb = cfg.batch.micro_batch_responses
         temp = cfg.rollout.temperature
         mask = batch.response_mask.float()
-        old_logp, entropy = batched_logprobs(self.policy, batch, mb, temp, with_entropy=True)
-        ref_logp, _ = batched_logprobs(self.reference, batch, mb, temp)
+        n_prompts, per_mb = len(groups), cfg.batch.mini_batch_prompts
+        minibatches = []   # per epoch, the response rows of each mini-batch (prompts shuffled per epoch)
+        for epoch in range(cfg.batch.epochs):
+            g = torch.Generator().manual_seed(step_seed(cfg.seed, self.step, 3, epoch))
+            order = torch.randperm(n_prompts, generator=g).tolist()
+            minibatches += [torch.tensor([p * G + j for p in order[s:s + per_mb] for j in range(G)],
+                                         device=self.device) for s in range(0, n_prompts, per_mb)]
+        # θold = θ until the first optimizer step, so the first mini-batch's old log-probs are its own forward
+        # pass, detached (ratio exactly 1, as verl does on-policy); only the other rows need a separate pass.
+        # OPD/MOPD build their token advantages from θold's log-probs of every row before any update.
+        first = minibatches[0] if a.distill.mode == "none" else minibatches[0][:0]
+        todo = torch.ones(len(responses), dtype=torch.bool, device=self.device)
+        todo[first] = False
+        old_logp, entropy = torch.zeros_like(mask), torch.zeros_like(mask)
+        if bool(todo.any()):
+            rest = todo.nonzero()[:, 0]
+            old_logp[rest], entropy[rest] = batched_logprobs(self.policy, batch.rows(rest), mb, temp,
+                                                             with_entropy=True)
+        needs_ref = (a.kl.coef != 0.0 or a.mix.variant != "plain" or a.reference.kl_monitor
+                     or (a.distill.mode != "none" and self.teacher is self.reference))
+        ref_logp = batched_logprobs(self.reference, batch, mb, temp)[0] if needs_ref else None
         tok_adv = adv[:, None].expand_as(mask)
         if a.distill.mode != "none":
             teacher_logp = ref_logp if self.teacher is self.reference else batched_logprobs(self.teacher, batch, mb,
@@ -350,46 +369,42 @@ class Trainer:
             tok_adv = (opd_token_advantages(teacher_logp, old_logp, mask) if a.distill.mode == "opd" else
                        mopd_token_advantages(adv, teacher_logp, old_logp, mask, coef=a.distill.coef))
         tm["logprob"] += time.perf_counter() - t0
-        on_mask = mask * (~is_anchor)[:, None].float()
-        out = {"entropy": float(masked_mean(entropy, on_mask)),
-               "kl_reverse": float(kl_reverse_estimate(old_logp, ref_logp, on_mask)),
-               "kl_forward": float(kl_forward_estimate(old_logp, ref_logp, on_mask)),
-               "advantage_abs_mean": float(masked_mean(tok_adv.abs(), mask))}
 
         t1 = time.perf_counter()
-        n_prompts = len(groups)
-        per_mb = cfg.batch.mini_batch_prompts
         sums: dict[str, float] = {}
-        n_updates = 0
-        ratio_variant = a.mix.variant
-        for epoch in range(cfg.batch.epochs):
-            g = torch.Generator().manual_seed(step_seed(cfg.seed, self.step, 3, epoch))
-            order = torch.randperm(n_prompts, generator=g).tolist()
-            for s in range(0, n_prompts, per_mb):
-                rows = torch.tensor([p * G + j for p in order[s:s + per_mb] for j in range(G)], device=self.device)
-                mb_mask = mask[rows]
-                normalizer = mb_mask.sum() if a.loss_agg == "token-mean" else torch.tensor(float(len(rows)))
-                self.optimizer.zero_grad(set_to_none=True)
-                mstats: dict[str, float] = {}
-                for m0 in range(0, len(rows), mb):
-                    r = rows[m0:m0 + mb]
-                    logp, _ = forward_logprobs(self.policy, batch.rows(r), temp)
-                    loss, metrics = policy_loss(
-                        logp, old_logp[r], tok_adv[r], mask[r], ratio_variant=ratio_variant, ref_logp=ref_logp[r],
-                        alpha=a.mix.alpha, is_anchor=is_anchor[r], eps_low=a.clip.eps_low, eps_high=a.clip.eps_high,
-                        dual_clip_c=a.clip.dual_clip_c, loss_agg=a.loss_agg, normalizer=normalizer,
-                        kl_coef=a.kl.coef, kl_estimator=a.kl.estimator)
-                    loss.backward()
-                    w = len(r) / len(rows)
-                    for k, v in metrics.items():
-                        mstats[k] = mstats.get(k, 0.0) + w * float(v)
-                    mstats["loss"] = mstats.get("loss", 0.0) + float(loss.detach())
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.optim.grad_clip)
-                self.optimizer.step()
-                mstats["grad_norm"] = float(grad_norm)
-                for k, v in mstats.items():
-                    sums[k] = sums.get(k, 0.0) + v
-                n_updates += 1
+        for i, rows in enumerate(minibatches):
+            mb_mask = mask[rows]
+            normalizer = mb_mask.sum() if a.loss_agg == "token-mean" else torch.tensor(float(len(rows)))
+            self.optimizer.zero_grad(set_to_none=True)
+            mstats: dict[str, float] = {}
+            for m0 in range(0, len(rows), mb):
+                r = rows[m0:m0 + mb]
+                fill = i == 0 and not bool(todo[r].all())
+                logp, ent = forward_logprobs(self.policy, batch.rows(r), temp, with_entropy=fill)
+                if fill:
+                    old_logp[r], entropy[r] = logp.detach(), ent
+                loss, metrics = policy_loss(
+                    logp, old_logp[r], tok_adv[r], mask[r], ratio_variant=a.mix.variant,
+                    ref_logp=None if ref_logp is None else ref_logp[r], alpha=a.mix.alpha, is_anchor=is_anchor[r],
+                    eps_low=a.clip.eps_low, eps_high=a.clip.eps_high, dual_clip_c=a.clip.dual_clip_c,
+                    loss_agg=a.loss_agg, normalizer=normalizer, kl_coef=a.kl.coef, kl_estimator=a.kl.estimator)
+                loss.backward()
+                w = len(r) / len(rows)
+                for k, v in metrics.items():
+                    mstats[k] = mstats.get(k, 0.0) + w * float(v)
+                mstats["loss"] = mstats.get("loss", 0.0) + float(loss.detach())
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.optim.grad_clip)
+            self.optimizer.step()
+            mstats["grad_norm"] = float(grad_norm)
+            for k, v in mstats.items():
+                sums[k] = sums.get(k, 0.0) + v
+        n_updates = len(minibatches)
+        on_mask = mask * (~is_anchor)[:, None].float()
+        out = {"entropy": float(masked_mean(entropy, on_mask)),
+               "advantage_abs_mean": float(masked_mean(tok_adv.abs(), mask))}
+        if ref_logp is not None:
+            out.update(kl_reverse=float(kl_reverse_estimate(old_logp, ref_logp, on_mask)),
+                       kl_forward=float(kl_forward_estimate(old_logp, ref_logp, on_mask)))
         self.optimizer.zero_grad(set_to_none=True)
         out.update({k: v / max(1, n_updates) for k, v in sums.items()})
         out["updates"] = n_updates

@@ -136,6 +136,59 @@ def test_kl_and_mixed_arms_use_the_reference(extra, world, tmp_path, monkeypatch
         assert all(kw["ratio_variant"] == "mixed" and kw["alpha"] == 0.5 for kw in seen)
 
 
+def test_old_logprobs_are_the_pre_update_policy(world, tmp_path, monkeypatch):
+    """θold's log-probs: the first mini-batch reuses its own forward pass (ratio exactly 1); every later
+    mini-batch gets log-probs of the policy as it was before the step's first optimizer update."""
+    import copy
+
+    import armor.trainer as tr
+    from armor.policy import forward_logprobs
+    calls, snapshots = [], []
+    real_loss, real_fwd, real_update = tr.policy_loss, tr.forward_logprobs, tr.Trainer.update
+
+    def fwd(model, batch, *a, **kw):
+        out = real_fwd(model, batch, *a, **kw)
+        if torch.is_grad_enabled():
+            calls.append({"batch": batch, "snapshot": snapshots[-1]})
+        return out
+
+    def loss(logp, old_logp, *a, **kw):
+        calls[-1].update(logp=logp.detach().clone(), old_logp=old_logp.clone())
+        return real_loss(logp, old_logp, *a, **kw)
+
+    def update(self, groups, tm):
+        snapshots.append(copy.deepcopy(self.policy))
+        return real_update(self, groups, tm)
+
+    monkeypatch.setattr(tr, "forward_logprobs", fwd)
+    monkeypatch.setattr(tr, "policy_loss", loss)
+    monkeypatch.setattr(tr.Trainer, "update", update)
+    cfg = load_config(SMOKE, smoke(world, tmp_path / "o", "schedule.total_steps=2", "schedule.validate_every=0",
+                                   "validation.benchmarks=[]", "batch.micro_batch_responses=4"))
+    assert cfg.batch.mini_batch_prompts < cfg.batch.prompts_per_step   # several updates per step
+    Trainer(cfg).fit()
+    firsts = 0
+    for c in calls:
+        if torch.equal(c["old_logp"], c["logp"]):
+            firsts += 1
+        with torch.no_grad():
+            expect, _ = forward_logprobs(c["snapshot"].eval(), c["batch"], cfg.rollout.temperature)
+        torch.testing.assert_close(c["old_logp"], expect, rtol=0, atol=1e-5)
+    assert len(snapshots) == 2 and 2 <= firsts < len(calls)
+
+
+def test_dapo_without_kl_monitor_skips_the_reference(world, tmp_path, monkeypatch):
+    import armor.trainer as tr
+    real, models = tr.batched_logprobs, []
+    monkeypatch.setattr(tr, "batched_logprobs", lambda m, *a, **kw: models.append(m) or real(m, *a, **kw))
+    cfg = load_config(SMOKE, smoke(world, tmp_path / "o", "schedule.total_steps=2", "schedule.validate_every=0",
+                                   "validation.benchmarks=[]", "algo.reference.kl_monitor=false"))
+    t = Trainer(cfg)
+    t.fit()
+    assert models and all(m is t.policy for m in models)
+    assert not any("kl_reverse" in r for r in rows(tmp_path / "o" / "metrics.jsonl"))
+
+
 def test_missing_model_path_fails_before_work(world, tmp_path):
     out = tmp_path / "never"
     r = subprocess.run([sys.executable, "-m", "armor.train", "--config", str(SMOKE),
