@@ -54,6 +54,7 @@ from typing import Any, Optional
 from armor.checkpoint import list_checkpoints
 from armor.config import ProtocolConfig, RunConfig, load_config, read_yaml
 from figures.data import fmt_alpha, fmt_beta  # arm names are shared with the figures
+from slurm import warm
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
@@ -121,7 +122,23 @@ def load_preset(name_or_path: str | Path) -> Preset:
     if not p.is_file():
         known = sorted(x.stem for x in PRESETS_DIR.glob("*.yaml"))
         raise ExperimentError(f"preset {str(name_or_path)!r} not found (known: {', '.join(known)}; or a YAML path)")
-    return Preset(name=p.stem, path=p.resolve(), cfg=load_config(p))
+    preset = Preset(name=p.stem, path=p.resolve(), cfg=load_config(p))
+    _check_eval_samples(preset.cfg.protocol)
+    return preset
+
+
+def _check_eval_samples(proto: ProtocolConfig) -> None:
+    """protocol.eval_samples must leave room for the pass@k the evaluation protocol reports (fail at plan time,
+    not in the evaluation jobs after the training is spent)."""
+    from eval.protocols import get_protocol
+    if not proto.eval_samples or not proto.eval_benchmarks:
+        return
+    ev = get_protocol(proto.eval_protocol)
+    for spec in proto.eval_benchmarks:
+        need = max(ev.setting(spec.split("=", 1)[0]).pass_ks, default=0)
+        if need > proto.eval_samples:
+            raise ExperimentError(f"protocol.eval_samples={proto.eval_samples}: the {ev.name!r} protocol reports "
+                                  f"pass@{need} on {spec.split('=', 1)[0]}, which needs at least {need} samples")
 
 
 def _abs(path: str | Path) -> Path:
@@ -827,10 +844,8 @@ def missing_entry_points(preset: Preset) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------- CLI
 def _exec(argv: list[str]) -> int:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execvp(argv[0], argv)
-    return 127  # not reached
+    """exec argv (in a warm local job: run a `python -m` command in this process; slurm/warm.py)."""
+    return warm.exec_or_run(argv)
 
 
 def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int) -> int:
@@ -867,7 +882,6 @@ def cmd_select_peak(preset: Preset, root: Path, arm: str, seed: int) -> int:
 
 
 def cmd_evaluate(preset: Preset, root: Path, arm_name: str, seed: int) -> int:
-    import subprocess
     arm = arm_definitions(preset.protocol)[arm_name]
     run = run_dir(root, preset, arm.run_arm, seed)
     steps = eval_steps(preset, root, arm, seed)
@@ -875,7 +889,7 @@ def cmd_evaluate(preset: Preset, root: Path, arm_name: str, seed: int) -> int:
         ck = ckpt_dir(run, step)
         argv = eval_command(preset, ck, run / "eval" / f"step_{step:06d}")
         print("run:", " ".join(shlex.quote(a) for a in argv), flush=True)
-        rc = subprocess.run(argv).returncode
+        rc = warm.run(argv)
         if rc != 0:
             print(f"evaluation of {ck} failed (exit {rc})", file=sys.stderr)
             return rc
@@ -885,7 +899,6 @@ def cmd_evaluate(preset: Preset, root: Path, arm_name: str, seed: int) -> int:
 
 
 def cmd_figures(preset: Preset, root: Path, seeds: list[int], only: Optional[list[str]]) -> int:
-    import subprocess
     out = preset_root(root, preset)
     res = out / "results.parquet"
     argv = entry("figures") + ["--results", str(res), "--out", str(out / "figures"), "--preset", preset.name,
@@ -896,7 +909,7 @@ def cmd_figures(preset: Preset, root: Path, seeds: list[int], only: Optional[lis
     if only:
         argv += ["--only", ",".join(only)]
     print("run:", " ".join(shlex.quote(a) for a in argv), flush=True)
-    rc = subprocess.run(argv).returncode
+    rc = warm.run(argv)
     if rc == 0:
         _write_json(out / "figures" / FIG_STAMP, {"results": _sha(res), "only": only or None, "time": time.time()})
     return rc

@@ -10,6 +10,9 @@ Standard library only (it starts in every job). The launcher writes `<job_dir>/s
   - ends by writing exactly one of `finished` (exit code 0), `failed` (exit code != 0) or `interrupted`
     (SIGTERM/SIGINT/preemption/requeue: the job is expected to be rerun and to resume).
 
+From a warm local driver (slurm/warm.py) this wrapper is itself forked, and forks a `python -m` command
+instead of starting a new interpreter.
+
 Markers hold JSON with the submission id, so markers of an older submission are never mistaken for the
 current one. Locally: `python -m slurm.jobwrap JOB_DIR`. On SLURM the same `run_job()` runs inside a
 submitit job (slurm/launcher.py: CommandJob).
@@ -25,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Optional
+
+from slurm import warm
 
 END_MARKERS = ("finished", "failed", "interrupted")
 _INTERRUPT_RCS = {-signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL, -signal.SIGHUP,
@@ -192,8 +197,13 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
     status = "interrupted"
     t0 = time.time()
     try:
-        _child = subprocess.Popen(argv, cwd=spec.get("cwd") or None, env=env, stdout=out, stderr=err,
-                                  stdin=subprocess.DEVNULL, preexec_fn=_ignore_usr_signals)
+        mod = warm.python_module(argv) if warm.active() else None
+        if mod is not None:   # forked from a warm driver: run `python -m MODULE` without a new interpreter
+            _child = warm.fork(lambda: _ignore_usr_signals() or warm.run_module_here(*mod, spec.get("cwd"), env),
+                               stdout=out.fileno(), stderr=err.fileno())
+        else:
+            _child = subprocess.Popen(argv, cwd=spec.get("cwd") or None, env=env, stdout=out, stderr=err,
+                                      stdin=subprocess.DEVNULL, preexec_fn=_ignore_usr_signals)
         while True:
             rc = _child.poll()
             if rc is not None:

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from slurm import jobwrap
+from slurm import jobwrap, warm
 from slurm.resources import Resources
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -215,7 +215,7 @@ class Launcher:
     def __init__(self, root: str | Path, cluster: str = "auto", workers: Optional[int] = None,
                  poll_s: Optional[float] = None, signal_delay_s: int = 90, max_requeues: int = 100,
                  grace_s: float = 60.0, progress: Optional[bool] = None, log: Callable[[str], None] = None,
-                 retries: int = 0):
+                 retries: int = 0, warm_start: Optional[bool] = None):
         self.root = Path(root).resolve()
         self.jobs_dir = self.root / "_jobs"
         self.cluster = detect_cluster(cluster)
@@ -232,6 +232,10 @@ class Launcher:
         self._bar = None
         self._registry: dict = {}
         self._completed_seen: dict[str, float] = {}
+        # local jobs fork from this process with torch & co. imported (slurm/warm.py); ARMOR_WARM=0 turns it off
+        self.warm = self.cluster == "local" and (warm.enabled() if warm_start is None else warm_start)
+        self._preloaded = False
+        self._lock_fd: Optional[int] = None
         self.marker_grace_s = 60.0
 
     # ----------------------------------------------------------------------------------- bookkeeping
@@ -266,9 +270,11 @@ class Launcher:
         f.truncate()
         f.write(f"pid {os.getpid()} on {socket.gethostname()}")
         f.flush()
+        self._lock_fd = f.fileno()   # forked jobs close it: a job outliving the driver must not hold the lock
         try:
             yield
         finally:
+            self._lock_fd = None
             fcntl.flock(f, fcntl.LOCK_UN)
             f.close()
 
@@ -398,6 +404,7 @@ class Launcher:
             from tqdm import tqdm
         except ImportError:
             return None
+        tqdm.monitor_interval = 0   # no monitor thread: jobs fork from this process
         return tqdm(total=total, initial=initial, unit="job", dynamic_ncols=True, leave=True)
 
     # ------------------------------------------------------------------------------------- local
@@ -509,14 +516,31 @@ class Launcher:
         self.save_registry()
         return states
 
-    def _start_local(self, job: Job) -> subprocess.Popen:
+    def _start_local(self, job: Job):
         sub = self._write_spec(job)
         d = self.job_dir(job.key)
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         with open(d / "wrapper.log", "ab") as wlog:
-            p = subprocess.Popen([sys.executable, "-m", "slurm.jobwrap", str(d)], cwd=str(REPO_ROOT), env=env,
-                                 stdout=wlog, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            if self.warm:   # fork the wrapper from this process, which has torch & co. imported
+                if not self._preloaded:
+                    missing = warm.preload()
+                    self._preloaded = True
+                    if missing:
+                        self._emit(f"[warm] could not preload {', '.join(missing)}")
+
+                def _wrapper(env=env, d=d):
+                    os.chdir(REPO_ROOT)
+                    os.environ.clear()
+                    os.environ.update(env, **{warm.ENV: "1"})
+                    rc = jobwrap.run_job(d)
+                    return rc if rc >= 0 else 128 - rc
+
+                p = warm.fork(_wrapper, stdout=wlog.fileno(), stderr=wlog.fileno(),
+                              close_fds=[self._lock_fd] if self._lock_fd is not None else [])
+            else:
+                p = subprocess.Popen([sys.executable, "-m", "slurm.jobwrap", str(d)], cwd=str(REPO_ROOT), env=env,
+                                     stdout=wlog, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self._record(job.key, backend="local", job_id=str(p.pid), pid=p.pid,
                      pid_start=jobwrap.pid_start_time(p.pid), host=socket.gethostname(), submission=sub,
                      submitted_at=time.time(), state=RUNNING, detail="", kind=job.kind)

@@ -488,3 +488,12 @@ def test_pipeline_with_fake_jobs_on_slurm(slurm_cluster, tmp_path, monkeypatch):
     assert all(r["backend"] == "slurm" and r["state"] == "done" for r in reg.values())
     rc, out = _dry(argv)
     assert rc == 0 and "nothing to do" in out and "[submit]" not in out
+
+
+def test_eval_samples_too_few_for_the_protocols_pass_k_fails_at_plan_time(tmp_path):
+    p = tmp_path / "few.yaml"
+    p.write_text(f"base: {E.PRESETS_DIR / 'smoke.yaml'}\nprotocol: {{eval_samples: 2}}\n")
+    with pytest.raises(E.ExperimentError, match=r"protocol.eval_samples=2: .*'toy'.*pass@4"):
+        E.load_preset(p)
+    p.write_text(f"base: {E.PRESETS_DIR / 'smoke.yaml'}\nprotocol: {{eval_samples: 4}}\n")
+    assert E.load_preset(p).cfg.protocol.eval_samples == 4

@@ -312,3 +312,35 @@ def test_running_state_of_a_live_local_job(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+# ------------------------------------------------------------------------------------------ warm starts
+PROBE = '''
+import json, os, sys
+json.dump({"inherited": "_pytest" in sys.modules, "warm": os.environ.get("ARMOR_WARM"), "argv": sys.argv[1:],
+           "cwd": os.getcwd(), "job": os.environ.get("ARMOR_JOB_KEY"), "name": __name__},
+          open(f"probe_{sys.argv[1]}.json", "w"))
+print("probe says hi")
+sys.exit(int(sys.argv[1]))
+'''
+
+
+@pytest.mark.parametrize("warm_start", [True, False], ids=["warm", "cold"])
+def test_local_python_module_jobs_fork_warm(warm_start, tmp_path):
+    """`python -m MODULE` jobs run in a fork of the driver (modules already imported) with the argv, cwd,
+    environment, logs and exit code of a fresh interpreter; ARMOR_WARM=0 / warm_start=False starts them cold."""
+    (tmp_path / "probe_mod.py").write_text(PROBE)
+    jobs = [Job(f"probe/{rc}", [PY, "-m", "probe_mod", str(rc)], cwd=str(tmp_path)) for rc in (0, 3)]
+    la = Launcher(tmp_path / "runs", cluster="local", progress=False, poll_s=0.05, log=lambda s: None,
+                  warm_start=warm_start)
+    states = la.run(jobs)
+    assert states["probe/0"][0] == DONE and states["probe/3"][0] == FAILED
+    for rc in (0, 3):
+        got = json.loads((tmp_path / f"probe_{rc}.json").read_text())
+        assert got["argv"] == [str(rc)] and got["cwd"] == str(tmp_path) and got["job"] == f"probe/{rc}"
+        assert got["name"] == "__main__"
+        assert got["inherited"] is warm_start        # a fork of this (pytest) process, or a new interpreter
+        assert (got["warm"] == "1") is warm_start
+        jd = tmp_path / "runs" / "_jobs" / "probe" / str(rc)
+        assert "probe says hi" in (jd / "log.out").read_text()
+        assert json.loads((jd / ("finished" if rc == 0 else "failed")).read_text())["rc"] == rc

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import sys
@@ -140,6 +141,8 @@ def build_world(out_dir, seed: int = 0, quick: bool = False, log=None) -> Path:
         return out
     if world is not None or (out.exists() and any(out.iterdir())):
         raise FileExistsError(f"{out} exists with a different or incomplete world; remove it or use another --out")
+    if out.is_symlink() and not out.exists():
+        raise FileExistsError(f"{out} is a broken symlink (to {os.readlink(out)}); remove it or use another --out")
 
     t0 = time.time()
     tmp = out.with_name(out.name + ".tmp")
