@@ -1,5 +1,6 @@
-"""The driver with the REAL entry points (trainer, harness, figures) on the smoke world: locally and on
-the real SLURM that .ci/run starts. A subset of items keeps it to a minute or two per cluster."""
+"""The driver with the REAL entry points (trainer, harness, figures) on the smoke world: the full matrix
+locally (every figure and table from a real run, checked panel by panel and number by number), and a subset
+(Fig. 4) on the real SLURM that .ci/run starts."""
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,7 @@ def _check(root: Path):
     assert peak.is_file()
 
 
-@pytest.mark.parametrize("cluster", ["local", pytest.param("slurm", marks=pytest.mark.slurm)])
+@pytest.mark.parametrize("cluster", [pytest.param("slurm", marks=pytest.mark.slurm)])
 def test_run_all_smoke_real_entry_points(cluster, world, tmp_path, request):
     if cluster == "slurm":
         request.getfixturevalue("slurm_cluster")
@@ -51,3 +52,84 @@ def test_run_all_smoke_real_entry_points(cluster, world, tmp_path, request):
     _check(tmp_path / "runs")
     out = _run(args)            # a second invocation right after a finished run submits nothing
     assert "nothing to do" in out
+
+
+# ------------------------------------------------------------------- the full smoke matrix, then python -m figures
+@pytest.fixture(scope="module")
+def full_smoke(world, tmp_path_factory):
+    """`python reproduce/run_all.py --preset smoke` (every figure and table) on the real entry points, then
+    `python -m figures` on its results table into a fresh folder."""
+    tmp = tmp_path_factory.mktemp("full")
+    args = ["--preset", str(_preset(tmp, world)), "--cluster", "local", "--root", str(tmp / "runs"),
+            "--no-progress", "--poll", "0.5"]
+    _run(args, timeout=900)
+    second = _run(args)                    # a second invocation right after a finished run submits nothing
+    results = tmp / "runs" / "smoke" / "results.parquet"
+    out = tmp / "figs"
+    r = subprocess.run([sys.executable, "-m", "figures", "--results", str(results), "--out", str(out),
+                        "--report", str(tmp / "REPRODUCTION.md")], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return {"results": results, "out": out, "second": second, "report": tmp / "REPRODUCTION.md"}
+
+
+def test_full_smoke_matrix_then_figures_produces_every_item(full_smoke):
+    from reproduce.experiments import FIGURES, TABLES
+    assert "nothing to do" in full_smoke["second"]
+    out = full_smoke["out"]
+    for name in FIGURES:
+        png, pdf = out / f"{name}.png", out / f"{name}.pdf"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000, name
+        assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 2000, name
+    for name in TABLES:
+        assert "| model | method | source | steps |" in (out / f"{name}.md").read_text(), name
+        assert "\\begin{tabular}" in (out / f"{name}.tex").read_text(), name
+    report = full_smoke["report"].read_text()
+    assert all(f"### Figure {i} " in report for i in range(1, 8)) and all(f"### Table {i} " in report for i in range(1, 4))
+
+
+def test_full_smoke_figures_have_every_arm_and_panel(full_smoke):
+    """Each figure has its panels, and each arm the matrix runs for it is a series, with no 'not run' gap."""
+    from test_figures import FIG_PANELS, _axes, _labels, _not_run_texts
+
+    from figures import plots
+    from figures.data import load_context
+    from reproduce.experiments import build_arms, figure_arms, load_preset
+    ctx = load_context(full_smoke["results"])
+    preset = load_preset("smoke")
+    matrix = figure_arms(preset.protocol)
+    arms = build_arms(preset)
+    canon = lambda a: arms[a].alias_of or a if a in arms else a   # noqa: E731
+    for name, panels in FIG_PANELS.items():
+        axes = _axes(plots.FIGURES[name](ctx))
+        assert list(axes) == panels, name
+        labels = {canon(lbl.split(" (")[0]) for ax in axes.values() for lbl in _labels(ax)}  # "dapo (stage 1)"
+        missing = {a for a in matrix[name] if canon(a) not in labels}   # an alias stands for its arm
+        assert not missing, (name, missing)
+        for panel, ax in axes.items():
+            assert not _not_run_texts(ax), (name, panel)
+            assert ax.lines or ax.patches, (name, panel)     # something is drawn
+
+
+def test_full_smoke_tables_equal_the_results_table(full_smoke):
+    from test_figures import _num, _parse_md
+
+    from figures import tables
+    from figures.data import load_context
+    ctx = load_context(full_smoke["results"])
+    raw = pd.read_parquet(full_smoke["results"])
+    methods = {"table1": ["DAPO", "+ARMOR", "QAE", "+ARMOR"], "table2": ["DAPO", "+ARMOR", "QAE", "+ARMOR"],
+               "table3": ["OPD", "MOPD", "ARMOR"]}
+    for name, expect in methods.items():
+        t = tables.build_table(ctx, name)
+        kind = tables.columns_for(ctx, name)[0]
+        md = _parse_md((full_smoke["out"] / f"{name}.md").read_text())
+        assert [r["method"] for r in md] == expect, name
+        for row, cells in zip(t.rows, md):
+            assert row.step is not None, (name, row.method)
+            for bench in t.columns:
+                r = raw[(raw.arm == row.arm) & (raw.step == row.step) & (raw.benchmark == bench)
+                        & (raw.source == "eval") & raw.metric.str.startswith(f"{kind}@")]
+                assert r["metric"].nunique() == 1, (name, bench, sorted(r["metric"].unique()))
+                value, _ = _num(cells[t.header(bench)])
+                assert value == round(r.groupby("seed")["value"].mean().mean() * 100, 2), (name, row.method, bench)
