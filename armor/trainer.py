@@ -7,7 +7,8 @@ One RL step:
        keep rule: DAPO dynamic sampling, or ARMOR's anchor rule (on-policy rewards not all equal AND a
        correct reference sample; the first correct one is the anchor)
   2. rewards (+1/-1, overlong shaping) -> group advantages (GRPO / QAE); OPD/MOPD token signals
-  3. log-probs of every response under θold, θref (and the teacher) recomputed here
+  3. log-probs of every response under θold (the first mini-batch's from its own update forward pass, since
+     θold = θ until the first optimizer step), θref (when the loss or the KL monitor reads it) and the teacher
   4. μ mini-batch updates of the configured objective (plain / mixed / static-clip / off-policy ratio,
      clip-higher + dual-clip, optional β·KL), AdamW with warm-up and gradient clipping
   5. every τ steps (until a given step): θref <- θ

@@ -40,6 +40,7 @@ Entry points can be replaced (tests, containers): ARMOR_REPRO_ENTRYPOINTS='{"arm
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -898,6 +899,34 @@ def cmd_evaluate(preset: Preset, root: Path, arm_name: str, seed: int) -> int:
     return 0
 
 
+DRIVER_RUNS = "driver_runs.jsonl"           # under <preset root>/_jobs: one line per run_all invocation
+DRIVER_START_ENV = "ARMOR_DRIVER_START"    # the running invocation's start time, set for its jobs
+
+
+def record_driver_run(out: Path, start: float, end: float) -> None:
+    """Append one run_all invocation (start, end) to the preset root's driver log."""
+    (out / "_jobs").mkdir(parents=True, exist_ok=True)
+    with open(out / "_jobs" / DRIVER_RUNS, "a") as f:
+        f.write(json.dumps({"start": start, "end": end}) + "\n")
+
+
+def driver_wall_time(out: Path, now: Optional[float] = None) -> Optional[float]:
+    """Seconds spent by run_all on this preset root so far: the finished invocations in the driver log plus
+    the running one (ARMOR_DRIVER_START). None when neither is known (figures made outside the driver)."""
+    total, known = 0.0, False
+    log = out / "_jobs" / DRIVER_RUNS
+    if log.is_file():
+        for line in log.read_text().splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                r = json.loads(line)
+                total += float(r["end"]) - float(r["start"])
+                known = True
+    with contextlib.suppress(ValueError):
+        total += (now or time.time()) - float(os.environ[DRIVER_START_ENV]) if DRIVER_START_ENV in os.environ else 0
+        known = known or DRIVER_START_ENV in os.environ
+    return total if known else None
+
+
 def cmd_figures(preset: Preset, root: Path, seeds: list[int], only: Optional[list[str]]) -> int:
     out = preset_root(root, preset)
     res = out / "results.parquet"
@@ -908,6 +937,9 @@ def cmd_figures(preset: Preset, root: Path, seeds: list[int], only: Optional[lis
                                + (f" --only {','.join(only)}" if only else "")]
     if only:
         argv += ["--only", ",".join(only)]
+    wall = driver_wall_time(out)
+    if wall is not None:
+        argv += ["--wall-time-s", f"{wall:.0f}"]
     print("run:", " ".join(shlex.quote(a) for a in argv), flush=True)
     rc = warm.run(argv)
     if rc == 0:

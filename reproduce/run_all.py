@@ -17,6 +17,7 @@ runs/<preset>` lists the recorded jobs, `python -m slurm.launcher cancel runs/<p
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,8 +26,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # `python reproduce/run_all.py` from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
-from reproduce.experiments import (ExperimentError, build_arms, build_jobs, figure_arms, fixed_peak,  # noqa: E402
-                                   load_preset, missing_entry_points, parse_only, preset_root, read_peak)
+from reproduce.experiments import (DRIVER_START_ENV, ExperimentError, build_arms, build_jobs,  # noqa: E402
+                                   figure_arms, fixed_peak, load_preset, missing_entry_points, parse_only,
+                                   preset_root, read_peak, record_driver_run)
 from slurm.launcher import ACTIVE, DONE, Launcher, LauncherError, topo_order  # noqa: E402
 from slurm.resources import ResourceError, load_resources  # noqa: E402
 
@@ -138,11 +140,14 @@ def main(argv=None) -> int:
         if missing:
             print(f"warning: entry points not found: {', '.join(missing)}; their jobs will fail", file=sys.stderr)
         t0 = time.time()
+        os.environ[DRIVER_START_ENV] = repr(t0)   # jobs see it: the report's wall time includes this invocation
         try:
             states = la.run(jobs, wait=not a.no_wait)
         except KeyboardInterrupt:
             print("\ninterrupted: rerun the same command to resume (finished units are kept)", file=sys.stderr)
             return 130
+        finally:
+            record_driver_run(preset_root(root, preset), t0, time.time())
         bad = {k: v for k, v in states.items() if v[0] not in (DONE, *ACTIVE)}
         out = preset_root(root, preset)
         if bad:
