@@ -320,11 +320,12 @@ import pandas as pd
 ap = argparse.ArgumentParser()
 for k in ("--results", "--out", "--preset", "--runs", "--report", "--seeds", "--command", "--only"):
     ap.add_argument(k)
+ap.add_argument("--wall-time-s", type=float)
 a = ap.parse_args()
 df = pd.read_parquet(a.results)
 out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
 (out / "fig.txt").write_text(f"{len(df)} rows, only={a.only}")
-Path(a.report).write_text("# report\n")
+Path(a.report).write_text(f"# report\nwall {a.wall_time_s}\n")
 with open(out / "invocations.log", "a") as f:
     f.write("x\n")
 '''
@@ -418,6 +419,8 @@ def test_pipeline_with_fake_jobs_is_idempotent(tmp_path, monkeypatch):
     assert (pr / "armor_reset_2" / "seed0").is_symlink()
     assert (pr / "armor_reset_2" / "seed0" / "DONE").exists()
     assert (pr / "figures" / "fig.txt").exists() and (pr / "REPRODUCTION.md").exists()
+    wall = float((pr / "REPRODUCTION.md").read_text().split("wall ")[1])   # the driver's time, passed on
+    assert 0 < wall < 600
     assert json.loads((tmp_path / "world" / "world.json").read_text()) == {"quick": False}
     meta = json.loads((pr / "results.meta.json").read_text())
     assert meta["peaks"]["dapo"]["0"] == 4 and meta["aliases"]["armor_reset_2"] == "armor"
@@ -497,3 +500,13 @@ def test_eval_samples_too_few_for_the_protocols_pass_k_fails_at_plan_time(tmp_pa
         E.load_preset(p)
     p.write_text(f"base: {E.PRESETS_DIR / 'smoke.yaml'}\nprotocol: {{eval_samples: 4}}\n")
     assert E.load_preset(p).cfg.protocol.eval_samples == 4
+
+
+def test_driver_wall_time_sums_invocations_and_the_running_one(tmp_path, monkeypatch):
+    monkeypatch.delenv(E.DRIVER_START_ENV, raising=False)
+    assert E.driver_wall_time(tmp_path) is None                 # figures drawn outside the driver
+    E.record_driver_run(tmp_path, 100.0, 160.0)
+    E.record_driver_run(tmp_path, 200.0, 230.5)
+    assert E.driver_wall_time(tmp_path) == pytest.approx(90.5)
+    monkeypatch.setenv(E.DRIVER_START_ENV, "1000.0")
+    assert E.driver_wall_time(tmp_path, now=1012.0) == pytest.approx(102.5)
