@@ -231,7 +231,7 @@ root = Path({root!r})
 jobs = []
 for i in range(2):
     w = root / f"w{{i}}"
-    jobs.append(Job(f"count/{{i}}", [sys.executable, {script!r}, str(w), "8", "0.25"], kind="train",
+    jobs.append(Job(f"count/{{i}}", [sys.executable, {script!r}, str(w), "16", "0.25"], kind="train",
                     done=lambda w=w: (w / "result.json").exists()))
 jobs.append(Job("after", [sys.executable, "-c", "open({root!r} + '/after', 'w')"], kind="collect",
                 deps=["count/0", "count/1"], done=lambda: (root / "after").exists()))
@@ -269,7 +269,7 @@ def test_killed_driver_jobs_are_adopted_not_duplicated(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "[adopt] count/0" in out.stdout and "[adopt] count/1" in out.stdout
     for i in range(2):
-        assert json.loads((tmp_path / f"w{i}" / "result.json").read_text()) == {"step": 8}
+        assert json.loads((tmp_path / f"w{i}" / "result.json").read_text()) == {"step": 16}
         assert (tmp_path / f"w{i}" / "starts.log").read_text().split() == ["0"]  # ran once
     assert (tmp_path / "after").exists()
     out = subprocess.run([PY, str(drv)], capture_output=True, text=True, timeout=60)
@@ -290,7 +290,7 @@ def test_interrupted_driver_resumes(tmp_path):
     out = subprocess.run([PY, str(drv)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     for i in range(2):
-        assert json.loads((tmp_path / f"w{i}" / "result.json").read_text()) == {"step": 8}
+        assert json.loads((tmp_path / f"w{i}" / "result.json").read_text()) == {"step": 16}
         starts = [int(x) for x in (tmp_path / f"w{i}" / "starts.log").read_text().split()]
         assert starts[0] == 0 and len(starts) == 2 and starts[1] >= 2  # resumed from its checkpoint
     assert (tmp_path / "after").exists()
