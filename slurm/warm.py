@@ -119,7 +119,8 @@ def fork(target, *, stdout: Optional[int] = None, stderr: Optional[int] = None,
     try:
         for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(s, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:   # an ignored Ctrl-C stays ignored, as in a
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # fresh interpreter
         for fd in close_fds:
             try:
                 os.close(fd)

@@ -278,7 +278,10 @@ def test_killed_driver_jobs_are_adopted_not_duplicated(tmp_path):
 
 def test_interrupted_driver_resumes(tmp_path):
     drv = _driver(tmp_path)
-    p = subprocess.Popen([PY, str(drv)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Ctrl-C must reach Python even when this test runs in the background of a non-interactive shell, which
+    # starts it with SIGINT ignored (and a child inherits that)
+    p = subprocess.Popen([PY, str(drv)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _wait_step(tmp_path, 2)
     p.send_signal(signal.SIGINT)  # Ctrl-C: the driver stops its jobs (they are resumable)
     p.wait(timeout=30)

@@ -1,6 +1,7 @@
 """The driver with the REAL entry points (trainer, harness, figures) on the smoke world: the full matrix
 locally (every figure and table from a real run, checked panel by panel and number by number), and a subset
 (Fig. 4) on the real SLURM that .ci/run starts."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -32,24 +33,29 @@ def _run(args, timeout=600):
 def _check(root: Path):
     pr = root / "smoke"
     df = pd.read_parquet(pr / "results.parquet")
-    assert {"dapo", "armor", "armor_reset_never"} <= set(df["arm"])
-    assert set(df["source"]) == {"validation"}      # fig4 is drawn from validation curves (no table asked)
+    assert {"dapo", "armor", "armor_reset_never", "opd", "mopd"} <= set(df["arm"])
+    assert set(df["source"]) == {"validation", "eval"}          # Fig. 4 from validation, Table 3 from eval
+    assert {"dapo", "armor", "opd", "mopd"} <= set(df[df.source == "eval"]["arm"])   # (+ armor's aliases)
     assert (pr / "REPRODUCTION.md").is_file()
     pngs = list((pr / "figures").rglob("fig4*.png"))
     assert pngs and all(p.stat().st_size > 1000 for p in pngs)
+    assert "| OPD |" in (pr / "figures" / "table3.md").read_text()
     peak = (pr / "dapo" / "seed0" / "peak.json")
     assert peak.is_file()
 
 
-@pytest.mark.parametrize("cluster", [pytest.param("slurm", marks=pytest.mark.slurm)])
-def test_run_all_smoke_real_entry_points(cluster, world, tmp_path, request):
-    if cluster == "slurm":
-        request.getfixturevalue("slurm_cluster")
+@pytest.mark.slurm
+def test_run_all_smoke_on_the_real_slurm(world, tmp_path, slurm_cluster):
+    """A smoke DAG through sbatch: stage 1, θ*, stage-2 arms, an evaluation array, collection, figures."""
     preset = _preset(tmp_path, world)
-    args = ["--preset", str(preset), "--cluster", cluster, "--root", str(tmp_path / "runs"), "--only", "fig4",
-            "--no-progress", "--poll", "1"]
-    _run(args)
+    args = ["--preset", str(preset), "--cluster", "slurm", "--root", str(tmp_path / "runs"),
+            "--only", "fig4,table3", "--no-progress", "--poll", "1"]
+    _run(args, timeout=900)
     _check(tmp_path / "runs")
+    reg = json.loads((tmp_path / "runs" / "smoke" / "_jobs" / "state.json").read_text())
+    evals = {k: v for k, v in reg.items() if k.startswith("eval/")}
+    assert len(evals) == 4 and all(v["backend"] == "slurm" for v in evals.values())
+    assert len({v["job_id"].split("_")[0] for v in evals.values()}) == 1   # one job array, a task per arm
     out = _run(args)            # a second invocation right after a finished run submits nothing
     assert "nothing to do" in out
 
