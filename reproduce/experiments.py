@@ -136,10 +136,11 @@ def _check_eval_samples(proto: ProtocolConfig) -> None:
         return
     ev = get_protocol(proto.eval_protocol)
     for spec in proto.eval_benchmarks:
-        need = max(ev.setting(spec.split("=", 1)[0]).pass_ks, default=0)
+        bench = spec.split("=", 1)[0]
+        need = max(ev.setting(bench).pass_ks, default=0)
         if need > proto.eval_samples:
             raise ExperimentError(f"protocol.eval_samples={proto.eval_samples}: the {ev.name!r} protocol reports "
-                                  f"pass@{need} on {spec.split('=', 1)[0]}, which needs at least {need} samples")
+                                  f"pass@{need} on {bench}, which needs at least {need} samples")
 
 
 def _abs(path: str | Path) -> Path:
@@ -921,9 +922,11 @@ def driver_wall_time(out: Path, now: Optional[float] = None) -> Optional[float]:
                 r = json.loads(line)
                 total += float(r["end"]) - float(r["start"])
                 known = True
-    with contextlib.suppress(ValueError):
-        total += (now or time.time()) - float(os.environ[DRIVER_START_ENV]) if DRIVER_START_ENV in os.environ else 0
-        known = known or DRIVER_START_ENV in os.environ
+    start = os.environ.get(DRIVER_START_ENV)
+    if start is not None:
+        with contextlib.suppress(ValueError):
+            total += (now or time.time()) - float(start)
+            known = True
     return total if known else None
 
 

@@ -130,7 +130,8 @@ def main(argv=None) -> int:
                  "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "time_min": a.time_min}
         res = load_resources(preset.protocol.nodes, preset.protocol.gpus_per_node, a.resources, flags)
         jobs = build_jobs(preset, root, seeds, only, res)
-        la = Launcher(preset_root(root, preset), cluster=a.cluster, workers=a.workers, poll_s=a.poll,
+        out = preset_root(root, preset)
+        la = Launcher(out, cluster=a.cluster, workers=a.workers, poll_s=a.poll,
                       progress=False if a.no_progress else None)
         if a.dry_run or a.status:
             states = la.states(jobs)
@@ -147,9 +148,8 @@ def main(argv=None) -> int:
             print("\ninterrupted: rerun the same command to resume (finished units are kept)", file=sys.stderr)
             return 130
         finally:
-            record_driver_run(preset_root(root, preset), t0, time.time())
+            record_driver_run(out, t0, time.time())
         bad = {k: v for k, v in states.items() if v[0] not in (DONE, *ACTIVE)}
-        out = preset_root(root, preset)
         if bad:
             print(f"\n{len(bad)} job(s) did not finish:")
             for k, (s, d) in bad.items():

@@ -245,7 +245,11 @@ def main(argv=None) -> int:
     if len(args) != 1:
         print("usage: python -m slurm.jobwrap JOB_DIR", file=sys.stderr)
         return 2
-    rc = run_job(args[0])
+    return exit_status(run_job(args[0]))
+
+
+def exit_status(rc: int) -> int:
+    """run_job's result as a process exit status (killed by signal N -> 128 + N, as a shell reports it)."""
     return rc if rc >= 0 else 128 - rc
 
 

@@ -533,8 +533,7 @@ class Launcher:
                     os.chdir(REPO_ROOT)
                     os.environ.clear()
                     os.environ.update(env, **{warm.ENV: "1"})
-                    rc = jobwrap.run_job(d)
-                    return rc if rc >= 0 else 128 - rc
+                    return jobwrap.exit_status(jobwrap.run_job(d))
 
                 p = warm.fork(_wrapper, stdout=wlog.fileno(), stderr=wlog.fileno(),
                               close_fds=[self._lock_fd] if self._lock_fd is not None else [])

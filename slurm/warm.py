@@ -1,7 +1,7 @@
 """Warm starts for local jobs: fork a process that already has torch and transformers imported.
 
-On a 2-core CPU a fresh interpreter spends ~5 s importing torch and transformers, more than a smoke job's
-own work. With warm starts the local driver imports them once (`preload`), forks each job's wrapper
+On a 2-core CPU a fresh interpreter spends seconds importing torch and transformers (`python -X importtime -c
+"import armor.trainer"`), more than a smoke job's own work. With warm starts the local driver imports them once (`preload`), forks each job's wrapper
 (slurm/jobwrap.py), and the wrapper forks the job's `python -m MODULE ARGS` command, which then runs MODULE
 with runpy in the forked process (`fork_module`): same argv, cwd, environment, log files and exit code as a
 subprocess, without the import time. Nothing has run a torch op in the driver, so no thread pool is copied.
