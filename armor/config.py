@@ -50,6 +50,11 @@ class RolloutConfig:
     gen_batch_prompts: int = 0          # prompts drawn per generation round (0 = same as batch.prompts_per_step)
     max_rounds: int = 10                # generation rounds per step before giving up on a full batch
     on_shortfall: Literal["error", "proceed"] = "proceed"  # after max_rounds: fail, or train on what was kept
+    # rounds after the first draw only ceil(refill_margin * still-needed / keep rate so far) prompts (at most
+    # gen_batch_prompts); None = every round draws gen_batch_prompts (verl's DAPO). Kept prompts are the first B
+    # that pass in stream order either way, so this changes what a step costs, not what it trains on.
+    refill_margin: Optional[float] = None
+    static_kv_cache: bool = True         # hf engine: the preallocated-KV-cache decoder where the model allows
     gpu_memory_utilization: float = 0.6  # vllm only
     tensor_parallel_size: int = 1        # vllm only
 
@@ -92,8 +97,9 @@ class KLConfig:
 class AnchorConfig:
     enabled: bool = False               # ARMOR's Anchor Rollout
     ref_n: int = 4                      # reference samples per prompt
-    lazy: bool = True                   # sample references only for prompts that pass the on-policy filter
-    #                                     (the anchor is the first correct of the ref_n samples either way)
+    lazy: bool = True                   # sample references only for prompts that pass the on-policy filter,
+    #                                     and only for as many of them (in draw order) as may still be kept;
+    #                                     the anchor is the first correct of the ref_n samples either way
 
 
 @dataclass
@@ -402,6 +408,8 @@ def validate(cfg: RunConfig) -> None:
     c(0 < r.top_p <= 1, "rollout.top_p", r.top_p, "must be in (0, 1]")
     c(r.gen_batch_prompts >= 0, "rollout.gen_batch_prompts", r.gen_batch_prompts, "must be >= 0")
     c(r.max_rounds >= 1, "rollout.max_rounds", r.max_rounds, "must be >= 1")
+    c(r.refill_margin is None or r.refill_margin >= 1, "rollout.refill_margin", r.refill_margin,
+      "must be >= 1 (or null: full rounds)")
     c(0 < r.gpu_memory_utilization <= 1, "rollout.gpu_memory_utilization", r.gpu_memory_utilization,
       "must be in (0, 1]")
     c(r.tensor_parallel_size >= 1, "rollout.tensor_parallel_size", r.tensor_parallel_size, "must be >= 1")

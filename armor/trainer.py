@@ -18,6 +18,7 @@ The mathematics lives in armor.objectives / advantages / anchors / rewards; this
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 import os
@@ -49,9 +50,10 @@ RESUME_MUTABLE = {"threads", "device", "schedule.total_steps", "schedule.keep_la
                   "validation.max_problems", "output_dir"}
 
 
-def step_seed(seed: int, step: int, phase: int, rnd: int = 0) -> int:
-    """A distinct, reproducible sampling seed per (run seed, step, phase, round)."""
-    return (seed * 1_000_003 + step * 10_007 + phase * 101 + rnd) % (2 ** 62)
+def step_seed(seed: int, step: int, phase: int, rnd: int = 0, chunk: int = 0) -> int:
+    """A distinct, reproducible sampling seed per (run seed, step, phase, round, chunk): a 62-bit hash."""
+    digest = hashlib.blake2b(repr((seed, step, phase, rnd, chunk)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % (2 ** 62)
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -138,7 +140,8 @@ class Trainer:
             self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
         self.engine = build_engine(cfg.rollout.engine, self.policy, self.tokenizer, model_path=init_path,
                                    dtype=cfg.model.dtype, gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
-                                   tensor_parallel_size=cfg.rollout.tensor_parallel_size, seed=cfg.seed)
+                                   tensor_parallel_size=cfg.rollout.tensor_parallel_size, seed=cfg.seed,
+                                   static_cache=cfg.rollout.static_kv_cache)
         if resume_from is not None:
             self._restore(resume_from)
 
@@ -228,48 +231,35 @@ class Trainer:
         return [bool(v.correct) for v in verdicts]
 
     def collect(self, tm: dict, stats: dict) -> list[Group]:
-        """Step 1 of Algorithm 1: sample, score and keep until B prompts are kept."""
+        """Step 1 of Algorithm 1: sample, score and keep until B prompts are kept.
+
+        The kept prompts are the first B, in stream order, that pass the keep rule. Two economies never change
+        which prompts those are: with `rollout.refill_margin` a round after the first draws only about as
+        many prompts as the keep rate says are still needed, and with lazy anchors the reference samples only
+        the passing prompts, in order, in chunks of about as many as may still be kept."""
         cfg, a = self.cfg, self.cfg.algo
         B, G = cfg.batch.prompts_per_step, cfg.batch.group_size
         n_on = G - 1 if a.anchor.enabled else G
-        draw = cfg.rollout.gen_batch_prompts or B
+        full = cfg.rollout.gen_batch_prompts or B
         kept: list[Group] = []
         for rnd in range(cfg.rollout.max_rounds):
             if len(kept) >= B:
                 break
-            prompts = self.stream.take(draw)
+            prompts = self.stream.take(self._draw_size(B - len(kept), full, len(kept), stats["prompts_drawn"]))
             stats["prompts_drawn"] += len(prompts)
             stats["rounds"] += 1
             pids = [self.prompt_ids(p) for p in prompts]
             ro = self._generate(self.policy, pids, n_on, step_seed(cfg.seed, self.step, 1, rnd), tm)
             correct = self._grade(ro.texts, [prompts[i].answer for i in ro.prompt_index], tm)
-            lengths = [len(r) for r in ro.response_ids]
             stats["correct"] += correct
-            stats["lengths"] += lengths
+            stats["lengths"] += [len(r) for r in ro.response_ids]
             on_correct = torch.tensor(correct, dtype=torch.float32).view(len(prompts), n_on)
             resp = [ro.response_ids[i * n_on:(i + 1) * n_on] for i in range(len(prompts))]
             anchor_of = [None] * len(prompts)
             if a.distill.mode == "opd":
                 keep = torch.ones(len(prompts), dtype=torch.bool)
             elif a.anchor.enabled:
-                passing = dynamic_sampling_keep(on_correct)
-                cand = [i for i in range(len(prompts)) if (passing[i] or not a.anchor.lazy)]
-                ref_correct = torch.zeros(len(prompts), a.anchor.ref_n, dtype=torch.bool)
-                ref_resp: dict[int, list] = {}
-                if cand:
-                    rro = self._generate(self.reference, [pids[i] for i in cand], a.anchor.ref_n,
-                                         step_seed(cfg.seed, self.step, 2, rnd), tm)
-                    rc = self._grade(rro.texts, [prompts[cand[j]].answer for j in rro.prompt_index], tm)
-                    stats["ref_samples"] += len(rc)
-                    for j, i in enumerate(cand):
-                        sl = slice(j * a.anchor.ref_n, (j + 1) * a.anchor.ref_n)
-                        ref_correct[i] = torch.tensor(rc[sl])
-                        ref_resp[i] = rro.response_ids[sl]
-                keep = anchor_keep(on_correct, ref_correct)
-                first = first_correct_index(ref_correct)
-                for i in range(len(prompts)):
-                    if keep[i]:
-                        anchor_of[i] = ref_resp[i][int(first[i])]
+                keep, anchor_of = self._anchor_rollout(prompts, pids, on_correct, B - len(kept), rnd, tm, stats)
             elif a.dynamic_sampling:
                 keep = dynamic_sampling_keep(on_correct)
             else:
@@ -290,6 +280,48 @@ class Trainer:
                 raise RuntimeError(msg + "; raise rollout.max_rounds or set rollout.on_shortfall=proceed")
             stats["shortfall"] = B - len(kept)
         return kept
+
+    def _draw_size(self, need: int, full: int, kept: int, drawn: int) -> int:
+        """Prompts to draw this round: `full`, or after the first round with `rollout.refill_margin` m,
+        ceil(m · need / (kept / drawn)) capped at `full` (full again while nothing has been kept)."""
+        m = self.cfg.rollout.refill_margin
+        if m is None or drawn == 0 or kept == 0:
+            return full
+        return max(1, min(full, math.ceil(m * need * drawn / kept)))
+
+    def _anchor_rollout(self, prompts, pids, on_correct: torch.Tensor, need: int, rnd: int, tm: dict,
+                        stats: dict) -> tuple[torch.Tensor, list]:
+        """ARMOR's Anchor Rollout for one round: ref_n samples from πref per candidate prompt, the keep rule,
+        and each kept prompt's anchor (its first correct reference sample).
+
+        Lazy (the default): candidates are the prompts whose on-policy rewards are not all equal, taken in draw
+        order in chunks of ceil(1.5 · still needed), until `need` prompts are kept or none is left; the prompts
+        behind them could not be kept this step anyway. Returns keep [P] bool and the anchors (None if not kept)."""
+        a = self.cfg.algo.anchor
+        P = len(prompts)
+        passing = dynamic_sampling_keep(on_correct)
+        order = [i for i in range(P) if passing[i] or not a.lazy]
+        ref_correct = torch.zeros(P, a.ref_n, dtype=torch.bool)
+        ref_resp: dict[int, list] = {}
+        chunk_no = 0
+        while order:
+            n_keep = int(anchor_keep(on_correct, ref_correct).sum())
+            if a.lazy and n_keep >= need:
+                break
+            take = len(order) if not a.lazy else math.ceil(1.5 * (need - n_keep))
+            cand, order = order[:take], order[take:]
+            rro = self._generate(self.reference, [pids[i] for i in cand], a.ref_n,
+                                 step_seed(self.cfg.seed, self.step, 2, rnd, chunk_no), tm)
+            rc = self._grade(rro.texts, [prompts[cand[j]].answer for j in rro.prompt_index], tm)
+            stats["ref_samples"] += len(rc)
+            for j, i in enumerate(cand):
+                sl = slice(j * a.ref_n, (j + 1) * a.ref_n)
+                ref_correct[i] = torch.tensor(rc[sl])
+                ref_resp[i] = rro.response_ids[sl]
+            chunk_no += 1
+        keep = anchor_keep(on_correct, ref_correct)
+        first = first_correct_index(ref_correct)
+        return keep, [ref_resp[i][int(first[i])] if keep[i] else None for i in range(P)]
 
     # ---------------------------------------------------------------------------------------- update
     def train_step(self) -> dict:

@@ -237,3 +237,75 @@ def test_sigkill_and_resume_gives_identical_metrics(world, tmp_path):
                 assert rb[k] == pytest.approx(ra[k], abs=1e-6), (ra["step"], k)
     va, vb = rows(tmp_path / "a" / "validation.jsonl"), rows(out / "validation.jsonl")
     assert [(r["step"], r["value"]) for r in va] == [(r["step"], r["value"]) for r in vb]
+
+
+def _oracle_rollouts(monkeypatch):
+    """Replace sampling and grading by an oracle: response j of prompt p from model m is correct by a fixed hash
+    of (p, j, m), whatever the call it is sampled in. Returns the list of (model, rows) of every generate call."""
+    import hashlib
+
+    from armor.rollout import Rollout
+    calls = []
+
+    def generate(self, model, prompt_ids, n, seed, tm):
+        kind = "ref" if model is self.reference else "policy"
+        calls.append((kind, len(prompt_ids) * n))
+        ro = Rollout()
+        for i, p in enumerate(prompt_ids):
+            for j in range(n):
+                ro.prompt_index.append(i)
+                ro.prompt_ids.append(p)
+                ro.response_ids.append([j])
+                ro.texts.append(f"{p}|{j}|{kind}")
+        return ro
+
+    def grade(self, texts, golds, tm):
+        # policy samples right 45% of the time, reference samples 20%: a chunk of candidates often falls short
+        return [int(hashlib.md5(t.encode()).hexdigest(), 16) % 100 < (20 if t.endswith("ref") else 45)
+                for t in texts]
+
+    monkeypatch.setattr(Trainer, "_generate", generate)
+    monkeypatch.setattr(Trainer, "_grade", grade)
+    return calls
+
+
+@pytest.mark.parametrize("anchors", [False, True])
+def test_rollout_economies_keep_the_same_prompts(anchors, world, tmp_path, monkeypatch):
+    """Lazy reference sampling and refill_margin change what a step samples, never which prompts it keeps: the
+    first B in stream order that pass the keep rule (and, with anchors, the same anchor for each)."""
+    calls = _oracle_rollouts(monkeypatch)
+    arm = ["algo.anchor.enabled=true", "algo.anchor.ref_n=4"] if anchors else []
+    modes = {"full": ["algo.anchor.lazy=false"] if anchors else [], "economical": ["rollout.refill_margin=1.5"]}
+    trainers = {name: Trainer(load_config(SMOKE, smoke(world, tmp_path / name, "batch.prompts_per_step=8",
+                                                         "rollout.gen_batch_prompts=16", "rollout.max_rounds=10",
+                                                         *arm, *extra)))
+                for name, extra in modes.items()}
+    sampled = {name: {"policy": 0, "ref": 0} for name in modes}
+    for _ in range(4):   # 4 steps, each from the same stream position in both modes
+        position = trainers["full"].stream.state_dict()
+        kept = {}
+        for name, t in trainers.items():
+            t.stream.load_state_dict(position)
+            calls.clear()
+            stats = {"prompts_drawn": 0, "rounds": 0, "correct": [], "lengths": [], "ref_samples": 0, "shortfall": 0}
+            groups = t.collect({"generate": 0.0, "score": 0.0, "tokens": 0}, stats)
+            assert len(groups) == 8
+            kept[name] = [(tuple(g.prompt_ids), tuple(map(tuple, g.responses)), tuple(g.correct)) for g in groups]
+            for kind, n in calls:
+                sampled[name][kind] += n
+            t.step += 1
+        assert kept["economical"] == kept["full"]
+    assert sampled["economical"]["policy"] <= sampled["full"]["policy"]
+    if anchors:
+        assert 0 < sampled["economical"]["ref"] < sampled["full"]["ref"]
+
+
+def test_draw_size():
+    t = Trainer.__new__(Trainer)
+    t.cfg = load_config(SMOKE, ["rollout.refill_margin=2"])
+    assert t._draw_size(need=8, full=16, kept=0, drawn=0) == 16    # the first round draws a full round
+    assert t._draw_size(need=3, full=16, kept=6, drawn=16) == 16   # ceil(2 * 3 * 16 / 6) = 16
+    assert t._draw_size(need=1, full=16, kept=8, drawn=16) == 4    # ceil(2 * 1 * 16 / 8)
+    assert t._draw_size(need=2, full=16, kept=0, drawn=16) == 16   # nothing kept yet: no rate to go by
+    t.cfg = load_config(SMOKE, ["rollout.refill_margin=null"])
+    assert t._draw_size(need=1, full=16, kept=8, drawn=16) == 16   # refill_margin null: always full rounds

@@ -6,10 +6,11 @@ def build_engine(kind: str, model, tokenizer, *, model_path: str = "", **kw) -> 
     """`hf` serves an in-process module; `vllm` loads `model_path` into a vLLM engine (GPU)."""
     if kind == "hf":
         from armor.rollout.hf import HFEngine
-        return HFEngine(model, tokenizer, **{k: v for k, v in kw.items() if k == "max_batch"})
+        return HFEngine(model, tokenizer, **{k: v for k, v in kw.items() if k in ("max_batch", "static_cache")})
     if kind == "vllm":
         from armor.rollout.vllm_engine import VLLMEngine
-        return VLLMEngine(model_path, tokenizer, **{k: v for k, v in kw.items() if k != "max_batch"})
+        return VLLMEngine(model_path, tokenizer, **{k: v for k, v in kw.items()
+                                                    if k not in ("max_batch", "static_cache")})
     raise ValueError(f"rollout.engine: unknown engine {kind!r} (known: hf, vllm)")
 
 

@@ -7,12 +7,10 @@ processing stack, and it returns the per-token sampling log-probs the trainer lo
 """
 from __future__ import annotations
 
-import inspect
-
 import torch
-from transformers import DynamicCache
 
 from armor.rollout.base import Rollout, RolloutEngine, SamplingParams
+from armor.rollout.static_decode import make_stepper
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -29,8 +27,9 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 class HFEngine(RolloutEngine):
-    def __init__(self, model: torch.nn.Module, tokenizer, max_batch: int = 256):
+    def __init__(self, model: torch.nn.Module, tokenizer, max_batch: int = 256, static_cache: bool = True):
         self.model = model
+        self.static_cache = static_cache   # the preallocated-KV-cache decoder where the architecture allows
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         eos = tokenizer.eos_token_id
@@ -42,11 +41,6 @@ class HFEngine(RolloutEngine):
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model   # same process, same device: serving a module is pointing at it
-
-    @staticmethod
-    def _cache_kw(model) -> str:
-        """transformers >= 5.2x names the KV cache argument `cache` (`past_key_values` is deprecated)."""
-        return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
@@ -73,17 +67,14 @@ class HFEngine(RolloutEngine):
         model.eval()
         n, plen, T = len(prompts), max(len(p) for p in prompts), params.max_new_tokens
         ids = torch.full((n, plen), self.pad_id, dtype=torch.long)
-        full_mask = torch.ones((n, plen + T), dtype=torch.long)     # prompt mask + room for every new token
+        mask = torch.ones((n, plen), dtype=torch.long)
         for j, p in enumerate(prompts):
             ids[j, plen - len(p):] = torch.tensor(p, dtype=torch.long)
-            full_mask[j, :plen - len(p)] = 0
-        ids, full_mask = ids.to(device), full_mask.to(device)
-        mask = full_mask[:, :plen]
+            mask[j, :plen - len(p)] = 0
+        ids, mask = ids.to(device), mask.to(device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
-        cache_kw = {self._cache_kw(model): cache}
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
-                       **cache_kw).logits[:, -1, :]
+        stepper = make_stepper(model, self.static_cache)
+        logits = stepper.prefill(ids, mask, pos, T)
         next_pos = pos[:, -1] + 1
         eos = torch.tensor(sorted(self.eos_ids), device=device)
         tokens = torch.full((n, T), self.pad_id, dtype=torch.long, device=device)
@@ -113,9 +104,8 @@ class HFEngine(RolloutEngine):
             if not bool(running.all()):         # drop the rows that just finished (batch and KV cache)
                 keep = running.nonzero()[:, 0]
                 active, tok, next_pos = active[keep], tok[keep], next_pos[keep]
-                cache.reorder_cache(keep)
-            logits = model(input_ids=tok[:, None], attention_mask=full_mask[active, :plen + t + 1],
-                           position_ids=next_pos[:, None], use_cache=True, **cache_kw).logits[:, -1, :]
+                stepper.keep(keep)
+            logits = stepper.decode(tok, next_pos, t)
             next_pos = next_pos + 1
         if was_training:
             model.train()

@@ -1,0 +1,92 @@
+"""The HF rollout engine's two decoders: the static-KV-cache stepper must give the model's own logits."""
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+
+from armor.rollout import SamplingParams
+from armor.rollout.hf import HFEngine
+from armor.rollout.static_decode import HFStepper, StaticStepper, make_stepper
+
+SMALL = dict(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+             max_position_embeddings=64, attn_implementation="sdpa")
+
+
+def _model(cfg_cls, **kw):
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(cfg_cls(**{**SMALL, **kw})).eval()
+
+
+MODELS = {
+    "qwen2": lambda: _model(Qwen2Config, num_key_value_heads=4),
+    "qwen2-gqa": lambda: _model(Qwen2Config, num_key_value_heads=2),      # 2 query heads per kv head
+    "qwen3": lambda: _model(Qwen3Config, num_key_value_heads=2, head_dim=8),   # per-head q/k RMSNorm
+    "llama": lambda: _model(LlamaConfig, num_key_value_heads=1),         # no q/k/v bias, one kv head
+}
+
+
+def _left_pad(prompts, pad=0):
+    plen = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (plen - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (plen - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_static_stepper_gives_the_models_logits(name):
+    """Prefill + 5 decode steps on left-padded prompts, one row dropped midway, against a full forward pass."""
+    model = MODELS[name]()
+    assert StaticStepper.supports(model)
+    prompts = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
+    ids, mask, pos = _left_pad(prompts)
+    seqs = [list(p) for p in prompts]
+    rows = list(range(len(prompts)))
+    with torch.inference_mode():
+        st = StaticStepper(model)
+        logits = st.prefill(ids, mask, pos, max_new_tokens=6)
+        nxt = pos[:, -1] + 1
+        for t in range(6):
+            for j, r in enumerate(rows):   # the model's own forward on the unpadded sequence so far
+                full = model(input_ids=torch.tensor([seqs[r]])).logits[0, -1]
+                torch.testing.assert_close(logits[j], full, atol=2e-5, rtol=1e-4)
+            if t == 5:
+                break
+            tok = logits.argmax(-1)
+            for j, r in enumerate(rows):
+                seqs[r].append(int(tok[j]))
+            if t == 2:                    # the engine drops finished rows: keep rows 0 and 2
+                keep = torch.tensor([0, 2])
+                st.keep(keep)
+                rows, tok, nxt = [rows[0], rows[2]], tok[keep], nxt[keep]
+            logits = st.decode(tok, nxt, t)
+            nxt = nxt + 1
+
+
+def test_unsupported_layouts_fall_back_to_the_generic_stepper():
+    sliding = _model(Qwen2Config, num_key_value_heads=4, use_sliding_window=True, sliding_window=4,
+                     max_window_layers=0)
+    assert not StaticStepper.supports(sliding)
+    assert isinstance(make_stepper(sliding), HFStepper)
+    assert isinstance(make_stepper(MODELS["qwen2"](), static=False), HFStepper)
+    assert isinstance(make_stepper(MODELS["qwen2"]()), StaticStepper)
+
+
+class _Tok:
+    eos_token_id = 3
+    pad_token_id = 0
+
+    def batch_decode(self, ids, skip_special_tokens=True):
+        return [" ".join(map(str, r)) for r in ids]
+
+
+def test_engine_samples_the_same_with_either_decoder():
+    """Same seed, same weights: the static and the generic decoder draw the same tokens (EOS = 3 ends rows at
+    different steps, so finished rows are dropped) with the same sampling log-probs."""
+    model = MODELS["qwen2-gqa"]()
+    prompts = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16]]
+    params = SamplingParams(n=4, temperature=1.0, top_p=0.9, max_new_tokens=12, seed=7)
+    a = HFEngine(model, _Tok()).generate(prompts, params)
+    b = HFEngine(model, _Tok(), static_cache=False).generate(prompts, params)
+    assert a.response_ids == b.response_ids
+    assert any(a.finished) and not all(a.finished)       # some rows stopped at EOS before the others
+    for la, lb in zip(a.logprobs, b.logprobs):
+        torch.testing.assert_close(torch.tensor(la), torch.tensor(lb), atol=1e-5, rtol=0)
