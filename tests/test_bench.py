@@ -64,3 +64,16 @@ def test_bench_interleaved_with_trl(world):
     assert t["threads_seen"] == 1
     assert res["dapo"]["steps"] == res["armor"]["steps"] == 1   # our steps ran between TRL's
     assert "DAPO / TRL step time" in bench.format_report(res)
+
+
+def test_bench_decode_prints_both_decoders(world, capsys):
+    from armor import bench_decode
+    assert bench_decode.main(["--world", str(world), "--rows", "8,16", "--reps", "1", "--new-tokens", "6"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    table = [ln.split() for ln in lines[2:]]
+    assert [int(r[0]) for r in table] == [8, 16]
+    for r in table:
+        static_ms, generic_ms, speedup = map(float, r[1:])
+        assert static_ms > 0 and generic_ms > 0 and abs(speedup - generic_ms / static_ms) < 0.03 * speedup + 0.01
+    assert bench_decode.main(["--world", str(world), "--rows", "12"]) == 2          # not a multiple of 8
+    assert bench_decode.main(["--world", "/nonexistent"]) == 2

@@ -142,8 +142,10 @@ class StaticStepper:
         x = self.body.embed_tokens(ids)
         self._prepare(dev)
         size = plen + max_new_tokens
-        self.k = [x.new_zeros(n, self.kv_heads, size, self.head_dim) for _ in self.layers]
-        self.v = [x.new_zeros(n, self.kv_heads, size, self.head_dim) for _ in self.layers]
+        # slots are written before they are read (attention reads only the slots filled so far): no zeroing
+        self.k = [x.new_empty(n, self.kv_heads, size, self.head_dim) for _ in self.layers]
+        self.v = [x.new_empty(n, self.kv_heads, size, self.head_dim) for _ in self.layers]
+        self.filled = plen
         # every position's cos/sin once: row positions never exceed plen + max_new_tokens
         cos, sin = self.body.rotary_emb(x, torch.arange(size, device=dev)[None])
         self.cos, self.sin = cos[0], sin[0]                   # [size, head_dim]
@@ -169,12 +171,16 @@ class StaticStepper:
         bias = self.key_bias[:, None, :end].expand(n, self.q_heads, end).reshape(n * self.kv_heads, g, end)
         for i in range(len(self.layers)):
             x = self._layer(i, x, c, s_, bias, slice(end - 1, end))
+        self.filled = end
         return self._logits(x)
 
     def keep(self, rows: torch.Tensor) -> None:
         """Drop every row not in `rows` ([K] indices into the current rows) from the cache and the mask."""
-        self.k = [k[rows] for k in self.k]
-        self.v = [v[rows] for v in self.v]
+        f, kept = self.filled, len(rows)
+        for cache in (self.k, self.v):      # compact in place, copying only the filled slots (rows are ascending)
+            for i, c in enumerate(cache):
+                c[:kept, :, :f] = c[rows, :, :f]
+                cache[i] = c[:kept]
         self.key_bias = self.key_bias[rows]
 
 

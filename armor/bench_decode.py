@@ -1,0 +1,82 @@
+"""Sampling-speed benchmark of the HF engine's two decoders on a model: static KV cache vs the model's forward.
+
+    python -m armor.bench_decode [--model DIR] [--rows 32,64,128,256] [--new-tokens 48] [--reps 5] [--threads 1]
+
+Both decoders sample the same rows from the same prompts with the same seed (so the same tokens, see
+tests/test_rollout.py), interleaved rep by rep so that they see the same machine load; the figure is the median
+wall time of a whole `generate` call. Default model: the tiny world's base model (`runs/tiny/world`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_WORLD = ROOT / "runs" / "tiny" / "world"
+
+
+def measure(model_dir: Path, prompts_file: Path, rows: list[int], new_tokens: int, reps: int, n: int = 8) -> list[dict]:
+    from armor.policy import load_model, load_tokenizer
+    from armor.rollout import SamplingParams
+    from armor.rollout.hf import HFEngine
+    from eval.sampling import encode_prompt
+
+    tok = load_tokenizer(str(model_dir))
+    model = load_model(str(model_dir), "float32", torch.device("cpu"))
+    problems = [json.loads(line)["problem"] for line in prompts_file.read_text().splitlines()[: max(rows) // n + 1]]
+    prompt_ids = [encode_prompt(tok, p, "plain") for p in problems]
+    engines = {"static": HFEngine(model, tok, static_cache=True), "generic": HFEngine(model, tok, static_cache=False)}
+    out = []
+    for r in rows:
+        times = {k: [] for k in engines}
+        for rep in range(reps + 1):                       # rep 0 warms up
+            params = SamplingParams(n=n, temperature=1.0, top_p=1.0, max_new_tokens=new_tokens, seed=rep)
+            for name, eng in engines.items():
+                t0 = time.perf_counter()
+                eng.generate(prompt_ids[: r // n], params)
+                if rep:
+                    times[name].append(time.perf_counter() - t0)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        out.append({"rows": r, "static_ms": 1e3 * med["static"], "generic_ms": 1e3 * med["generic"],
+                    "speedup": med["generic"] / med["static"]})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m armor.bench_decode", description=__doc__.split("\n")[0])
+    ap.add_argument("--world", default=str(DEFAULT_WORLD), help="toy world folder (base_model/, data/train.jsonl)")
+    ap.add_argument("--rows", default="32,64,128,256", help="responses per generate call (n = 8 per prompt)")
+    ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args(argv)
+    w = Path(a.world)
+    if not (w / "base_model" / "config.json").is_file() or not (w / "data" / "train.jsonl").is_file():
+        print(f"--world {str(w)!r}: expected base_model/ and data/train.jsonl (build one with: "
+              "python -m reproduce.toy.build --out DIR)", file=sys.stderr)
+        return 2
+    try:
+        rows = [int(x) for x in a.rows.split(",")]
+    except ValueError:
+        rows = []
+    if not rows or any(r < 8 or r % 8 for r in rows) or a.reps < 1 or a.new_tokens < 1 or a.threads < 1:
+        print(f"--rows {a.rows!r} must be multiples of 8; --reps, --new-tokens, --threads must be >= 1",
+              file=sys.stderr)
+        return 2
+    torch.set_num_threads(a.threads)
+    res = measure(w / "base_model", w / "data" / "train.jsonl", rows, a.new_tokens, a.reps)
+    print(f"generate() median of {a.reps} (T = 1, top_p 1, {a.new_tokens} new tokens, {a.threads} thread(s))")
+    print(f"{'rows':>6} {'static ms':>10} {'generic ms':>11} {'speedup':>8}")
+    for r in res:
+        print(f"{r['rows']:>6} {r['static_ms']:>10.1f} {r['generic_ms']:>11.1f} {r['speedup']:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
