@@ -45,6 +45,9 @@ from armor.rollout import SamplingParams, build_engine
 # the metric keys that must agree between an interrupted-and-resumed run and an uninterrupted one
 DETERMINISTIC_KEYS = ("reward_mean", "accuracy", "response_length", "entropy", "clipfrac", "kl_reverse",
                       "kl_forward", "prompts_drawn", "prompts_kept", "anchors", "lr", "grad_norm", "loss")
+# lazy anchors ask the reference about ceil(ANCHOR_CHUNK_MARGIN x still-needed) passing prompts at a time: a few
+# more than needed, since a prompt whose ref_n samples are all wrong is not kept (a cost knob, not a paper number)
+ANCHOR_CHUNK_MARGIN = 1.5
 # keys of config.yaml that a rerun may change without invalidating the checkpoints
 RESUME_MUTABLE = {"threads", "device", "schedule.total_steps", "schedule.keep_last", "reward.grader_workers",
                   "validation.max_problems", "output_dir"}
@@ -295,7 +298,7 @@ class Trainer:
         and each kept prompt's anchor (its first correct reference sample).
 
         Lazy (the default): candidates are the prompts whose on-policy rewards are not all equal, taken in draw
-        order in chunks of ceil(1.5 · still needed), until `need` prompts are kept or none is left; the prompts
+        order in chunks of ceil(ANCHOR_CHUNK_MARGIN · still needed), until `need` prompts are kept or none is left; the prompts
         behind them could not be kept this step anyway. Returns keep [P] bool and the anchors (None if not kept)."""
         a = self.cfg.algo.anchor
         P = len(prompts)
@@ -308,7 +311,7 @@ class Trainer:
             n_keep = int(anchor_keep(on_correct, ref_correct).sum())
             if a.lazy and n_keep >= need:
                 break
-            take = len(order) if not a.lazy else math.ceil(1.5 * (need - n_keep))
+            take = len(order) if not a.lazy else math.ceil(ANCHOR_CHUNK_MARGIN * (need - n_keep))
             cand, order = order[:take], order[take:]
             rro = self._generate(self.reference, [pids[i] for i in cand], a.ref_n,
                                  step_seed(self.cfg.seed, self.step, 2, rnd, chunk_no), tm)
