@@ -1,6 +1,6 @@
 """Sampling-speed benchmark of the HF engine's two decoders on a model: static KV cache vs the model's forward.
 
-    python -m armor.bench_decode [--model DIR] [--rows 32,64,128,256] [--new-tokens 48] [--reps 5] [--threads 1]
+    python -m armor.bench_decode [--world DIR] [--rows 32,64,128,256] [--new-tokens 48] [--reps 5] [--threads 1]
 
 Both decoders sample the same rows from the same prompts with the same seed (so the same tokens, see
 tests/test_rollout.py), interleaved rep by rep so that they see the same machine load; the figure is the median

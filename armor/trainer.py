@@ -59,6 +59,17 @@ def step_seed(seed: int, step: int, phase: int, rnd: int = 0, chunk: int = 0) ->
     return int.from_bytes(digest, "little") % (2 ** 62)
 
 
+def phase_timers() -> dict:
+    """Seconds per phase of one RL step, and the tokens sampled (collect/update add to them)."""
+    return {"generate": 0.0, "score": 0.0, "logprob": 0.0, "update": 0.0, "tokens": 0}
+
+
+def rollout_stats() -> dict:
+    """What collect() counts in one RL step: prompts drawn, rounds, on-policy correctness and lengths, reference
+    samples, and the shortfall below B."""
+    return {"prompts_drawn": 0, "rounds": 0, "correct": [], "lengths": [], "ref_samples": 0, "shortfall": 0}
+
+
 def _flatten(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
@@ -329,8 +340,7 @@ class Trainer:
     # ---------------------------------------------------------------------------------------- update
     def train_step(self) -> dict:
         cfg, a = self.cfg, self.cfg.algo
-        tm = {"generate": 0.0, "score": 0.0, "logprob": 0.0, "update": 0.0, "tokens": 0}
-        stats = {"prompts_drawn": 0, "rounds": 0, "correct": [], "lengths": [], "ref_samples": 0, "shortfall": 0}
+        tm, stats = phase_timers(), rollout_stats()
         t_start = time.perf_counter()
         groups = self.collect(tm, stats)
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from armor.config import load_config
-from armor.trainer import DETERMINISTIC_KEYS, Trainer, train
+from armor.trainer import DETERMINISTIC_KEYS, Trainer, phase_timers, rollout_stats, train
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
@@ -66,9 +66,7 @@ def test_anchors_are_correct_reference_samples(world, tmp_path):
     cfg = load_config(SMOKE, smoke(world, tmp_path / "a", "algo.anchor.enabled=true", "algo.anchor.ref_n=4",
                                    "batch.prompts_per_step=4", "rollout.max_rounds=5"))
     t = Trainer(cfg)
-    tm = {"generate": 0.0, "score": 0.0, "tokens": 0}
-    stats = {"prompts_drawn": 0, "rounds": 0, "correct": [], "lengths": [], "ref_samples": 0, "shortfall": 0}
-    groups = t.collect(tm, stats)
+    groups = t.collect(phase_timers(), rollout_stats())
     assert groups, "no group kept"
     for g in groups:
         assert len(g.responses) == cfg.batch.group_size and g.is_anchor == [False] * (len(g.responses) - 1) + [True]
@@ -241,7 +239,8 @@ def test_sigkill_and_resume_gives_identical_metrics(world, tmp_path):
 
 def _oracle_rollouts(monkeypatch):
     """Replace sampling and grading by an oracle: response j of prompt p from model m is correct by a fixed hash
-    of (p, j, m), whatever the call it is sampled in. Returns the list of (model, rows) of every generate call."""
+    of (p, j, m), whatever the call it is sampled in. Returns the list of ("policy" | "ref", rows) of every
+    generate call."""
     import hashlib
 
     from armor.rollout import Rollout
@@ -287,8 +286,7 @@ def test_rollout_economies_keep_the_same_prompts(anchors, world, tmp_path, monke
         for name, t in trainers.items():
             t.stream.load_state_dict(position)
             calls.clear()
-            stats = {"prompts_drawn": 0, "rounds": 0, "correct": [], "lengths": [], "ref_samples": 0, "shortfall": 0}
-            groups = t.collect({"generate": 0.0, "score": 0.0, "tokens": 0}, stats)
+            groups = t.collect(phase_timers(), rollout_stats())
             assert len(groups) == 8
             kept[name] = [(tuple(g.prompt_ids), tuple(map(tuple, g.responses)), tuple(g.correct)) for g in groups]
             for kind, n in calls:
