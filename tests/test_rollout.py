@@ -13,7 +13,12 @@ SMALL = dict(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_lay
 
 def _model(cfg_cls, **kw):
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(cfg_cls(**{**SMALL, **kw})).eval()
+    model = AutoModelForCausalLM.from_config(cfg_cls(**{**SMALL, **kw})).eval()
+    with torch.no_grad():   # HF initialises biases and norm weights to constants: make every one count
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model
 
 
 MODELS = {
@@ -21,6 +26,7 @@ MODELS = {
     "qwen2-gqa": lambda: _model(Qwen2Config, num_key_value_heads=2),      # 2 query heads per kv head
     "qwen3": lambda: _model(Qwen3Config, num_key_value_heads=2, head_dim=8),   # per-head q/k RMSNorm
     "llama": lambda: _model(LlamaConfig, num_key_value_heads=1),         # no q/k/v bias, one kv head
+    "llama-bias": lambda: _model(LlamaConfig, num_key_value_heads=2, attention_bias=True, mlp_bias=True),
 }
 
 
@@ -59,6 +65,32 @@ def test_static_stepper_gives_the_models_logits(name):
                 rows, tok, nxt = [rows[0], rows[2]], tok[keep], nxt[keep]
             logits = st.decode(tok, nxt, t)
             nxt = nxt + 1
+
+
+@pytest.mark.parametrize("static", [True, False])
+@pytest.mark.parametrize("name", ["qwen2-gqa", "qwen3"])
+def test_prefill_once_then_expand_gives_each_rows_logits(name, static):
+    """The engine prefills each distinct prompt once and copies its cache to the prompt's responses: after
+    expand([0, 0, 1, 2, 2, 2]) and decoding different tokens per copy, every row has its own sequence's logits."""
+    model = MODELS[name]()
+    prompts = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
+    ids, mask, pos = _left_pad(prompts)
+    rows = [0, 0, 1, 2, 2, 2]
+    with torch.inference_mode():
+        st = make_stepper(model, static)
+        st.prefill(ids, mask, pos, max_new_tokens=4)
+        st.expand(torch.tensor(rows))
+        nxt = pos[rows, -1] + 1
+        seqs = [list(prompts[r]) for r in rows]
+        for t in range(3):
+            tok = torch.tensor([(7 * j + 3 * t) % 50 for j in range(len(rows))])   # a different token per row
+            for j in range(len(rows)):
+                seqs[j].append(int(tok[j]))
+            logits = st.decode(tok, nxt, t)
+            nxt = nxt + 1
+            for j in range(len(rows)):
+                full = model(input_ids=torch.tensor([seqs[j]])).logits[0, -1]
+                torch.testing.assert_close(logits[j], full, atol=2e-5, rtol=1e-4)
 
 
 def test_unsupported_layouts_fall_back_to_the_generic_stepper():

@@ -51,7 +51,7 @@ class HFEngine(RolloutEngine):
         out = Rollout()
         for start in range(0, len(flat), self.max_batch):
             chunk = flat[start:start + self.max_batch]
-            resp, lps, fin = self._sample([p for _, p in chunk], params, gen)
+            resp, lps, fin = self._sample([i for i, _ in chunk], prompts, params, gen)
             for (i, p), r, lp, f in zip(chunk, resp, lps, fin):
                 out.prompt_index.append(i)
                 out.prompt_ids.append(list(p))
@@ -61,21 +61,30 @@ class HFEngine(RolloutEngine):
         out.texts = self.tokenizer.batch_decode(out.response_ids, skip_special_tokens=True)
         return out
 
-    def _sample(self, prompts, params: SamplingParams, gen):
+    def _sample(self, row_prompt: list[int], prompts: list[list[int]], params: SamplingParams, gen):
+        """Sample one response per row; row j continues prompts[row_prompt[j]] (the rows of one prompt are
+        adjacent). Each distinct prompt is prefilled once and its KV cache copied to its rows."""
         model, device = self.model, next(self.model.parameters()).device
         was_training = model.training
         model.eval()
-        n, plen, T = len(prompts), max(len(p) for p in prompts), params.max_new_tokens
-        ids = torch.full((n, plen), self.pad_id, dtype=torch.long)
-        mask = torch.ones((n, plen), dtype=torch.long)
-        for j, p in enumerate(prompts):
-            ids[j, plen - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[j, :plen - len(p)] = 0
+        uniq = sorted(set(row_prompt))
+        row_of = {i: u for u, i in enumerate(uniq)}
+        n, plen, T = len(row_prompt), max(len(prompts[i]) for i in uniq), params.max_new_tokens
+        ids = torch.full((len(uniq), plen), self.pad_id, dtype=torch.long)
+        mask = torch.ones((len(uniq), plen), dtype=torch.long)
+        for u, i in enumerate(uniq):
+            p = prompts[i]
+            ids[u, plen - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[u, :plen - len(p)] = 0
         ids, mask = ids.to(device), mask.to(device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         stepper = make_stepper(model, self.static_cache)
         logits = stepper.prefill(ids, mask, pos, T)
-        next_pos = pos[:, -1] + 1
+        expand = torch.tensor([row_of[i] for i in row_prompt], device=device)
+        if len(uniq) < n:                       # one copy of the prompt's cache per response
+            stepper.expand(expand)
+            logits = logits[expand]
+        next_pos = pos[expand, -1] + 1
         eos = torch.tensor(sorted(self.eos_ids), device=device)
         tokens = torch.full((n, T), self.pad_id, dtype=torch.long, device=device)
         logps = torch.zeros((n, T), device=device)
@@ -87,21 +96,21 @@ class HFEngine(RolloutEngine):
                 tok = logits.argmax(-1)
                 lp = torch.log_softmax(logits, -1).gather(-1, tok[:, None])[:, 0]
             else:
-                scaled = top_p_filter(logits / params.temperature, params.top_p)
-                logp_all = torch.log_softmax(scaled, -1)
-                # one draw per (row, vocab entry) for ALL n rows, finished ones too: the same random stream as
-                # sampling the full batch, so dropping finished rows does not change any sample
-                u = torch.rand((n, logp_all.shape[-1]), generator=gen).to(device)[active]
-                # Gumbel-max sampling: reproducible from the generator, one random draw per vocab entry
-                tok = (logp_all - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(-1)
+                scaled = logits if params.temperature == 1.0 else logits / params.temperature
+                logp_all = torch.log_softmax(top_p_filter(scaled, params.top_p), -1)
+                # Gumbel-max sampling with one draw per (row, vocab entry) for ALL n rows, finished ones too:
+                # the same random stream as sampling the full batch, so dropping finished rows changes no sample
+                g = _gumbel(gen, n, logp_all.shape[-1]).to(device)
+                tok = (logp_all + (g if len(active) == n else g[active])).argmax(-1)
                 lp = logp_all.gather(-1, tok[:, None])[:, 0]
-            tokens[active, t] = tok
-            logps[active, t] = lp
+            tokens.select(1, t).index_copy_(0, active, tok)
+            logps.select(1, t).index_copy_(0, active, lp)
             steps = t + 1
-            running = ~torch.isin(tok, eos)
-            if t == T - 1 or not bool(running.any()):
+            running = (tok != eos[0]) if len(eos) == 1 else ~torch.isin(tok, eos)
+            n_running = int(running.sum())
+            if t == T - 1 or n_running == 0:
                 break
-            if not bool(running.all()):         # drop the rows that just finished (batch and KV cache)
+            if n_running < len(active):         # drop the rows that just finished (batch and KV cache)
                 keep = running.nonzero()[:, 0]
                 active, tok, next_pos = active[keep], tok[keep], next_pos[keep]
                 stepper.keep(keep)
@@ -125,3 +134,8 @@ class HFEngine(RolloutEngine):
             out_lp.append(l)
             finished.append(stopped)
         return responses, out_lp, finished
+
+
+def _gumbel(gen, n: int, vocab: int) -> torch.Tensor:
+    """Gumbel noise -log(-log u) [n, vocab] from n·vocab uniforms u drawn from `gen` (on the CPU)."""
+    return torch.rand((n, vocab), generator=gen).clamp_min_(1e-20).log_().neg_().log_().neg_()

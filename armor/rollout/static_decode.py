@@ -1,16 +1,14 @@
 """Incremental decoding with a preallocated (static) KV cache, for the Llama-family layouts (Qwen2, Qwen3, Llama).
 
-The HF engine's sampling loop asks a *stepper* for next-token logits: `prefill` the left-padded prompts, then
-`decode` one token per row at a time, and `keep` only the rows still sampling. Two steppers implement that:
+The HF engine's sampling loop asks a *stepper* for next-token logits: `prefill` the left-padded prompts (each
+distinct prompt once), `expand` the cache to one copy per response, then `decode` one token per row at a time,
+and `keep` only the rows still sampling. Two steppers implement that:
 
 - `HFStepper` calls the model's own `forward` with a `DynamicCache`: any causal LM works.
-- `StaticStepper` runs the same decoder layers from the model's own weights and submodules (norms, projections,
-  rotary embedding, MLP), with one preallocated KV cache per layer, fused q/k/v and gate/up projections, the
-  attention mask built once per call, and a batched-matmul attention for the single new query. A decode step of
-  the suite's tiny models is mostly per-op overhead (the generic forward's mask building, cache concatenation
-  and wrappers), which this removes: `python -m armor.bench_decode` measures both steppers (on the 2-core CPU
-  it was faster up to 128 rows a call and slower at 256). Logits agree with `forward` to float rounding
-  (tests/test_rollout.py).
+- `StaticStepper` computes the same decoder layers from the model's own weights, re-laid-out for decoding
+  (below). A decode step of the suite's tiny models costs per operation more than per row, so it is built from
+  few operations: `python -m armor.bench_decode` measures both steppers. Logits agree with `forward` to float
+  rounding (tests/test_rollout.py).
 
 `StaticStepper.supports(model)` says whether a model has the layout this file knows; anything else falls back
 to `HFStepper`. Neither stepper keeps gradients: sampling runs under `torch.inference_mode`.
@@ -18,6 +16,7 @@ to `HFStepper`. Neither stepper keeps gradients: sampling runs under `torch.infe
 from __future__ import annotations
 
 import inspect
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -51,18 +50,42 @@ class HFStepper:
                           position_ids=pos[:, None], use_cache=True, **self.cache_kw).logits[:, -1, :]
 
     def keep(self, rows: torch.Tensor) -> None:
-        """Drop every row not in `rows` ([K] indices into the current rows) from the cache and the mask."""
+        """Drop every row not in `rows` ([K] ascending indices into the current rows) from the cache and mask."""
+        self.expand(rows)
+
+    def expand(self, rows: torch.Tensor) -> None:
+        """Row j of the cache and the mask becomes current row rows[j] ([K] indices, repeats allowed)."""
         self.cache.reorder_cache(rows)
         self.mask = self.mask[rows]
 
 
 class StaticStepper:
-    """Next-token logits from the model's decoder layers with a preallocated KV cache per layer."""
+    """Next-token logits from the model's own weights, re-laid-out once per `generate` call for decoding.
+
+    A decoder layer takes four matrix products where the model's forward takes seven; two are fused:
+    - [q; k; v; rot(q); rot(k); 0] with the input RMSNorm weight folded in. rotate_half is a signed swap of rows,
+      so the rotated queries and keys come out of the same product and RoPE is x·cos + rot(x)·sin (cos 1 and sin
+      0 on the value heads). With Qwen3's per-head q/k norms, which sit before the rotation, the rotation is a
+      product by a ±1 matrix instead.
+    - [gate; up] with the post-attention RMSNorm weight folded in.
+    The norm's 1/rms(x) scales the product instead of the input, and addmm carries the residual additions.
+    The cache is preallocated for the whole call: keys transposed [layers, rows, kv heads, head_dim, slots] (so
+    q·Kᵀ reads them in place), values [layers, rows, kv heads, slots, head_dim]; finished rows are compacted
+    away in place. The fused matrices are a second copy of the weights while a call runs (at the paper's scale
+    the vLLM engine samples instead)."""
 
     def __init__(self, model):
         self.model = model
         self.body = model.model
         self.layers = list(self.body.layers)
+        a0 = self.layers[0].self_attn
+        self.head_dim = d = a0.head_dim
+        self.q_heads, self.kv_heads = a0.q_proj.out_features // d, a0.k_proj.out_features // d
+        self.heads = self.q_heads + 2 * self.kv_heads             # the q, k and v heads of one position
+        self.qk_norm = getattr(a0, "q_norm", None) is not None     # Qwen3: per-head RMSNorm before the rotation
+        self.scale = a0.scaling
+        act = getattr(model.config, "hidden_act", None)
+        self.act = F.silu if act == "silu" else self.layers[0].mlp.act_fn
 
     @staticmethod
     def supports(model) -> bool:
@@ -82,122 +105,192 @@ class StaticStepper:
             return False
         return getattr(cfg, "_attn_implementation", "sdpa") in ("sdpa", "eager")
 
-    def _prepare(self, device) -> None:
-        """Per layer, one [q; k; v] and one [gate; up] weight matrix, taken once per generate call (the weights
-        do not change while sampling): a decode step makes 3 matrix products per layer instead of 7."""
-        a0 = self.layers[0].self_attn
-        self.head_dim = d = a0.head_dim
-        self.q_heads, self.kv_heads = a0.q_proj.out_features // d, a0.k_proj.out_features // d
+    # ------------------------------------------------------------------------------------ fused weights
+    def _prepare(self) -> None:
+        """The fused, transposed weight matrices of every layer (weights do not change while sampling)."""
+        d, hq, hkv = self.head_dim, self.q_heads, self.kv_heads
         self.fused = []
         for layer in self.layers:
             a, mlp = layer.self_attn, layer.mlp
-            bias = None
-            if a.q_proj.bias is not None:
-                bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
-            self.fused.append((torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), bias,
-                               torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])))
-        # rotate_half(x) = x @ R (R has one ±1 per column, so the product is exact): one op instead of three
-        half = d // 2
-        self.rot = torch.zeros(d, d, device=device, dtype=self.fused[0][0].dtype)
-        self.rot[torch.arange(half) + half, torch.arange(half)] = -1.0
-        self.rot[torch.arange(half), torch.arange(half) + half] = 1.0
+            projs = [a.q_proj, a.k_proj, a.v_proj]
+            w = torch.cat([p.weight for p in projs])
+            b = torch.cat([p.bias for p in projs]) if a.q_proj.bias is not None else None
+            if not self.qk_norm:    # rotate_half(h·Wᵀ + b) = h·rot(W)ᵀ + rot(b): the rotation is a signed row swap
+                w = torch.cat([w, _rotate_rows(a.q_proj.weight, hq, d), _rotate_rows(a.k_proj.weight, hkv, d),
+                               torch.zeros_like(a.v_proj.weight)])
+                if b is not None:
+                    b = torch.cat([b, _rotate_rows(a.q_proj.bias, hq, d), _rotate_rows(a.k_proj.bias, hkv, d),
+                                   torch.zeros_like(a.v_proj.bias)])
+            gu_bias = None if mlp.gate_proj.bias is None else torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias])
+            self.fused.append(_FusedLayer(
+                w_in=_fold_norm(w, layer.input_layernorm).t(), b_in=b, eps_in=layer.input_layernorm.variance_epsilon,
+                w_o=a.o_proj.weight.t(), b_o=a.o_proj.bias,
+                w_gate_up=_fold_norm(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                                     layer.post_attention_layernorm).t(),
+                b_gate_up=gu_bias, eps_post=layer.post_attention_layernorm.variance_epsilon,
+                w_down=mlp.down_proj.weight.t(), b_down=mlp.down_proj.bias))
+        lm = self.model.lm_head
+        self.w_lm, self.b_lm = _fold_norm(lm.weight, self.body.norm).t(), lm.bias
+        self.eps_final = self.body.norm.variance_epsilon
+        if self.qk_norm:            # rotate_half(x) = x @ R (one ±1 per column: exact)
+            w0 = self.fused[0].w_in
+            half = d // 2
+            self.rot = torch.zeros(d, d, device=w0.device, dtype=w0.dtype)
+            self.rot[torch.arange(half) + half, torch.arange(half)] = -1.0
+            self.rot[torch.arange(half), torch.arange(half) + half] = 1.0
 
-    @staticmethod
-    def _rms_norm(norm, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
-
-    def _layer(self, i: int, x: torch.Tensor, cos, sin, attend, slot: slice) -> torch.Tensor:
-        """One decoder layer on x [N, S, H]; writes its keys/values for the S new positions into cache slots
-        `slot`. cos, sin: [N, S, 1, head_dim]; attend: the prefill's boolean mask [N, 1, S, S], or for a decode
-        step (S = 1) the additive key bias already laid out for `_decode_attention`."""
-        layer = self.layers[i]
-        attn, mlp = layer.self_attn, layer.mlp
-        w_qkv, b_qkv, w_gate_up = self.fused[i]
-        n, s, _ = x.shape
+    # ------------------------------------------------------------------------------------------ layers
+    def _qkv(self, i: int, x: torch.Tensor, cs: torch.Tensor) -> torch.Tensor:
+        """Normalized, projected and rotated heads of rows x [M, H]: -> [M, q + k + v heads, head_dim].
+        cs: [M, 2, heads, head_dim], cos then sin of each row's position (1 and 0 on the value heads)."""
+        f = self.fused[i]
+        inv = _inv_rms(x, f.eps_in)
+        y = torch.mm(x, f.w_in)
+        y = y.mul_(inv) if f.b_in is None else torch.addcmul(f.b_in, y, inv)
+        m, h, d = x.shape[0], self.heads, self.head_dim
+        if not self.qk_norm:                                # [q k v | rot(q) rot(k) 0] -> x·cos + rot(x)·sin
+            return (y.view(m, 2, h, d) * cs).sum(1)
+        layer = self.layers[i].self_attn
         hq, hkv = self.q_heads, self.kv_heads
-        qkv = F.linear(self._rms_norm(layer.input_layernorm, x), w_qkv, b_qkv).view(n, s, hq + 2 * hkv, -1)
-        qk, v = qkv[:, :, :hq + hkv], qkv[:, :, hq + hkv:]
-        if getattr(attn, "q_norm", None) is not None:        # Qwen3: per-head RMSNorm before the rotation
-            qk = torch.cat([self._rms_norm(attn.q_norm, qk[:, :, :hq]), self._rms_norm(attn.k_norm, qk[:, :, hq:])], 2)
-        qk = qk * cos + torch.matmul(qk, self.rot) * sin      # RoPE on queries and keys at once
-        q, k = qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2)   # [N, heads, S, head_dim]
-        self.k[i][:, :, slot] = k
-        self.v[i][:, :, slot] = v.transpose(1, 2)
-        keys, values = self.k[i][:, :, :slot.stop], self.v[i][:, :, :slot.stop]
-        if s == 1:
-            o = _decode_attention(q, keys, values, attend, attn.scaling)
-        else:
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=attend, scale=attn.scaling,
-                                               enable_gqa=hq != hkv)
-        x = x + attn.o_proj(o.transpose(1, 2).reshape(n, s, -1))
-        gate, up = F.linear(self._rms_norm(layer.post_attention_layernorm, x), w_gate_up).chunk(2, dim=-1)
-        return x + mlp.down_proj(mlp.act_fn(gate) * up)
+        y = y.view(m, h, d)
+        y = torch.cat([_rms_norm(layer.q_norm, y[:, :hq]), _rms_norm(layer.k_norm, y[:, hq:hq + hkv]), y[:, hq + hkv:]], 1)
+        return y * cs[:, 0] + torch.mm(y.view(-1, d), self.rot).view(m, h, d) * cs[:, 1]
+
+    def _mlp(self, i: int, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        """The rest of layer i after attention: x [M, H] plus the o-projection of o [M, q heads · head_dim], then
+        plus the MLP of that."""
+        f = self.fused[i]
+        x = torch.addmm(x, o, f.w_o) if f.b_o is None else torch.addmm(x, o, f.w_o).add_(f.b_o)
+        inv = _inv_rms(x, f.eps_post)
+        gu = torch.mm(x, f.w_gate_up)
+        gu = gu.mul_(inv) if f.b_gate_up is None else torch.addcmul(f.b_gate_up, gu, inv)
+        inter = gu.shape[1] // 2
+        h = self.act(gu[:, :inter]).mul_(gu[:, inter:])
+        return torch.addmm(x, h, f.w_down) if f.b_down is None else torch.addmm(x, h, f.w_down).add_(f.b_down)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model.lm_head(self._rms_norm(self.body.norm, x[:, -1, :]))
+        out = torch.mm(x, self.w_lm).mul_(_inv_rms(x, self.eps_final))
+        return out if self.b_lm is None else out.add_(self.b_lm)
 
+    # ---------------------------------------------------------------------------------------- stepping
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
         """ids, mask, pos: [N, P] (left-padded) -> logits of the next token [N, V]."""
         n, plen = ids.shape
         dev = ids.device
+        self._prepare()
         x = self.body.embed_tokens(ids)
-        self._prepare(dev)
         size = plen + max_new_tokens
+        hq, hkv, d = self.q_heads, self.kv_heads, self.head_dim
         # slots are written before they are read (attention reads only the slots filled so far): no zeroing
-        self.k = [x.new_empty(n, self.kv_heads, size, self.head_dim) for _ in self.layers]
-        self.v = [x.new_empty(n, self.kv_heads, size, self.head_dim) for _ in self.layers]
-        self.filled = plen
-        # every position's cos/sin once: row positions never exceed plen + max_new_tokens
+        # keys transposed ([.., head_dim, slots]: a decode step's q·Kᵀ then reads them in place), values not
+        self.keys_t = x.new_empty(len(self.layers), n, hkv, d, size)
+        self.values = x.new_empty(len(self.layers), n, hkv, size, d)
+        # cos and sin of every position for every head (1 and 0 on the value heads: the rotation leaves v alone)
         cos, sin = self.body.rotary_emb(x, torch.arange(size, device=dev)[None])
-        self.cos, self.sin = cos[0], sin[0]                   # [size, head_dim]
-        # keys a row may attend to: its real prompt tokens, then every generated token (slots fill in order)
+        self.cs = x.new_zeros(size, 2, self.heads, d)
+        self.cs[:, 0] = 1.0
+        self.cs[:, 0, :hq + hkv] = cos[0, :, None]
+        self.cs[:, 1, :hq + hkv] = sin[0, :, None]
+        # keys a row may attend to: its real prompt tokens, then every generated token (slots fill in order);
+        # laid out [N, q heads, slots] so that a decode step's [N·kv heads, q heads per kv head, S] bias is a view
         key_ok = torch.cat([mask.bool(), torch.ones(n, max_new_tokens, dtype=torch.bool, device=dev)], 1)
-        self.key_bias = torch.zeros(key_ok.shape, dtype=x.dtype, device=dev).masked_fill_(~key_ok, float("-inf"))
-        self.plen = plen
+        self.key_bias = torch.zeros(n, hq, size, dtype=x.dtype, device=dev).masked_fill_(~key_ok[:, None], float("-inf"))
+        self.plen = self.filled = plen
         causal = torch.ones(plen, plen, dtype=torch.bool, device=dev).tril()
         # a padding position attends to itself only, so its (unused) output is finite, never NaN
-        attend = (causal & key_ok[:, None, :plen]) | torch.eye(plen, dtype=torch.bool, device=dev)
-        c, s_ = self.cos[pos][:, :, None], self.sin[pos][:, :, None]   # [N, P, 1, head_dim]
+        attend = ((causal & key_ok[:, None, :plen]) | torch.eye(plen, dtype=torch.bool, device=dev))[:, None]
+        cs = self.cs[pos.reshape(-1)]
+        x = x.reshape(n * plen, -1)
         for i in range(len(self.layers)):
-            x = self._layer(i, x, c, s_, attend[:, None], slice(0, plen))
-        return self._logits(x)
+            r = self._qkv(i, x, cs)
+            kv = r[:, hq:].view(n, plen, 2, hkv, d)
+            self.keys_t[i, ..., :plen] = kv[:, :, 0].permute(0, 2, 3, 1)
+            self.values[i, :, :, :plen] = kv[:, :, 1].transpose(1, 2)
+            q = r[:, :hq].view(n, plen, hq, d).transpose(1, 2)
+            o = F.scaled_dot_product_attention(q, self.keys_t[i, ..., :plen].transpose(-1, -2),
+                                               self.values[i, :, :, :plen], attn_mask=attend, scale=self.scale,
+                                               enable_gqa=hq != hkv)
+            x = self._mlp(i, x, o.transpose(1, 2).reshape(n * plen, hq * d))
+        return self._logits(x.view(n, plen, -1)[:, -1])
 
     def decode(self, tok: torch.Tensor, pos: torch.Tensor, t: int) -> torch.Tensor:
         """tok, pos: [N] (the t-th new token of each row, t >= 0) -> logits of the token after it [N, V]."""
         n = tok.shape[0]
-        x = self.body.embed_tokens(tok[:, None])
-        c, s_ = self.cos[pos][:, None, None], self.sin[pos][:, None, None]   # [N, 1, 1, head_dim]
+        hq, hkv, d = self.q_heads, self.kv_heads, self.head_dim
+        g = hq // hkv                               # query heads per kv head: query head h reads kv head h // g
         end = self.plen + t + 1
-        g = self.q_heads // self.kv_heads          # the key bias of every (row, kv head, query head), once a step
-        bias = self.key_bias[:, None, :end].expand(n, self.q_heads, end).reshape(n * self.kv_heads, g, end)
-        for i in range(len(self.layers)):
-            x = self._layer(i, x, c, s_, bias, slice(end - 1, end))
+        x = F.embedding(tok, self.body.embed_tokens.weight)
+        cs = self.cs[pos]
+        bias = self.key_bias[:, :, :end].view(n * hkv, g, end)
+        for i, (keys_t, values) in enumerate(zip(self.keys_t, self.values)):   # [N, kv heads, d, slots], [.., slots, d]
+            r = self._qkv(i, x, cs)
+            keys_t.select(3, end - 1).copy_(r.narrow(1, hq, hkv))
+            values.select(2, end - 1).copy_(r.narrow(1, hq + hkv, hkv))
+            # softmax(q·Kᵀ·scale + bias)·V for the one new query: two batched products over (row, kv head) on views
+            # of the cache (faster on CPU at these sizes than scaled_dot_product_attention's kernel; equal to ~1e-6)
+            scores = torch.baddbmm(bias, r.narrow(1, 0, hq).reshape(n * hkv, g, d),
+                                   keys_t.narrow(3, 0, end).view(n * hkv, d, end), alpha=self.scale)
+            o = torch.bmm(scores.softmax(-1), values.narrow(2, 0, end).view(n * hkv, end, d)).view(n, hq * d)
+            x = self._mlp(i, x, o)
         self.filled = end
         return self._logits(x)
 
     def keep(self, rows: torch.Tensor) -> None:
         """Drop every row not in `rows` ([K] indices into the current rows) from the cache and the mask."""
         f, kept = self.filled, len(rows)
-        for cache in (self.k, self.v):      # compact in place, copying only the filled slots (rows are ascending)
-            for i, c in enumerate(cache):
-                c[:kept, :, :f] = c[rows, :, :f]
-                cache[i] = c[:kept]
+        # compact in place, every layer at once, copying only the filled slots (rows are ascending)
+        self.keys_t[:, :kept, ..., :f] = self.keys_t[:, rows, ..., :f]
+        self.values[:, :kept, :, :f] = self.values[:, rows, :, :f]
+        self.keys_t, self.values = self.keys_t[:, :kept], self.values[:, :kept]
+        self.key_bias = self.key_bias[rows]
+
+    def expand(self, rows: torch.Tensor) -> None:
+        """Row j of the cache and the mask becomes current row rows[j] ([K] indices, repeats allowed): after a
+        prefill of each distinct prompt, one copy per response."""
+        f, k = self.filled, len(rows)
+        keys_t = self.keys_t.new_empty((self.keys_t.shape[0], k) + self.keys_t.shape[2:])
+        values = self.values.new_empty((self.values.shape[0], k) + self.values.shape[2:])
+        keys_t[..., :f] = self.keys_t[:, rows, ..., :f]        # only the filled slots
+        values[:, :, :, :f] = self.values[:, rows, :, :f]
+        self.keys_t, self.values = keys_t, values
         self.key_bias = self.key_bias[rows]
 
 
-def _decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor,
-                      scale: float) -> torch.Tensor:
-    """Attention of one new query per row: softmax(q·Kᵀ·scale + bias)·V, with grouped-query heads.
+class _FusedLayer(NamedTuple):
+    w_in: torch.Tensor               # [H, 2 · heads · head_dim] ([H, heads · head_dim] with q/k norms), transposed
+    b_in: torch.Tensor | None
+    eps_in: float
+    w_o: torch.Tensor                # [q heads · head_dim, H]
+    b_o: torch.Tensor | None
+    w_gate_up: torch.Tensor          # [H, 2 · intermediate]
+    b_gate_up: torch.Tensor | None
+    eps_post: float
+    w_down: torch.Tensor             # [intermediate, H]
+    b_down: torch.Tensor | None
 
-    q: [N, Hq, 1, D]; keys, values: [N, Hkv, S, D] (Hq = g·Hkv; query head h reads kv head h // g);
-    bias: [N·Hkv, g, S], 0 where a key may be attended and -inf where not -> [N, Hq, 1, D].
-    Two batched matrix products: for a single query the CPU flash kernel of scaled_dot_product_attention is
-    about 1.5x slower at the tiny models' sizes; the result agrees with it to ~1e-6."""
-    n, hq, _, d = q.shape
-    hkv, s = keys.shape[1], keys.shape[2]
-    scores = torch.baddbmm(bias, q.reshape(n * hkv, hq // hkv, d), keys.reshape(n * hkv, s, d).transpose(1, 2),
-                           alpha=scale)
-    return torch.bmm(scores.softmax(-1), values.reshape(n * hkv, s, d)).view(n, hq, 1, d)
+
+def _rotate_rows(w: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
+    """The rows (or bias entries) of a projection whose outputs are rotate_half(outputs), per head:
+    rotate_half([x1, x2]) = [-x2, x1]. w: [heads · head_dim, ...] -> same shape."""
+    v = w.view(heads, head_dim, -1)
+    half = head_dim // 2
+    return torch.cat([-v[:, half:], v[:, :half]], 1).view(w.shape)
+
+
+def _fold_norm(w: torch.Tensor, norm) -> torch.Tensor:
+    """W · diag(g): a linear layer after an RMSNorm with weight g, with g moved into the matrix."""
+    return (w.float() * norm.weight.float()).to(w.dtype)
+
+
+def _inv_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """1 / sqrt(mean(x²) + eps) per row of x [M, H] -> [M, 1] (computed in float32, as the HF RMSNorm does)."""
+    inv = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32).square_().mul_(1.0 / x.shape[-1])
+    inv = inv.add_(eps).rsqrt_()
+    return inv if x.dtype == torch.float32 else inv.to(x.dtype)
+
+
+def _rms_norm(norm, x: torch.Tensor) -> torch.Tensor:
+    return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
 
 
 def make_stepper(model, static: bool = True):
