@@ -62,12 +62,9 @@ class HFStepper:
 class StaticStepper:
     """Next-token logits from the model's own weights, re-laid-out once per `generate` call for decoding.
 
-    A decoder layer takes four matrix products where the model's forward takes seven; two are fused:
-    - [q; k; v; rot(q); rot(k); 0] with the input RMSNorm weight folded in. rotate_half is a signed swap of rows,
-      so the rotated queries and keys come out of the same product and RoPE is x·cos + rot(x)·sin (cos 1 and sin
-      0 on the value heads). With Qwen3's per-head q/k norms, which sit before the rotation, the rotation is a
-      product by a ±1 matrix instead.
-    - [gate; up] with the post-attention RMSNorm weight folded in.
+    A decoder layer takes four weight products where the model's forward takes seven: [q; k; v] and [gate; up]
+    are fused, each with the RMSNorm weight before it folded in. RoPE's rotate_half is one product by a ±1
+    matrix over all heads (cos 1 and sin 0 on the value heads).
     The norm's 1/rms(x) scales the product instead of the input, and addmm carries the residual additions.
     The cache is preallocated for the whole call: keys transposed [layers, rows, kv heads, head_dim, slots] (so
     q·Kᵀ reads them in place), values [layers, rows, kv heads, slots, head_dim]; finished rows are compacted
@@ -115,12 +112,6 @@ class StaticStepper:
             projs = [a.q_proj, a.k_proj, a.v_proj]
             w = torch.cat([p.weight for p in projs])
             b = torch.cat([p.bias for p in projs]) if a.q_proj.bias is not None else None
-            if not self.qk_norm:    # rotate_half(h·Wᵀ + b) = h·rot(W)ᵀ + rot(b): the rotation is a signed row swap
-                w = torch.cat([w, _rotate_rows(a.q_proj.weight, hq, d), _rotate_rows(a.k_proj.weight, hkv, d),
-                               torch.zeros_like(a.v_proj.weight)])
-                if b is not None:
-                    b = torch.cat([b, _rotate_rows(a.q_proj.bias, hq, d), _rotate_rows(a.k_proj.bias, hkv, d),
-                                   torch.zeros_like(a.v_proj.bias)])
             gu_bias = None if mlp.gate_proj.bias is None else torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias])
             self.fused.append(_FusedLayer(
                 w_in=_fold_norm(w, layer.input_layernorm).t(), b_in=b, eps_in=layer.input_layernorm.variance_epsilon,
@@ -132,12 +123,11 @@ class StaticStepper:
         lm = self.model.lm_head
         self.w_lm, self.b_lm = _fold_norm(lm.weight, self.body.norm).t(), lm.bias
         self.eps_final = self.body.norm.variance_epsilon
-        if self.qk_norm:            # rotate_half(x) = x @ R (one ±1 per column: exact)
-            w0 = self.fused[0].w_in
-            half = d // 2
-            self.rot = torch.zeros(d, d, device=w0.device, dtype=w0.dtype)
-            self.rot[torch.arange(half) + half, torch.arange(half)] = -1.0
-            self.rot[torch.arange(half), torch.arange(half) + half] = 1.0
+        # rotate_half(x) = x @ R: one ±1 per column of R, so the product is exact
+        half = d // 2
+        self.rot = torch.zeros(d, d, device=self.w_lm.device, dtype=self.w_lm.dtype)
+        self.rot[torch.arange(half) + half, torch.arange(half)] = -1.0
+        self.rot[torch.arange(half), torch.arange(half) + half] = 1.0
 
     # ------------------------------------------------------------------------------------------ layers
     def _qkv(self, i: int, x: torch.Tensor, cs: torch.Tensor) -> torch.Tensor:
@@ -148,13 +138,13 @@ class StaticStepper:
         y = torch.mm(x, f.w_in)
         y = y.mul_(inv) if f.b_in is None else torch.addcmul(f.b_in, y, inv)
         m, h, d = x.shape[0], self.heads, self.head_dim
-        if not self.qk_norm:                                # [q k v | rot(q) rot(k) 0] -> x·cos + rot(x)·sin
-            return (y.view(m, 2, h, d) * cs).sum(1)
-        layer = self.layers[i].self_attn
-        hq, hkv = self.q_heads, self.kv_heads
         y = y.view(m, h, d)
-        y = torch.cat([_rms_norm(layer.q_norm, y[:, :hq]), _rms_norm(layer.k_norm, y[:, hq:hq + hkv]), y[:, hq + hkv:]], 1)
-        return y * cs[:, 0] + torch.mm(y.view(-1, d), self.rot).view(m, h, d) * cs[:, 1]
+        if self.qk_norm:                                    # Qwen3: per-head RMSNorm of q and k, before RoPE
+            attn, hq, hkv = self.layers[i].self_attn, self.q_heads, self.kv_heads
+            y = torch.cat([_rms_norm(attn.q_norm, y[:, :hq]), _rms_norm(attn.k_norm, y[:, hq:hq + hkv]),
+                           y[:, hq + hkv:]], 1)
+        # RoPE: x·cos + rotate_half(x)·sin (cos 1 and sin 0 on the value heads)
+        return torch.addcmul(y * cs[:, 0], torch.mm(y.view(-1, d), self.rot).view(m, h, d), cs[:, 1])
 
     def _mlp(self, i: int, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
         """The rest of layer i after attention: x [M, H] plus the o-projection of o [M, q heads · head_dim], then
@@ -257,7 +247,7 @@ class StaticStepper:
 
 
 class _FusedLayer(NamedTuple):
-    w_in: torch.Tensor               # [H, 2 · heads · head_dim] ([H, heads · head_dim] with q/k norms), transposed
+    w_in: torch.Tensor               # [H, (q + k + v heads) · head_dim]: [q; k; v]ᵀ
     b_in: torch.Tensor | None
     eps_in: float
     w_o: torch.Tensor                # [q heads · head_dim, H]
@@ -267,14 +257,6 @@ class _FusedLayer(NamedTuple):
     eps_post: float
     w_down: torch.Tensor             # [intermediate, H]
     b_down: torch.Tensor | None
-
-
-def _rotate_rows(w: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
-    """The rows (or bias entries) of a projection whose outputs are rotate_half(outputs), per head:
-    rotate_half([x1, x2]) = [-x2, x1]. w: [heads · head_dim, ...] -> same shape."""
-    v = w.view(heads, head_dim, -1)
-    half = head_dim // 2
-    return torch.cat([-v[:, half:], v[:, :half]], 1).view(w.shape)
 
 
 def _fold_norm(w: torch.Tensor, norm) -> torch.Tensor:
