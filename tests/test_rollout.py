@@ -122,3 +122,34 @@ def test_engine_samples_the_same_with_either_decoder():
     assert any(a.finished) and not all(a.finished)       # some rows stopped at EOS before the others
     for la, lb in zip(a.logprobs, b.logprobs):
         torch.testing.assert_close(torch.tensor(la), torch.tensor(lb), atol=1e-5, rtol=0)
+
+
+def test_small_cpu_decodes_run_on_one_thread_and_restore_the_count(monkeypatch):
+    """Decode steps below SINGLE_THREAD_DECODE_BELOW (rows x hidden) run on one thread; generate() restores the
+    caller's thread count afterwards, and larger batches keep it."""
+    import armor.rollout.hf as hf
+    model = MODELS["qwen2"]()                      # hidden 32
+    seen = []
+
+    def spy(m, static=True):
+        st = make_stepper(m, static)
+        decode = st.decode
+        st.decode = lambda *a: (seen.append(torch.get_num_threads()), decode(*a))[1]
+        return st
+
+    monkeypatch.setattr(hf, "make_stepper", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        params = SamplingParams(n=2, temperature=1.0, max_new_tokens=4, seed=0)
+        HFEngine(model, _Tok()).generate([[5, 6], [7, 8]], params)           # 4 rows x 32 < threshold
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+        seen.clear()
+        big = hf.SINGLE_THREAD_DECODE_BELOW // 32 + 8                         # rows x 32 above the threshold
+        HFEngine(model, _Tok(), max_batch=big).generate([[5, 6]] * big, SamplingParams(n=1, max_new_tokens=2,
+                                                                                     seed=0))
+        assert seen and seen[0] == 2
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -12,6 +12,11 @@ import torch
 from armor.rollout.base import Rollout, RolloutEngine, SamplingParams
 from armor.rollout.static_decode import make_stepper
 
+# A CPU decode step whose activations are smaller than this (rows x hidden size) runs on one thread: its
+# operations are so small that waking the other OpenMP threads costs more than they save (the suite sets
+# OMP_WAIT_POLICY=PASSIVE). On the tiny world, 28-64 rows sample faster on 1 thread than on 2, 256 rows slower.
+SINGLE_THREAD_DECODE_BELOW = 128 * 64
+
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Mask (to -inf) the tokens outside the smallest set whose probability mass reaches top_p.
@@ -65,8 +70,22 @@ class HFEngine(RolloutEngine):
         """Sample one response per row; row j continues prompts[row_prompt[j]] (the rows of one prompt are
         adjacent). Each distinct prompt is prefilled once and its KV cache copied to its rows."""
         model, device = self.model, next(self.model.parameters()).device
-        was_training = model.training
+        was_training, threads = model.training, torch.get_num_threads()
         model.eval()
+        try:
+            return self._sample_rows(row_prompt, prompts, params, gen, device)
+        finally:
+            torch.set_num_threads(threads)
+            if was_training:
+                model.train()
+
+    def _fit_threads(self, rows: int, device) -> None:
+        """One CPU thread for decode steps too small to share (SINGLE_THREAD_DECODE_BELOW); the caller restores."""
+        hidden = getattr(getattr(self.model, "config", None), "hidden_size", None)
+        if device.type == "cpu" and hidden and rows * hidden < SINGLE_THREAD_DECODE_BELOW:
+            torch.set_num_threads(1)
+
+    def _sample_rows(self, row_prompt: list[int], prompts: list[list[int]], params: SamplingParams, gen, device):
         uniq = sorted(set(row_prompt))
         row_of = {i: u for u, i in enumerate(uniq)}
         n, plen, T = len(row_prompt), max(len(prompts[i]) for i in uniq), params.max_new_tokens
@@ -78,8 +97,9 @@ class HFEngine(RolloutEngine):
             mask[u, :plen - len(p)] = 0
         ids, mask = ids.to(device), mask.to(device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        stepper = make_stepper(model, self.static_cache)
+        stepper = make_stepper(self.model, self.static_cache)
         logits = stepper.prefill(ids, mask, pos, T)
+        self._fit_threads(n, device)
         expand = torch.tensor([row_of[i] for i in row_prompt], device=device)
         if len(uniq) < n:                       # one copy of the prompt's cache per response
             stepper.expand(expand)
@@ -114,10 +134,9 @@ class HFEngine(RolloutEngine):
                 keep = running.nonzero()[:, 0]
                 active, tok, next_pos = active[keep], tok[keep], next_pos[keep]
                 stepper.keep(keep)
+                self._fit_threads(len(keep), device)
             logits = stepper.decode(tok, next_pos, t)
             next_pos = next_pos + 1
-        if was_training:
-            model.train()
         toks = tokens[:, :steps].tolist()
         lpl = logps[:, :steps].tolist()
         responses, out_lp, finished = [], [], []
