@@ -68,7 +68,7 @@ class HFEngine(RolloutEngine):
 
     def _sample(self, row_prompt: list[int], prompts: list[list[int]], params: SamplingParams, gen):
         """Sample one response per row; row j continues prompts[row_prompt[j]] (the rows of one prompt are
-        adjacent). Each distinct prompt is prefilled once and its KV cache copied to its rows."""
+        adjacent). Each prompt is prefilled once and its KV cache copied to its rows."""
         model, device = self.model, next(self.model.parameters()).device
         was_training, threads = model.training, torch.get_num_threads()
         model.eval()

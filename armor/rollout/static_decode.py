@@ -105,7 +105,6 @@ class StaticStepper:
     # ------------------------------------------------------------------------------------ fused weights
     def _prepare(self) -> None:
         """The fused, transposed weight matrices of every layer (weights do not change while sampling)."""
-        d, hq, hkv = self.head_dim, self.q_heads, self.kv_heads
         self.fused = []
         for layer in self.layers:
             a, mlp = layer.self_attn, layer.mlp
@@ -124,7 +123,7 @@ class StaticStepper:
         self.w_lm, self.b_lm = _fold_norm(lm.weight, self.body.norm).t(), lm.bias
         self.eps_final = self.body.norm.variance_epsilon
         # rotate_half(x) = x @ R: one ±1 per column of R, so the product is exact
-        half = d // 2
+        d, half = self.head_dim, self.head_dim // 2
         self.rot = torch.zeros(d, d, device=self.w_lm.device, dtype=self.w_lm.dtype)
         self.rot[torch.arange(half) + half, torch.arange(half)] = -1.0
         self.rot[torch.arange(half), torch.arange(half) + half] = 1.0
