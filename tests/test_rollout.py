@@ -93,6 +93,22 @@ def test_prefill_once_then_expand_gives_each_rows_logits(name, static):
                 torch.testing.assert_close(logits[j], full, atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["qwen2-gqa", "qwen3", "llama-bias"])
+def test_static_stepper_runs_in_bfloat16(name):
+    """The GPU dtype on the CPU: norms in float32 as HF computes them, everything else in bfloat16; logits agree
+    with the bfloat16 forward to bfloat16 rounding, and a decode step keeps the dtype."""
+    model = MODELS[name]().to(torch.bfloat16)
+    ids, mask, pos = _left_pad([[5, 6, 7, 8], [9, 10]])
+    with torch.inference_mode():
+        st = StaticStepper(model)
+        logits = st.prefill(ids, mask, pos, max_new_tokens=2)
+        assert logits.dtype == torch.bfloat16
+        for j, p in enumerate([[5, 6, 7, 8], [9, 10]]):
+            full = model(input_ids=torch.tensor([p])).logits[0, -1]
+            torch.testing.assert_close(logits[j].float(), full.float(), atol=2e-2, rtol=2e-2)
+        assert st.decode(logits.argmax(-1), pos[:, -1] + 1, 0).dtype == torch.bfloat16
+
+
 def test_unsupported_layouts_fall_back_to_the_generic_stepper():
     sliding = _model(Qwen2Config, num_key_value_heads=4, use_sliding_window=True, sliding_window=4,
                      max_window_layers=0)
