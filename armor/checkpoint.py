@@ -5,21 +5,37 @@
         trainer_state.pt                                     <- optimizer, scheduler, RNG, data position, step
         reference/model.safetensors                          <- πref's weights, only when they are neither the
                                                                 initial model nor this checkpoint's own
+        checkpoint.json                                      <- manifest: size and sha256 of every file above,
+                                                                written last
 A checkpoint is written into `step_NNNNNN.tmp` and renamed when complete, so a folder without the
-suffix is always whole; leftovers of a killed save are removed on the next start.
+suffix was whole when written; leftovers of a killed save are removed on the next start. A resume checks
+the newest checkpoint against its manifest (a file truncated or changed since, e.g. by a broken copy or
+disk) and, if it is damaged, says so by name, moves it aside to `step_NNNNNN.damaged` and takes the
+previous complete one.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 import re
 import shutil
+import warnings
 from pathlib import Path
+
+from armor import faults
+from common.jsonl import write_json_atomic
 
 # torch and numpy are imported inside the functions that need them: the layout helpers (list_checkpoints,
 # step_dir) serve the experiment driver, which should not pay for loading torch.
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
+MANIFEST = "checkpoint.json"
+
+
+class DamagedCheckpointWarning(UserWarning):
+    """The newest checkpoint does not match its manifest; the previous complete one is used."""
 
 
 def step_dir(run_dir: Path, step: int) -> Path:
@@ -73,12 +89,73 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, ref
         tokenizer.save_pretrained(tmp)
     if reference is not None:
         reference.save_pretrained(tmp / "reference")
+    faults.point("checkpoint", step)
     import torch
     torch.save({**state, "rng": rng_state()}, tmp / "trainer_state.pt")
+    write_json_atomic(tmp / MANIFEST, {"step": step, "files": _manifest(tmp)}, indent=1, sort_keys=True)
     if final.exists():  # a rerun of a step whose checkpoint survived a crash before `DONE`
         shutil.rmtree(final)
     os.replace(tmp, final)
     return final
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _manifest(folder: Path) -> dict:
+    """{relative path: {"size", "sha256"}} of every file under `folder` but the manifest itself."""
+    return {str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": _sha256(p)}
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}
+
+
+def damage(folder: Path) -> str | None:
+    """Why the checkpoint folder does not match its manifest (a missing, resized or changed file), or None if
+    it does. A folder written before manifests existed (no checkpoint.json) is taken as it is."""
+    folder = Path(folder)
+    if not (folder / "trainer_state.pt").is_file():
+        return "trainer_state.pt is missing"
+    mf = folder / MANIFEST
+    if not mf.is_file():
+        return None
+    try:
+        files = json.loads(mf.read_text())["files"]
+    except (ValueError, KeyError, TypeError) as e:
+        return f"{MANIFEST} is unreadable ({e})"
+    for rel, want in files.items():
+        p = folder / rel
+        if not p.is_file():
+            return f"{rel} is missing"
+        size = p.stat().st_size
+        if size != want["size"]:
+            return f"{rel} has {size} bytes, the manifest says {want['size']}"
+        if _sha256(p) != want["sha256"]:
+            return f"{rel} does not match its sha256 in the manifest"
+    return None
+
+
+def latest_complete(run_dir: Path) -> int | None:
+    """The newest checkpoint that matches its manifest (None: none). Each newer, damaged one is reported with
+    a DamagedCheckpointWarning naming it and why, and moved aside to `step_NNNNNN.damaged` (kept, not
+    deleted: nothing is lost; it is no longer listed)."""
+    for step in reversed(list_checkpoints(run_dir)):
+        d = step_dir(run_dir, step)
+        why = damage(d)
+        if why is None:
+            return step
+        aside = d.with_name(d.name + ".damaged")
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = d.with_name(f"{d.name}.damaged{n}")
+        os.replace(d, aside)
+        warnings.warn(f"{d}: damaged checkpoint ({why}); moved to {aside.name}, resuming from an earlier one",
+                      DamagedCheckpointWarning, stacklevel=2)
+    return None
 
 
 def load_state(run_dir: Path, step: int) -> dict:

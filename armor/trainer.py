@@ -22,7 +22,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import time
 import warnings
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from pathlib import Path
 import torch
 
 from armor import checkpoint as ckpt
+from armor import faults
 from armor.advantages import group_advantages
 from armor.anchors import anchor_keep, dynamic_sampling_keep, first_correct_index
 from armor.config import RunConfig, dump_config, load_config, to_dict
@@ -41,6 +41,7 @@ from armor.policy import (batched_logprobs, check_model_path, forward_logprobs, 
                           make_token_batch)
 from armor.rewards import shaped_reward
 from armor.rollout import SamplingParams, build_engine
+from common.jsonl import append_jsonl, read_jsonl, write_json_atomic, write_jsonl
 
 # the metric keys that must agree between an interrupted-and-resumed run and an uninterrupted one
 DETERMINISTIC_KEYS = ("reward_mean", "accuracy", "response_length", "entropy", "clipfrac", "kl_reverse",
@@ -79,18 +80,26 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 
 def _truncate_jsonl(path: Path, max_step: int) -> None:
-    """Drop rows logged after the checkpoint we resume from (they will be recomputed)."""
-    if not path.is_file():
-        return
-    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= max_step]
-    path.write_text("".join(ln + "\n" for ln in keep))
+    """Drop rows logged after the checkpoint we resume from (they will be recomputed), and a torn last line."""
+    if path.is_file():
+        write_jsonl(path, [r for r in read_jsonl(path) if r["step"] <= max_step])
 
 
-def _append_jsonl(path: Path, row: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+NUMERICS_FILE = "numerics.json"   # what the run computes with (common.cpu_numerics.describe)
+
+
+def _record_numerics(path: Path) -> None:
+    """Write this process's CPU numerics; warn when a resume computes with other ones than the run so far (its
+    results will not be byte-identical to an uninterrupted run's)."""
+    from common import cpu_numerics
+    now = cpu_numerics.describe()
+    if path.is_file():
+        before = json.loads(path.read_text())
+        diff = {k: (before.get(k), v) for k, v in now.items() if before.get(k) != v}
+        if diff:
+            warnings.warn(f"{path}: this resume computes with other CPU numerics than the run so far {diff}; "
+                          "its results will not be byte-identical to an uninterrupted run's", stacklevel=2)
+    write_json_atomic(path, now, indent=1, sort_keys=True)
 
 
 @dataclass
@@ -109,6 +118,7 @@ class Trainer:
         self.run_dir = cfg.run_dir
         a = cfg.algo
         # ---- everything that can be wrong with the inputs is checked before any work is spent
+        faults.check_env()
         check_model_path(cfg.model.path, "model.path")
         self.ref_path = a.reference.path or cfg.model.path
         check_model_path(self.ref_path, "algo.reference.path")
@@ -193,9 +203,9 @@ class Trainer:
                 raise ValueError(f"{rd}: config differs from the run's config.yaml at {k}: "
                                  f"{old.get(k)!r} (run) vs {new.get(k)!r} (now); use another output_dir")
         dump_config(self.cfg, cfg_file)
+        _record_numerics(rd / NUMERICS_FILE)
         ckpt.clean_partial(rd)
-        steps = ckpt.list_checkpoints(rd)
-        last = steps[-1] if steps else None
+        last = ckpt.latest_complete(rd)
         for name in ("metrics.jsonl", "validation.jsonl"):
             if last is None:
                 (rd / name).unlink(missing_ok=True)
@@ -264,6 +274,7 @@ class Trainer:
             stats["rounds"] += 1
             pids = [self.prompt_ids(p) for p in prompts]
             ro = self._generate(self.policy, pids, n_on, step_seed(cfg.seed, self.step, 1, rnd), tm)
+            faults.point("sample", self.step + 1)
             correct = self._grade(ro.texts, [prompts[i].answer for i in ro.prompt_index], tm)
             stats["correct"] += correct
             stats["lengths"] += [len(r) for r in ro.response_ids]
@@ -326,6 +337,7 @@ class Trainer:
             cand, order = order[:take], order[take:]
             rro = self._generate(self.reference, [pids[i] for i in cand], a.ref_n,
                                  step_seed(self.cfg.seed, self.step, 2, rnd, chunk_no), tm)
+            faults.point("anchor", self.step + 1)
             rc = self._grade(rro.texts, [prompts[cand[j]].answer for j in rro.prompt_index], tm)
             stats["ref_samples"] += len(rc)
             for j, i in enumerate(cand):
@@ -364,6 +376,8 @@ class Trainer:
             self.scheduler.step()
         self.step += 1
         row["reference_reset"] = self.maybe_reset_reference()
+        if row["reference_reset"]:
+            faults.point("reset", self.step)
         row.update(time_generate=tm["generate"], time_score=tm["score"], time_logprob=tm["logprob"],
                    time_update=tm["update"], tokens_generated=tm["tokens"],
                    time_step=time.perf_counter() - t_start, total_step=self.cfg.step_offset + self.step)
@@ -441,6 +455,7 @@ class Trainer:
                 mstats["loss"] = mstats.get("loss", 0.0) + float(loss.detach())
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.optim.grad_clip)
             self.optimizer.step()
+            faults.point("update", self.step + 1)
             mstats["grad_norm"] = float(grad_norm)
             for k, v in mstats.items():
                 sums[k] = sums.get(k, 0.0) + v
@@ -484,6 +499,7 @@ class Trainer:
                                     self.grader)
             correct = torch.tensor([r.correct for r in recs], dtype=torch.float32).view(len(problems), v.samples)
             value = float(avg_at_k(correct))
+            faults.point("validate", self.step)
             rows.append({"step": self.step, "total_step": self.cfg.step_offset + self.step, "benchmark": name,
                          "metric": f"avg@{v.samples}", "k": v.samples, "value": value, "n_problems": len(problems),
                          "temperature": v.temperature, "top_p": v.top_p,
@@ -512,6 +528,7 @@ class Trainer:
                  "reference_step": self.reference_step, "best_val": self.best_val,
                  "reference_source": self.ref_path if self.reference_step is None else f"step {self.reference_step}"}
         ckpt.save_checkpoint(self.run_dir, self.step, self.policy, self.tokenizer, state, reference=ref)
+        faults.point("saved", self.step)
         ckpt.prune(self.run_dir, self.cfg.schedule.keep_last, self.protected_steps() | {self.step})
 
     # ------------------------------------------------------------------------------------------- loop
@@ -524,16 +541,17 @@ class Trainer:
         from tqdm.auto import tqdm
         if self.step == 0 and s.validate_every > 0 and cfg.validation.at_start:
             for r in self.validate():
-                _append_jsonl(rd / "validation.jsonl", r)
+                append_jsonl(rd / "validation.jsonl", r)
         bar = tqdm(total=s.total_steps, initial=self.step, desc=cfg.name, dynamic_ncols=True,
                    disable=os.environ.get("ARMOR_PROGRESS", "1") == "0")
         last_val = None
         while self.step < s.total_steps:
             row = self.train_step()
-            _append_jsonl(rd / "metrics.jsonl", row)
+            append_jsonl(rd / "metrics.jsonl", row)
+            faults.point("metrics", self.step)
             if s.validate_every and self.step % s.validate_every == 0:
                 for r in self.validate():
-                    _append_jsonl(rd / "validation.jsonl", r)
+                    append_jsonl(rd / "validation.jsonl", r)
                     last_val = r["value"]
             if self.step % s.save_every == 0 or self.step == s.total_steps:
                 self.save()
@@ -542,10 +560,8 @@ class Trainer:
                             kept=row["prompts_kept"])
         bar.close()
         self.grader.close()
-        summary = {"steps": self.step, "best_validation": self.best_val}
-        tmp = rd / "DONE.tmp"
-        tmp.write_text(json.dumps(summary) + "\n")
-        os.replace(tmp, rd / "DONE")
+        faults.point("done", self.step)
+        write_json_atomic(rd / "DONE", {"steps": self.step, "best_validation": self.best_val})
         return rd
 
 

@@ -40,6 +40,8 @@ from typing import Iterable, Optional, Sequence
 import pandas as pd
 import yaml
 
+from common.jsonl import read_jsonl
+
 RESULT_COLUMNS = ["preset", "model", "arm", "seed", "step", "benchmark", "metric", "k", "value", "n", "source"]
 PAPER_PRESETS = ("qwen25-math-7b", "qwen3-8b-base")
 PAPER_YAML = Path(__file__).with_name("paper_numbers.yaml")
@@ -133,20 +135,12 @@ def _metric_k(metric: str) -> tuple[str, Optional[int]]:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
+    """Rows of a run's JSONL file (common.jsonl's policy: a torn last line of a running job is dropped with a
+    warning); an unreadable file reads as no rows."""
     try:
-        with path.open() as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue  # a half-written last line of a running job
+        return read_jsonl(path)
     except OSError:
-        pass
-    return rows
+        return []
 
 
 def _read_yaml(path: Path) -> dict:

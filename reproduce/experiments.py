@@ -55,6 +55,7 @@ from typing import Any, Optional
 from armor.checkpoint import list_checkpoints
 from armor.config import ProtocolConfig, RunConfig, load_config, read_yaml
 from figures.data import fmt_alpha, fmt_beta  # arm names are shared with the figures
+from common.jsonl import append_jsonl, read_jsonl
 from slurm import warm
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -353,15 +354,7 @@ def validation_benchmark(preset: Preset) -> Optional[str]:
 
 def read_validation(run: Path, benchmark: Optional[str] = None) -> list[tuple[int, float]]:
     """(run-local step, value) of one benchmark (default: the first in the file), last row per step wins."""
-    f = Path(run) / "validation.jsonl"
-    if not f.is_file():
-        return []
-    rows = []
-    for line in f.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue
+    rows = read_jsonl(Path(run) / "validation.jsonl")
     if not rows:
         return []
     bench = benchmark if benchmark and any(r.get("benchmark") == benchmark for r in rows) else rows[0].get("benchmark")
@@ -524,8 +517,11 @@ def eval_command(preset: Preset, ckpt: Path, out: Path) -> list[str]:
         argv += ["--samples", str(preset.protocol.eval_samples)]
     if preset.protocol.eval_limit:
         argv += ["--limit", str(preset.protocol.eval_limit)]
-    if os.environ.get("ARMOR_THREADS"):
-        argv += ["--threads", os.environ["ARMOR_THREADS"]]
+    # the preset's thread count, when it fixes one, holds under every backend (local, SLURM, any core count):
+    # the CPU sampler's results depend on it
+    threads = preset.cfg.threads or os.environ.get("ARMOR_THREADS")
+    if threads:
+        argv += ["--threads", str(threads)]
     return argv
 
 
@@ -633,6 +629,7 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
     arms = arm_definitions(preset.protocol)
     rows = []
     peaks: dict = {}
+    numerics: set[str] = set()   # the distinct CPU numerics the runs computed with (armor.trainer NUMERICS_FILE)
     for arm in arms.values():
         for s in seeds:
             run = run_dir(root, preset, arm.run_arm, s)
@@ -648,17 +645,12 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
                 st = start_point(preset, root, arm, s) if arm.stage == 2 else None
                 offset = int(st["step"]) if st else 0
             base = {"preset": preset.name, "model": preset.model_name, "arm": arm.name, "seed": int(s)}
-            f = run / "validation.jsonl"
-            if f.is_file():
-                for line in f.read_text().splitlines():
-                    try:
-                        r = json.loads(line)
-                    except ValueError:
-                        continue
-                    k = int(r.get("k") or 0)
-                    rows.append({**base, "step": int(r.get("total_step", offset + int(r["step"]))),
-                                 "benchmark": r["benchmark"], "metric": r.get("metric") or f"avg@{k}", "k": k,
-                                 "value": float(r["value"]), "n": k, "source": "validation"})
+            numerics.add(json.dumps(_read_json(run / "numerics.json"), sort_keys=True))
+            for r in read_jsonl(run / "validation.jsonl"):
+                k = int(r.get("k") or 0)
+                rows.append({**base, "step": int(r.get("total_step", offset + int(r["step"]))),
+                             "benchmark": r["benchmark"], "metric": r.get("metric") or f"avg@{k}", "k": k,
+                             "value": float(r["value"]), "n": k, "source": "validation"})
             if (run / "eval").is_dir():
                 for jf in sorted((run / "eval").rglob("*.json")):
                     if jf.name.startswith("."):
@@ -684,7 +676,7 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
     meta = {"preset": preset.name, "model": preset.model_name, "protocol": protocol, "peaks": peaks,
             "aliases": {a.name: a.alias_of for a in arms.values() if a.alias_of}, "seeds": seeds,
             "validation_benchmark": validation_benchmark(preset), "inputs": fp, "rows": len(df),
-            "time": time.time()}
+            "cpu_numerics": [json.loads(n) for n in sorted(numerics) if n != "null"], "time": time.time()}
     tmp = out / f".results.{os.getpid()}.parquet"
     try:
         import pyarrow as pa
@@ -907,8 +899,7 @@ DRIVER_START_ENV = "ARMOR_DRIVER_START"    # the running invocation's start time
 def record_driver_run(out: Path, start: float, end: float) -> None:
     """Append one run_all invocation (start, end) to the preset root's driver log."""
     (out / "_jobs").mkdir(parents=True, exist_ok=True)
-    with open(out / "_jobs" / DRIVER_RUNS, "a") as f:
-        f.write(json.dumps({"start": start, "end": end}) + "\n")
+    append_jsonl(out / "_jobs" / DRIVER_RUNS, {"start": start, "end": end})
 
 
 def driver_wall_time(out: Path, now: Optional[float] = None) -> Optional[float]:
@@ -916,12 +907,10 @@ def driver_wall_time(out: Path, now: Optional[float] = None) -> Optional[float]:
     the running one (ARMOR_DRIVER_START). None when neither is known (figures made outside the driver)."""
     total, known = 0.0, False
     log = out / "_jobs" / DRIVER_RUNS
-    if log.is_file():
-        for line in log.read_text().splitlines():
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                r = json.loads(line)
-                total += float(r["end"]) - float(r["start"])
-                known = True
+    for r in read_jsonl(log):
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            total += float(r["end"]) - float(r["start"])
+            known = True
     start = os.environ.get(DRIVER_START_ENV)
     if start is not None:
         with contextlib.suppress(ValueError):

@@ -8,6 +8,10 @@ import subprocess
 
 import pytest
 
+from common import cpu_numerics
+
+cpu_numerics.pin()   # before any test module imports torch: in-process tests compute as the jobs they spawn
+
 
 def pytest_collection_modifyitems(config, items):
     if shutil.which("sbatch") is None:

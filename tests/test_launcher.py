@@ -206,16 +206,21 @@ def test_second_driver_is_refused(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ killed drivers
+# a resumable counter that checkpoints each step and holds at step HOLD until the file `release` beside its
+# work folder exists: the test acts on the jobs while they are held, never racing their progress
+HOLD = 2
 COUNTER = r'''
 import json, os, sys, time
 from pathlib import Path
-d, n, dt = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+d, n, dt, hold = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 d.mkdir(parents=True, exist_ok=True)
 ck = d / "ckpt.json"
 st = json.loads(ck.read_text()) if ck.exists() else {"step": 0}
 with open(d / "starts.log", "a") as f:
     f.write(f"{st['step']}\n")
 while st["step"] < n:
+    while st["step"] == hold and not (d.parent / "release").exists():
+        time.sleep(0.02)
     time.sleep(dt)
     st = {"step": st["step"] + 1}
     tmp = d / "ckpt.tmp"; tmp.write_text(json.dumps(st)); os.replace(tmp, ck)
@@ -231,7 +236,7 @@ root = Path({root!r})
 jobs = []
 for i in range(2):
     w = root / f"w{{i}}"
-    jobs.append(Job(f"count/{{i}}", [sys.executable, {script!r}, str(w), "16", "0.25"], kind="train",
+    jobs.append(Job(f"count/{{i}}", [sys.executable, {script!r}, str(w), "16", "0.01", "{hold}"], kind="train",
                     done=lambda w=w: (w / "result.json").exists()))
 jobs.append(Job("after", [sys.executable, "-c", "open({root!r} + '/after', 'w')"], kind="collect",
                 deps=["count/0", "count/1"], done=lambda: (root / "after").exists()))
@@ -243,15 +248,16 @@ def _driver(tmp_path):
     script = tmp_path / "counter.py"
     script.write_text(COUNTER)
     drv = tmp_path / "driver.py"
-    drv.write_text(DRIVER.format(repo=str(REPO), root=str(tmp_path), script=str(script)))
+    drv.write_text(DRIVER.format(repo=str(REPO), root=str(tmp_path), script=str(script), hold=HOLD))
     return drv
 
 
-def _wait_step(tmp_path, step):
-    deadline = time.time() + 30
+def _wait_held(tmp_path):
+    """Until both counters have checkpointed step HOLD, where they wait for the release file."""
+    deadline = time.time() + 120
     while time.time() < deadline:
         try:
-            if all(json.loads((tmp_path / f"w{i}" / "ckpt.json").read_text())["step"] >= step for i in range(2)):
+            if all(json.loads((tmp_path / f"w{i}" / "ckpt.json").read_text())["step"] == HOLD for i in range(2)):
                 return
         except (OSError, ValueError):
             pass
@@ -262,12 +268,21 @@ def _wait_step(tmp_path, step):
 def test_killed_driver_jobs_are_adopted_not_duplicated(tmp_path):
     drv = _driver(tmp_path)
     p = subprocess.Popen([PY, str(drv)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    _wait_step(tmp_path, 2)
-    p.send_signal(signal.SIGKILL)  # the jobs survive their driver
+    _wait_held(tmp_path)
+    p.send_signal(signal.SIGKILL)  # the jobs survive their driver (held at step HOLD)
     p.wait()
-    out = subprocess.run([PY, str(drv)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "[adopt] count/0" in out.stdout and "[adopt] count/1" in out.stdout
+    # a second driver adopts the running jobs; only once it has said so are they released
+    p2 = subprocess.Popen([PY, str(drv)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in p2.stdout:
+        seen.append(line)
+        if sum("[adopt] count/" in x for x in seen) == 2:
+            break
+    (tmp_path / "release").write_text("")
+    rest, _ = p2.communicate(timeout=120)
+    out = "".join(seen) + rest
+    assert p2.returncode == 0, out
+    assert "[adopt] count/0" in out and "[adopt] count/1" in out
     for i in range(2):
         assert json.loads((tmp_path / f"w{i}" / "result.json").read_text()) == {"step": 16}
         assert (tmp_path / f"w{i}" / "starts.log").read_text().split() == ["0"]  # ran once
@@ -282,11 +297,12 @@ def test_interrupted_driver_resumes(tmp_path):
     # starts it with SIGINT ignored (and a child inherits that)
     p = subprocess.Popen([PY, str(drv)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    _wait_step(tmp_path, 2)
-    p.send_signal(signal.SIGINT)  # Ctrl-C: the driver stops its jobs (they are resumable)
-    p.wait(timeout=30)
+    _wait_held(tmp_path)
+    p.send_signal(signal.SIGINT)  # Ctrl-C while the jobs are held: the driver stops them (they are resumable)
+    p.wait(timeout=60)
     assert p.returncode != 0
     assert not (tmp_path / "w0" / "result.json").exists()
+    (tmp_path / "release").write_text("")
     reg = json.loads((tmp_path / "_jobs" / "state.json").read_text())
     assert reg["count/0"]["state"] == FAILED
     assert not any(jobwrap.process_alive(r["pid"], r.get("pid_start")) for r in reg.values())
@@ -295,7 +311,7 @@ def test_interrupted_driver_resumes(tmp_path):
     for i in range(2):
         assert json.loads((tmp_path / f"w{i}" / "result.json").read_text()) == {"step": 16}
         starts = [int(x) for x in (tmp_path / f"w{i}" / "starts.log").read_text().split()]
-        assert starts[0] == 0 and len(starts) == 2 and starts[1] >= 2  # resumed from its checkpoint
+        assert starts == [0, HOLD]  # resumed from its checkpoint
     assert (tmp_path / "after").exists()
     marker = json.loads((tmp_path / "_jobs" / "count" / "0" / "finished").read_text())
     assert marker["attempt"] == 1 and marker["rc"] == 0
@@ -304,7 +320,7 @@ def test_interrupted_driver_resumes(tmp_path):
 def test_running_state_of_a_live_local_job(tmp_path):
     la = quiet(tmp_path)
     la.load_registry()
-    p = subprocess.Popen([PY, "-c", "import time; time.sleep(5)"])
+    p = subprocess.Popen([PY, "-c", "import time; time.sleep(600)"])   # killed below, whatever the load
     try:
         la._record("j", backend="local", pid=p.pid, pid_start=jobwrap.pid_start_time(p.pid),
                    host=__import__("socket").gethostname(), submission="s1")

@@ -44,20 +44,42 @@ def _check(root: Path):
     assert peak.is_file()
 
 
-@pytest.mark.slurm
-def test_run_all_smoke_on_the_real_slurm(world, tmp_path, slurm_cluster):
-    """A smoke DAG through sbatch: stage 1, θ*, stage-2 arms, an evaluation array, collection, figures."""
-    preset = _preset(tmp_path, world)
-    args = ["--preset", str(preset), "--cluster", "slurm", "--root", str(tmp_path / "runs"),
+@pytest.fixture(scope="module")
+def slurm_smoke(world, tmp_path_factory, slurm_cluster):
+    """A smoke DAG through sbatch (stage 1, θ*, stage-2 arms, an evaluation array, collection, figures)."""
+    tmp = tmp_path_factory.mktemp("slurm")
+    args = ["--preset", str(_preset(tmp, world)), "--cluster", "slurm", "--root", str(tmp / "runs"),
             "--only", "fig4,table3", "--no-progress", "--poll", "1"]
     _run(args, timeout=900)
-    _check(tmp_path / "runs")
-    reg = json.loads((tmp_path / "runs" / "smoke" / "_jobs" / "state.json").read_text())
+    return {"root": tmp / "runs", "args": args}
+
+
+@pytest.mark.slurm
+def test_run_all_smoke_on_the_real_slurm(slurm_smoke):
+    root = slurm_smoke["root"]
+    _check(root)
+    reg = json.loads((root / "smoke" / "_jobs" / "state.json").read_text())
     evals = {k: v for k, v in reg.items() if k.startswith("eval/")}
     assert len(evals) == 4 and all(v["backend"] == "slurm" for v in evals.values())
     assert len({v["job_id"].split("_")[0] for v in evals.values()}) == 1   # one job array, a task per arm
-    out = _run(args)            # a second invocation right after a finished run submits nothing
+    out = _run(slurm_smoke["args"])     # a second invocation right after a finished run submits nothing
     assert "nothing to do" in out
+
+
+@pytest.mark.slurm
+def test_slurm_and_local_runs_give_the_same_table(slurm_smoke, full_smoke):
+    """The README's guarantee: the same preset gives byte-identical results locally (warm forks, 1 thread a job)
+    and through SLURM (a cold interpreter per job, its own CPU allocation), every job computing with the pinned
+    CPU numerics (common/cpu_numerics.py)."""
+    local = pd.read_parquet(full_smoke["results"])
+    slurm = pd.read_parquet(slurm_smoke["root"] / "smoke" / "results.parquet")
+    key = ["arm", "seed", "step", "benchmark", "metric", "source"]
+    both = slurm.merge(local, on=key, suffixes=("_slurm", "_local"))
+    assert len(both) == len(slurm) > 20 and set(both["source"]) == {"validation", "eval"}
+    assert (both["value_slurm"] == both["value_local"]).all(), both[both.value_slurm != both.value_local]
+    for root in (slurm_smoke["root"], full_smoke["results"].parent.parent):
+        meta = json.loads((root / "smoke" / "results.meta.json").read_text())
+        assert [(n["cpu_capability"], n["threads"]) for n in meta["cpu_numerics"]] == [("AVX2", 1)], meta
 
 
 # ------------------------------------------------------------------- the full smoke matrix, then python -m figures

@@ -15,16 +15,20 @@ pytestmark = pytest.mark.slurm
 PY = sys.executable
 SMALL = Resources(cpus_per_task=1, mem_gb=0.25, time_min=5)
 
-# a resumable command: counts to N, one step per DT seconds, checkpointing each step; a rerun resumes
+# a resumable command: counts to N, one step per DT seconds, checkpointing each step; a rerun resumes. It holds
+# at step HOLD until the file `release` exists in its folder, so the test interrupts it at a known step
+HOLD = 3
 COUNTER = r'''
 import json, os, sys, time
 from pathlib import Path
-d, n, dt = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+d, n, dt, hold = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 ck = d / "ckpt.json"
 st = json.loads(ck.read_text()) if ck.exists() else {"step": 0, "acc": 7}
 with open(d / "starts.log", "a") as f:
     f.write(f"{st['step']}\n")
 while st["step"] < n:
+    while st["step"] == hold and not (d / "release").exists():
+        time.sleep(0.05)
     time.sleep(dt)
     st = {"step": st["step"] + 1, "acc": (st["acc"] * 31 + st["step"] + 1) % 1000003}
     tmp = d / "ckpt.tmp"; tmp.write_text(json.dumps(st)); os.replace(tmp, ck)
@@ -134,25 +138,26 @@ def _requeue_roundtrip(tmp_path, interrupt):
     work = tmp_path / "work"
     work.mkdir()
     n = 10
-    job = Job("train/counter", [PY, str(script), str(work), str(n), "0.4"], kind="train", resources=SMALL,
+    job = Job("train/counter", [PY, str(script), str(work), str(n), "0.05", str(HOLD)], kind="train", resources=SMALL,
               done=lambda: (work / "result.json").exists())
     la = launcher(tmp_path, signal_delay_s=30, grace_s=10)
     la.run([job], wait=False)
     jid = la.load_registry()["train/counter"]["job_id"]
-    deadline = time.time() + 60
+    deadline = time.time() + 120
     while time.time() < deadline:
         ck = work / "ckpt.json"
-        if ck.exists() and json.loads(ck.read_text())["step"] >= 3:
+        if ck.exists() and json.loads(ck.read_text())["step"] == HOLD:
             break
         time.sleep(0.1)
     else:
         pytest.fail("the counter job did not start")
-    interrupt(jid)
+    interrupt(jid)                       # while it is held at step HOLD
+    (work / "release").write_text("")    # the requeued run passes the hold
     states = Launcher(tmp_path, cluster="slurm", progress=False, poll_s=0.5, log=lambda s: None).run([job])
     assert states["train/counter"][0] == DONE
     assert json.loads((work / "result.json").read_text()) == expected_counter(n)
     starts = [int(x) for x in (work / "starts.log").read_text().split()]
-    assert len(starts) == 2 and starts[0] == 0 and starts[1] >= 3  # resumed, not restarted from 0
+    assert starts == [0, HOLD]  # resumed, not restarted from 0
     assert la.load_registry()["train/counter"]["job_id"] == jid  # requeued, same job id, no resubmission
     # DONE came from the outputs; the wrapper writes its `finished` marker right after the command exits
     deadline = time.time() + 30

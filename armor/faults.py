@@ -1,0 +1,49 @@
+"""Named fault points: a test kills the trainer at a moment it chooses, never by racing a timer.
+
+`ARMOR_FAULT=POINT@STEP` (comma-separated for several) makes the process SIGKILL itself the first time it
+reaches POINT while working on RL step STEP (1-based: the step being computed, or the step just finished
+for the points after it). The points, in the order one step reaches them:
+
+    sample        after the first on-policy generate call of the step (mid-rollout)
+    anchor        after the first reference generate call of the step (Anchor Rollout)
+    update        after the step's first optimizer update (between mini-batches)
+    reset         right after a reference reset θref <- θ
+    metrics       right after the step's metrics row is written
+    validate      after validation has sampled and graded, before its rows are written
+    checkpoint    while a checkpoint is written: model saved, training state not yet
+    saved         after the checkpoint folder is renamed into place, before pruning
+    done          after the last step, before DONE is written
+
+Unset (the normal case), `point()` is a dictionary lookup. This is test machinery only: no config key
+enables it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+ENV = "ARMOR_FAULT"
+POINTS = ("sample", "anchor", "update", "reset", "metrics", "validate", "checkpoint", "saved", "done")
+
+
+def _parse(spec: str) -> set[tuple[str, int]]:
+    out = set()
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        name, _, step = item.partition("@")
+        if name not in POINTS or not step.isdigit():
+            raise ValueError(f"{ENV}={spec!r}: {item!r} is not POINT@STEP with POINT in {', '.join(POINTS)}")
+        out.add((name, int(step)))
+    return out
+
+
+def check_env() -> None:
+    """Refuse a malformed ARMOR_FAULT before any work is spent (called at trainer start)."""
+    if os.environ.get(ENV):
+        _parse(os.environ[ENV])
+
+
+def point(name: str, step: int) -> None:
+    """SIGKILL this process if ARMOR_FAULT names (name, step)."""
+    spec = os.environ.get(ENV)
+    if spec and (name, step) in _parse(spec):
+        os.kill(os.getpid(), signal.SIGKILL)

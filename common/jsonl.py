@@ -1,0 +1,80 @@
+"""JSON Lines and JSON files: one policy for reading back what a killed process may have half-written.
+
+The owner of every JSONL read in the suite (metrics.jsonl, validation.jsonl, the driver's logs, result files):
+- a torn last line (a write cut short: unparsable, or not ending in a newline) is dropped with a
+  `TornLineWarning` that names the file; that row is recomputed by whoever resumes;
+- an unparsable line anywhere else is damage, not a torn write: `ValueError` naming the file and line number;
+- appends are flushed and fsynced, whole files are written to a temporary name and renamed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Iterable
+
+
+class TornLineWarning(UserWarning):
+    """The last line of a JSONL file was cut short and has been dropped."""
+
+
+def read_jsonl(path: str | os.PathLike, *, missing_ok: bool = True) -> list[dict]:
+    """Rows of a JSONL file (blank lines skipped); a torn last line is dropped with a warning naming `path`.
+
+    `missing_ok`: a file that does not exist reads as no rows (else FileNotFoundError)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        if missing_ok:
+            return []
+        raise
+    lines = text.split("\n")
+    # the last element is "" when the file ends in a newline; otherwise it is a line whose write may be unfinished
+    complete, tail = lines[:-1], lines[-1]
+    rows: list[dict] = []
+    numbered = [(i + 1, ln) for i, ln in enumerate(complete) if ln.strip()]
+    for n, (lineno, ln) in enumerate(numbered):
+        try:
+            rows.append(json.loads(ln))
+        except ValueError as e:
+            if n == len(numbered) - 1 and not tail.strip():
+                warnings.warn(f"{p}: dropped a torn last line (line {lineno}: {e})", TornLineWarning, stacklevel=2)
+                break
+            raise ValueError(f"{p}: line {lineno} is not valid JSON ({e}); the file is damaged") from None
+    if tail.strip():
+        try:
+            rows.append(json.loads(tail))   # a complete row that only lacks its newline
+        except ValueError as e:
+            warnings.warn(f"{p}: dropped a torn last line (line {len(lines)}: {e})", TornLineWarning, stacklevel=2)
+    return rows
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
+    """Replace `path` atomically with `rows`, one JSON object a line."""
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def append_jsonl(path: str | os.PathLike, row: dict) -> None:
+    """Append one row, flushed and fsynced (a kill can tear only this row, never an earlier one)."""
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename: readers see the old or the new file."""
+    p = Path(path)
+    tmp = p.with_name(p.name + f".tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, p)
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any, **dump_kw) -> None:
+    """`json.dump(obj)` to `path` atomically (a trailing newline; `dump_kw` go to json.dumps)."""
+    write_text_atomic(path, json.dumps(obj, **dump_kw) + "\n")
