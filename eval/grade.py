@@ -4,8 +4,10 @@
 
 Each input row is ``{"index": i, "response": "..."}`` where ``i`` is the 0-based row of the benchmark
 (several rows may share an index, e.g. k samples per problem); other fields are kept. Per-row verdicts are
-written beside the input as ``<name>.graded.jsonl`` (fields added: gold, correct, extracted, reason) and the
-last line printed is the accuracy over rows, e.g. ``accuracy: 0.9960``. Exit status 2 on bad input.
+written beside the input as ``<name>.graded.jsonl`` (fields added: gold, correct, extracted, reason, and bound
+for answers rejected as implausible) and the last line printed is the accuracy over rows, e.g.
+``accuracy: 0.9960``; before it, the verdict counts by reason (and, if any answer was rejected as implausible,
+by the bound it exceeded). Exit status 2 on bad input.
 """
 from __future__ import annotations
 
@@ -84,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         for r, g, v in zip(rows, golds, verdicts):
             rec = dict(r)
             rec.update(gold=g, correct=v.correct, extracted=v.extracted, reason=v.reason)
+            if v.bound is not None:
+                rec["bound"] = v.bound
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
     n = len(verdicts)
@@ -92,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"benchmark: {problems.report_name} ({problems.source}), {len(problems)} problems")
     print(f"responses: {n} rows, {len({r['index'] for r in rows})} problems answered")
     print("reasons: " + ", ".join(f"{k}={reasons[k]}" for k in sorted(reasons)))
+    if reasons["implausible"]:  # which plausibility bound (eval.grading.BOUNDS) each rejected answer exceeded
+        bounds = Counter(v.bound for v in verdicts if v.reason == "implausible")
+        print("implausible by bound: " + ", ".join(f"{k}={bounds[k]}" for k in sorted(bounds)))
     print(f"graded: {out}")
     print(f"accuracy: {acc:.4f}")
     return 0

@@ -8,14 +8,16 @@ import json
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from eval.bench_grading import (SLOW_IN_BOUNDS, adversarial_strings, pathological_set, plausibility_report, shipped_gold_maxima,
+                                shipped_golds)
 from eval.benchmarks import load_benchmark
-from eval.grading import (REASONS, Grader, Verdict, _cheap_compare, _grade_extracted, _math_verify, extract_answer,
-                          extract_answer_line, extract_boxed, get_grader, grade_one, mc_letter, normalize_gold)
+from eval.grading import (BOUNDS, GOLD_MAXIMA, REASONS, Grader, Verdict, _cheap_compare, _grade_extracted,
+                          _math_verify, answer_shape, extract_answer, extract_answer_line, extract_boxed, get_grader,
+                          grade_one, implausible_bound, mc_letter, normalize_gold)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ["aime24", "aime25", "amc23", "amc", "math500", "minerva_math", "olympiadbench", "mmlu_pro"]
@@ -50,13 +52,11 @@ def test_extract_boxed(text, expected):
     assert extract_boxed(text) == expected
 
 
-def test_extract_boxed_non_string_and_linear_time():
+def test_extract_boxed_non_string_and_huge_inputs():
     assert extract_boxed(None) is None  # type: ignore[arg-type]
     big = "{" * 200_000 + r"\boxed{" + "{" * 200_000
-    t = time.perf_counter()
     assert extract_boxed(big) is None
     assert extract_boxed("x" * 1_000_000 + r"\boxed{9}") == "9"
-    assert time.perf_counter() - t < 2.0
 
 
 def test_extract_answer_modes():
@@ -133,7 +133,7 @@ def test_grade_one_list_gold_and_reasons():
     assert grade_one(r"\boxed{}", "1").reason == "no_answer"
     assert grade_one(r"\boxed{$ $}", "1").reason == "no_answer"
     long = grade_one("\\boxed{" + "1+" * 2000 + "1}", "4001")
-    assert long.reason == "error" and not long.correct
+    assert (long.reason, long.bound, long.correct) == ("implausible", "length", False)
     assert grade_one(12345, "1").reason == "error"  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="answer_type"):
         grade_one("\\boxed{1}", "1", answer_type="essay")
@@ -171,10 +171,9 @@ def test_cheap_paths_agree_with_math_verify():
 
 
 def test_in_process_timeout():
-    t = time.perf_counter()
-    v = grade_one(r"\boxed{10^{10^{10^{10}}}}", "5", timeout_s=1.0)
+    assert implausible_bound(extract_boxed(SLOW_IN_BOUNDS), "5") is None  # within the bounds: math-verify runs
+    v = grade_one(SLOW_IN_BOUNDS, "5", timeout_s=1.0)
     assert v.reason == "timeout" and not v.correct
-    assert time.perf_counter() - t < 4.0
     assert _grade_extracted("2", "2", "math") == (True, "ok")  # the grader still works afterwards
 
 
@@ -232,16 +231,12 @@ def test_parent_kills_a_stuck_worker():
     """Without the worker's own alarm only the parent's kill can stop the item; the rest is graded."""
     timeout = 1.0
     with Grader(num_workers=2, timeout_s=timeout, soft_timeout=False, kill_grace_s=0.5) as g:
-        rs = [r"\boxed{10^{10^{10^{10}}}}"] + [rf"\boxed{{\frac{{{k}}}{{2}} + 0}}" for k in range(6)]
+        rs = [SLOW_IN_BOUNDS] + [rf"\boxed{{\frac{{{k}}}{{2}} + 0}}" for k in range(6)]
         gs = ["5"] + [f"{k / 2}" for k in range(6)]
-        t = time.perf_counter()
         v = g.grade(rs, gs)
-        wall = time.perf_counter() - t
-        assert v[0] == Verdict(False, "10^{10^{10^{10}}}", "timeout")
+        assert v[0] == Verdict(False, extract_boxed(SLOW_IN_BOUNDS), "timeout")
         assert all(x.correct for x in v[1:]), v
         assert g.stats["kills"] == 1 and g.stats["respawns"] == 1
-        assert g.stats["max_item_s"] < timeout + 0.5 + 1.0
-        assert wall < 60
         assert g.grade([r"\boxed{\sqrt{16}}"], ["4"])[0].correct  # the replacement worker works
 
 
@@ -331,99 +326,164 @@ def test_other_gold_is_wrong_full(grader, name):
 
 
 # ---------------------------------------------------------------------------------------------- pathological
-def pathological_strings(n: int = 1000, seed: int = 0, distinct_slow: int = 2) -> list[str]:
-    """Adversarial responses: huge exponents, deep nesting, unbalanced braces, 100 kB texts, boxed garbage.
-
-    Templates known to make math-verify slow take only ``distinct_slow`` distinct values (the grader grades
-    identical answers once), so the default test stays short; the slow test uses all-distinct strings.
-    """
-    rng = random.Random(seed)
-    big = "x" * 100_000
-
-    def tower(base, depth, op="^"):
-        s = str(base)
-        for _ in range(depth - 1):
-            s = f"{base}^{{{s}}}" if op == "^" else f"{base}**{s}"
-        return s
-
-    def d(i):  # few distinct values for the slow templates
-        return i % distinct_slow
-
-    makers = [
-        lambda i: f"\\boxed{{{tower(10 + d(i), 4)}}}",                                  # slow
-        lambda i: f"\\boxed{{{tower(9, 4, '**')}+{i}}}",
-        lambda i: f"\\boxed{{{tower(2 + d(i), 5)}}}",                                   # slow
-        lambda i: "\\boxed{" + "{" * (50 + d(i)) + "1" + "}" * (50 + d(i)) + "}",       # slow
-        lambda i: "\\boxed{" + "(" * (25 + d(i)) + "1" + ")" * (25 + d(i)) + "}",       # slow
-        lambda i: "\\boxed{" + "\\frac{1}{" * (20 + d(i)) + "2" + "}" * (20 + d(i)) + "}",
-        lambda i: "\\boxed{" + "\\sqrt{" * (40 + d(i)) + "2" + "}" * (40 + d(i)) + "}",
-        lambda i: "\\boxed{\\frac{1}{2" + f" {i}",                                      # unbalanced, truncated
-        lambda i: "}" * (i % 13 + 1) + "\\boxed{" + "{" * (i % 9 + 1) + str(i),         # unbalanced
-        lambda i: "\\boxed{" + big[: 1000 + i] + "}",                                   # over-long answer
-        lambda i: big + f" the answer is {i}",                                          # 100 kB, no box
-        lambda i: big + f"\\boxed{{{i}}}",                                              # 100 kB, then a box
-        lambda i: ("\\boxed{" * 2000) + str(i),
-        lambda i: f"\\boxed{{{i}}}" * 5000,
-        lambda i: "\\boxed{" + "".join(rng.choice("\\{}^_$()[]&%#~'\"x1 ") for _ in range(200)) + "}",
-        lambda i: "\\boxed{" + "".join(chr(rng.randrange(1, 0x2FFF)) for _ in range(100)) + "}",
-        lambda i: f"\\boxed{{({10 ** (d(i) + 4)})!}}",                                  # slow
-        lambda i: f"\\boxed{{\\binom{{10^{{{10 + d(i)}}}}}{{10^{{5}}}}}}",              # slow
-        lambda i: f"\\boxed{{\\int_0^\\infty e^{{x^{{{d(i) + 2}}}}} dx}}",              # slow
-        lambda i: f"\\boxed{{\\lim_{{x\\to 0}} \\frac{{1}}{{x^{{{i}}}}}}}",
-        lambda i: f"\\boxed{{1/0 + {i}}}",
-        lambda i: f"\\boxed{{0^0 \\cdot \\infty - \\infty + {i}}}",
-        lambda i: f"\\boxed{{\\begin{{pmatrix}} {i} & \\\\ \\end{{bmatrix}}}}",
-        lambda i: f"\\boxed{{x^{{x^{{x^{{x^{{{d(i)}}}}}}}}}}}",                         # slow
-        lambda i: "\\boxed{" + "1" * (d(i) + 50) + "^{" + "9" * 50 + "}}",              # slow
-        lambda i: "\\boxed{" + "+".join(["x"] * (i % 300 + 10)) + "}",
-        lambda i: f"\\boxed{{\\sum_{{n=1}}^{{10^{{{d(i) + 10}}}}} n^{{n}}}}",           # slow
-        lambda i: f"\\boxed{{{'-' * (i % 50 + 1)}{i}}}",
-        lambda i: "\\boxed{}" + f" {i}",
-        lambda i: "\\boxed{\\text{" + "a" * (i % 500) + "}}",
-        lambda i: "\\boxed{\\\\\\\\\\\\}",
-        lambda i: "\\boxed{\x00\x01\x02" + str(i) + "}",
-        lambda i: "\\boxed{" + "\\left(" * (d(i) + 30) + "1" + "\\right)" * (d(i) + 30) + "}",  # slow
-        lambda i: "\\boxed{" + "[" * 30 + str(d(i)) + "]" * 30 + "}",                   # slow
-        lambda i: "\\boxed{" + ",".join(str(k) for k in range(d(i) + 100)) + "}",       # slow
-        lambda i: "\\boxed{" + "=".join(["x"] * (i % 50 + 5)) + "}",
-        lambda i: f"\\boxed{{\\frac{{{'9' * 300}}}{{{'7' * 300}}}}}",
-        lambda i: f"\\boxed{{10^{{10^{{10^{{10}}}}}} - 10^{{10^{{10^{{10}}}}}} + {d(i)}}}",  # slow
-        lambda i: f"\\boxed{{e^{{e^{{e^{{e^{{{d(i)}}}}}}}}}}}",                         # slow
-        lambda i: f"\\boxed{{\\mathrm{{{i}}}\\%\\%\\%}}",
-    ]
-    return [makers[i % len(makers)](i // len(makers)) for i in range(n)]
-
-
 def _run_pathological(strings, timeout, workers=2):
+    """Grade adversarial strings: every verdict is a Verdict with a known reason and none is correct. (How long
+    it takes is measured by `python -m eval.bench_grading --pathological`, not asserted here.)"""
     gold = r"\frac{3}{7}"
     with Grader(num_workers=workers, timeout_s=timeout, kill_grace_s=1.0) as g:
-        g.grade([r"\boxed{\sqrt{4}}"], ["2"])  # start the workers (not timed)
-        t = time.perf_counter()
         v = g.grade(strings, [gold] * len(strings))
-        wall = time.perf_counter() - t
         stats = dict(g.stats)
     assert len(v) == len(strings)
     assert all(isinstance(x, Verdict) and x.reason in REASONS for x in v)
     assert not any(x.correct for x in v)
-    # every item finished within its budget (worker alarm at `timeout`, parent kill at timeout + grace)
-    assert stats["max_item_s"] <= timeout + 1.0 + 0.5, stats
-    # total wall time: each distinct answer that reached math-verify took at most timeout + grace,
-    # spread over the workers; plus slack for a loaded 2-core machine
-    bound = 20 + (timeout + 1.0) * stats["pool"] / workers
-    assert wall < bound, (wall, bound, stats)
-    return v, wall, stats
+    return v, stats
 
 
 def test_pathological_strings_never_hang():
-    strings = pathological_strings(1000)
+    strings = adversarial_strings(1000)
     assert len(strings) == 1000 and max(map(len, strings)) >= 100_000
-    v, wall, stats = _run_pathological(strings, timeout=1.0)
-    assert wall < 150, (wall, stats)
+    v, stats = _run_pathological(strings, timeout=1.0)
+    assert stats["implausible"] > 0   # the pre-check answered some before math-verify
 
 
 @pytest.mark.slow
 def test_pathological_strings_all_distinct():
-    _run_pathological(pathological_strings(1000, distinct_slow=1000), timeout=1.0)
+    _run_pathological(adversarial_strings(1000, distinct_slow=1000), timeout=1.0)
+
+
+# ---------------------------------------------------------------------------------------------- plausibility
+def _tower(base: str, height: int) -> str:
+    s = base
+    for _ in range(height - 1):
+        s = f"{base}^{{{s}}}"
+    return s
+
+
+@pytest.mark.parametrize("answer,measures", [
+    ("x^2", dict(exponents=1, exponent_depth=1, nesting=0)),
+    (r"a^{b^{c}}", dict(exponents=2, exponent_depth=2, nesting=2)),
+    ("a^b^c", dict(exponent_depth=2)),                                       # a chain nests like a tower
+    (r"x^2 y^3 z^4", dict(exponents=3, exponent_depth=1)),                   # not a chain
+    ("9**9**9", dict(exponents=2, exponent_depth=2)),
+    (r"\left(\left[1\right)\right.", dict(nesting=2)),                       # \left X ... \right Y is one pair
+    (r"\{1, \{2\}\}", dict(nesting=2)),
+    ("[1, 2)", dict(nesting=1)),
+    (")))(", dict(nesting=1)),                                               # unmatched closers are ignored
+    ("3.14159 + 123456", dict(digit_run=6, length=16)),
+    ("x + ➄➄➄➄", dict(digit_run=0)),                                         # only ASCII digits count
+    (r"10^{10^{10}}", dict(power_log10=1e10)),                               # towers in log space
+    (r"2^{1009}", dict(power_log10=pytest.approx(303.74, abs=0.01))),
+    (r"10^{-5} + 1^{1000} + 0.5^{99}", dict(power_log10=0.0)),               # |a| <= 1 or b < 0: small
+    (r"(10^{6})!", dict(operand_log10=6.0)),
+    (r"\binom{10^{11}}{3}", dict(operand_log10=pytest.approx(11.0))),
+    (r"\sum_{n=1}^{10^{7}} n", dict(operand_log10=pytest.approx(7.0))),
+    (r"\frac{d !}{2 k(d-k) !} + 100!", dict(operand_log10=2.0)),
+    (r"2^{100!}", dict(operand_log10=2.0, power_log10=pytest.approx(0.30103 * 9.33262e157, rel=1e-4))),
+    (r"10,\!080", dict(operand_log10=0.0, digit_run=3)),                     # \! is spacing, not a factorial
+])
+def test_answer_shape(answer, measures):
+    shape = answer_shape(answer)
+    for name, value in measures.items():
+        assert getattr(shape, name) == value, (name, shape)
+
+
+#: per bound: an answer at the bound (plausible) and one just over it (rejected with that bound)
+AT_AND_OVER = {
+    "length": ("1+" * 499 + "11", "1+" * 500 + "1"),
+    "nesting": ("(" * 10 + "x" + ")" * 10, "(" * 11 + "x" + ")" * 11),
+    "exponents": (" + ".join(f"x^{{{k}}}" for k in range(1, 41)), " + ".join(f"x^{{{k}}}" for k in range(1, 42))),
+    "exponent_depth": (_tower("x", 4), _tower("x", 5)),                    # x^{x^{x^{x}}} has depth 3
+    "digit_run": ("x + " + "1" * 50, "x + " + "1" * 51),
+    "power_log10": ("10^{10000}", "10^{10001}"),
+    "operand_log10": ("100000!", "100001!"),
+}
+
+
+def test_bounds_cover_every_measure():
+    assert set(AT_AND_OVER) == set(BOUNDS) == set(GOLD_MAXIMA)
+
+
+@pytest.mark.parametrize("name", sorted(AT_AND_OVER))
+def test_bound_just_over_is_implausible(name):
+    at, over = AT_AND_OVER[name]
+    assert getattr(answer_shape(at), name) == BOUNDS[name]
+    assert implausible_bound(at, r"\frac{3}{7}") is None
+    assert implausible_bound(over, r"\frac{3}{7}") == name
+    v = grade_one(f"so \\boxed{{{over}}}", r"\frac{3}{7}")
+    assert (v.correct, v.reason, v.bound) == (False, "implausible", name), v
+    with Grader(num_workers=0) as g:  # the Grader decides it in the parent, without math-verify
+        assert g.grade([f"\\boxed{{{over}}}"], ["5"]) == [Verdict(False, over[:200] + "…" if name == "length"
+                                                                  else over, "implausible", name)]
+        assert g.stats["implausible"] == 1 and g.stats["pool"] == 0
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_gold_at_each_maximum_is_not_rejected(name):
+    """The shipped gold that comes nearest each bound is plausible, and right against itself."""
+    _, bench, gold = shipped_gold_maxima()[name]
+    assert implausible_bound(gold, "0") is None, (bench, gold)
+    assert grade_one(f"\\boxed{{{gold}}}", gold).correct
+
+
+def test_gold_maxima_recorded_and_bounds_have_margin():
+    """GOLD_MAXIMA (documented in eval.grading) are the maxima measured on the shipped golds, and every bound is
+    at least twice its gold maximum (the log10 ones: at least 1000 times in value)."""
+    maxima = shipped_gold_maxima()
+    assert {k: round(v, 2) for k, (v, _, _) in maxima.items()} == pytest.approx(GOLD_MAXIMA, abs=0.01)
+    for name, bound in BOUNDS.items():
+        if name.endswith("_log10"):
+            assert bound >= GOLD_MAXIMA[name] + 3, name
+        else:
+            assert bound >= 2 * GOLD_MAXIMA[name], name
+
+
+def test_precheck_never_rejects_a_shipped_gold():
+    golds = shipped_golds()
+    assert len(golds) == 1930
+    rejected = [(b, g, implausible_bound(g)) for b, g, t in golds if implausible_bound(g) is not None]
+    assert rejected == []
+
+
+def test_bound_raised_to_an_extreme_gold():
+    """A gold beyond a bound (not a shipped one) raises that bound to its own measure."""
+    deep_gold = "(" * 12 + "x" + ")" * 12
+    assert implausible_bound("(" * 12 + "y" + ")" * 12, deep_gold) is None
+    assert implausible_bound("(" * 13 + "y" + ")" * 13, deep_gold) == "nesting"
+    assert implausible_bound("(" * 12 + "y" + ")" * 12, "x") == "nesting"
+    long_gold = "+".join(["1"] * 700)
+    assert grade_one(f"\\boxed{{{long_gold}}}", long_gold).correct  # equal to its gold: never rejected
+
+
+def test_pathological_set_verdicts(grader):
+    """The benchmark's pathological set: every pathological answer wrong, the normal ones as labelled, and the
+    towers / deep nesting / huge factorials / over-long answers rejected in the parent by the pre-check."""
+    cases = pathological_set()
+    assert len(cases) == 200 and len({(c.response, c.gold) for c in cases}) == 200
+    assert max(len(c.response) for c in cases) >= 100_000
+    assert cases == pathological_set()  # deterministic
+    s0 = dict(grader.stats)
+    v = grader.grade([c.response for c in cases], [c.gold for c in cases])
+    assert all(x.reason in REASONS for x in v)
+    assert [x.correct for x in v] == [c.correct for c in cases]
+    normal = [(c, x) for c, x in zip(cases, v) if c.kind == "normal"]
+    assert len(normal) == 20 and sum(c.correct for c, _ in normal) == 15
+    assert all(x.reason == "ok" for _, x in normal)
+    for kind in ("nesting", "factorial", "exponents"):
+        assert all(x.reason == "implausible" for c, x in zip(cases, v) if c.kind == kind), kind
+    implausible = [x for x in v if x.reason == "implausible"]
+    assert len(implausible) >= 130 and {x.bound for x in implausible} == set(BOUNDS)
+    assert all(x.bound is None for x in v if x.reason != "implausible")
+    assert grader.stats["pool"] - s0["pool"] <= 30  # the rest is decided in the parent
+    assert grader.stats["timeouts"] == s0["timeouts"]
+
+
+def test_plausibility_report_prints_the_numbers(capsys):
+    out = plausibility_report(workers=2, timeout=5.0, adversarial=False)
+    text = capsys.readouterr().out
+    for line in ("gold-answer maxima (1930 golds", "plausibility bounds", "gold self-agreement: 1.0000",
+                 "pathological set: 200 responses", "verdicts as expected: 200/200"):
+        assert line in text, (line, text)
+    assert out["agreement"]["rate"] >= 0.995 and out["unexpected"] == []
 
 
 # ---------------------------------------------------------------------------------------------- CLI

@@ -1,6 +1,5 @@
 """The trainer on the smoke preset: every arm runs; anchors, resets and πref behave; resume is exact."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
