@@ -47,6 +47,15 @@ def describe() -> dict:
             SWITCH: os.environ.get(SWITCH, "avx2")}
 
 
+def unpinned(described: dict) -> bool:
+    """True when pinning was asked for (not ARMOR_CPU_ISA=native) on x86-64 but torch computes with other
+    kernels than AVX2: torch had been imported before `pin()`, or ATEN_CPU_CAPABILITY was set otherwise."""
+    import platform
+    if described.get(SWITCH, "avx2").lower() == "native" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    return str(described.get("cpu_capability", "")).upper() != "AVX2"
+
+
 def _probe() -> None:
     """Hash the weights of a --quick world built in a child process under each capability."""
     import subprocess
