@@ -82,29 +82,66 @@ def make_token_batch(prompt_ids: list[list[int]], response_ids: list[list[int]],
     return TokenBatch(ids, att, pos, att[:, P:].clone(), P)
 
 
-def forward_logprobs(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False):
-    """Per-token log πθ(y_t | x, y_<t) of the response tokens: [N, R] (and the entropy [N, R], without grad)."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                   position_ids=batch.position_ids, use_cache=False).logits
-    logits = logits[:, batch.prompt_len - 1:-1, :].float() / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1) * batch.response_mask
+def _token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float, with_entropy: bool):
+    """log softmax(logits / T) at `ids`, and the entropy H = -Σ_v p_v log p_v (no grad).
+
+    logits: [N, T, V] (any float dtype; computed in fp32), ids: [N, T] -> logp [N, T], entropy [N, T] | None."""
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
     if not with_entropy:
         return logp, None
     with torch.no_grad():   # a metric only: no objective here has an entropy term
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+        return logp, -(logp_all.exp() * logp_all).sum(-1)
+
+
+def chunked_logprobs(hidden: torch.Tensor, lm_head: torch.nn.Module, ids: torch.Tensor, temperature: float = 1.0,
+                     with_entropy: bool = False, chunk_tokens: int = 256):
+    """Per-token log-probs from the last hidden states, `chunk_tokens` positions at a time.
+
+    hidden: [N, R, H] (the states that predict each response token), ids: [N, R] -> logp [N, R], entropy
+    [N, R] | None. Equal to log_softmax(lm_head(hidden) / T) gathered at ids, but only one [N, chunk, V] block of
+    logits exists at a time: with gradients each chunk is recomputed in backward (torch.utils.checkpoint), so
+    the extra memory is bounded by the chunk, not by R × V (at V = 152,064 one fp32 [8192, V] block is 4.6 GiB)."""
+    from torch.utils.checkpoint import checkpoint
+    logps, ents = [], []
+    for t0 in range(0, hidden.shape[1], chunk_tokens):
+        h, i = hidden[:, t0:t0 + chunk_tokens], ids[:, t0:t0 + chunk_tokens]
+        fn = lambda h, i: _token_logprobs(lm_head(h), i, temperature, with_entropy)   # noqa: E731
+        lp, ent = checkpoint(fn, h, i, use_reentrant=False) if torch.is_grad_enabled() else fn(h, i)
+        logps.append(lp)
+        ents.append(ent)
+    return torch.cat(logps, 1), (torch.cat(ents, 1) if with_entropy else None)
+
+
+def forward_logprobs(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False,
+                     chunk_tokens: int | None = None):
+    """Per-token log πθ(y_t | x, y_<t) of the response tokens: [N, R] (and the entropy [N, R], without grad).
+
+    chunk_tokens: None computes the logits of every position at once; an int runs the backbone, then the
+    lm_head and log-softmax over the response positions `chunk_tokens` at a time (`chunked_logprobs`)."""
+    if chunk_tokens is not None:
+        hidden = model.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                  position_ids=batch.position_ids, use_cache=False).last_hidden_state
+        logp, entropy = chunked_logprobs(hidden[:, batch.prompt_len - 1:-1], model.get_output_embeddings(),
+                                         batch.response_ids, temperature, with_entropy, chunk_tokens)
+        return logp * batch.response_mask, entropy
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                   position_ids=batch.position_ids, use_cache=False).logits
+    logp, entropy = _token_logprobs(logits[:, batch.prompt_len - 1:-1, :], batch.response_ids, temperature,
+                                    with_entropy)
+    return logp * batch.response_mask, entropy
 
 
 @torch.no_grad()
 def batched_logprobs(model, batch: TokenBatch, micro_batch: int, temperature: float = 1.0,
-                     with_entropy: bool = False):
+                     with_entropy: bool = False, chunk_tokens: int | None = None):
     """forward_logprobs over micro-batches, without gradients (old / reference / teacher log-probs)."""
     was_training = model.training
     model.eval()
     outs, ents = [], []
     for s in range(0, batch.input_ids.shape[0], micro_batch):
-        lp, ent = forward_logprobs(model, batch.rows(slice(s, s + micro_batch)), temperature, with_entropy)
+        lp, ent = forward_logprobs(model, batch.rows(slice(s, s + micro_batch)), temperature, with_entropy,
+                                   chunk_tokens)
         outs.append(lp)
         if ent is not None:
             ents.append(ent)
