@@ -4,7 +4,8 @@
 
 A YAML file may name a `base:` file (relative to itself) whose values it overrides (deep merge), so an
 arm is a few lines on top of a preset. Every error names the dotted key and the offending value, and is
-raised before any work is spent (ConfigError).
+raised before any work is spent (ConfigError). Each field carries its help text (metadata["help"]):
+`python -m armor.train --help [SECTION]` prints it, and docs/config.md is generated from it (armor/config_doc.py).
 """
 from __future__ import annotations
 
@@ -24,56 +25,78 @@ class ConfigError(ValueError):
 
 
 # ----------------------------------------------------------------------------------------------- schema
+# Each field's help lives with the field (metadata["help"]): `python -m armor.train --help` prints it and
+# docs/config.md is generated from it (`python -m armor.train --help-markdown > docs/config.md`).
+def _f(default: Any = dataclasses.MISSING, help: str = "", factory: Any = dataclasses.MISSING):
+    """A dataclass field with its help text (metadata["help"])."""
+    if factory is not dataclasses.MISSING:
+        return field(default_factory=factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class ModelConfig:
-    path: str = ""                      # HF folder or hub id of the policy's initial weights (θ0 or θ*)
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    trust_remote_code: bool = False
-    gradient_checkpointing: bool = False
+    """The policy's initial weights (θ0, or θ* in stage 2)."""
+    path: str = _f("", "HF folder or hub id of the policy's initial weights (θ0 or θ*)")
+    dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", "parameter dtype of the policy, πref and "
+                                                                     "the teacher")
+    trust_remote_code: bool = _f(False, "let transformers run the model folder's own modelling code")
+    gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (memory for time)")
+    display_name: str = _f("", "the model's name in reports, tables and figure titles; \"\" = the last part "
+                               "of model.path (read by reproduce/ and figures/, not by the trainer)")
 
 
 @dataclass
 class DataConfig:
-    train: str = ""                     # .jsonl / .parquet file of training prompts
-    problem_field: str = "problem"      # dotted path into a row; a list of chat messages takes the last one
-    answer_field: str = "answer"        # dotted path, e.g. reward_model.ground_truth
-    prompt_template: Literal["plain", "qwen_math", "dapo"] = "plain"
-    shuffle: bool = True
-    max_prompts: Optional[int] = None   # use only the first N prompts of the file (after shuffling)
+    """The training prompts."""
+    train: str = _f("", ".jsonl / .parquet file of training prompts")
+    problem_field: str = _f("problem", "dotted path into a row; a list of chat messages takes the last one")
+    answer_field: str = _f("answer", "dotted path, e.g. reward_model.ground_truth")
+    prompt_template: Literal["plain", "qwen_math", "dapo"] = _f("plain", "how a problem becomes the prompt "
+                                                                         "(eval/benchmarks.py TEMPLATES)")
+    shuffle: bool = _f(True, "draw prompts in a seeded random order (resumable) instead of file order")
+    max_prompts: Optional[int] = _f(None, "use only the first N prompts of the file (after shuffling)")
 
 
 @dataclass
 class RolloutConfig:
-    engine: Literal["hf", "vllm"] = "hf"
-    temperature: float = 1.0
-    top_p: float = 1.0
-    gen_batch_prompts: int = 0          # prompts drawn per generation round (0 = same as batch.prompts_per_step)
-    max_rounds: int = 10                # generation rounds per step before giving up on a full batch
-    on_shortfall: Literal["error", "proceed"] = "proceed"  # after max_rounds: fail, or train on what was kept
-    # rounds after the first draw only ceil(refill_margin * still-needed / keep rate so far) prompts (at most
-    # gen_batch_prompts); None = every round draws gen_batch_prompts (verl's DAPO). Kept prompts are the first B
-    # that pass in stream order either way, so this changes what a step costs, not what it trains on.
-    refill_margin: Optional[float] = None
-    static_kv_cache: bool = True         # hf engine: the preallocated-KV-cache decoder where the model allows
-    gpu_memory_utilization: float = 0.6  # vllm only
-    tensor_parallel_size: int = 1        # vllm only
+    """Sampling the on-policy (and reference) responses of each step."""
+    engine: Literal["hf", "vllm"] = _f("hf", "hf: in-process transformers sampler (CPU/GPU); vllm: a vLLM "
+                                             "engine (GPU)")
+    temperature: float = _f(1.0, "sampling temperature of training rollouts (log-probs use the same)")
+    top_p: float = _f(1.0, "nucleus sampling threshold of training rollouts")
+    gen_batch_prompts: int = _f(0, "prompts drawn per generation round (0 = same as batch.prompts_per_step)")
+    max_rounds: int = _f(10, "generation rounds per step before giving up on a full batch")
+    on_shortfall: Literal["error", "proceed"] = _f("proceed", "after max_rounds: fail, or train on what was "
+                                                              "kept")
+    refill_margin: Optional[float] = _f(
+        None, "rounds after the first draw only ceil(refill_margin * still-needed / keep rate so far) prompts "
+              "(at most gen_batch_prompts); null = every round draws gen_batch_prompts (verl's DAPO). Kept "
+              "prompts are the first B that pass in stream order either way, so this changes what a step "
+              "costs, not what it trains on")
+    static_kv_cache: bool = _f(True, "hf engine: the preallocated-KV-cache decoder where the model allows")
+    gpu_memory_utilization: float = _f(0.6, "vllm only: share of GPU memory the engine may take")
+    tensor_parallel_size: int = _f(1, "vllm only: GPUs per engine")
 
 
 @dataclass
 class LengthConfig:
-    max_prompt: int = 2048
-    max_response: int = 8192
-    overlong_buffer: int = 4096         # L_buf; 0 disables overlong shaping
-    overlong_factor: float = 1.0
+    """Prompt and response lengths, overlong shaping."""
+    max_prompt: int = _f(2048, "prompt tokens kept (the last N)")
+    max_response: int = _f(8192, "response tokens sampled at most (L_max)")
+    overlong_buffer: int = _f(4096, "L_buf: responses longer than max_response - L_buf are penalized "
+                                    "linearly; 0 disables overlong shaping")
+    overlong_factor: float = _f(1.0, "penalty at max_response (DAPO's overlong reward shaping)")
 
 
 @dataclass
 class BatchConfig:
-    prompts_per_step: int = 512         # B
-    group_size: int = 16                # |G| (with anchors: |G|-1 on-policy + 1 anchor)
-    mini_batch_prompts: int = 32        # prompts per optimizer update; μ = epochs * B / mini_batch_prompts
-    epochs: int = 1                     # passes over the step's batch
-    micro_batch_responses: int = 64     # responses per forward/backward (gradient accumulation; memory only)
+    """Prompts, groups and updates per RL step."""
+    prompts_per_step: int = _f(512, "B: prompts kept per RL step")
+    group_size: int = _f(16, "|G|: responses per prompt (with anchors: |G|-1 on-policy + 1 anchor)")
+    mini_batch_prompts: int = _f(32, "prompts per optimizer update; μ = epochs * B / mini_batch_prompts")
+    epochs: int = _f(1, "passes over the step's batch")
+    micro_batch_responses: int = _f(64, "responses per forward/backward (gradient accumulation; memory only)")
 
     @property
     def updates_per_step(self) -> int:
@@ -82,152 +105,194 @@ class BatchConfig:
 
 @dataclass
 class ClipConfig:
-    eps_low: float = 0.2
-    eps_high: float = 0.28
-    dual_clip_c: Optional[float] = 10.0  # None disables dual-clip
+    """PPO clipping: clip-higher (ε_low, ε_high) and dual-clip."""
+    eps_low: float = _f(0.2, "ε_low: the ratio's lower clip bound is 1 - ε_low")
+    eps_high: float = _f(0.28, "ε_high: the ratio's upper clip bound is 1 + ε_high (clip-higher)")
+    dual_clip_c: Optional[float] = _f(10.0, "dual-clip constant c for negative advantages; null disables "
+                                            "dual-clip")
 
 
 @dataclass
 class KLConfig:
-    coef: float = 0.0                   # β of the loss-level penalty β·KL(πθ‖πref); 0 = off
-    estimator: Literal["k1", "k2", "k3"] = "k3"
+    """Loss-level KL penalty to πref."""
+    coef: float = _f(0.0, "β of the loss-level penalty β·KL(πθ‖πref); 0 = off")
+    estimator: Literal["k1", "k2", "k3"] = _f("k3", "KL estimator of the penalty (Schulman's k1/k2/k3)")
 
 
 @dataclass
 class AnchorConfig:
-    enabled: bool = False               # ARMOR's Anchor Rollout
-    ref_n: int = 4                      # reference samples per prompt
-    lazy: bool = True                   # sample references only for prompts that pass the on-policy filter,
-    #                                     and only for as many of them (in draw order) as may still be kept;
-    #                                     the anchor is the first correct of the ref_n samples either way
+    """ARMOR's Anchor Rollout."""
+    enabled: bool = _f(False, "ARMOR's Anchor Rollout: one correct πref sample joins each kept group")
+    ref_n: int = _f(4, "reference samples per prompt")
+    lazy: bool = _f(True, "sample references only for prompts that pass the on-policy filter, and only for "
+                          "as many of them (in draw order) as may still be kept; the anchor is the first "
+                          "correct of the ref_n samples either way")
 
 
 @dataclass
 class MixConfig:
-    variant: Literal["plain", "mixed", "static_clip", "offpolicy_anchor"] = "plain"
-    alpha: float = 1.0                  # π_mix = α·πθ + (1−α)·πref ; static_clip widens ε to ε/α
+    """The importance ratio of the surrogate."""
+    variant: Literal["plain", "mixed", "static_clip", "offpolicy_anchor"] = _f(
+        "plain", "plain: πθ/πθold; mixed: ARMOR's π_mix ratio; static_clip: plain ratio, clip 1 ± ε/α; "
+                 "offpolicy_anchor: the anchor's tokens use an off-policy ratio (needs anchors)")
+    alpha: float = _f(1.0, "π_mix = α·πθ + (1−α)·πref ; static_clip widens ε to ε/α")
 
 
 @dataclass
 class ResetConfig:
-    every: Optional[int] = None         # τ: θref ← θ every τ steps (None = never)
-    until_step: Optional[int] = None    # stop resetting after this step (then πref frozen)
+    """Reference reset θref ← θ."""
+    every: Optional[int] = _f(None, "τ: θref ← θ every τ steps (null = never)")
+    until_step: Optional[int] = _f(None, "stop resetting after this step (then πref frozen)")
 
 
 @dataclass
 class ReferenceConfig:
-    path: str = ""                      # πref's weights; "" = same as model.path (continual protocol)
-    reset: ResetConfig = field(default_factory=ResetConfig)
-    kl_monitor: bool = True             # log reverse/forward KL to πref every step. It costs one reference
-    #                                     forward pass, which arms whose loss never reads πref (DAPO, QAE) skip
-    #                                     when this is off
+    """The reference policy πref."""
+    path: str = _f("", "πref's weights; \"\" = same as model.path (continual protocol)")
+    reset: ResetConfig = _f(factory=ResetConfig, help="reference resets")
+    kl_monitor: bool = _f(True, "log reverse/forward KL to πref every step. It costs one reference forward "
+                                "pass, which arms whose loss never reads πref (DAPO, QAE) skip when this is "
+                                "off")
 
 
 @dataclass
 class DistillConfig:
-    mode: Literal["none", "opd", "mopd"] = "none"
-    teacher_path: str = ""              # "" = the reference (θ*)
-    coef: float = 1.0                   # weight of the token-level teacher signal (MOPD)
+    """On-policy distillation (OPD / MOPD baselines)."""
+    mode: Literal["none", "opd", "mopd"] = _f("none", "none; opd: the teacher's token log-ratio is the "
+                                                      "advantage; mopd: outcome advantage + coef × that signal")
+    teacher_path: str = _f("", "\"\" = the reference (θ*)")
+    coef: float = _f(1.0, "weight of the token-level teacher signal (MOPD)")
 
 
 @dataclass
 class AlgoConfig:
-    advantage: Literal["grpo", "grpo_no_std", "qae"] = "grpo"
-    qae_k: float = 0.45
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
-    dynamic_sampling: bool = True
-    clip: ClipConfig = field(default_factory=ClipConfig)
-    kl: KLConfig = field(default_factory=KLConfig)
-    anchor: AnchorConfig = field(default_factory=AnchorConfig)
-    mix: MixConfig = field(default_factory=MixConfig)
-    reference: ReferenceConfig = field(default_factory=ReferenceConfig)
-    distill: DistillConfig = field(default_factory=DistillConfig)
+    """The objective: advantages, loss, clipping, KL, anchors, ratio, reference, distillation."""
+    advantage: Literal["grpo", "grpo_no_std", "qae"] = _f("grpo", "group baseline: GRPO mean/std, Dr.GRPO "
+                                                                  "(no std), QAE quantile")
+    qae_k: float = _f(0.45, "QAE's quantile k of the group baseline")
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = _f(
+        "token-mean", "how token losses become the batch loss (DAPO: token-mean)")
+    dynamic_sampling: bool = _f(True, "DAPO's dynamic sampling: keep only prompts whose rewards are not all "
+                                      "equal")
+    clip: ClipConfig = _f(factory=ClipConfig, help="PPO clipping")
+    kl: KLConfig = _f(factory=KLConfig, help="KL penalty")
+    anchor: AnchorConfig = _f(factory=AnchorConfig, help="Anchor Rollout")
+    mix: MixConfig = _f(factory=MixConfig, help="importance ratio")
+    reference: ReferenceConfig = _f(factory=ReferenceConfig, help="reference policy")
+    distill: DistillConfig = _f(factory=DistillConfig, help="OPD / MOPD")
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-6
-    warmup_steps: int = 10
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    eps: float = 1e-8
+    """AdamW with linear warm-up and gradient clipping."""
+    lr: float = _f(1e-6, "learning rate after warm-up")
+    warmup_steps: int = _f(10, "RL steps of linear learning-rate warm-up (0 = none)")
+    weight_decay: float = _f(0.1, "AdamW weight decay")
+    grad_clip: float = _f(1.0, "max global gradient norm per update")
+    betas: list[float] = _f(factory=lambda: [0.9, 0.999], help="AdamW (β1, β2)")
+    eps: float = _f(1e-8, "AdamW ε")
 
 
 @dataclass
 class RewardConfig:
-    answer_mode: Literal["boxed", "answer_line", "boxed_or_answer_line"] = "boxed"
-    grader_workers: int = 2
-    grader_timeout_s: float = 5.0
+    """Outcome reward: +1 / -1 from the grader."""
+    answer_mode: Literal["boxed", "answer_line", "boxed_or_answer_line"] = _f(
+        "boxed", "where the answer is read: the last \\boxed{}, the last \"Answer:\" line, or either")
+    grader_workers: int = _f(2, "math-verify worker processes (0 = in-process)")
+    grader_timeout_s: float = _f(5.0, "seconds one answer may take to grade before it counts as wrong")
 
 
 @dataclass
 class ScheduleConfig:
-    total_steps: int = 100
-    save_every: int = 10
-    validate_every: int = 5
-    keep_last: Optional[int] = None     # keep only the N newest checkpoints (plus the protected ones)
-    keep_steps: list[int] = field(default_factory=list)  # never deleted (peak, reset points, eval points)
+    """Steps, checkpoints, validation."""
+    total_steps: int = _f(100, "RL steps of this run")
+    save_every: int = _f(10, "checkpoint every N steps (and at the last step)")
+    validate_every: int = _f(5, "validate every N steps (0 = never)")
+    keep_last: Optional[int] = _f(None, "keep only the N newest checkpoints (plus the protected ones)")
+    keep_steps: list[int] = _f(factory=list, help="never deleted (peak, reset points, eval points)")
 
 
 @dataclass
 class ValidationConfig:
-    benchmarks: list[str] = field(default_factory=list)  # registry names or NAME=path.jsonl
-    samples: int = 4                    # k of avg@k
-    temperature: float = 1.0
-    top_p: float = 0.7
-    max_problems: Optional[int] = None
-    at_start: bool = True               # validate the initial weights (step 0 of this run)
+    """Validation during training (avg@k)."""
+    benchmarks: list[str] = _f(factory=list, help="registry names or NAME=path.jsonl")
+    samples: int = _f(4, "k of avg@k")
+    temperature: float = _f(1.0, "sampling temperature of validation")
+    top_p: float = _f(0.7, "nucleus sampling threshold of validation")
+    max_problems: Optional[int] = _f(None, "score only the first N problems of each set")
+    at_start: bool = _f(True, "validate the initial weights (step 0 of this run)")
+
+
+@dataclass
+class LoggingConfig:
+    """Experiment logging: every backend is fed the same metrics and validation rows."""
+    backends: list[Literal["jsonl", "tensorboard", "wandb"]] = _f(
+        factory=lambda: ["jsonl"],
+        help="jsonl (metrics.jsonl / validation.jsonl, always on), tensorboard (event files under the run "
+             "folder), wandb (Weights & Biases; needs `pip install wandb`); a resumed run continues the same "
+             "TensorBoard folder and W&B run")
+    tensorboard_dir: str = _f("", "TensorBoard root shared by runs: a run writes to <tensorboard_dir>/<name>; "
+                                  "\"\" = <run folder>/tensorboard")
+    wandb_project: str = _f("armor-repro", "W&B project")
+    wandb_entity: str = _f("", "W&B entity (team or user); \"\" = your default entity")
+    wandb_group: str = _f("", "W&B group; \"\" = the first part of `name` (the preset)")
+    wandb_mode: Literal["online", "offline"] = _f("online", "online: stream to the W&B server; offline: write "
+                                                            "under <run folder>/wandb (sync later with "
+                                                            "`wandb sync`)")
 
 
 @dataclass
 class ProtocolConfig:
     """Numbers of the continual-training protocol, read by reproduce/ (the trainer ignores them)."""
-    stage1_steps: int = 0
-    stage2_steps: int = 0
-    peak_step: Optional[int] = None     # fixed θ* step (paper); None = argmax of the validation curve
-    qae_peak_step: Optional[int] = None  # fixed θ* step of the QAE baseline (paper: 230 for 7B)
-    late_start_step: Optional[int] = None  # Fig. 3c: ARMOR from a degraded checkpoint
-    peak_selection_window: int = 1      # smooth validation over this many points before the argmax
-    armor_alpha: float = 0.9375
-    armor_ref_n: int = 4
-    armor_reset_every: Optional[int] = None
-    armor_reset_until: Optional[int] = None
-    reset_sweep: list[int] = field(default_factory=list)      # Fig. 4
-    alpha_sweep: list[float] = field(default_factory=list)    # Fig. 3a
-    kl_betas: list[float] = field(default_factory=list)       # Fig. 2 / 5
-    kl_after_steps: int = 100                                 # Fig. 2b: KLs read after this many steps
-    qae_reset_sweep: list[int] = field(default_factory=list)  # Fig. 6
-    qwen3_tau1_until: list[int] = field(default_factory=list) # Fig. 7
-    eval_benchmarks: list[str] = field(default_factory=list)
-    eval_protocol: str = "paper"
-    eval_every: int = 0                 # evaluate every N-th saved checkpoint (0 = only the selected ones)
-    eval_samples: Optional[int] = None  # override the protocol's samples per problem (k)
-    eval_limit: Optional[int] = None    # score only the first N problems of each benchmark
-    nodes: int = 1
-    gpus_per_node: int = 0
-    seeds: list[int] = field(default_factory=lambda: [0])
+    stage1_steps: int = _f(0, "RL steps of the stage-1 baselines from the base model (0 = "
+                              "schedule.total_steps)")
+    stage2_steps: int = _f(0, "RL steps of every stage-2 arm from θ* (0 = schedule.total_steps)")
+    peak_step: Optional[int] = _f(None, "fixed θ* step (paper); null = argmax of the validation curve")
+    qae_peak_step: Optional[int] = _f(None, "fixed θ* step of the QAE baseline (paper: 230 for 7B)")
+    late_start_step: Optional[int] = _f(None, "Fig. 3c: ARMOR from a degraded checkpoint")
+    peak_selection_window: int = _f(1, "smooth validation over this many points before the argmax")
+    armor_alpha: float = _f(0.9375, "α of the ARMOR arms' mixed ratio")
+    armor_ref_n: int = _f(4, "reference samples per prompt of the anchor arms")
+    armor_reset_every: Optional[int] = _f(None, "τ of the `armor` arm's reference reset (null = never)")
+    armor_reset_until: Optional[int] = _f(None, "the `armor` arm stops resetting after this step")
+    reset_sweep: list[int] = _f(factory=list, help="Fig. 4: reset periods τ")
+    alpha_sweep: list[float] = _f(factory=list, help="Fig. 3a: α of the mix-only arms")
+    kl_betas: list[float] = _f(factory=list, help="Fig. 2 / 5: β of the KL arms")
+    kl_after_steps: int = _f(100, "Fig. 2b: KLs read after this many steps")
+    qae_reset_sweep: list[int] = _f(factory=list, help="Fig. 6: reset periods of ARMOR from the QAE peak")
+    qwen3_tau1_until: list[int] = _f(factory=list, help="Fig. 7: τ = 1 until these stage-2 steps, then frozen")
+    eval_benchmarks: list[str] = _f(factory=list, help="benchmarks of the final evaluation (registry names "
+                                                       "or NAME=path.jsonl)")
+    eval_protocol: str = _f("paper", "evaluation protocol (eval/protocols.py): samples, pass@k, lengths")
+    eval_every: int = _f(0, "evaluate every N-th saved checkpoint (0 = only the selected ones)")
+    eval_samples: Optional[int] = _f(None, "override the protocol's samples per problem (k)")
+    eval_limit: Optional[int] = _f(None, "score only the first N problems of each benchmark")
+    nodes: int = _f(1, "nodes per training job (SLURM)")
+    gpus_per_node: int = _f(0, "GPUs per training node (0 = a CPU preset)")
+    seeds: list[int] = _f(factory=lambda: [0], help="seeds of every arm")
 
 
 @dataclass
 class RunConfig:
-    name: str = "run"
-    seed: int = 0
-    output_dir: str = ""                # run folder; "" = runs/<name>
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads: Optional[int] = None       # torch CPU threads (None = torch default)
-    step_offset: int = 0                # RL steps already behind model.path (θ*'s stage-1 step), for plots
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    lengths: LengthConfig = field(default_factory=LengthConfig)
-    batch: BatchConfig = field(default_factory=BatchConfig)
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    validation: ValidationConfig = field(default_factory=ValidationConfig)
-    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    """One training run."""
+    name: str = _f("run", "run name (progress bar, W&B run name); the driver uses <preset>/<arm>/seed<s>")
+    seed: int = _f(0, "seed of the prompt order, sampling and initialisation")
+    output_dir: str = _f("", "run folder; \"\" = runs/<name>")
+    device: Literal["auto", "cpu", "cuda"] = _f("auto", "auto: cuda when available, else cpu")
+    threads: Optional[int] = _f(None, "torch CPU threads (null = torch default)")
+    step_offset: int = _f(0, "RL steps already behind model.path (θ*'s stage-1 step), for plots")
+    model: ModelConfig = _f(factory=ModelConfig, help="policy weights")
+    data: DataConfig = _f(factory=DataConfig, help="training prompts")
+    rollout: RolloutConfig = _f(factory=RolloutConfig, help="sampling")
+    lengths: LengthConfig = _f(factory=LengthConfig, help="lengths")
+    batch: BatchConfig = _f(factory=BatchConfig, help="batch")
+    algo: AlgoConfig = _f(factory=AlgoConfig, help="objective")
+    optim: OptimConfig = _f(factory=OptimConfig, help="optimizer")
+    reward: RewardConfig = _f(factory=RewardConfig, help="reward")
+    schedule: ScheduleConfig = _f(factory=ScheduleConfig, help="schedule")
+    validation: ValidationConfig = _f(factory=ValidationConfig, help="validation")
+    logging: LoggingConfig = _f(factory=LoggingConfig, help="experiment logging")
+    protocol: ProtocolConfig = _f(factory=ProtocolConfig, help="continual-training protocol (reproduce/)")
 
     @property
     def run_dir(self) -> Path:
@@ -263,6 +328,8 @@ def _coerce(value: Any, tp, key: str) -> Any:
         return value
     if origin is list:
         (item_tp,) = typing.get_args(tp)
+        if isinstance(value, str) and typing.get_origin(item_tp) is Literal:   # "jsonl,tensorboard"
+            value = [v.strip() for v in value.split(",") if v.strip()]
         if isinstance(value, (str, int, float)) and not isinstance(value, bool) and item_tp is not str:
             value = [value]
         if isinstance(value, str):
@@ -480,6 +547,10 @@ def validate(cfg: RunConfig) -> None:
       "must be >= 1")
     c(not (s.validate_every > 0 and not v.benchmarks), "validation.benchmarks", v.benchmarks,
       "must name at least one set when schedule.validate_every > 0")
+
+    lg = cfg.logging
+    dup = sorted({x for x in lg.backends if lg.backends.count(x) > 1})
+    c(not dup, "logging.backends", lg.backends, f"names {dup} more than once")
 
     p = cfg.protocol
     c(0 < p.armor_alpha <= 1, "protocol.armor_alpha", p.armor_alpha, "must be in (0, 1]")

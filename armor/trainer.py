@@ -12,7 +12,8 @@ One RL step:
   4. μ mini-batch updates of the configured objective (plain / mixed / static-clip / off-policy ratio,
      clip-higher + dual-clip, optional β·KL), AdamW with warm-up and gradient clipping
   5. every τ steps (until a given step): θref <- θ
-  6. metrics row; validation every k steps; checkpoint every k steps (atomic, resumable)
+  6. metrics row (also to TensorBoard / W&B: armor.logging_backends); validation every k steps; checkpoint
+     every k steps (atomic, resumable)
 The mathematics lives in armor.objectives / advantages / anchors / rewards; this file orchestrates.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ import torch
 
 from armor import checkpoint as ckpt
 from armor import faults
+from armor import logging_backends
 from armor.advantages import group_advantages
 from armor.anchors import anchor_keep, dynamic_sampling_keep, first_correct_index
 from armor.config import RunConfig, dump_config, load_config, to_dict
@@ -51,7 +53,9 @@ DETERMINISTIC_KEYS = ("reward_mean", "accuracy", "response_length", "entropy", "
 ANCHOR_CHUNK_MARGIN = 1.5
 # keys of config.yaml that a rerun may change without invalidating the checkpoints
 RESUME_MUTABLE = {"threads", "device", "schedule.total_steps", "schedule.keep_last", "reward.grader_workers",
-                  "validation.max_problems", "output_dir"}
+                  "validation.max_problems", "output_dir", "model.display_name"}
+# prefixes of such keys: the protocol is read by reproduce/, logging only says where the same rows also go
+RESUME_MUTABLE_PREFIXES = ("protocol.", "logging.")
 
 
 def step_seed(seed: int, step: int, phase: int, rnd: int = 0, chunk: int = 0) -> int:
@@ -93,6 +97,10 @@ def _record_numerics(path: Path) -> None:
     results will not be byte-identical to an uninterrupted run's)."""
     from common import cpu_numerics
     now = cpu_numerics.describe()
+    if cpu_numerics.unpinned(now):
+        warnings.warn(f"torch computes with {now['cpu_capability']} CPU kernels, not the pinned AVX2 (torch was "
+                      "imported before the suite's packages?): results will not match other machines' "
+                      "byte for byte", stacklevel=2)
     if path.is_file():
         before = json.loads(path.read_text())
         diff = {k: (before.get(k), v) for k, v in now.items() if before.get(k) != v}
@@ -119,6 +127,7 @@ class Trainer:
         a = cfg.algo
         # ---- everything that can be wrong with the inputs is checked before any work is spent
         faults.check_env()
+        logging_backends.check(cfg.logging)
         check_model_path(cfg.model.path, "model.path")
         self.ref_path = a.reference.path or cfg.model.path
         check_model_path(self.ref_path, "algo.reference.path")
@@ -197,7 +206,7 @@ class Trainer:
             old = _flatten(to_dict(load_config(cfg_file)))
             new = _flatten(to_dict(self.cfg))
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUME_MUTABLE
-                          and not k.startswith("protocol."))   # read by reproduce/, not by the trainer
+                          and not k.startswith(RESUME_MUTABLE_PREFIXES))
             if diff:
                 k = diff[0]
                 raise ValueError(f"{rd}: config differs from the run's config.yaml at {k}: "
@@ -533,15 +542,28 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------- loop
     def fit(self) -> Path:
-        cfg, s = self.cfg, self.cfg.schedule
-        rd = self.run_dir
+        cfg, rd = self.cfg, self.run_dir
         if (rd / "DONE").is_file():
             print(f"{rd}: already finished (DONE); nothing to do")
             return rd
+        log = logging_backends.Backends(cfg, rd)   # TensorBoard / W&B, fed the rows appended below
+        try:
+            self._fit(log)
+        finally:
+            log.close()
+        self.grader.close()
+        faults.point("done", self.step)
+        write_json_atomic(rd / "DONE", {"steps": self.step, "best_validation": self.best_val})
+        return rd
+
+    def _fit(self, log: "logging_backends.Backends") -> None:
         from tqdm.auto import tqdm
+        cfg, s = self.cfg, self.cfg.schedule
+        rd = self.run_dir
         if self.step == 0 and s.validate_every > 0 and cfg.validation.at_start:
             for r in self.validate():
                 append_jsonl(rd / "validation.jsonl", r)
+                log.validation(r)
         bar = tqdm(total=s.total_steps, initial=self.step, desc=cfg.name, dynamic_ncols=True,
                    disable=os.environ.get("ARMOR_PROGRESS", "1") == "0")
         last_val = None
@@ -549,9 +571,11 @@ class Trainer:
             row = self.train_step()
             append_jsonl(rd / "metrics.jsonl", row)
             faults.point("metrics", self.step)
+            log.metrics(row)
             if s.validate_every and self.step % s.validate_every == 0:
                 for r in self.validate():
                     append_jsonl(rd / "validation.jsonl", r)
+                    log.validation(r)
                     last_val = r["value"]
             if self.step % s.save_every == 0 or self.step == s.total_steps:
                 self.save()
@@ -559,10 +583,6 @@ class Trainer:
             bar.set_postfix(acc=f"{row['accuracy']:.3f}", val="-" if last_val is None else f"{last_val:.3f}",
                             kept=row["prompts_kept"])
         bar.close()
-        self.grader.close()
-        faults.point("done", self.step)
-        write_json_atomic(rd / "DONE", {"steps": self.step, "best_validation": self.best_val})
-        return rd
 
 
 def train(cfg: RunConfig) -> Path:

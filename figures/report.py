@@ -8,12 +8,15 @@
     python -m figures --results runs/tiny/results.parquet --out artifacts/figures --report REPRODUCTION.md
 
 The file is generated, never hand-edited (its header says so): rerun the command to refresh it. Figures are
-embedded by path relative to the report; missing figure files are drawn first (draw=True redraws all).
+embedded by path relative to the report; missing figure files are drawn first (draw=True redraws all). Every path
+it prints is relative (to the report's folder, else to the repository), so the report reads the same on any
+machine; its "Live logs" section links each run's TensorBoard folder and W&B run (logging.backends).
 """
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import os
 from pathlib import Path
 from typing import Optional, Sequence
@@ -47,8 +50,63 @@ def _wall(s: Optional[float]) -> str:
     return f"{h}h {m:02d}m {sec:02d}s ({s:.0f} s)"
 
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
 def _rel(path: Path, base: Path) -> str:
     return Path(os.path.relpath(path.resolve(), base.resolve())).as_posix()
+
+
+def _portable(path, base: Path) -> str:
+    """A path as a report prints it: relative to the report's folder when inside it, else to the repository,
+    else its name alone (never the absolute path of the machine that wrote the report)."""
+    p = Path(path).resolve()
+    for root in (Path(base).resolve(), REPO_ROOT):
+        if p == root or root in p.parents:
+            return Path(os.path.relpath(p, root)).as_posix()
+    return p.name
+
+
+def _results_text(results_path, base: Path) -> str:
+    if not results_path:
+        return "n/a"
+    paths = results_path if isinstance(results_path, (list, tuple)) else [results_path]
+    return ", ".join(_portable(p, base) for p in paths)
+
+
+def live_logs(runs_dir, base: Path) -> list[str]:
+    """The "Live logs" section: each run's TensorBoard folder and W&B run (armor/logging_backends.py)."""
+    if runs_dir is None or not Path(runs_dir).is_dir():
+        return []
+    runs_dir = Path(runs_dir)
+    rows = []
+    for run in sorted(p for p in runs_dir.glob("*/seed*") if p.is_dir() and not p.is_symlink()
+                      and not p.parent.is_symlink()):
+        tb = run / "tensorboard"
+        has_tb = tb.is_dir() and any(tb.glob("events.out.tfevents.*"))
+        wb = None
+        try:
+            wb = json.loads((run / "wandb.json").read_text())
+        except (OSError, ValueError):
+            pass
+        if not has_tb and not wb:
+            continue
+        name = f"{run.parent.name}/{run.name}"
+        tb_cell = f"[{_portable(tb, base)}]({_rel(tb, base)})" if has_tb else "—"
+        if wb:
+            proj = "/".join(x for x in (wb.get("entity"), wb.get("project")) if x)
+            wb_cell = f"`{proj}` run `{wb.get('id')}` ({wb.get('mode', 'online')})"
+            if wb.get("mode") == "offline":
+                wb_cell += f": `wandb sync {_portable(run / 'wandb' / 'latest-run', REPO_ROOT)}`"
+        else:
+            wb_cell = "—"
+        rows.append(f"| `{name}` | {tb_cell} | {wb_cell} |")
+    if not rows:
+        return []
+    return ["## Live logs", "",
+            f"TensorBoard: `tensorboard --logdir {_portable(runs_dir, REPO_ROOT)}` (from the repository root; "
+            "x = total RL steps). W&B: the runs below, one per training run (resumes continue the same run).", "",
+            "| run | TensorBoard | W&B |", "|---|---|---|", *rows, ""]
 
 
 def _missing_summary(fig) -> str:
@@ -73,7 +131,7 @@ def build_report(ctx: Context, out_md: Path, command: str, seeds, wall_time_s, f
              f"| seeds | {', '.join(str(s) for s in seeds) or 'n/a'} |",
              f"| wall time | {_wall(wall_time_s)} |",
              f"| command | `{command or 'n/a'}` |",
-             f"| results | `{results_path or 'n/a'}` |",
+             f"| results | `{_results_text(results_path, base)}` |",
              f"| validation | {ctx.val_label} |",
              f"| θ* (continual start) | step {ctx.theta_star()} |",
              f"| arms in results | {', '.join(f'`{a}`' for a in sorted(ctx.arms)) or 'none'} |",
@@ -85,6 +143,7 @@ def build_report(ctx: Context, out_md: Path, command: str, seeds, wall_time_s, f
         lines += ["Not a paper preset: the paper's numbers do not apply to this model, so the qualitative "
                   "checklist below is the comparison; the paper's tables are shown for reference.", ""]
 
+    lines += live_logs(getattr(ctx, "runs_dir", None), base)
     lines += ["## Checklist of the paper's qualitative claims", "", checklist_markdown(run_checklist(ctx), ctx)]
 
     lines += ["## Figures", ""]

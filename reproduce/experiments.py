@@ -28,7 +28,11 @@ Stage 2: model.path = algo.reference.path = θ*'s checkpoint, step_offset = θ*'
 stage2_steps, output_dir = runs/<preset>/<arm>/seed<s>; armor_late/dapo_late start from the DAPO checkpoint
 at late_start_step instead (same length).
 
+Presets that name hub ids (the paper's models, GPQA-Diamond, the full MMLU-Pro) get a first job that stages them
+into a shared folder (reproduce/stage.py); their train and evaluate jobs read the staged copies (--stage-dir).
+
 Job commands resolve late-bound inputs (θ*, checkpoints to evaluate) when they run:
+    python -m reproduce.experiments stage       --preset P --root R [--stage-dir D]    (hub -> stage folder)
     python -m reproduce.experiments train       --preset P --root R --arm A --seed S   (execs armor.train)
     python -m reproduce.experiments select-peak --preset P --root R --arm dapo --seed S
     python -m reproduce.experiments evaluate    --preset P --root R --arm A --seed S   (runs eval.evaluate)
@@ -56,6 +60,7 @@ from armor.checkpoint import list_checkpoints
 from armor.config import ProtocolConfig, RunConfig, load_config, read_yaml
 from figures.data import fmt_alpha, fmt_beta  # arm names are shared with the figures
 from common.jsonl import append_jsonl, read_jsonl
+from reproduce import stage
 from slurm import warm
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -102,6 +107,9 @@ class Preset:
 
     @property
     def model_name(self) -> str:
+        """The model column of results and tables: model.display_name, else the last part of model.path."""
+        if self.cfg.model.display_name:
+            return self.cfg.model.display_name
         p = Path(self.cfg.model.path)
         return p.parent.name if p.name == "base_model" else p.name
 
@@ -432,12 +440,17 @@ def start_point(preset: Preset, root: Path, arm: Arm, seed: int) -> Optional[dic
     return {"step": int(pk["step"]), "checkpoint": pk["checkpoint"]}
 
 
-def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Optional[dict] = None) -> list[str]:
-    """The full override list of `python -m armor.train --config <preset> ...` for one arm and seed."""
+def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Optional[dict] = None,
+                    stage_dir: Optional[Path] = None) -> list[str]:
+    """The full override list of `python -m armor.train --config <preset> ...` for one arm and seed. With a
+    stage folder (reproduce/stage.py), the hub models and datasets the preset names read their staged copies."""
     p = preset.protocol
     s1, s2 = stage_steps(preset)
     out = [f"name={_val(f'{preset.name}/{arm.run_arm}/seed{seed}')}", f"seed={seed}",
            f"output_dir={_val(str(run_dir(root, preset, arm.run_arm, seed)))}"]
+    if stage_dir is not None:
+        staged = stage.staged_overrides(preset.cfg, stage.plan(preset.cfg, stage_dir), models=arm.stage == 1)
+        out += [f"{k}={_val(v)}" for k, v in staged.items()]
     if arm.stage == 1:
         keep = sorted({x for x in (fixed_peak(preset, arm.name), p.late_start_step if arm.name == "dapo" else None)
                        if x is not None} | set(preset.cfg.schedule.keep_steps))
@@ -507,9 +520,13 @@ def eval_benchmarks(preset: Preset) -> list[str]:
     return list(preset.protocol.eval_benchmarks)
 
 
-def eval_command(preset: Preset, ckpt: Path, out: Path) -> list[str]:
-    """`--out .../eval/step_NNNNNN`: eval.evaluate writes <bench>__<protocol>__k<k>.json straight into it."""
-    argv = entry("eval.evaluate") + ["--checkpoint", str(ckpt), "--benchmarks", ",".join(eval_benchmarks(preset)),
+def eval_command(preset: Preset, ckpt: Path, out: Path, stage_dir: Optional[Path] = None) -> list[str]:
+    """`--out .../eval/step_NNNNNN`: eval.evaluate writes <bench>__<protocol>__k<k>.json straight into it.
+    With a stage folder, the benchmarks staged from the hub are read from it (NAME=path)."""
+    benchmarks = eval_benchmarks(preset)
+    if stage_dir is not None:
+        benchmarks = stage.staged_benchmarks(benchmarks, stage.plan(preset.cfg, stage_dir))
+    argv = entry("eval.evaluate") + ["--checkpoint", str(ckpt), "--benchmarks", ",".join(benchmarks),
                                      "--protocol", preset.protocol.eval_protocol, "--out", str(out),
                                      "--preset", str(preset.path), "--engine", preset.cfg.rollout.engine,
                                      "--no-progress"]
@@ -736,8 +753,10 @@ def _module_exists(module: str) -> bool:
 
 # ------------------------------------------------------------------------------------------------ jobs
 def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = None,
-               only: Optional[list[str]] = None, resources: Optional[dict] = None) -> list:
-    """The DAG: world -> stage 1 -> select peak -> stage 2 -> evaluate (array) -> collect -> figures."""
+               only: Optional[list[str]] = None, resources: Optional[dict] = None,
+               stage_dir: Optional[str | Path] = None) -> list:
+    """The DAG: stage (hub models/datasets, presets that name hub ids) | world (toy presets) -> stage 1 ->
+    select peak -> stage 2 -> evaluate (array) -> collect -> figures."""
     from slurm.launcher import Job
     from slurm.resources import load_resources
     root = Path(root).resolve()
@@ -748,6 +767,16 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
     common = ["--preset", str(preset.path), "--root", str(root)]
     env = {"ARMOR_PROGRESS": "0", "TOKENIZERS_PARALLELISM": "false"}
     jobs = []
+    first_key = None   # the job stage-1 training waits for: staging or the world build
+    sd = Path(stage_dir).resolve() if stage_dir else stage.default_stage_dir(root)
+    items = stage.plan(preset.cfg, sd)
+    stage_args = ["--stage-dir", str(sd)] if items else []
+    if items:
+        first_key = "stage"
+        jobs.append(Job("stage", me + ["stage"] + common + stage_args, kind="stage", resources=res["stage"], env=env,
+                        done=lambda items=items: all(it.done() for it in items),
+                        info={"items": [f"{it.kind} {it.label()} -> {it.dest}" for it in items]},
+                        description=f"stage {len(items)} hub model(s)/dataset(s) into {sd}"))
     world_key = None
     w = preset.world()
     if w is not None:
@@ -765,7 +794,7 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
             run = run_dir(root, preset, arm.name, s)
             key = f"stage{arm.stage}/{arm.name}/seed{s}"
             if arm.stage == 1:
-                deps = [world_key] if world_key else []
+                deps = [k for k in (first_key, world_key) if k]
             elif arm.start == "late":
                 deps = [f"stage1/dapo/seed{s}"]
             else:
@@ -776,11 +805,12 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
                 start = {"step": f, "checkpoint": str(ckpt_dir(run_dir(root, preset, arm.baseline, s), f))}
             info = {"arm": arm.name, "figures": ",".join(arm.figures)}
             if arm.stage == 1 or start is not None:
-                info["overrides"] = " ".join(train_overrides(preset, root, arm, s, start))
+                info["overrides"] = " ".join(train_overrides(preset, root, arm, s, start, sd if items else None))
             else:
                 info["overrides"] = "θ* of %s seed %d chosen at run time (argmax of validation); " % (
                     arm.baseline, s) + " ".join(arm.overrides)
-            jobs.append(Job(key, me + ["train"] + common + ["--arm", arm.name, "--seed", str(s)], kind="train",
+            jobs.append(Job(key, me + ["train"] + common + ["--arm", arm.name, "--seed", str(s)] + stage_args,
+                            kind="train",
                             deps=deps, resources=res["train"], launch="torchrun", env=env,
                             done=lambda run=run: (run / "DONE").is_file(), info=info,
                             description=f"train {arm.name} seed {s}"))
@@ -802,10 +832,11 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
                 continue
             dep = f"peak/{arm.name}/seed{s}" if arm.stage == 1 else f"stage2/{arm.name}/seed{s}"
             key = f"eval/{arm.name}/seed{s}"
-            jobs.append(Job(key, me + ["evaluate"] + common + ["--arm", arm.name, "--seed", str(s)], kind="evaluate",
-                            deps=[dep], resources=res["evaluate"], array="evaluate", env=env,
+            jobs.append(Job(key, me + ["evaluate"] + common + ["--arm", arm.name, "--seed", str(s)] + stage_args,
+                            kind="evaluate", deps=[dep] + ([first_key] if first_key else []),
+                            resources=res["evaluate"], array="evaluate", env=env,
                             done=lambda arm=arm, s=s: eval_done(preset, root, arm, s),
-                            info={"benchmarks": ",".join(eval_benchmarks(preset)),
+                            info={"benchmarks": ",".join(stage.staged_benchmarks(eval_benchmarks(preset), items)),
                                   "protocol": preset.protocol.eval_protocol},
                             description=f"evaluate {arm.name} seed {s}"))
             eval_keys.append(key)
@@ -842,7 +873,7 @@ def _exec(argv: list[str]) -> int:
     return warm.exec_or_run(argv)
 
 
-def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int) -> int:
+def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: Optional[Path] = None) -> int:
     arms = arm_definitions(preset.protocol)
     if arm_name not in arms:
         raise ExperimentError(f"unknown arm {arm_name!r} for preset {preset.name} (known: {', '.join(arms)})")
@@ -859,7 +890,7 @@ def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int) -> int:
                                   f"(run select-peak first)")
         if not Path(start["checkpoint"]).is_dir():
             raise ExperimentError(f"{arm.name} seed {seed}: start checkpoint {start['checkpoint']} does not exist")
-    overrides = train_overrides(preset, root, arm, seed, start)
+    overrides = train_overrides(preset, root, arm, seed, start, stage_dir)
     run.mkdir(parents=True, exist_ok=True)
     _write_json(run / "arm.json", {"arm": arm.name, "preset": preset.name, "seed": seed, "start": start,
                                     "overrides": overrides, "config": str(preset.path)})
@@ -875,13 +906,13 @@ def cmd_select_peak(preset: Preset, root: Path, arm: str, seed: int) -> int:
     return 0
 
 
-def cmd_evaluate(preset: Preset, root: Path, arm_name: str, seed: int) -> int:
+def cmd_evaluate(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: Optional[Path] = None) -> int:
     arm = arm_definitions(preset.protocol)[arm_name]
     run = run_dir(root, preset, arm.run_arm, seed)
     steps = eval_steps(preset, root, arm, seed)
     for step in steps:
         ck = ckpt_dir(run, step)
-        argv = eval_command(preset, ck, run / "eval" / f"step_{step:06d}")
+        argv = eval_command(preset, ck, run / "eval" / f"step_{step:06d}", stage_dir)
         print("run:", " ".join(shlex.quote(a) for a in argv), flush=True)
         rc = warm.run(argv)
         if rc != 0:
@@ -954,10 +985,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m reproduce.experiments", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    def common(p, arm=False, seeds=False, only=False):
+    def common(p, arm=False, seeds=False, only=False, staged=False):
         p.add_argument("--preset", required=True, help="preset name (reproduce/presets) or YAML path")
         if p.prog.split()[-1] != "show":
             p.add_argument("--root", default=str(REPO_ROOT / "runs"))
+        if staged:
+            p.add_argument("--stage-dir", default=None, help="read the hub models/datasets staged here "
+                                                             "(reproduce/stage.py)")
         if arm:
             p.add_argument("--arm", required=True)
             p.add_argument("--seed", type=int, default=0)
@@ -966,9 +1000,11 @@ def main(argv=None) -> int:
         if only:
             p.add_argument("--only", default=None)
 
-    common(sub.add_parser("train", help="train one arm (execs armor.train)"), arm=True)
+    common(sub.add_parser("stage", help="copy the hub models and datasets the preset needs into the stage "
+                                        "folder (reproduce/stage.py)"), staged=True)
+    common(sub.add_parser("train", help="train one arm (execs armor.train)"), arm=True, staged=True)
     common(sub.add_parser("select-peak", help="write peak.json of a stage-1 baseline"), arm=True)
-    common(sub.add_parser("evaluate", help="evaluate the selected checkpoints of one run"), arm=True)
+    common(sub.add_parser("evaluate", help="evaluate the selected checkpoints of one run"), arm=True, staged=True)
     common(sub.add_parser("collect", help="write results.parquet"), seeds=True)
     common(sub.add_parser("figures", help="draw figures and the report"), seeds=True, only=True)
     common(sub.add_parser("show", help="print the matrix"), only=True)
@@ -979,19 +1015,24 @@ def main(argv=None) -> int:
             return cmd_show(preset, parse_only(a.only))
         root = Path(a.root).resolve()
         seeds = [int(x) for x in a.seeds.split(",")] if getattr(a, "seeds", None) else list(preset.protocol.seeds)
+        sd = Path(a.stage_dir).resolve() if getattr(a, "stage_dir", None) else None
+        if a.cmd == "stage":
+            sd = sd or stage.default_stage_dir(root)
+            stage.stage_all(stage.plan(preset.cfg, sd), sd)
+            return 0
         if a.cmd == "train":
-            return cmd_train(preset, root, a.arm, a.seed)
+            return cmd_train(preset, root, a.arm, a.seed, sd)
         if a.cmd == "select-peak":
             return cmd_select_peak(preset, root, a.arm, a.seed)
         if a.cmd == "evaluate":
-            return cmd_evaluate(preset, root, a.arm, a.seed)
+            return cmd_evaluate(preset, root, a.arm, a.seed, sd)
         if a.cmd == "collect":
             path = collect(preset, root, seeds)
             print(f"wrote {path}")
             return 0
         if a.cmd == "figures":
             return cmd_figures(preset, root, seeds, parse_only(a.only))
-    except ExperimentError as e:
+    except (ExperimentError, stage.StageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 2

@@ -6,9 +6,11 @@
     python reproduce/run_all.py --preset qwen3-8b-base --dry-run # the plan, without GPUs or weights
     python reproduce/run_all.py --preset tiny --only fig4,table1 # only these items (and what they need)
     python reproduce/run_all.py --preset tiny --status           # what is done / queued / running
+    python reproduce/run_all.py --preset qwen25-math-7b --stage-dir /shared/armor_stage   # hub copies there
 
-The DAG (reproduce/experiments.py): world build (toy presets) -> stage-1 baselines -> select θ* ->
-stage-2 arms -> evaluate (job array) -> runs/<preset>/results.parquet -> figures + REPRODUCTION.md.
+The DAG (reproduce/experiments.py): staging of the hub models and datasets (presets that name hub ids;
+reproduce/stage.py) or the world build (toy presets) -> stage-1 baselines -> select θ* -> stage-2 arms ->
+evaluate (job array) -> runs/<preset>/results.parquet -> figures + REPRODUCTION.md.
 Reruns skip finished units (DONE markers, outputs) and never resubmit a queued or running job, so after an
 interruption (Ctrl-C, SIGKILL, a lost SSH session) rerunning the same command resumes. Bookkeeping and
 per-job logs: runs/<preset>/_jobs/<job key>/ (log.out, log.err); `python -m slurm.launcher status
@@ -26,6 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # `python reproduce/run_all.py` from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
+from reproduce import stage  # noqa: E402
 from reproduce.experiments import (DRIVER_START_ENV, ExperimentError, build_arms, build_jobs,  # noqa: E402
                                    figure_arms, fixed_peak, load_preset, missing_entry_points, parse_only,
                                    preset_root, read_peak, record_driver_run)
@@ -44,6 +47,8 @@ def parse_args(argv=None):
                                    "preset has numbers for)")
     ap.add_argument("--seeds", help="comma-separated seeds (default: protocol.seeds)")
     ap.add_argument("--root", default=None, help="runs folder (default: <repo>/runs)")
+    ap.add_argument("--stage-dir", default=None, help="shared folder for the hub models and datasets the plan "
+                                                      f"stages (default: ${stage.STAGE_ENV}, else <root>/_stage)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     ap.add_argument("--status", action="store_true", help="print each job's state and exit")
     ap.add_argument("--no-wait", action="store_true", help="slurm: submit and exit (rerun later to follow)")
@@ -70,7 +75,23 @@ def _short_deps(deps: list[str]) -> str:
     return f"{','.join(deps[:2])},... (+{len(deps) - 2})"
 
 
-def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=True) -> None:
+def print_staging(items, stage_dir, show_sizes: bool) -> None:
+    """The hub models and datasets the first job stages, with their sizes where known (dry-run)."""
+    if not items:
+        return
+    sizes = stage.sizes(items, stage_dir, ask_hub=True) if show_sizes else {}
+    src = f"mirror {stage.mirror()}" if stage.mirror() else "the hub"
+    print(f"  staging (job `stage`, from {src}) into {stage_dir}; train and eval jobs read these copies:")
+    for it in items:
+        size = stage.human(sizes.get(str(it.dest))) if show_sizes else ""
+        note = "staged" if it.done() else ("gated: needs " + stage.TOKEN_ENV + (" (set)" if stage.token() else
+                                                                                 " (not set)")
+                                             if it.gated and not stage.mirror() else "")
+        print(f"    {it.kind:<7} {it.label():<40} -> {it.dest.relative_to(stage_dir)}   {size}"
+              + (f"   [{note}]" if note else "") + f"   (for {', '.join(it.keys)})")
+
+
+def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=True, stage_dir=None) -> None:
     figs = figure_arms(preset.protocol)
     chosen = [f for f in figs if not only or f in only]
     arms = build_arms(preset, only)
@@ -94,6 +115,8 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
     missing = missing_entry_points(preset)
     if missing:
         print(f"  warning: entry points not found yet: {', '.join(missing)} (their jobs will fail until they exist)")
+    if stage_dir is not None:
+        print_staging(stage.plan(preset.cfg, stage_dir), stage_dir, show_sizes=show_commands)
     order = topo_order(jobs)
     w = max(len(j.key) for j in order)
     rw = max(len(j.resources.short()) if j.resources else 1 for j in order)
@@ -129,14 +152,17 @@ def main(argv=None) -> int:
         flags = {"partition": a.partition, "account": a.account, "qos": a.qos, "constraint": a.constraint,
                  "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "time_min": a.time_min}
         res = load_resources(preset.protocol.nodes, preset.protocol.gpus_per_node, a.resources, flags)
-        jobs = build_jobs(preset, root, seeds, only, res)
+        stage_dir = Path(a.stage_dir).resolve() if a.stage_dir else stage.default_stage_dir(root)
+        jobs = build_jobs(preset, root, seeds, only, res, stage_dir=stage_dir)
         out = preset_root(root, preset)
         la = Launcher(out, cluster=a.cluster, workers=a.workers, poll_s=a.poll,
                       progress=False if a.no_progress else None)
         if a.dry_run or a.status:
             states = la.states(jobs)
-            print_plan(preset, jobs, states, la.cluster, root, seeds, only, show_commands=a.dry_run)
+            print_plan(preset, jobs, states, la.cluster, root, seeds, only, show_commands=a.dry_run,
+                       stage_dir=stage_dir)
             return 0
+        stage.check_ready(stage.plan(preset.cfg, stage_dir))   # a gated dataset without a token fails here
         missing = missing_entry_points(preset)
         if missing:
             print(f"warning: entry points not found: {', '.join(missing)}; their jobs will fail", file=sys.stderr)
@@ -158,11 +184,13 @@ def main(argv=None) -> int:
         if all(s == DONE for s, _ in states.values()):
             print(f"\nall {len(states)} jobs done ({time.time() - t0:.0f}s): results {out / 'results.parquet'}, "
                   f"figures {out / 'figures'}, report {out / 'REPRODUCTION.md'}")
+            if any(out.glob("*/seed*/tensorboard")):
+                print(f"live logs: tensorboard --logdir {out}")
         else:
             n = sum(1 for s, _ in states.values() if s in ACTIVE)
             print(f"\n{n} job(s) queued or running on {la.cluster}; rerun this command (or add --status) to follow")
         return 0
-    except (ExperimentError, LauncherError, ResourceError) as e:
+    except (ExperimentError, LauncherError, ResourceError, stage.StageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

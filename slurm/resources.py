@@ -1,7 +1,8 @@
 """Resources per job kind, from a preset's protocol (nodes, gpus_per_node), a user YAML file and flags.
 
-Kinds: `world` (build the tiny world), `train` (one RL run), `select_peak`, `evaluate` (one task of the
-evaluation job array), `collect`, `figures`. Only `train` and `evaluate` use GPUs.
+Kinds: `stage` (copy the hub models and datasets a plan needs into the shared stage folder; reproduce/stage.py),
+`world` (build the tiny world), `train` (one RL run), `select_peak`, `evaluate` (one task of the evaluation job
+array), `collect`, `figures`. Only `train` and `evaluate` use GPUs.
 
 A user YAML file (``--resources FILE``) may set cluster-wide keys and per-kind keys:
 
@@ -22,7 +23,7 @@ from typing import Any, Optional
 
 import yaml
 
-KINDS = ("world", "train", "select_peak", "evaluate", "collect", "figures")
+KINDS = ("stage", "world", "train", "select_peak", "evaluate", "collect", "figures")
 CLUSTER_KEYS = ("partition", "account", "qos", "constraint", "exclude")
 
 
@@ -67,6 +68,7 @@ def default_resources(nodes: int = 1, gpus_per_node: int = 0) -> dict[str, Resou
     GPU presets get full nodes for training (8 CPU cores per GPU) and one GPU per evaluation task."""
     if gpus_per_node <= 0:
         return {
+            "stage": Resources(cpus_per_task=1, mem_gb=2, time_min=60),
             "world": Resources(cpus_per_task=2, mem_gb=4, time_min=60),
             "train": Resources(nodes=1, cpus_per_task=1, mem_gb=4, time_min=240),
             "select_peak": Resources(cpus_per_task=1, mem_gb=1, time_min=10),
@@ -75,6 +77,7 @@ def default_resources(nodes: int = 1, gpus_per_node: int = 0) -> dict[str, Resou
             "figures": Resources(cpus_per_task=1, mem_gb=2, time_min=15),
         }
     return {
+        "stage": Resources(cpus_per_task=4, mem_gb=32, time_min=4 * 60),   # downloads tens of GB once
         "world": Resources(cpus_per_task=4, mem_gb=16, time_min=60),
         "train": Resources(nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_task=8 * gpus_per_node,
                            mem_gb=None, time_min=24 * 60),

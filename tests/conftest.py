@@ -40,6 +40,7 @@ from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("ARMOR_PROGRESS", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")   # every test runs offline (nothing asks the hub, even for sizes)
 
 
 @pytest.fixture(scope="session")

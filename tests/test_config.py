@@ -84,6 +84,9 @@ BAD = [
     ("algo.clip.dual_clip_c=0.5", "algo.clip.dual_clip_c"),
     ("algo.qae_k=1.2", "algo.qae_k"),
     ("protocol.armor_alpha=2", "protocol.armor_alpha"),
+    ("logging.backends=[jsonl,mlflow]", "logging.backends[1]"),
+    ("logging.backends=[tensorboard,tensorboard]", "logging.backends"),
+    ("logging.wandb_mode=cloud", "logging.wandb_mode"),
     ("nonsense", "override"),
 ]
 
@@ -112,3 +115,10 @@ def test_bad_files(tmp_path):
 def test_override_creates_nested_and_values_are_yaml():
     d = apply_overrides({}, ["a.b.c=1", "a.b.d=[1, 2]", "x=hello"])
     assert d == {"a": {"b": {"c": 1, "d": [1, 2]}}, "x": "hello"}
+
+
+def test_logging_backends_accept_a_list_or_comma_text():
+    assert load_config(P7B, ["logging.backends=jsonl,tensorboard"]).logging.backends == ["jsonl", "tensorboard"]
+    assert load_config(P7B, ["logging.backends=[wandb]"]).logging.backends == ["wandb"]
+    with pytest.raises(ConfigError, match=r"logging.backends: \['tensorboard', 'tensorboard'\] names"):
+        load_config(P7B, ["logging.backends=tensorboard,tensorboard"])

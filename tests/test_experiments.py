@@ -124,6 +124,8 @@ def test_dag_structure(name, tmp_path):
     arms = E.build_arms(p)
     world = ["world"] if p.world() else []
     assert ("world" in by) == bool(world)
+    staging = ["stage"] if p.world() is None else []      # the paper presets name hub ids; the toy ones none
+    assert ("stage" in by) == bool(staging)
     for arm in arms.values():
         key = f"stage{arm.stage}/{arm.name}/seed0"
         if arm.alias_of:
@@ -133,7 +135,7 @@ def test_dag_structure(name, tmp_path):
         assert j.kind == "train" and j.launch == "torchrun" and j.resources.nodes == p.protocol.nodes
         assert j.resources.gpus_per_node == p.protocol.gpus_per_node
         if arm.stage == 1:
-            assert j.deps == world
+            assert j.deps == staging + world
         elif arm.start == "late":
             assert j.deps == ["stage1/dapo/seed0"]
         else:
@@ -142,7 +144,7 @@ def test_dag_structure(name, tmp_path):
         if arm.evaluate:
             e = by[f"eval/{arm.name}/seed0"]
             assert e.array == "evaluate" and e.kind == "evaluate"
-            assert e.deps == ([f"peak/{arm.name}/seed0"] if arm.stage == 1 else [key])
+            assert e.deps == ([f"peak/{arm.name}/seed0"] if arm.stage == 1 else [key]) + staging
     assert set(by["collect"].deps) == {k for k, j in by.items() if j.kind in ("train", "evaluate", "select_peak")}
     assert by["figures"].deps == ["collect"]
 
@@ -238,7 +240,7 @@ def test_dry_run_qwen25_math_7b(tmp_path):
     assert next(l for l in lines if l.startswith("eval/armor/seed0")).split()[2] == "1x1gpu"
     n_train = sum(1 for l in lines if l.startswith("stage") and " train " in l)
     assert n_train == len(CONTRACT_7B) - 1
-    assert "41 jobs: 0 done, 0 queued, 0 running, 41 to run" in out
+    assert "42 jobs: 0 done, 0 queued, 0 running, 42 to run" in out   # 41 + the staging job
     assert not tmp_path.joinpath("qwen25-math-7b").exists()  # a dry run writes nothing
     rc, out = _dry(["--preset", "qwen25-math-7b", "--dry-run", "--cluster", "slurm", "--root", str(tmp_path),
                     "--nodes", "2", "--gpus-per-node", "4", "--partition", "gpu", "--only", "fig2"])
@@ -258,7 +260,7 @@ def test_dry_run_qwen3_8b_base(tmp_path):
     assert "16x8gpu" in row
     cmd = lines[lines.index(row) + 1]
     assert "algo.mix.alpha=0.875" in cmd and "algo.reference.reset.until_step=110" in cmd and "step_offset=70" in cmd
-    assert "15 jobs: 0 done, 0 queued, 0 running, 15 to run" in out
+    assert "16 jobs: 0 done, 0 queued, 0 running, 16 to run" in out   # 15 + the staging job
 
 
 # ------------------------------------------------------------------------------------------ fake pipeline
