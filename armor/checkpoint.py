@@ -15,7 +15,6 @@ previous complete one.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -25,6 +24,7 @@ import warnings
 from pathlib import Path
 
 from armor import faults
+from common.hashing import sha256_file
 from common.jsonl import write_json_atomic
 
 # torch and numpy are imported inside the functions that need them: the layout helpers (list_checkpoints,
@@ -78,17 +78,21 @@ def set_rng_state(s: dict) -> None:
         torch.cuda.set_rng_state_all(s["cuda"])
 
 
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, reference=None) -> Path:
-    """Write model (HF format), tokenizer, `state` (+ RNG) and optionally the reference's weights."""
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, reference=None, weights=None,
+                    reference_weights=None) -> Path:
+    """Write model (HF format), tokenizer, `state` (+ RNG) and optionally the reference's weights.
+
+    weights / reference_weights: full tensors to write instead of the modules' own (gathered from FSDP2 shards;
+    the module then only supplies its config)."""
     final = step_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, state_dict=weights)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
     if reference is not None:
-        reference.save_pretrained(tmp / "reference")
+        reference.save_pretrained(tmp / "reference", state_dict=reference_weights)
     faults.point("checkpoint", step)
     import torch
     torch.save({**state, "rng": rng_state()}, tmp / "trainer_state.pt")
@@ -99,17 +103,9 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, ref
     return final
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _manifest(folder: Path) -> dict:
     """{relative path: {"size", "sha256"}} of every file under `folder` but the manifest itself."""
-    return {str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": _sha256(p)}
+    return {str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": sha256_file(p)}
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}
 
 
@@ -133,7 +129,7 @@ def damage(folder: Path) -> str | None:
         size = p.stat().st_size
         if size != want["size"]:
             return f"{rel} has {size} bytes, the manifest says {want['size']}"
-        if _sha256(p) != want["sha256"]:
+        if sha256_file(p) != want["sha256"]:
             return f"{rel} does not match its sha256 in the manifest"
     return None
 
@@ -156,6 +152,30 @@ def latest_complete(run_dir: Path) -> int | None:
         warnings.warn(f"{d}: damaged checkpoint ({why}); moved to {aside.name}, resuming from an earlier one",
                       DamagedCheckpointWarning, stacklevel=2)
     return None
+
+
+def full_optimizer_state(model, optimizer) -> dict:
+    """The optimizer's full state keyed by parameter name, on rank 0 (a collective over FSDP2 shards)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+    return get_optimizer_state_dict(model, optimizer,
+                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def load_optimizer_state(model, optimizer, saved: dict) -> None:
+    """Restore an optimizer from a checkpoint written on any world size: `optimizer.state_dict()` of one rank
+    (keyed by parameter index) or `full_optimizer_state` of several (keyed by name)."""
+    by_index = all(isinstance(k, int) for k in saved.get("state", {}))
+    from torch.distributed.fsdp import FSDPModule
+    if by_index and not isinstance(model, FSDPModule):
+        optimizer.load_state_dict(saved)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+    if by_index:                       # name the entries: the optimizer's order is model.parameters()'
+        names = [n for n, _ in model.named_parameters()]
+        saved = {"state": {names[i]: v for i, v in saved["state"].items()},
+                 "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in saved["param_groups"]]}
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=saved,
+                             options=StateDictOptions(full_state_dict=True))
 
 
 def load_state(run_dir: Path, step: int) -> dict:

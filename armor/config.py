@@ -77,6 +77,20 @@ class RolloutConfig:
     static_kv_cache: bool = _f(True, "hf engine: the preallocated-KV-cache decoder where the model allows")
     gpu_memory_utilization: float = _f(0.6, "vllm only: share of GPU memory the engine may take")
     tensor_parallel_size: int = _f(1, "vllm only: GPUs per engine")
+    shards: Optional[int] = _f(
+        None, "each generation call is cut into this many shards, each sampled with its own seed and gathered "
+              "(armor/spmd.py); a prompt's samples depend on its shard, not on the rank or world size that drew "
+              "it. null = the world size (1 on one process: one generate call per round, as before)")
+
+
+@dataclass
+class ParallelConfig:
+    """Several ranks (torchrun): FSDP2 data parallelism (armor/parallel.py, armor/spmd.py)."""
+    compute_dtype: Literal["float32", "bfloat16"] = _f(
+        "float32", "dtype FSDP2 gathers parameters in for forward and backward (bf16 on GPU); the sharded "
+                   "parameters stay model.dtype (float32: the master weights) and gradients reduce in float32")
+    cpu_offload: bool = _f(False, "keep parameter shards in CPU memory (FSDP2 CPUOffloadPolicy)")
+    timeout_s: float = _f(1800.0, "collective timeout: a rank that failed makes the others error, not hang")
 
 
 @dataclass
@@ -269,6 +283,8 @@ class ProtocolConfig:
     eval_limit: Optional[int] = _f(None, "score only the first N problems of each benchmark")
     nodes: int = _f(1, "nodes per training job (SLURM)")
     gpus_per_node: int = _f(0, "GPUs per training node (0 = a CPU preset)")
+    procs_per_node: int = _f(0, "trainer ranks per training node (torchrun); 0 = one per GPU, or 1 on a CPU "
+                                "preset. A CPU preset with 2 runs 2-rank CPU jobs (gloo), e.g. on a test SLURM")
     seeds: list[int] = _f(factory=lambda: [0], help="seeds of every arm")
 
 
@@ -292,6 +308,7 @@ class RunConfig:
     schedule: ScheduleConfig = _f(factory=ScheduleConfig, help="schedule")
     validation: ValidationConfig = _f(factory=ValidationConfig, help="validation")
     logging: LoggingConfig = _f(factory=LoggingConfig, help="experiment logging")
+    parallel: ParallelConfig = _f(factory=ParallelConfig, help="several ranks: FSDP2 data parallelism")
     protocol: ProtocolConfig = _f(factory=ProtocolConfig, help="continual-training protocol (reproduce/)")
 
     @property
@@ -480,6 +497,10 @@ def validate(cfg: RunConfig) -> None:
     c(0 < r.gpu_memory_utilization <= 1, "rollout.gpu_memory_utilization", r.gpu_memory_utilization,
       "must be in (0, 1]")
     c(r.tensor_parallel_size >= 1, "rollout.tensor_parallel_size", r.tensor_parallel_size, "must be >= 1")
+    c(r.shards is None or r.shards >= 1, "rollout.shards", r.shards, "must be >= 1")
+    c(cfg.parallel.timeout_s > 0, "parallel.timeout_s", cfg.parallel.timeout_s, "must be > 0")
+    c(not (cfg.parallel.cpu_offload and cfg.device == "cpu"), "parallel.cpu_offload", cfg.parallel.cpu_offload,
+      "offloads GPU parameters to the CPU: it needs device cuda (or auto on a GPU machine)")
 
     L = cfg.lengths
     c(L.max_prompt >= 1, "lengths.max_prompt", L.max_prompt, "must be >= 1")
@@ -564,4 +585,5 @@ def validate(cfg: RunConfig) -> None:
     c(p.eval_limit is None or p.eval_limit >= 1, "protocol.eval_limit", p.eval_limit, "must be >= 1")
     c(p.nodes >= 1, "protocol.nodes", p.nodes, "must be >= 1")
     c(p.gpus_per_node >= 0, "protocol.gpus_per_node", p.gpus_per_node, "must be >= 0")
+    c(p.procs_per_node >= 0, "protocol.procs_per_node", p.procs_per_node, "must be >= 0")
     c(len(p.seeds) >= 1, "protocol.seeds", p.seeds, "must list at least one seed")

@@ -18,7 +18,7 @@ The mathematics lives in armor.objectives / advantages / anchors / rewards; this
 """
 from __future__ import annotations
 
-import copy
+import dataclasses
 import hashlib
 import json
 import math
@@ -31,18 +31,21 @@ from pathlib import Path
 import torch
 
 from armor import checkpoint as ckpt
+from armor import parallel
 from armor import faults
 from armor import logging_backends
 from armor.advantages import group_advantages
 from armor.anchors import anchor_keep, dynamic_sampling_keep, first_correct_index
 from armor.config import RunConfig, dump_config, load_config, to_dict
 from armor.data import PromptStream, load_prompts
+from armor.distributed import Dist
 from armor.objectives import (kl_forward_estimate, kl_reverse_estimate, masked_mean, mopd_token_advantages,
                               opd_token_advantages, policy_loss)
 from armor.policy import (batched_logprobs, check_model_path, forward_logprobs, load_model, load_tokenizer,
                           make_token_batch)
 from armor.rewards import shaped_reward
 from armor.rollout import SamplingParams, build_engine
+from armor.spmd import global_masked_mean, row_parts, shard_seed, sharded_map
 from common.jsonl import append_jsonl, read_jsonl, write_json_atomic, write_jsonl
 
 # the metric keys that must agree between an interrupted-and-resumed run and an uninterrupted one
@@ -140,8 +143,16 @@ class Trainer:
 
         if cfg.threads or os.environ.get("ARMOR_THREADS"):
             torch.set_num_threads(cfg.threads or int(os.environ["ARMOR_THREADS"]))
-        dev = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-        self.device = torch.device(dev)
+        self.dist = Dist.from_env(cfg.device, timeout_s=cfg.parallel.timeout_s)   # world size 1 without torchrun
+        self.device = self.dist.device
+        self.shards = cfg.rollout.shards or self.dist.world_size
+        if self.dist.distributed and cfg.model.dtype != "float32":
+            raise ValueError(f"model.dtype: {cfg.model.dtype!r}: with several ranks the policy's sharded parameters "
+                             "are its master weights and must be float32; parallel.compute_dtype: bfloat16 "
+                             "computes in bf16")
+        if self.shards % self.dist.world_size:
+            raise ValueError(f"rollout.shards: {self.shards} is not a multiple of the world size "
+                             f"{self.dist.world_size}")
         torch.manual_seed(cfg.seed)
 
         from eval.grading import Grader
@@ -155,7 +166,8 @@ class Trainer:
         self.best_val: tuple[float, int] | None = None
         self._prompt_cache: dict[int, list[int]] = {}
 
-        resume_from = self._prepare_run_dir()
+        # rank 0 prepares the run folder (config, resume point, torn lines, damaged checkpoints); all follow it
+        resume_from = self.dist.all_gather_object(self._prepare_run_dir() if self.dist.is_main else None)[0]
         init_path = str(ckpt.step_dir(self.run_dir, resume_from)) if resume_from is not None else cfg.model.path
         self.policy = self._load(init_path)
         self.policy.train()
@@ -165,14 +177,31 @@ class Trainer:
         if a.distill.mode != "none":
             self.teacher = (self._load(a.distill.teacher_path).requires_grad_(False).eval()
                             if a.distill.teacher_path else self.reference)
+        # several ranks: FSDP2-sharded fp32 masters (policy) and frozen shards (πref, teacher); the rollout engine
+        # samples from a plain replica that holds whichever full weights it was last given (versioned)
+        self.replica = None
+        self._served: tuple | None = None        # the weights the replica holds: ("policy", v) | ("reference", v)
+        self._versions = {"policy": 0, "reference": 0}
+        if self.dist.distributed:
+            if resume_from is not None:
+                self._load_reference_weights(resume_from)
+            self.replica = self._load(init_path).eval().requires_grad_(False)
+            pc = cfg.parallel
+            compute = {"float32": torch.float32, "bfloat16": torch.bfloat16}[pc.compute_dtype]
+            parallel.shard_model(self.policy, compute, offload=pc.cpu_offload)
+            parallel.shard_model(self.reference, compute, offload=pc.cpu_offload, frozen=True)
+            if self.teacher is not None and self.teacher is not self.reference:
+                parallel.shard_model(self.teacher, compute, offload=pc.cpu_offload, frozen=True)
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
                                            weight_decay=o.weight_decay)
         warm = o.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
-        self.engine = build_engine(cfg.rollout.engine, self.policy, self.tokenizer, model_path=init_path,
-                                   dtype=cfg.model.dtype, gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
+        self.engine = build_engine(cfg.rollout.engine, self.replica or self.policy, self.tokenizer,
+                                   model_path=init_path,
+                                   dtype=cfg.parallel.compute_dtype if self.dist.distributed else cfg.model.dtype,
+                                   gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
                                    tensor_parallel_size=cfg.rollout.tensor_parallel_size, seed=cfg.seed,
                                    static_cache=cfg.rollout.static_kv_cache)
         if resume_from is not None:
@@ -224,17 +253,23 @@ class Trainer:
 
     def _restore(self, step: int) -> None:
         state = ckpt.load_state(self.run_dir, step)
-        self.optimizer.load_state_dict(state["optimizer"])
+        ckpt.load_optimizer_state(self.policy, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.stream.load_state_dict(state["data"])
         self.step = state["step"]
         self.reference_step = state["reference_step"]
         self.best_val = state.get("best_val")
-        if self.reference_step is not None:
-            d = ckpt.step_dir(self.run_dir, step)
-            src = d if self.reference_step == step else d / "reference"
-            self.reference.load_state_dict(self._load(str(src)).state_dict())
+        if self.reference_step is not None and not self.dist.distributed:
+            self._load_reference_weights(step)
         ckpt.set_rng_state(state["rng"])
+
+    def _load_reference_weights(self, step: int) -> None:
+        """πref from a checkpoint: the step's own weights, or its reference/ folder (before sharding)."""
+        reference_step = ckpt.load_state(self.run_dir, step)["reference_step"]
+        if reference_step is not None:
+            d = ckpt.step_dir(self.run_dir, step)
+            src = d if reference_step == step else d / "reference"
+            self.reference.load_state_dict(self._load(str(src)).state_dict())
 
     def prompt_ids(self, p) -> list[int]:
         if p.index not in self._prompt_cache:
@@ -244,14 +279,27 @@ class Trainer:
         return self._prompt_cache[p.index]
 
     # --------------------------------------------------------------------------------------- rollout
+    def _serve(self, model):
+        """The module the engine samples `model`'s weights from: the model itself on one rank; on several, the
+        replica, given `model`'s full weights unless it holds them already (a collective: all ranks call it)."""
+        if self.replica is None:
+            return model
+        which = "reference" if model is self.reference else "policy"
+        version = (which, self._versions[which])
+        if self._served != version:
+            self.replica.load_state_dict(parallel.full_state_dict(model))
+            parallel.reshard(model)
+            self._served = version
+        return self.replica
+
     def _generate(self, model, prompt_ids, n, seed, tm: dict):
         r = self.cfg.rollout
         t0 = time.perf_counter()
-        self.engine.sync_weights(model)
+        self.engine.sync_weights(self._serve(model))
         ro = self.engine.generate(prompt_ids, SamplingParams(n=n, temperature=r.temperature, top_p=r.top_p,
                                                              max_new_tokens=self.cfg.lengths.max_response,
                                                              seed=seed))
-        if model is not self.policy:
+        if model is not self.policy and self.replica is None:
             self.engine.sync_weights(self.policy)
         tm["generate"] += time.perf_counter() - t0
         tm["tokens"] += ro.num_tokens
@@ -262,6 +310,20 @@ class Trainer:
         verdicts = self.grader.grade(texts, golds, "math")
         tm["score"] += time.perf_counter() - t0
         return [bool(v.correct) for v in verdicts]
+
+    def _sample_round(self, model, pids, golds, n, seed, tm: dict) -> tuple[list[list[int]], list[bool]]:
+        """n responses to each prompt and their verdicts, prompt-major: one generate call seeded `seed`, or
+        (several shards) each shard seeded on its own and gathered on every rank (armor.spmd)."""
+        if self.shards == 1:
+            ro = self._generate(model, pids, n, seed, tm)
+            return ro.response_ids, self._grade(ro.texts, [golds[i] for i in ro.prompt_index], tm)
+        if self.replica is not None:
+            self._serve(model)      # a collective: every rank, whatever shards it draws
+        def work(idx, s):
+            ro = self._generate(model, [pids[i] for i in idx], n, shard_seed(seed, s), tm)
+            return ro.response_ids, self._grade(ro.texts, [golds[idx[j]] for j in ro.prompt_index], tm)
+        parts = [p for p in sharded_map(self.dist, self.shards, len(pids), work) if p is not None]
+        return [x for resp, _ in parts for x in resp], [x for _, c in parts for x in c]
 
     def collect(self, tm: dict, stats: dict) -> list[Group]:
         """Step 1 of Algorithm 1: sample, score and keep until B prompts are kept.
@@ -282,13 +344,13 @@ class Trainer:
             stats["prompts_drawn"] += len(prompts)
             stats["rounds"] += 1
             pids = [self.prompt_ids(p) for p in prompts]
-            ro = self._generate(self.policy, pids, n_on, step_seed(cfg.seed, self.step, 1, rnd), tm)
+            responses, correct = self._sample_round(self.policy, pids, [p.answer for p in prompts], n_on,
+                                                    step_seed(cfg.seed, self.step, 1, rnd), tm)
             faults.point("sample", self.step + 1)
-            correct = self._grade(ro.texts, [prompts[i].answer for i in ro.prompt_index], tm)
             stats["correct"] += correct
-            stats["lengths"] += [len(r) for r in ro.response_ids]
+            stats["lengths"] += [len(r) for r in responses]
             on_correct = torch.tensor(correct, dtype=torch.float32).view(len(prompts), n_on)
-            resp = [ro.response_ids[i * n_on:(i + 1) * n_on] for i in range(len(prompts))]
+            resp = [responses[i * n_on:(i + 1) * n_on] for i in range(len(prompts))]
             anchor_of = [None] * len(prompts)
             if a.distill.mode == "opd":
                 keep = torch.ones(len(prompts), dtype=torch.bool)
@@ -344,15 +406,15 @@ class Trainer:
                 break
             take = len(order) if not a.lazy else math.ceil(ANCHOR_CHUNK_MARGIN * (need - n_keep))
             cand, order = order[:take], order[take:]
-            rro = self._generate(self.reference, [pids[i] for i in cand], a.ref_n,
-                                 step_seed(self.cfg.seed, self.step, 2, rnd, chunk_no), tm)
+            ref_responses, rc = self._sample_round(self.reference, [pids[i] for i in cand],
+                                                   [prompts[i].answer for i in cand], a.ref_n,
+                                                   step_seed(self.cfg.seed, self.step, 2, rnd, chunk_no), tm)
             faults.point("anchor", self.step + 1)
-            rc = self._grade(rro.texts, [prompts[cand[j]].answer for j in rro.prompt_index], tm)
             stats["ref_samples"] += len(rc)
             for j, i in enumerate(cand):
                 sl = slice(j * a.ref_n, (j + 1) * a.ref_n)
                 ref_correct[i] = torch.tensor(rc[sl])
-                ref_resp[i] = rro.response_ids[sl]
+                ref_resp[i] = ref_responses[sl]
             chunk_no += 1
         keep = anchor_keep(on_correct, ref_correct)
         first = first_correct_index(ref_correct)
@@ -417,38 +479,58 @@ class Trainer:
             order = torch.randperm(n_prompts, generator=g).tolist()
             minibatches += [torch.tensor([p * G + j for p in order[s:s + per_mb] for j in range(G)],
                                          device=self.device) for s in range(0, n_prompts, per_mb)]
+        # several ranks: rank r computes part r of every mini-batch (armor.spmd); `need` are the rows it touches,
+        # `own` those it accounts for in the step's metrics (its parts of the first epoch: each row once)
+        W = self.dist.world_size
+        parts = [row_parts(rows, W, mb) for rows in minibatches]
+        local = [pp[self.dist.rank] for pp, _ in parts]
+        need = torch.zeros(len(responses), dtype=torch.bool, device=self.device)
+        for rows in local:
+            need[rows] = True
+        own = torch.cat(local[:math.ceil(n_prompts / per_mb)])
         # θold = θ until the first optimizer step, so the first mini-batch's old log-probs are its own forward
         # pass, detached (ratio exactly 1, as verl does on-policy); only the other rows need a separate pass.
         # OPD/MOPD build their token advantages from θold's log-probs of every row before any update.
-        first = minibatches[0] if a.distill.mode == "none" else minibatches[0][:0]
-        todo = torch.ones(len(responses), dtype=torch.bool, device=self.device)
+        first = local[0] if a.distill.mode == "none" else local[0][:0]
+        todo = need.clone()
         todo[first] = False
         old_logp, entropy = torch.zeros_like(mask), torch.zeros_like(mask)
-        if bool(todo.any()):
+        if bool(todo.any()) or W > 1:       # with several ranks each pass is a collective: every rank runs it
             rest = todo.nonzero()[:, 0]
-            old_logp[rest], entropy[rest] = batched_logprobs(self.policy, batch.rows(rest), mb, temp,
-                                                             with_entropy=True)
+            old_logp[rest], entropy[rest] = self._logprobs(self.policy, batch, rest, mb, temp, with_entropy=True)
         needs_ref = (a.kl.coef != 0.0 or a.mix.variant != "plain" or a.reference.kl_monitor
                      or (a.distill.mode != "none" and self.teacher is self.reference))
-        ref_logp = batched_logprobs(self.reference, batch, mb, temp)[0] if needs_ref else None
+        all_need = need.nonzero()[:, 0]
+
+        def frozen_logprobs(model):   # [N, R]: every row on one rank; on several, this rank's rows (others 0)
+            lp = self._logprobs(model, batch, all_need, mb, temp)[0]
+            if W == 1:
+                return lp
+            full = torch.zeros_like(mask)
+            full[all_need] = lp
+            return full
+        ref_logp = frozen_logprobs(self.reference) if needs_ref else None
         tok_adv = adv[:, None].expand_as(mask)
         if a.distill.mode != "none":
-            teacher_logp = ref_logp if self.teacher is self.reference else batched_logprobs(self.teacher, batch, mb,
-                                                                                             temp)[0]
+            teacher_logp = ref_logp if self.teacher is self.reference else frozen_logprobs(self.teacher)
             tok_adv = (opd_token_advantages(teacher_logp, old_logp, mask) if a.distill.mode == "opd" else
                        mopd_token_advantages(adv, teacher_logp, old_logp, mask, coef=a.distill.coef))
         tm["logprob"] += time.perf_counter() - t0
 
         t1 = time.perf_counter()
         sums: dict[str, float] = {}
-        for i, rows in enumerate(minibatches):
-            mb_mask = mask[rows]
+        for i, (rows, (_, n_micro)) in enumerate(zip(minibatches, parts)):
+            mb_mask = mask[rows]            # the whole mini-batch's tokens: the normaliser is global
             normalizer = mb_mask.sum() if a.loss_agg == "token-mean" else torch.tensor(float(len(rows)))
             self.optimizer.zero_grad(set_to_none=True)
             mstats: dict[str, float] = {}
-            for m0 in range(0, len(rows), mb):
-                r = rows[m0:m0 + mb]
-                fill = i == 0 and not bool(todo[r].all())
+            mine = local[i]
+            for m in range(n_micro if W > 1 else math.ceil(len(mine) / mb)):
+                r = mine[m * mb:(m + 1) * mb]
+                weight = 1.0
+                if len(r) == 0:             # a rank short of rows joins the collective with a zero-weight row
+                    r, weight = rows[:1], 0.0
+                fill = i == 0 and weight > 0 and not bool(todo[r].all())
                 logp, ent = forward_logprobs(self.policy, batch.rows(r), temp, with_entropy=fill)
                 if fill:
                     old_logp[r], entropy[r] = logp.detach(), ent
@@ -457,29 +539,60 @@ class Trainer:
                     ref_logp=None if ref_logp is None else ref_logp[r], alpha=a.mix.alpha, is_anchor=is_anchor[r],
                     eps_low=a.clip.eps_low, eps_high=a.clip.eps_high, dual_clip_c=a.clip.dual_clip_c,
                     loss_agg=a.loss_agg, normalizer=normalizer, kl_coef=a.kl.coef, kl_estimator=a.kl.estimator)
-                loss.backward()
-                w = len(r) / len(rows)
+                # FSDP2 averages gradients over ranks: W x (this rank's share of the global-normalised loss)
+                (loss * (W * weight) if W > 1 else loss).backward()
+                w = weight * len(r) / len(rows)
                 for k, v in metrics.items():
                     mstats[k] = mstats.get(k, 0.0) + w * float(v)
-                mstats["loss"] = mstats.get("loss", 0.0) + float(loss.detach())
+                mstats["loss"] = mstats.get("loss", 0.0) + weight * float(loss.detach())
+            if W > 1:                       # the mini-batch's metrics: every rank's parts summed
+                keys = sorted(mstats)
+                mstats = dict(zip(keys, self.dist.all_reduce_sum(
+                    torch.tensor([mstats[k] for k in keys], dtype=torch.float64)).tolist()))
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.optim.grad_clip)
             self.optimizer.step()
+            self._versions["policy"] += 1
             faults.point("update", self.step + 1)
-            mstats["grad_norm"] = float(grad_norm)
+            mstats["grad_norm"] = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
             for k, v in mstats.items():
                 sums[k] = sums.get(k, 0.0) + v
         n_updates = len(minibatches)
         on_mask = mask * (~is_anchor)[:, None].float()
-        out = {"entropy": float(masked_mean(entropy, on_mask)),
-               "advantage_abs_mean": float(masked_mean(tok_adv.abs(), mask))}
-        if ref_logp is not None:
-            out.update(kl_reverse=float(kl_reverse_estimate(old_logp, ref_logp, on_mask)),
-                       kl_forward=float(kl_forward_estimate(old_logp, ref_logp, on_mask)))
+        if W == 1:
+            out = {"entropy": float(masked_mean(entropy, on_mask)),
+                   "advantage_abs_mean": float(masked_mean(tok_adv.abs(), mask))}
+            if ref_logp is not None:
+                out.update(kl_reverse=float(kl_reverse_estimate(old_logp, ref_logp, on_mask)),
+                           kl_forward=float(kl_forward_estimate(old_logp, ref_logp, on_mask)))
+        else:                               # each rank holds its own rows' log-probs: token means over all ranks
+            out = {"entropy": global_masked_mean(self.dist, entropy, on_mask, own),
+                   "advantage_abs_mean": float(masked_mean(tok_adv.abs(), mask))}
+            if ref_logp is not None:
+                lr = torch.clamp(ref_logp - old_logp, min=-20.0, max=20.0)
+                k3 = torch.exp(lr) - lr - 1.0          # per-token estimators of objectives.kl_*_estimate
+                fwd = torch.clamp(torch.exp(lr) * lr - torch.expm1(lr), min=0.0)
+                out.update(kl_reverse=global_masked_mean(self.dist, k3, on_mask, own),
+                           kl_forward=global_masked_mean(self.dist, fwd, on_mask, own))
         self.optimizer.zero_grad(set_to_none=True)
         out.update({k: v / max(1, n_updates) for k, v in sums.items()})
         out["updates"] = n_updates
         tm["update"] += time.perf_counter() - t1
         return out
+
+    def _logprobs(self, model, batch, rows: torch.Tensor, mb: int, temp: float, with_entropy: bool = False):
+        """Log-probs (and entropy) of `rows` without gradients, [len(rows), R]. One rank: the whole batch at once
+        when `rows` is all of it. Several: every rank runs the same number of micro-batches (collectives)."""
+        n = batch.input_ids.shape[0]
+        if self.dist.world_size == 1:
+            if len(rows) == n and bool((rows == torch.arange(n, device=rows.device)).all()):
+                return batched_logprobs(model, batch, mb, temp, with_entropy=with_entropy)
+            return batched_logprobs(model, batch.rows(rows), mb, temp, with_entropy=with_entropy)
+        counts = self.dist.all_gather_object(len(rows))
+        n_micro = max(1, max(math.ceil(c / mb) for c in counts))
+        pad = rows.new_zeros(n_micro * mb - len(rows))       # row 0 again, results dropped
+        lp, ent = batched_logprobs(model, batch.rows(torch.cat([rows, pad])), mb, temp, with_entropy=with_entropy)
+        parallel.reshard(model)
+        return lp[:len(rows)], (ent[:len(rows)] if ent is not None else None)
 
     def maybe_reset_reference(self) -> bool:
         """Reference reset: θref <- θ every τ steps (until `until_step`, then πref stays frozen)."""
@@ -488,8 +601,12 @@ class Trainer:
             return False
         if rs.until_step is not None and self.step > rs.until_step:
             return False
-        self.reference.load_state_dict(self.policy.state_dict())
+        if self.dist.distributed:
+            parallel.copy_local_shards(self.reference, self.policy)   # same mesh: no communication
+        else:
+            self.reference.load_state_dict(self.policy.state_dict())
         self.reference_step = self.step
+        self._versions["reference"] += 1
         return True
 
     # ------------------------------------------------------------------------------------ validation
@@ -503,16 +620,27 @@ class Trainer:
             params = SamplingParams(n=v.samples, temperature=v.temperature, top_p=v.top_p,
                                     max_new_tokens=self.cfg.lengths.max_response,
                                     seed=step_seed(self.cfg.seed, self.step, 4))
-            self.engine.sync_weights(self.policy)
-            recs = sample_and_grade(self.engine, self.tokenizer, problems, self.cfg.data.prompt_template, params,
-                                    self.grader)
-            correct = torch.tensor([r.correct for r in recs], dtype=torch.float32).view(len(problems), v.samples)
+            if self.shards == 1:
+                self.engine.sync_weights(self.policy)
+                recs = sample_and_grade(self.engine, self.tokenizer, problems, self.cfg.data.prompt_template,
+                                        params, self.grader)
+                recs = [(r.correct, r.length) for r in recs]
+            else:                       # shard s of the problems seeded shard_seed(seed, s), gathered (armor.spmd)
+                self.engine.sync_weights(self._serve(self.policy))
+                def work(idx, s, problems=problems, params=params):
+                    sp = dataclasses.replace(params, seed=shard_seed(params.seed, s))
+                    return [(r.correct, r.length) for r in sample_and_grade(
+                        self.engine, self.tokenizer, [problems[i] for i in idx], self.cfg.data.prompt_template,
+                        sp, self.grader)]
+                recs = [x for part in sharded_map(self.dist, self.shards, len(problems), work) if part
+                        for x in part]
+            correct = torch.tensor([c for c, _ in recs], dtype=torch.float32).view(len(problems), v.samples)
             value = float(avg_at_k(correct))
             faults.point("validate", self.step)
             rows.append({"step": self.step, "total_step": self.cfg.step_offset + self.step, "benchmark": name,
                          "metric": f"avg@{v.samples}", "k": v.samples, "value": value, "n_problems": len(problems),
                          "temperature": v.temperature, "top_p": v.top_p,
-                         "response_length": sum(r.length for r in recs) / len(recs)})
+                         "response_length": sum(n for _, n in recs) / len(recs)})
         if rows:
             score = rows[0]["value"]
             if self.best_val is None or score > self.best_val[0]:
@@ -529,14 +657,32 @@ class Trainer:
         return prot
 
     def save(self) -> None:
+        """The step's checkpoint (armor.checkpoint). Several ranks: the policy's (and a differing πref's) full
+        tensors and the optimizer's full state are gathered, rank 0 writes the same layout one rank does (an HF
+        folder that loads as it is), so it resumes on any world size."""
         ref = None
         if self.reference_step is not None and self.reference_step != self.step:
             ref = self.reference
-        state = {"step": self.step, "optimizer": self.optimizer.state_dict(),
+        if self.dist.distributed:
+            weights = parallel.full_state_dict(self.policy)
+            ref_weights = parallel.full_state_dict(ref) if ref is not None else None
+            optim = ckpt.full_optimizer_state(self.policy, self.optimizer)
+            if self.dist.is_main:
+                self._write_checkpoint(optim, self.replica, weights, ref_weights)
+            self.dist.barrier()
+            return
+        self._write_checkpoint(self.optimizer.state_dict(), self.policy, None, None)
+
+    def _write_checkpoint(self, optim: dict, model, weights, ref_weights) -> None:
+        ref = None
+        if self.reference_step is not None and self.reference_step != self.step:
+            ref = self.reference if ref_weights is None else self.replica
+        state = {"step": self.step, "optimizer": optim,
                  "scheduler": self.scheduler.state_dict(), "data": self.stream.state_dict(),
                  "reference_step": self.reference_step, "best_val": self.best_val,
                  "reference_source": self.ref_path if self.reference_step is None else f"step {self.reference_step}"}
-        ckpt.save_checkpoint(self.run_dir, self.step, self.policy, self.tokenizer, state, reference=ref)
+        ckpt.save_checkpoint(self.run_dir, self.step, model, self.tokenizer, state, reference=ref,
+                             weights=weights, reference_weights=ref_weights)
         faults.point("saved", self.step)
         ckpt.prune(self.run_dir, self.cfg.schedule.keep_last, self.protected_steps() | {self.step})
 
@@ -546,36 +692,45 @@ class Trainer:
         if (rd / "DONE").is_file():
             print(f"{rd}: already finished (DONE); nothing to do")
             return rd
-        log = logging_backends.Backends(cfg, rd)   # TensorBoard / W&B, fed the rows appended below
+        # TensorBoard / W&B, fed the rows appended below (rank 0 alone writes the run's files)
+        log = logging_backends.Backends(cfg, rd) if self.dist.is_main else None
         try:
             self._fit(log)
         finally:
-            log.close()
+            if log is not None:
+                log.close()
         self.grader.close()
         faults.point("done", self.step)
-        write_json_atomic(rd / "DONE", {"steps": self.step, "best_validation": self.best_val})
+        if self.dist.is_main:
+            write_json_atomic(rd / "DONE", {"steps": self.step, "best_validation": self.best_val})
+        self.dist.barrier()
         return rd
 
     def _fit(self, log: "logging_backends.Backends") -> None:
         from tqdm.auto import tqdm
         cfg, s = self.cfg, self.cfg.schedule
         rd = self.run_dir
+        main = log is not None
         if self.step == 0 and s.validate_every > 0 and cfg.validation.at_start:
             for r in self.validate():
-                append_jsonl(rd / "validation.jsonl", r)
-                log.validation(r)
+                if main:
+                    append_jsonl(rd / "validation.jsonl", r)
+                    log.validation(r)
         bar = tqdm(total=s.total_steps, initial=self.step, desc=cfg.name, dynamic_ncols=True,
-                   disable=os.environ.get("ARMOR_PROGRESS", "1") == "0")
+                   disable=os.environ.get("ARMOR_PROGRESS", "1") == "0" or not main)
         last_val = None
         while self.step < s.total_steps:
             row = self.train_step()
-            append_jsonl(rd / "metrics.jsonl", row)
+            if main:
+                append_jsonl(rd / "metrics.jsonl", row)
             faults.point("metrics", self.step)
-            log.metrics(row)
+            if main:
+                log.metrics(row)
             if s.validate_every and self.step % s.validate_every == 0:
                 for r in self.validate():
-                    append_jsonl(rd / "validation.jsonl", r)
-                    log.validation(r)
+                    if main:
+                        append_jsonl(rd / "validation.jsonl", r)
+                        log.validation(r)
                     last_val = r["value"]
             if self.step % s.save_every == 0 or self.step == s.total_steps:
                 self.save()

@@ -761,7 +761,8 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
     from slurm.resources import load_resources
     root = Path(root).resolve()
     seeds = list(seeds if seeds is not None else preset.protocol.seeds)
-    res = resources or load_resources(preset.protocol.nodes, preset.protocol.gpus_per_node)
+    res = resources or load_resources(preset.protocol.nodes, preset.protocol.gpus_per_node,
+                                      procs_per_node=preset.protocol.procs_per_node)
     arms = build_arms(preset, only)
     me = [sys.executable, "-m", "reproduce.experiments"]
     common = ["--preset", str(preset.path), "--root", str(root)]

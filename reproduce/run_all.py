@@ -151,7 +151,8 @@ def main(argv=None) -> int:
         root = Path(a.root).resolve() if a.root else REPO_ROOT / "runs"
         flags = {"partition": a.partition, "account": a.account, "qos": a.qos, "constraint": a.constraint,
                  "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "time_min": a.time_min}
-        res = load_resources(preset.protocol.nodes, preset.protocol.gpus_per_node, a.resources, flags)
+        res = load_resources(preset.protocol.nodes, preset.protocol.gpus_per_node, a.resources, flags,
+                             procs_per_node=preset.protocol.procs_per_node)
         stage_dir = Path(a.stage_dir).resolve() if a.stage_dir else stage.default_stage_dir(root)
         jobs = build_jobs(preset, root, seeds, only, res, stage_dir=stage_dir)
         out = preset_root(root, preset)

@@ -22,7 +22,6 @@ DIR/datasets/<org>/<name>/ for datasets (air-gapped clusters; the offline tests)
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -30,6 +29,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+from common.hashing import sha256_file
 
 STAGE_ENV = "ARMOR_STAGE_DIR"
 MIRROR_ENV = "ARMOR_HUB_MIRROR"
@@ -270,14 +271,6 @@ def _fetch_model(it: Item, part: Path) -> None:
         raise _hub_error(it, e) from e
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def stage_item(it: Item, stage_dir: Path, log=print) -> None:
     """Copy one item into the stage folder (atomically: a .partial sibling renamed into place, marker last)."""
     if it.done():
@@ -303,7 +296,7 @@ def stage_item(it: Item, stage_dir: Path, log=print) -> None:
         with open(part, "w") as f:
             for row in ds:
                 f.write(json.dumps(dict(row), default=str, ensure_ascii=False) + "\n")
-        info = {"rows": len(ds), "sha256": _sha256(part)}
+        info = {"rows": len(ds), "sha256": sha256_file(part)}
     if it.dest.is_dir():
         shutil.rmtree(it.dest)
     os.replace(part, it.dest)

@@ -175,8 +175,8 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
     env = _thread_env(env)
     argv = list(spec["argv"])
     if spec.get("launch") == "torchrun":
-        argv = rank_command(argv, nnodes, int(spec.get("gpus_per_node") or 0), node_rank, master_addr,
-                            master_port)
+        ranks = int(spec.get("ranks_per_node") or spec.get("gpus_per_node") or 0)   # older specs: per GPU
+        argv = rank_command(argv, nnodes, ranks, node_rank, master_addr, master_port)
     suffix = "" if leader else f".node{node_rank}"
     out = open(job_dir / f"log{suffix}.out", "ab", buffering=0)
     err = open(job_dir / f"log{suffix}.err", "ab", buffering=0)

@@ -379,7 +379,8 @@ class Launcher:
             env.setdefault("MKL_NUM_THREADS", str(self.threads))
         spec = {"key": job.key, "argv": [str(a) for a in job.argv], "kind": job.kind, "env": env,
                 "cwd": str(job.cwd or REPO_ROOT), "submission": sub, "launch": job.launch,
-                "nodes": res.nodes, "gpus_per_node": res.gpus_per_node, "deps": job.deps,
+                "nodes": res.nodes, "gpus_per_node": res.gpus_per_node, "ranks_per_node": res.ranks_per_node,
+                "deps": job.deps,
                 "resources": res.as_dict(), "created": time.time()}
         jobwrap.write_json_atomic(d / "spec.json", spec)
         return sub

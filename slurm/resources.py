@@ -35,6 +35,7 @@ class ResourceError(ValueError):
 class Resources:
     nodes: int = 1
     gpus_per_node: int = 0
+    procs_per_node: int = 0               # ranks per node (torchrun jobs); 0 = one per GPU, or 1 without GPUs
     cpus_per_task: int = 1
     mem_gb: Optional[float] = None        # None: the cluster's default
     time_min: int = 60
@@ -47,12 +48,18 @@ class Resources:
     extra: dict = field(default_factory=dict)  # further sbatch options, e.g. {"reservation": "x"}
 
     @property
+    def ranks_per_node(self) -> int:
+        return self.procs_per_node or max(1, self.gpus_per_node)
+
+    @property
     def world_size(self) -> int:
-        return self.nodes * max(1, self.gpus_per_node)
+        return self.nodes * self.ranks_per_node
 
     def short(self) -> str:
         """One line for plans: `16x8gpu 64cpu 24h00 p=gpu` (nodes x GPUs per node), `1node 1cpu 2GB 0h10`."""
         where = f"{self.nodes}x{self.gpus_per_node}gpu" if self.gpus_per_node else f"{self.nodes}node"
+        if self.procs_per_node and self.procs_per_node != self.gpus_per_node:
+            where += f" {self.world_size}ranks"
         mem = f" {self.mem_gb:g}GB" if self.mem_gb is not None else ""
         h, m = divmod(self.time_min, 60)
         opts = "".join(f" {k[0]}={getattr(self, k)}" for k in ("partition", "account", "qos")
@@ -63,14 +70,16 @@ class Resources:
         return dataclasses.asdict(self)
 
 
-def default_resources(nodes: int = 1, gpus_per_node: int = 0) -> dict[str, Resources]:
-    """Defaults for every kind. CPU presets (gpus_per_node == 0) get one-core jobs (the tiny world);
-    GPU presets get full nodes for training (8 CPU cores per GPU) and one GPU per evaluation task."""
+def default_resources(nodes: int = 1, gpus_per_node: int = 0, procs_per_node: int = 0) -> dict[str, Resources]:
+    """Defaults for every kind. CPU presets (gpus_per_node == 0) get one-core jobs (the tiny world), or one
+    core per rank when `procs_per_node` asks for several CPU ranks; GPU presets get full nodes for training
+    (8 CPU cores per GPU) and one GPU per evaluation task."""
     if gpus_per_node <= 0:
         return {
             "stage": Resources(cpus_per_task=1, mem_gb=2, time_min=60),
             "world": Resources(cpus_per_task=2, mem_gb=4, time_min=60),
-            "train": Resources(nodes=1, cpus_per_task=1, mem_gb=4, time_min=240),
+            "train": Resources(nodes=nodes, procs_per_node=procs_per_node, cpus_per_task=max(1, procs_per_node),
+                               mem_gb=4 * max(1, procs_per_node), time_min=240),
             "select_peak": Resources(cpus_per_task=1, mem_gb=1, time_min=10),
             "evaluate": Resources(cpus_per_task=1, mem_gb=4, time_min=120),
             "collect": Resources(cpus_per_task=1, mem_gb=2, time_min=15),
@@ -79,7 +88,8 @@ def default_resources(nodes: int = 1, gpus_per_node: int = 0) -> dict[str, Resou
     return {
         "stage": Resources(cpus_per_task=4, mem_gb=32, time_min=4 * 60),   # downloads tens of GB once
         "world": Resources(cpus_per_task=4, mem_gb=16, time_min=60),
-        "train": Resources(nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_task=8 * gpus_per_node,
+        "train": Resources(nodes=nodes, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,
+                           cpus_per_task=8 * gpus_per_node,
                            mem_gb=None, time_min=24 * 60),
         "select_peak": Resources(cpus_per_task=1, mem_gb=2, time_min=10),
         "evaluate": Resources(nodes=1, gpus_per_node=1, cpus_per_task=8, mem_gb=64, time_min=8 * 60),
@@ -112,11 +122,11 @@ def _apply(res: Resources, values: dict, where: str) -> Resources:
 
 
 def load_resources(nodes: int = 1, gpus_per_node: int = 0, user_file: str | Path | None = None,
-                   flags: dict[str, Any] | None = None) -> dict[str, Resources]:
+                   flags: dict[str, Any] | None = None, procs_per_node: int = 0) -> dict[str, Resources]:
     """Resources per kind. `flags`: cluster-wide keys (partition, account, qos, constraint, exclude) and
     train overrides (`nodes`, `gpus_per_node`, `time_min` ...) given on the command line; None values
     are ignored."""
-    table = default_resources(nodes, gpus_per_node)
+    table = default_resources(nodes, gpus_per_node, procs_per_node)
     if user_file:
         data = yaml.safe_load(Path(user_file).read_text()) or {}
         if not isinstance(data, dict):

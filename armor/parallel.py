@@ -1,0 +1,81 @@
+"""FSDP2 for the policy, the reference and a teacher: sharding, full-tensor gathering, local-shard copies.
+
+    shard_model(model, compute_dtype=torch.bfloat16)   # fully_shard per decoder layer, then the root
+    full_state_dict(model)                             # {HF name: full tensor} on every rank, same order
+    copy_local_shards(dst, src)                        # θref <- θ without communication (same mesh)
+The parameters `fully_shard` keeps are the module's own dtype: load the policy in float32 and they are the fp32
+master weights, while `MixedPrecisionPolicy(param_dtype=compute_dtype)` all-gathers them in the compute dtype for
+forward and backward and reduces gradients in float32 (verl's layout). Facts this relies on, measured on this
+project's CPUs with gloo (../shared/GPU_PATH.md): 2 ranks reproduce one process to ~1e-7; FSDP2 averages
+gradients over ranks (a loss normalised by a global token count is multiplied by the world size); a no-grad
+forward leaves the root unsharded (`reshard` after it).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def decoder_layers(model) -> list[torch.nn.Module]:
+    """The transformer blocks of a Hugging Face causal LM (Qwen2, Qwen3, Llama, ...: `model.model.layers`)."""
+    layers = getattr(model.base_model, "layers", None)
+    if layers is None:
+        raise ValueError(f"{type(model).__name__}: no base_model.layers to shard per decoder layer")
+    return list(layers)
+
+
+def shard_model(model, compute_dtype: torch.dtype = torch.float32, offload: bool = False, frozen: bool = False):
+    """fully_shard each decoder layer, then the root (in place; returns the model).
+
+    compute_dtype: the dtype parameters are gathered in for compute (bf16 on GPU); gradients are reduced in
+    float32. offload: keep the shards in CPU memory (CPUOffloadPolicy; pinned only when CUDA is there).
+    frozen: a reference or teacher (no gradients; its shards may be stored in the compute dtype)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+    if frozen:
+        model.requires_grad_(False)
+    kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32),
+          "offload_policy": CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if offload else OffloadPolicy()}
+    for layer in decoder_layers(model):
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+    return model
+
+
+def is_sharded(model) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+    return isinstance(model, FSDPModule)
+
+
+def reshard(model) -> None:
+    """After a no-grad forward the root stays unsharded: put it back (a no-op for a plain module)."""
+    if is_sharded(model):
+        model.reshard()
+
+
+def full_state_dict(model) -> dict[str, torch.Tensor]:
+    """Every state-dict entry as a full tensor, gathered in the same order on every rank (a collective: all
+    ranks must call it). For a plain module, its own state dict."""
+    from torch.distributed.tensor import DTensor
+    # tied entries (lm_head.weight = embed_tokens.weight) are one parameter: gathered once and kept one tensor,
+    # so save_pretrained writes it once, as it does for the unsharded model
+    first_name: dict[int, str] = {}
+    alias = {}
+    for name, prm in model.named_parameters(remove_duplicate=False):
+        alias[name] = first_name.setdefault(id(prm), name)
+    out: dict[str, torch.Tensor] = {}
+    for k, v in model.state_dict().items():
+        src = alias.get(k, k)
+        out[k] = out[src] if src != k and src in out else (v.full_tensor() if isinstance(v, DTensor) else v)
+    return out
+
+
+@torch.no_grad()
+def copy_local_shards(dst, src) -> None:
+    """dst's parameters and buffers <- src's, shard by shard (both sharded alike, or both plain): the reference
+    reset θref <- θ, with no communication."""
+    from torch.distributed.tensor import DTensor
+    local = lambda t: t.to_local() if isinstance(t, DTensor) else t   # noqa: E731
+    sd, ss = dst.state_dict(), src.state_dict()
+    if list(sd) != list(ss):
+        raise ValueError("copy_local_shards: the two models have different state-dict keys")
+    for k in sd:
+        local(sd[k]).copy_(local(ss[k]))
