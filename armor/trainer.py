@@ -259,6 +259,11 @@ class Trainer:
         self.step = state["step"]
         self.reference_step = state["reference_step"]
         self.best_val = state.get("best_val")
+        if state.get("shards", 1) != self.shards:
+            warnings.warn(f"{self.run_dir}: the run sampled in {state.get('shards', 1)} rollout shard(s) and now "
+                          f"samples in {self.shards} (rollout.shards, default the world size): from here on its "
+                          "samples differ from an uninterrupted run's; set rollout.shards to keep them",
+                          stacklevel=2)
         if self.reference_step is not None and not self.dist.distributed:
             self._load_reference_weights(step)
         ckpt.set_rng_state(state["rng"])
@@ -679,7 +684,7 @@ class Trainer:
             ref = self.reference if ref_weights is None else self.replica
         state = {"step": self.step, "optimizer": optim,
                  "scheduler": self.scheduler.state_dict(), "data": self.stream.state_dict(),
-                 "reference_step": self.reference_step, "best_val": self.best_val,
+                 "reference_step": self.reference_step, "best_val": self.best_val, "shards": self.shards,
                  "reference_source": self.ref_path if self.reference_step is None else f"step {self.reference_step}"}
         ckpt.save_checkpoint(self.run_dir, self.step, model, self.tokenizer, state, reference=ref,
                              weights=weights, reference_weights=ref_weights)

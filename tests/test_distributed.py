@@ -28,7 +28,7 @@ def _run(world: Path, out: Path, ranks: int, fault: str | None = None) -> subpro
     cmd = [*launch, "-m", "armor.train", "--config", str(SMOKE), "model.path=" + str(world / "base_model"),
            "data.train=" + str(world / "data" / "train.jsonl"),
            f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", f"output_dir={out}",
-           f"schedule.total_steps={STEPS}", "parallel.timeout_s=120", *ARGS]
+           f"schedule.total_steps={STEPS}", "parallel.timeout_s=600", *ARGS]
     env = {**os.environ, "ARMOR_PROGRESS": "0", "OMP_NUM_THREADS": "1"}
     env.pop("ARMOR_FAULT", None)
     if fault:
