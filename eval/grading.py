@@ -624,30 +624,58 @@ class _GradingTimeout(BaseException):
     """Raised by SIGALRM inside a grading call (BaseException: math-verify's `except Exception` can't eat it)."""
 
 
+#: after the first alarm the timer repeats at this interval: code that swallows the raise (a bare `except:` deep
+#: in sympy) gets it again, so a timed-out grading call always ends
+ALARM_REPEAT_S = 0.05
+_alarm_armed = False   # the handler raises only while a guarded call runs
+
+
 def _on_alarm(signum, frame):
-    raise _GradingTimeout()
+    if _alarm_armed:
+        raise _GradingTimeout()
+
+
+def _disarm() -> None:
+    """Stop the repeating timer; an alarm that lands while doing so is absorbed and the stop retried."""
+    global _alarm_armed
+    while True:
+        try:
+            _alarm_armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            return
+        except _GradingTimeout:
+            continue
+
+
+def _grade_unguarded(extracted: str, gold: str, answer_type: str) -> tuple[bool, str]:
+    try:
+        return _grade_extracted(extracted, gold, answer_type)
+    except (_GradingTimeout, KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # MemoryError, RecursionError, sympy/antlr errors, math-verify's TimeoutException
+        return False, "error"
 
 
 def _grade_guarded(extracted: str, gold: str, answer_type: str, timeout_s: float | None) -> tuple[bool, str]:
     """_grade_extracted with a SIGALRM timeout (only when called from the main thread and timeout_s > 0).
 
-    The caller must have installed `_on_alarm` as the SIGALRM handler.
+    The caller must have installed `_on_alarm` as the SIGALRM handler. The alarm repeats every
+    ALARM_REPEAT_S after the first, until the call has ended: a raise that grading code swallows is raised
+    again (seen in the suite: a sympy summation kept running for 20 minutes after a one-shot alarm).
     """
-    use_alarm = bool(timeout_s) and timeout_s > 0 and hasattr(signal, "setitimer")
+    global _alarm_armed
+    if not (timeout_s and timeout_s > 0 and hasattr(signal, "setitimer")):
+        return _grade_unguarded(extracted, gold, answer_type)
     try:
         try:
-            if use_alarm:
-                signal.setitimer(signal.ITIMER_REAL, float(timeout_s))
-            return _grade_extracted(extracted, gold, answer_type)
+            _alarm_armed = True
+            signal.setitimer(signal.ITIMER_REAL, float(timeout_s), ALARM_REPEAT_S)
+            return _grade_unguarded(extracted, gold, answer_type)
         finally:
-            if use_alarm:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+            _disarm()
     except _GradingTimeout:
+        _disarm()
         return False, "timeout"
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException:  # MemoryError, RecursionError, sympy/antlr errors, math-verify's TimeoutException
-        return False, "error"
 
 
 def _in_main_thread() -> bool:
