@@ -184,7 +184,8 @@ class Trainer:
         self._versions = {"policy": 0, "reference": 0}
         if self.dist.distributed:
             if resume_from is not None:
-                self._load_reference_weights(resume_from)
+                self._load_reference_weights(resume_from,
+                                             ckpt.load_state(self.run_dir, resume_from)["reference_step"])
             self.replica = self._load(init_path).eval().requires_grad_(False)
             pc = cfg.parallel
             compute = {"float32": torch.float32, "bfloat16": torch.bfloat16}[pc.compute_dtype]
@@ -265,12 +266,12 @@ class Trainer:
                           "samples differ from an uninterrupted run's; set rollout.shards to keep them",
                           stacklevel=2)
         if self.reference_step is not None and not self.dist.distributed:
-            self._load_reference_weights(step)
+            self._load_reference_weights(step, self.reference_step)
         ckpt.set_rng_state(state["rng"])
 
-    def _load_reference_weights(self, step: int) -> None:
-        """πref from a checkpoint: the step's own weights, or its reference/ folder (before sharding)."""
-        reference_step = ckpt.load_state(self.run_dir, step)["reference_step"]
+    def _load_reference_weights(self, step: int, reference_step: int | None) -> None:
+        """πref from checkpoint `step`: its own weights, or its reference/ folder (before sharding); None: πref
+        is still the initial reference."""
         if reference_step is not None:
             d = ckpt.step_dir(self.run_dir, step)
             src = d if reference_step == step else d / "reference"
