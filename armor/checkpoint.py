@@ -3,6 +3,9 @@
     run_dir/checkpoints/step_000040/
         config.json, model.safetensors, tokenizer files      <- save_pretrained: vLLM/lm-eval load it as is
         trainer_state.pt                                     <- optimizer, scheduler, RNG, data position, step
+        optimizer/                                           <- several ranks: the optimizer's shards instead
+                                                                (torch.distributed.checkpoint; loads on any
+                                                                world size), and rng/rank_N.pt per rank
         reference/model.safetensors                          <- πref's weights, only when they are neither the
                                                                 initial model nor this checkpoint's own
         checkpoint.json                                      <- manifest: size and sha256 of every file above,
@@ -78,16 +81,22 @@ def set_rng_state(s: dict) -> None:
         torch.cuda.set_rng_state_all(s["cuda"])
 
 
+def begin_checkpoint(run_dir: Path, step: int) -> Path:
+    """The empty `step_NNNNNN.tmp` folder a checkpoint is written into (rank 0 makes it)."""
+    tmp = step_dir(run_dir, step).with_name(step_dir(run_dir, step).name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, reference=None, weights=None,
-                    reference_weights=None) -> Path:
+                    reference_weights=None, tmp: Path | None = None) -> Path:
     """Write model (HF format), tokenizer, `state` (+ RNG) and optionally the reference's weights.
 
     weights / reference_weights: full tensors to write instead of the modules' own (gathered from FSDP2 shards;
-    the module then only supplies its config)."""
+    the module then only supplies its config). tmp: a begun folder that already holds the ranks' shards."""
     final = step_dir(run_dir, step)
-    tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = tmp or begin_checkpoint(run_dir, step)
     model.save_pretrained(tmp, state_dict=weights)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
@@ -101,6 +110,39 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, ref
         shutil.rmtree(final)
     os.replace(tmp, final)
     return final
+
+
+SHARDED_OPTIMIZER = "optimizer"   # the step folder's torch.distributed.checkpoint of the optimizer (several ranks)
+
+
+def save_sharded_optimizer(tmp: Path, model, optimizer, rank: int) -> None:
+    """Every rank writes its shards of the optimizer state (keyed by parameter name) into tmp/optimizer/ with
+    torch.distributed.checkpoint, and its RNG into tmp/optimizer/rng/rank_N.pt (a collective: all ranks)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    dcp.save({"optimizer": get_optimizer_state_dict(model, optimizer)}, checkpoint_id=str(tmp / SHARDED_OPTIMIZER))
+    (tmp / SHARDED_OPTIMIZER / "rng").mkdir(parents=True, exist_ok=True)
+    torch.save(rng_state(), tmp / SHARDED_OPTIMIZER / "rng" / f"rank_{rank}.pt")
+
+
+def load_sharded_optimizer(folder: Path, model, optimizer) -> None:
+    """Restore the optimizer from a step folder's sharded state, on any world size (one process included:
+    torch.distributed.checkpoint reshards by name)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+    osd = get_optimizer_state_dict(model, optimizer)    # this world's layout, filled in place by load
+    dcp.load({"optimizer": osd}, checkpoint_id=str(Path(folder) / SHARDED_OPTIMIZER),
+             no_dist=not torch.distributed.is_initialized())
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=osd)
+
+
+def rank_rng_state(folder: Path, rank: int) -> dict | None:
+    """Rank `rank`'s RNG saved with a sharded optimizer, or None (another world size, or a one-rank save)."""
+    import torch
+    p = Path(folder) / SHARDED_OPTIMIZER / "rng" / f"rank_{rank}.pt"
+    return torch.load(p, weights_only=False) if p.is_file() else None
 
 
 def _manifest(folder: Path) -> dict:

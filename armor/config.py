@@ -111,6 +111,15 @@ class BatchConfig:
     mini_batch_prompts: int = _f(32, "prompts per optimizer update; μ = epochs * B / mini_batch_prompts")
     epochs: int = _f(1, "passes over the step's batch")
     micro_batch_responses: int = _f(64, "responses per forward/backward (gradient accumulation; memory only)")
+    micro_batch_tokens: Optional[int] = _f(
+        None, "fill each forward/backward with rows up to this many tokens (rows x the micro-batch's longest "
+              "prompt+response), padded to its own longest row, rows balanced over ranks by tokens "
+              "(armor/microbatch.py); null = batch.micro_batch_responses rows, padded to the step's longest. "
+              "Must be >= lengths.max_prompt + lengths.max_response. Memory and speed only: values are the same")
+    logprob_chunk_tokens: Optional[int] = _f(
+        None, "compute the lm_head and log-softmax over this many response positions at a time, each chunk "
+              "recomputed in backward (armor.policy.chunked_logprobs): memory no longer grows with response "
+              "length x vocabulary; null = all positions at once. Values are the same")
 
     @property
     def updates_per_step(self) -> int:
@@ -517,6 +526,12 @@ def validate(cfg: RunConfig) -> None:
       f"must divide batch.prompts_per_step={b.prompts_per_step}")
     c(b.epochs >= 1, "batch.epochs", b.epochs, "must be >= 1")
     c(b.micro_batch_responses >= 1, "batch.micro_batch_responses", b.micro_batch_responses, "must be >= 1")
+    c(b.micro_batch_tokens is None or b.micro_batch_tokens >= L.max_prompt + L.max_response,
+      "batch.micro_batch_tokens", b.micro_batch_tokens,
+      f"must be >= lengths.max_prompt + lengths.max_response = {L.max_prompt + L.max_response} (the longest "
+      "sequence must fit in one micro-batch)")
+    c(b.logprob_chunk_tokens is None or b.logprob_chunk_tokens >= 1, "batch.logprob_chunk_tokens",
+      b.logprob_chunk_tokens, "must be >= 1 (or null)")
 
     a = cfg.algo
     c(0 < a.qae_k < 1, "algo.qae_k", a.qae_k, "must be in (0, 1)")

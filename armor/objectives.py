@@ -23,7 +23,8 @@ Number = Union[float, int]
 __all__ = [
     "masked_sum", "masked_mean", "log_ratio", "importance_ratio", "mixed_log_prob", "mixed_ratio",
     "ratio_and_clip_range", "clipped_surrogate", "aggregate_loss", "kl_penalty", "kl_reverse_estimate",
-    "kl_forward_estimate", "opd_token_advantages", "mopd_token_advantages", "policy_loss",
+    "kl_forward_estimate", "logprob_mismatch", "pad_token_values", "opd_token_advantages",
+    "mopd_token_advantages", "policy_loss",
     "RATIO_VARIANTS", "LOSS_AGG_MODES", "KL_ESTIMATORS",
 ]
 
@@ -260,6 +261,36 @@ def kl_forward_estimate(logp: Tensor, ref_logp: Tensor, mask: Optional[Tensor], 
     return masked_mean(per_tok, mask)
 
 
+# ----------------------------------------------------------------------------- training/inference mismatch
+
+def pad_token_values(rows: list, width: int, device=None) -> tuple[Tensor, Tensor]:
+    """Per-response token values (lists of floats, response position 0 first) as a [B, width] tensor, zeros
+    after each row's end, and the [B, width] float mask of the positions a row has. Rows longer than width
+    are cut. pad_token_values([[-1.0, -2.0], []], 3) = ([[-1, -2, 0], [0, 0, 0]], [[1, 1, 0], [0, 0, 0]])."""
+    vals = torch.zeros(len(rows), width, device=device)
+    have = torch.zeros(len(rows), width, device=device)
+    for i, r in enumerate(rows):
+        n = min(len(r), width)
+        if n:
+            vals[i, :n] = torch.as_tensor(list(r[:n]), dtype=torch.float32, device=device)
+            have[i, :n] = 1.0
+    return vals, have
+
+
+def logprob_mismatch(engine_logp: Tensor, trainer_logp: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """Training/inference mismatch: mean_t |log π_engine(y_t) − log π_trainer(y_t)| over the masked tokens.
+
+    engine_logp: the rollout engine's log-probs of the tokens it sampled (vLLM: processed_logprobs, i.e. after
+    temperature and top_p); trainer_logp: the trainer's log-probs of the same tokens at the sampling weights
+    (θold) and temperature. Both [B, T]; 0 when they agree exactly, and it grows with the numerical gap between
+    the two implementations (bf16 kernels, batch shapes) that makes on-policy samples slightly off-policy.
+    With top_p < 1 the engine's log-probs are renormalised over the nucleus, the trainer's are not: the gap
+    then includes that by design. Masked positions are ignored even if inf there; an all-zero mask gives 0."""
+    diff = torch.where(_mask_like(mask, trainer_logp) != 0, (engine_logp - trainer_logp).abs(),
+                       torch.zeros((), dtype=trainer_logp.dtype, device=trainer_logp.device))
+    return masked_mean(diff, mask)
+
+
 # ----------------------------------------------------------------------------- distillation
 
 def opd_token_advantages(teacher_logp: Tensor, student_logp: Tensor, mask: Optional[Tensor]) -> Tensor:
@@ -286,6 +317,11 @@ def mopd_token_advantages(outcome_adv: Tensor, teacher_logp: Tensor, student_log
 
 
 # ----------------------------------------------------------------------------- full loss
+
+# policy_loss metrics aggregated like the loss (global normaliser): a mini-batch's value is the sum over its
+# micro-batches; every other metric is a masked token mean, combined weighted by the micro-batches' token counts
+ADDITIVE_METRICS = ("pg_loss", "kl_penalty")
+
 
 def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
                 ratio_variant: str = "plain", ref_logp: Optional[Tensor] = None, alpha: Number = 1.0,

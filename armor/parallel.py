@@ -34,9 +34,14 @@ def shard_model(model, compute_dtype: torch.dtype = torch.float32, offload: bool
         model.requires_grad_(False)
     kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32),
           "offload_policy": CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if offload else OffloadPolicy()}
+    from torch.distributed.fsdp import register_fsdp_forward_method
+
+    from armor.policy import attach_chunked_logprobs
     for layer in decoder_layers(model):
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
+    # the chunked log-probs call the backbone and the lm_head, not forward: FSDP2 must gather the root's weights
+    register_fsdp_forward_method(model, attach_chunked_logprobs(model))
     return model
 
 
@@ -51,9 +56,10 @@ def reshard(model) -> None:
         model.reshard()
 
 
-def full_state_dict(model) -> dict[str, torch.Tensor]:
-    """Every state-dict entry as a full tensor, gathered in the same order on every rank (a collective: all
-    ranks must call it). For a plain module, its own state dict."""
+def full_state_dict(model, rank0_cpu: bool = False) -> dict[str, torch.Tensor]:
+    """Every state-dict entry as a full tensor, gathered in the same order (a collective: all ranks must call
+    it). rank0_cpu: only rank 0 receives them, in CPU memory (others get {}), as a checkpoint export needs; else
+    every rank gets them on its device. For a plain module, its own state dict."""
     from torch.distributed.tensor import DTensor
     # tied entries (lm_head.weight = embed_tokens.weight) are one parameter: gathered once and kept one tensor,
     # so save_pretrained writes it once, as it does for the unsharded model
@@ -62,9 +68,24 @@ def full_state_dict(model) -> dict[str, torch.Tensor]:
     for name, prm in model.named_parameters(remove_duplicate=False):
         alias[name] = first_name.setdefault(id(prm), name)
     out: dict[str, torch.Tensor] = {}
+    seen: set[str] = set()             # the same on every rank, so every rank makes the same collectives
+    rank0 = not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
     for k, v in model.state_dict().items():
         src = alias.get(k, k)
-        out[k] = out[src] if src != k and src in out else (v.full_tensor() if isinstance(v, DTensor) else v)
+        seen.add(k)
+        if src != k and src in seen:
+            if src in out:
+                out[k] = out[src]
+            continue
+        full = v.full_tensor() if isinstance(v, DTensor) else v
+        if rank0_cpu:                  # one entry at a time: no rank holds more than one full tensor on device
+            if rank0:
+                out[k] = full.detach().cpu()
+            del full
+        else:
+            out[k] = full
+    if rank0_cpu and not rank0:
+        return {}
     return out
 
 

@@ -37,8 +37,29 @@ def load_model(path: str, dtype: str = "float32", device: str | torch.device = "
     model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
     model.to(device)
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        enable_activation_checkpointing(model)
     return model
+
+
+def load_skeleton(path: str, trust_remote_code: bool = False):
+    """The model's architecture without weights (meta device) and its generation config: what save_pretrained
+    needs to write full tensors gathered elsewhere as an HF folder (`save_pretrained(dir, state_dict=...)`)."""
+    from transformers import AutoConfig, GenerationConfig
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(path)
+    except OSError:                    # a folder without generation_config.json: the config's defaults
+        pass
+    return model
+
+
+def enable_activation_checkpointing(model) -> None:
+    """Recompute each decoder layer's activations in backward (transformers >= 5.2x names it
+    activation_checkpointing_enable; older ones, gradient_checkpointing_enable)."""
+    fn = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    fn()
 
 
 @dataclass
@@ -64,6 +85,21 @@ class TokenBatch:
     @property
     def response_ids(self) -> torch.Tensor:
         return self.input_ids[:, self.prompt_len:]
+
+    @property
+    def seq_lens(self) -> torch.Tensor:
+        """Real tokens (prompt + response) of each row: [N]."""
+        return self.attention_mask.sum(-1)
+
+    def trim(self) -> "TokenBatch":
+        """The same rows padded only to their own longest prompt and response: the left-padding columns no row
+        uses and the right-padding columns after the longest response dropped (positions are unchanged)."""
+        P = self.prompt_len
+        prompt = int(self.attention_mask[:, :P].sum(-1).max())
+        resp = max(1, int(self.response_mask.sum(-1).max()))
+        cols = slice(P - prompt, P + resp)
+        return TokenBatch(self.input_ids[:, cols], self.attention_mask[:, cols], self.position_ids[:, cols],
+                          self.response_mask[:, :resp], prompt)
 
 
 def make_token_batch(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int) -> TokenBatch:
@@ -95,22 +131,48 @@ def _token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float,
 
 
 def chunked_logprobs(hidden: torch.Tensor, lm_head: torch.nn.Module, ids: torch.Tensor, temperature: float = 1.0,
-                     with_entropy: bool = False, chunk_tokens: int = 256):
-    """Per-token log-probs from the last hidden states, `chunk_tokens` positions at a time.
+                     with_entropy: bool = False, chunk_tokens: int = 1024):
+    """Per-token log-probs from the last hidden states, `chunk_tokens` token positions at a time.
 
     hidden: [N, R, H] (the states that predict each response token), ids: [N, R] -> logp [N, R], entropy
-    [N, R] | None. Equal to log_softmax(lm_head(hidden) / T) gathered at ids, but only one [N, chunk, V] block of
-    logits exists at a time: with gradients each chunk is recomputed in backward (torch.utils.checkpoint), so
-    the extra memory is bounded by the chunk, not by R × V (at V = 152,064 one fp32 [8192, V] block is 4.6 GiB)."""
+    [N, R] | None. Equal to log_softmax(lm_head(hidden) / T) gathered at ids, but the N x R positions are taken
+    as one flat sequence and only one [chunk_tokens, V] block of logits exists at a time, however many rows
+    the micro-batch has; with gradients each chunk is recomputed in backward (torch.utils.checkpoint), so the
+    extra memory is bounded by the chunk, not by N x R x V (at V = 152,064 one fp32 [8192, V] block is 4.6 GiB)."""
     from torch.utils.checkpoint import checkpoint
+    N, R = ids.shape
+    flat_h, flat_ids = hidden.reshape(N * R, hidden.shape[-1]), ids.reshape(N * R)
+    fn = lambda h, i: _token_logprobs(lm_head(h)[None], i[None], temperature, with_entropy)   # noqa: E731
     logps, ents = [], []
-    for t0 in range(0, hidden.shape[1], chunk_tokens):
-        h, i = hidden[:, t0:t0 + chunk_tokens], ids[:, t0:t0 + chunk_tokens]
-        fn = lambda h, i: _token_logprobs(lm_head(h), i, temperature, with_entropy)   # noqa: E731
+    for t0 in range(0, N * R, chunk_tokens):
+        h, i = flat_h[t0:t0 + chunk_tokens], flat_ids[t0:t0 + chunk_tokens]
         lp, ent = checkpoint(fn, h, i, use_reentrant=False) if torch.is_grad_enabled() else fn(h, i)
-        logps.append(lp)
-        ents.append(ent)
-    return torch.cat(logps, 1), (torch.cat(ents, 1) if with_entropy else None)
+        logps.append(lp[0])
+        ents.append(ent[0] if with_entropy else None)
+    # new tensors, not views of the concatenation: FSDP2 hooks backward on a forward method's outputs
+    logp = torch.cat(logps).view(N, R).clone()
+    return logp, (torch.cat(ents).view(N, R).clone() if with_entropy else None)
+
+
+CHUNKED_METHOD = "armor_chunked_logprobs"   # the name parallel.shard_model registers as an FSDP2 forward method
+
+
+def _chunked_response_logprobs(model, input_ids, attention_mask, position_ids, prompt_len: int,
+                               temperature: float, with_entropy: bool, chunk_tokens: int):
+    """The backbone once, then the lm_head and log-softmax over the response positions `chunk_tokens` at a
+    time. A method of the model when sharded (FSDP2 then gathers the root's own weights, the embeddings, the
+    final norm and the lm_head, around it, as it does around `forward`)."""
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                              use_cache=False).last_hidden_state
+    return chunked_logprobs(hidden[:, prompt_len - 1:-1], model.get_output_embeddings(), input_ids[:, prompt_len:],
+                            temperature, with_entropy, chunk_tokens)
+
+
+def attach_chunked_logprobs(model) -> str:
+    """Bind the chunked log-prob computation to `model` as the method CHUNKED_METHOD; returns its name."""
+    import types
+    setattr(model, CHUNKED_METHOD, types.MethodType(_chunked_response_logprobs, model))
+    return CHUNKED_METHOD
 
 
 def forward_logprobs(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False,
@@ -118,33 +180,16 @@ def forward_logprobs(model, batch: TokenBatch, temperature: float = 1.0, with_en
     """Per-token log πθ(y_t | x, y_<t) of the response tokens: [N, R] (and the entropy [N, R], without grad).
 
     chunk_tokens: None computes the logits of every position at once; an int runs the backbone, then the
-    lm_head and log-softmax over the response positions `chunk_tokens` at a time (`chunked_logprobs`)."""
+    lm_head and log-softmax over the response positions `chunk_tokens` at a time (`chunked_logprobs`), through
+    the model's CHUNKED_METHOD when it has one (a sharded model must: parallel.shard_model attaches it)."""
     if chunk_tokens is not None:
-        hidden = model.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                  position_ids=batch.position_ids, use_cache=False).last_hidden_state
-        logp, entropy = chunked_logprobs(hidden[:, batch.prompt_len - 1:-1], model.get_output_embeddings(),
-                                         batch.response_ids, temperature, with_entropy, chunk_tokens)
+        fn = getattr(model, CHUNKED_METHOD, None)
+        args = (batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_len, temperature,
+                with_entropy, chunk_tokens)
+        logp, entropy = fn(*args) if fn is not None else _chunked_response_logprobs(model, *args)
         return logp * batch.response_mask, entropy
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                    position_ids=batch.position_ids, use_cache=False).logits
     logp, entropy = _token_logprobs(logits[:, batch.prompt_len - 1:-1, :], batch.response_ids, temperature,
                                     with_entropy)
     return logp * batch.response_mask, entropy
-
-
-@torch.no_grad()
-def batched_logprobs(model, batch: TokenBatch, micro_batch: int, temperature: float = 1.0,
-                     with_entropy: bool = False, chunk_tokens: int | None = None):
-    """forward_logprobs over micro-batches, without gradients (old / reference / teacher log-probs)."""
-    was_training = model.training
-    model.eval()
-    outs, ents = [], []
-    for s in range(0, batch.input_ids.shape[0], micro_batch):
-        lp, ent = forward_logprobs(model, batch.rows(slice(s, s + micro_batch)), temperature, with_entropy,
-                                   chunk_tokens)
-        outs.append(lp)
-        if ent is not None:
-            ents.append(ent)
-    if was_training:
-        model.train()
-    return torch.cat(outs), (torch.cat(ents) if ents else None)

@@ -25,12 +25,15 @@ import math
 import os
 import time
 import warnings
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from armor import checkpoint as ckpt
+from armor import microbatch
 from armor import parallel
 from armor import faults
 from armor import logging_backends
@@ -39,13 +42,14 @@ from armor.anchors import anchor_keep, dynamic_sampling_keep, first_correct_inde
 from armor.config import RunConfig, dump_config, load_config, to_dict
 from armor.data import PromptStream, load_prompts
 from armor.distributed import Dist
-from armor.objectives import (kl_forward_estimate, kl_reverse_estimate, masked_mean, mopd_token_advantages,
-                              opd_token_advantages, policy_loss)
-from armor.policy import (batched_logprobs, check_model_path, forward_logprobs, load_model, load_tokenizer,
+from armor.objectives import (ADDITIVE_METRICS, kl_forward_estimate, kl_reverse_estimate, logprob_mismatch,
+                              masked_mean, mopd_token_advantages, opd_token_advantages, pad_token_values,
+                              policy_loss)
+from armor.policy import (check_model_path, forward_logprobs, load_model, load_skeleton, load_tokenizer,
                           make_token_batch)
 from armor.rewards import shaped_reward
 from armor.rollout import SamplingParams, build_engine
-from armor.spmd import global_masked_mean, row_parts, shard_seed, sharded_map
+from armor.spmd import global_masked_mean, shard_seed, sharded_map
 from common.jsonl import append_jsonl, read_jsonl, write_json_atomic, write_jsonl
 
 # the metric keys that must agree between an interrupted-and-resumed run and an uninterrupted one
@@ -121,6 +125,17 @@ class Group:
     responses: list[list[int]]
     correct: list[bool]
     is_anchor: list[bool]
+    # the rollout engine's log-probs of each response's tokens (the sampler's; the anchor's from πref), float32;
+    # empty when the engine gave none. The training/inference mismatch metric compares them with θold's
+    engine_logprobs: list = dataclasses.field(default_factory=list)
+
+
+def _engine_logprobs(ro) -> list:
+    """Each response's engine log-probs as a float32 array (a compact pickle when shards are gathered); empty
+    arrays for a rollout without log-probs."""
+    if len(ro.logprobs) != len(ro.response_ids):
+        return [array("f") for _ in ro.response_ids]
+    return [array("f", lp) for lp in ro.logprobs]
 
 
 class Trainer:
@@ -150,6 +165,11 @@ class Trainer:
             raise ValueError(f"model.dtype: {cfg.model.dtype!r}: with several ranks the policy's sharded parameters "
                              "are its master weights and must be float32; parallel.compute_dtype: bfloat16 "
                              "computes in bf16")
+        per_mini = cfg.batch.mini_batch_prompts * cfg.batch.group_size
+        if per_mini % self.dist.world_size:
+            raise ValueError(f"batch.mini_batch_prompts: {cfg.batch.mini_batch_prompts} prompts x batch.group_size "
+                             f"{cfg.batch.group_size} = {per_mini} responses per mini-batch, not divisible by the "
+                             f"world size {self.dist.world_size}")
         if self.shards % self.dist.world_size:
             raise ValueError(f"rollout.shards: {self.shards} is not a multiple of the world size "
                              f"{self.dist.world_size}")
@@ -177,22 +197,27 @@ class Trainer:
         if a.distill.mode != "none":
             self.teacher = (self._load(a.distill.teacher_path).requires_grad_(False).eval()
                             if a.distill.teacher_path else self.reference)
-        # several ranks: FSDP2-sharded fp32 masters (policy) and frozen shards (πref, teacher); the rollout engine
-        # samples from a plain replica that holds whichever full weights it was last given (versioned)
-        self.replica = None
+        # several ranks: FSDP2-sharded fp32 masters (policy) and frozen shards (πref, teacher). The HF engine
+        # samples from a plain replica that holds whichever full weights it was last given (versioned); vLLM
+        # holds its own copy and gathers the shards itself. Checkpoints are exported through a weightless
+        # skeleton of the architecture (the gathered tensors are written through it).
+        self.replica = self.skeleton = None
         self._served: tuple | None = None        # the weights the replica holds: ("policy", v) | ("reference", v)
         self._versions = {"policy": 0, "reference": 0}
         if self.dist.distributed:
             if resume_from is not None:
                 self._load_reference_weights(resume_from,
                                              ckpt.load_state(self.run_dir, resume_from)["reference_step"])
-            self.replica = self._load(init_path).eval().requires_grad_(False)
+            if cfg.rollout.engine == "hf":
+                self.replica = self._load(init_path).eval().requires_grad_(False)
+            self.skeleton = load_skeleton(init_path, cfg.model.trust_remote_code)
             pc = cfg.parallel
             compute = {"float32": torch.float32, "bfloat16": torch.bfloat16}[pc.compute_dtype]
             parallel.shard_model(self.policy, compute, offload=pc.cpu_offload)
-            parallel.shard_model(self.reference, compute, offload=pc.cpu_offload, frozen=True)
+            # frozen copies are stored in the compute dtype: FSDP2 would gather them in it anyway
+            parallel.shard_model(self.reference.to(compute), compute, offload=pc.cpu_offload, frozen=True)
             if self.teacher is not None and self.teacher is not self.reference:
-                parallel.shard_model(self.teacher, compute, offload=pc.cpu_offload, frozen=True)
+                parallel.shard_model(self.teacher.to(compute), compute, offload=pc.cpu_offload, frozen=True)
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
                                            weight_decay=o.weight_decay)
@@ -204,7 +229,8 @@ class Trainer:
                                    dtype=cfg.parallel.compute_dtype if self.dist.distributed else cfg.model.dtype,
                                    gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
                                    tensor_parallel_size=cfg.rollout.tensor_parallel_size, seed=cfg.seed,
-                                   static_cache=cfg.rollout.static_kv_cache)
+                                   static_cache=cfg.rollout.static_kv_cache,
+                                   max_model_len=cfg.lengths.max_prompt + cfg.lengths.max_response)
         if resume_from is not None:
             self._restore(resume_from)
 
@@ -254,7 +280,10 @@ class Trainer:
 
     def _restore(self, step: int) -> None:
         state = ckpt.load_state(self.run_dir, step)
-        ckpt.load_optimizer_state(self.policy, self.optimizer, state["optimizer"])
+        if state["optimizer"] is None:        # written by several ranks: the optimizer's shards
+            ckpt.load_sharded_optimizer(ckpt.step_dir(self.run_dir, step), self.policy, self.optimizer)
+        else:
+            ckpt.load_optimizer_state(self.policy, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.stream.load_state_dict(state["data"])
         self.step = state["step"]
@@ -267,7 +296,9 @@ class Trainer:
                           stacklevel=2)
         if self.reference_step is not None and not self.dist.distributed:
             self._load_reference_weights(step, self.reference_step)
-        ckpt.set_rng_state(state["rng"])
+        same_world = state.get("world_size", 1) == self.dist.world_size
+        own = ckpt.rank_rng_state(ckpt.step_dir(self.run_dir, step), self.dist.rank) if same_world else None
+        ckpt.set_rng_state(own or state["rng"])
 
     def _load_reference_weights(self, step: int, reference_step: int | None) -> None:
         """πref from checkpoint `step`: its own weights, or its reference/ folder (before sharding); None: πref
@@ -285,28 +316,35 @@ class Trainer:
         return self._prompt_cache[p.index]
 
     # --------------------------------------------------------------------------------------- rollout
-    def _serve(self, model):
-        """The module the engine samples `model`'s weights from: the model itself on one rank; on several, the
-        replica, given `model`'s full weights unless it holds them already (a collective: all ranks call it)."""
-        if self.replica is None:
-            return model
+    def _serve(self, model) -> bool:
+        """Have the engine serve `model`'s current weights, versioned ("policy", optimizer steps) or ("reference",
+        resets): a version the engine holds already costs nothing, so this runs before every generate call and a
+        round with anchors swaps policy -> reference -> policy at most once. One rank: the engine is given the
+        module. Several: a push is a collective (every rank calls this before sampling its shards); an engine
+        that gathers shards itself (vLLM) streams the sharded model's full tensors, the HF engine samples from
+        the replica, given the full weights. Returns whether weights moved."""
         which = "reference" if model is self.reference else "policy"
         version = (which, self._versions[which])
+        if not self.dist.distributed:
+            return self.engine.sync_weights(model, version)
+        if self.replica is None:                # the engine gathers the shards itself (vLLM)
+            if self.engine.version == version:
+                return False
+            parallel.reshard(model)             # its state dict must hold the shards (DTensors), not gathered weights
+            return self.engine.sync_weights(model, version)
         if self._served != version:
             self.replica.load_state_dict(parallel.full_state_dict(model))
             parallel.reshard(model)
             self._served = version
-        return self.replica
+        return self.engine.sync_weights(self.replica, version)
 
     def _generate(self, model, prompt_ids, n, seed, tm: dict):
         r = self.cfg.rollout
         t0 = time.perf_counter()
-        self.engine.sync_weights(self._serve(model))
+        self._serve(model)
         ro = self.engine.generate(prompt_ids, SamplingParams(n=n, temperature=r.temperature, top_p=r.top_p,
                                                              max_new_tokens=self.cfg.lengths.max_response,
                                                              seed=seed))
-        if model is not self.policy and self.replica is None:
-            self.engine.sync_weights(self.policy)
         tm["generate"] += time.perf_counter() - t0
         tm["tokens"] += ro.num_tokens
         return ro
@@ -317,19 +355,24 @@ class Trainer:
         tm["score"] += time.perf_counter() - t0
         return [bool(v.correct) for v in verdicts]
 
-    def _sample_round(self, model, pids, golds, n, seed, tm: dict) -> tuple[list[list[int]], list[bool]]:
-        """n responses to each prompt and their verdicts, prompt-major: one generate call seeded `seed`, or
-        (several shards) each shard seeded on its own and gathered on every rank (armor.spmd)."""
+    def _sample_round(self, model, pids, golds, n, seed, tm: dict) -> tuple[list[list[int]], list[bool], list]:
+        """n responses to each prompt, their verdicts and the engine's log-probs of their tokens, prompt-major: one
+        generate call seeded `seed`, or (several shards) each shard seeded on its own and gathered on every rank
+        (armor.spmd)."""
         if self.shards == 1:
             ro = self._generate(model, pids, n, seed, tm)
-            return ro.response_ids, self._grade(ro.texts, [golds[i] for i in ro.prompt_index], tm)
-        if self.replica is not None:
-            self._serve(model)      # a collective: every rank, whatever shards it draws
+            return (ro.response_ids, self._grade(ro.texts, [golds[i] for i in ro.prompt_index], tm),
+                    _engine_logprobs(ro))
+        t0 = time.perf_counter()
+        self._serve(model)          # a collective on several ranks: every rank, whatever shards it draws
+        tm["generate"] += time.perf_counter() - t0
         def work(idx, s):
             ro = self._generate(model, [pids[i] for i in idx], n, shard_seed(seed, s), tm)
-            return ro.response_ids, self._grade(ro.texts, [golds[idx[j]] for j in ro.prompt_index], tm)
+            return (ro.response_ids, self._grade(ro.texts, [golds[idx[j]] for j in ro.prompt_index], tm),
+                    _engine_logprobs(ro))
         parts = [p for p in sharded_map(self.dist, self.shards, len(pids), work) if p is not None]
-        return [x for resp, _ in parts for x in resp], [x for _, c in parts for x in c]
+        return ([x for part in parts for x in part[0]], [x for part in parts for x in part[1]],
+                [x for part in parts for x in part[2]])
 
     def collect(self, tm: dict, stats: dict) -> list[Group]:
         """Step 1 of Algorithm 1: sample, score and keep until B prompts are kept.
@@ -350,8 +393,8 @@ class Trainer:
             stats["prompts_drawn"] += len(prompts)
             stats["rounds"] += 1
             pids = [self.prompt_ids(p) for p in prompts]
-            responses, correct = self._sample_round(self.policy, pids, [p.answer for p in prompts], n_on,
-                                                    step_seed(cfg.seed, self.step, 1, rnd), tm)
+            responses, correct, logprobs = self._sample_round(self.policy, pids, [p.answer for p in prompts], n_on,
+                                                              step_seed(cfg.seed, self.step, 1, rnd), tm)
             faults.point("sample", self.step + 1)
             stats["correct"] += correct
             stats["lengths"] += [len(r) for r in responses]
@@ -369,11 +412,14 @@ class Trainer:
             for i in range(len(prompts)):
                 if keep[i] and len(kept) < B:
                     c = [bool(x) for x in on_correct[i].tolist()]
-                    g = Group(pids[i], prompts[i].answer, list(resp[i]), c, [False] * n_on)
+                    g = Group(pids[i], prompts[i].answer, list(resp[i]), c, [False] * n_on,
+                              logprobs[i * n_on:(i + 1) * n_on])
                     if anchor_of[i] is not None:
-                        g.responses.append(anchor_of[i])
+                        anchor, anchor_logprobs = anchor_of[i]
+                        g.responses.append(anchor)
                         g.correct.append(True)
                         g.is_anchor.append(True)
+                        g.engine_logprobs.append(anchor_logprobs)
                     kept.append(g)
         if len(kept) < B:
             msg = (f"step {self.step}: kept {len(kept)} of {B} prompts after rollout.max_rounds="
@@ -398,13 +444,15 @@ class Trainer:
 
         Lazy (the default): candidates are the prompts whose on-policy rewards are not all equal, taken in draw
         order in chunks of ceil(ANCHOR_CHUNK_MARGIN · still needed), until `need` prompts are kept or none is left; the prompts
-        behind them could not be kept this step anyway. Returns keep [P] bool and the anchors (None if not kept)."""
+        behind them could not be kept this step anyway. Returns keep [P] bool and each prompt's anchor with its
+        engine log-probs, (response, log-probs), or None if not kept."""
         a = self.cfg.algo.anchor
         P = len(prompts)
         passing = dynamic_sampling_keep(on_correct)
         order = [i for i in range(P) if passing[i] or not a.lazy]
         ref_correct = torch.zeros(P, a.ref_n, dtype=torch.bool)
         ref_resp: dict[int, list] = {}
+        ref_logp: dict[int, list] = {}
         chunk_no = 0
         while order:
             n_keep = int(anchor_keep(on_correct, ref_correct).sum())
@@ -412,19 +460,21 @@ class Trainer:
                 break
             take = len(order) if not a.lazy else math.ceil(ANCHOR_CHUNK_MARGIN * (need - n_keep))
             cand, order = order[:take], order[take:]
-            ref_responses, rc = self._sample_round(self.reference, [pids[i] for i in cand],
-                                                   [prompts[i].answer for i in cand], a.ref_n,
-                                                   step_seed(self.cfg.seed, self.step, 2, rnd, chunk_no), tm)
+            ref_responses, rc, ref_lps = self._sample_round(self.reference, [pids[i] for i in cand],
+                                                            [prompts[i].answer for i in cand], a.ref_n,
+                                                            step_seed(self.cfg.seed, self.step, 2, rnd, chunk_no), tm)
             faults.point("anchor", self.step + 1)
             stats["ref_samples"] += len(rc)
             for j, i in enumerate(cand):
                 sl = slice(j * a.ref_n, (j + 1) * a.ref_n)
                 ref_correct[i] = torch.tensor(rc[sl])
                 ref_resp[i] = ref_responses[sl]
+                ref_logp[i] = ref_lps[sl]
             chunk_no += 1
         keep = anchor_keep(on_correct, ref_correct)
         first = first_correct_index(ref_correct)
-        return keep, [ref_resp[i][int(first[i])] if keep[i] else None for i in range(P)]
+        return keep, [(ref_resp[i][int(first[i])], ref_logp[i][int(first[i])]) if keep[i] else None
+                      for i in range(P)]
 
     # ---------------------------------------------------------------------------------------- update
     def train_step(self) -> dict:
@@ -485,11 +535,13 @@ class Trainer:
             order = torch.randperm(n_prompts, generator=g).tolist()
             minibatches += [torch.tensor([p * G + j for p in order[s:s + per_mb] for j in range(G)],
                                          device=self.device) for s in range(0, n_prompts, per_mb)]
-        # several ranks: rank r computes part r of every mini-batch (armor.spmd); `need` are the rows it touches,
-        # `own` those it accounts for in the step's metrics (its parts of the first epoch: each row once)
+        # several ranks: rank r computes its part of every mini-batch (armor.spmd), in micro-batches of rows or of
+        # tokens (armor.microbatch); `need` are the rows it touches, `own` those it accounts for in the step's
+        # metrics (its parts of the first epoch: each row once)
         W = self.dist.world_size
-        parts = [row_parts(rows, W, mb) for rows in minibatches]
-        local = [pp[self.dist.rank] for pp, _ in parts]
+        plans = [microbatch.plan(rows, batch.seq_lens, W, mb, cfg.batch.micro_batch_tokens)[self.dist.rank]
+                 for rows in minibatches]
+        local = [torch.cat(p) for p in plans]
         need = torch.zeros(len(responses), dtype=torch.bool, device=self.device)
         for rows in local:
             need[rows] = True
@@ -503,13 +555,13 @@ class Trainer:
         old_logp, entropy = torch.zeros_like(mask), torch.zeros_like(mask)
         if bool(todo.any()) or W > 1:       # with several ranks each pass is a collective: every rank runs it
             rest = todo.nonzero()[:, 0]
-            old_logp[rest], entropy[rest] = self._logprobs(self.policy, batch, rest, mb, temp, with_entropy=True)
+            old_logp[rest], entropy[rest] = self._logprobs(self.policy, batch, rest, temp, with_entropy=True)
         needs_ref = (a.kl.coef != 0.0 or a.mix.variant != "plain" or a.reference.kl_monitor
                      or (a.distill.mode != "none" and self.teacher is self.reference))
         all_need = need.nonzero()[:, 0]
 
         def frozen_logprobs(model):   # [N, R]: every row on one rank; on several, this rank's rows (others 0)
-            lp = self._logprobs(model, batch, all_need, mb, temp)[0]
+            lp = self._logprobs(model, batch, all_need, temp)[0]
             if W == 1:
                 return lp
             full = torch.zeros_like(mask)
@@ -525,19 +577,17 @@ class Trainer:
 
         t1 = time.perf_counter()
         sums: dict[str, float] = {}
-        for i, (rows, (_, n_micro)) in enumerate(zip(minibatches, parts)):
+        for i, rows in enumerate(minibatches):
             mb_mask = mask[rows]            # the whole mini-batch's tokens: the normaliser is global
             normalizer = mb_mask.sum() if a.loss_agg == "token-mean" else torch.tensor(float(len(rows)))
             self.optimizer.zero_grad(set_to_none=True)
             mstats: dict[str, float] = {}
-            mine = local[i]
-            for m in range(n_micro if W > 1 else math.ceil(len(mine) / mb)):
-                r = mine[m * mb:(m + 1) * mb]
+            for r in plans[i]:
                 weight = 1.0
                 if len(r) == 0:             # a rank short of rows joins the collective with a zero-weight row
                     r, weight = rows[:1], 0.0
                 fill = i == 0 and weight > 0 and not bool(todo[r].all())
-                logp, ent = forward_logprobs(self.policy, batch.rows(r), temp, with_entropy=fill)
+                logp, ent = self._forward(self.policy, batch, r, temp, with_entropy=fill)
                 if fill:
                     old_logp[r], entropy[r] = logp.detach(), ent
                 loss, metrics = policy_loss(
@@ -547,9 +597,10 @@ class Trainer:
                     loss_agg=a.loss_agg, normalizer=normalizer, kl_coef=a.kl.coef, kl_estimator=a.kl.estimator)
                 # FSDP2 averages gradients over ranks: W x (this rank's share of the global-normalised loss)
                 (loss * (W * weight) if W > 1 else loss).backward()
-                w = weight * len(r) / len(rows)
+                # token means weighted by this micro-batch's share of the mini-batch's tokens, sums as they are
+                share = weight * float(mask[r].sum() / mb_mask.sum().clamp(min=1.0))
                 for k, v in metrics.items():
-                    mstats[k] = mstats.get(k, 0.0) + w * float(v)
+                    mstats[k] = mstats.get(k, 0.0) + (weight if k in ADDITIVE_METRICS else share) * float(v)
                 mstats["loss"] = mstats.get("loss", 0.0) + weight * float(loss.detach())
             if W > 1:                       # the mini-batch's metrics: every rank's parts summed
                 keys = sorted(mstats)
@@ -579,26 +630,57 @@ class Trainer:
                 fwd = torch.clamp(torch.exp(lr) * lr - torch.expm1(lr), min=0.0)
                 out.update(kl_reverse=global_masked_mean(self.dist, k3, on_mask, own),
                            kl_forward=global_masked_mean(self.dist, fwd, on_mask, own))
+        eng_lp, has_lp = pad_token_values([lp for g in groups for lp in g.engine_logprobs], mask.shape[1],
+                                          self.device)
+        if bool(has_lp.any()):              # training/inference mismatch on the sampled on-policy tokens
+            m = on_mask * has_lp
+            out["logprob_mismatch"] = (float(logprob_mismatch(eng_lp, old_logp, m)) if W == 1 else
+                                       global_masked_mean(self.dist, (eng_lp - old_logp).abs() * m, m, own))
         self.optimizer.zero_grad(set_to_none=True)
         out.update({k: v / max(1, n_updates) for k, v in sums.items()})
         out["updates"] = n_updates
         tm["update"] += time.perf_counter() - t1
         return out
 
-    def _logprobs(self, model, batch, rows: torch.Tensor, mb: int, temp: float, with_entropy: bool = False):
-        """Log-probs (and entropy) of `rows` without gradients, [len(rows), R]. One rank: the whole batch at once
-        when `rows` is all of it. Several: every rank runs the same number of micro-batches (collectives)."""
-        n = batch.input_ids.shape[0]
-        if self.dist.world_size == 1:
-            if len(rows) == n and bool((rows == torch.arange(n, device=rows.device)).all()):
-                return batched_logprobs(model, batch, mb, temp, with_entropy=with_entropy)
-            return batched_logprobs(model, batch.rows(rows), mb, temp, with_entropy=with_entropy)
-        counts = self.dist.all_gather_object(len(rows))
-        n_micro = max(1, max(math.ceil(c / mb) for c in counts))
-        pad = rows.new_zeros(n_micro * mb - len(rows))       # row 0 again, results dropped
-        lp, ent = batched_logprobs(model, batch.rows(torch.cat([rows, pad])), mb, temp, with_entropy=with_entropy)
+    def _forward(self, model, batch, rows: torch.Tensor, temp: float, with_entropy: bool = False):
+        """forward_logprobs of one micro-batch `rows`, [len(rows), R]: by tokens, the rows padded to their own
+        longest only (TokenBatch.trim) and the result padded back to the step's R with zeros (masked)."""
+        b = self.cfg.batch
+        sub = batch.rows(rows)
+        if b.micro_batch_tokens is None:
+            return forward_logprobs(model, sub, temp, with_entropy=with_entropy, chunk_tokens=b.logprob_chunk_tokens)
+        logp, ent = forward_logprobs(model, sub.trim(), temp, with_entropy=with_entropy,
+                                     chunk_tokens=b.logprob_chunk_tokens)
+        pad = (0, batch.response_mask.shape[1] - logp.shape[1])
+        return F.pad(logp, pad), (F.pad(ent, pad) if ent is not None else None)
+
+    @torch.no_grad()
+    def _logprobs(self, model, batch, rows: torch.Tensor, temp: float, with_entropy: bool = False):
+        """Log-probs (and entropy) of `rows` without gradients, [len(rows), R], in this rank's micro-batches
+        (armor.microbatch.split). Several ranks: every rank runs as many micro-batches as the busiest one (each
+        forward is a collective); the extra ones run row 0 and are dropped."""
+        b = self.cfg.batch
+        micro = microbatch.split(rows, batch.seq_lens, b.micro_batch_responses, b.micro_batch_tokens)
+        if self.dist.distributed:
+            micro = microbatch.equalize(micro, self.dist.all_gather_object(len(micro)))
+        where = torch.empty(batch.input_ids.shape[0], dtype=torch.long, device=rows.device)
+        where[rows] = torch.arange(len(rows), device=rows.device)
+        R = batch.response_mask.shape[1]
+        lp = torch.zeros(len(rows), R, device=rows.device)
+        ent = torch.zeros(len(rows), R, device=rows.device) if with_entropy else None
+        was_training = model.training
+        model.eval()
+        for r in micro:
+            if len(r) == 0:
+                self._forward(model, batch, rows.new_zeros(1), temp, with_entropy)
+                continue
+            out, e = self._forward(model, batch, r, temp, with_entropy)
+            lp[where[r]] = out
+            if e is not None:
+                ent[where[r]] = e
+        model.train(was_training)
         parallel.reshard(model)
-        return lp[:len(rows)], (ent[:len(rows)] if ent is not None else None)
+        return lp, ent
 
     def maybe_reset_reference(self) -> bool:
         """Reference reset: θref <- θ every τ steps (until `until_step`, then πref stays frozen)."""
@@ -627,12 +709,12 @@ class Trainer:
                                     max_new_tokens=self.cfg.lengths.max_response,
                                     seed=step_seed(self.cfg.seed, self.step, 4))
             if self.shards == 1:
-                self.engine.sync_weights(self.policy)
+                self._serve(self.policy)
                 recs = sample_and_grade(self.engine, self.tokenizer, problems, self.cfg.data.prompt_template,
                                         params, self.grader)
                 recs = [(r.correct, r.length) for r in recs]
             else:                       # shard s of the problems seeded shard_seed(seed, s), gathered (armor.spmd)
-                self.engine.sync_weights(self._serve(self.policy))
+                self._serve(self.policy)        # a collective on several ranks: before the shards
                 def work(idx, s, problems=problems, params=params):
                     sp = dataclasses.replace(params, seed=shard_seed(params.seed, s))
                     return [(r.correct, r.length) for r in sample_and_grade(
@@ -663,32 +745,33 @@ class Trainer:
         return prot
 
     def save(self) -> None:
-        """The step's checkpoint (armor.checkpoint). Several ranks: the policy's (and a differing πref's) full
-        tensors and the optimizer's full state are gathered, rank 0 writes the same layout one rank does (an HF
-        folder that loads as it is), so it resumes on any world size."""
-        ref = None
-        if self.reference_step is not None and self.reference_step != self.step:
-            ref = self.reference
-        if self.dist.distributed:
-            weights = parallel.full_state_dict(self.policy)
-            ref_weights = parallel.full_state_dict(ref) if ref is not None else None
-            optim = ckpt.full_optimizer_state(self.policy, self.optimizer)
-            if self.dist.is_main:
-                self._write_checkpoint(optim, self.replica, weights, ref_weights)
-            self.dist.barrier()
+        """The step's checkpoint (armor.checkpoint). Several ranks: every rank writes its optimizer shards
+        (torch.distributed.checkpoint) and RNG; the policy's (and a differing πref's) full weights are gathered
+        to rank 0, which writes the HF folder one rank writes (it loads as it is in transformers, vLLM,
+        lm-eval) and the rest of the training state. Either layout resumes on any world size."""
+        if not self.dist.distributed:
+            self._write_checkpoint(self.optimizer.state_dict(), self.policy, None, None)
             return
-        self._write_checkpoint(self.optimizer.state_dict(), self.policy, None, None)
+        tmp = self.dist.all_gather_object(
+            ckpt.begin_checkpoint(self.run_dir, self.step) if self.dist.is_main else None)[0]
+        ckpt.save_sharded_optimizer(tmp, self.policy, self.optimizer, self.dist.rank)
+        ref = self.reference if self.reference_step is not None and self.reference_step != self.step else None
+        weights = parallel.full_state_dict(self.policy, rank0_cpu=True)
+        ref_weights = parallel.full_state_dict(ref, rank0_cpu=True) if ref is not None else None
+        if self.dist.is_main:
+            self._write_checkpoint(None, self.skeleton, weights, ref_weights, tmp=tmp)
+        self.dist.barrier()
 
-    def _write_checkpoint(self, optim: dict, model, weights, ref_weights) -> None:
+    def _write_checkpoint(self, optim: dict | None, model, weights, ref_weights, tmp: Path | None = None) -> None:
         ref = None
         if self.reference_step is not None and self.reference_step != self.step:
-            ref = self.reference if ref_weights is None else self.replica
-        state = {"step": self.step, "optimizer": optim,
+            ref = self.reference if ref_weights is None else self.skeleton
+        state = {"step": self.step, "optimizer": optim, "world_size": self.dist.world_size,
                  "scheduler": self.scheduler.state_dict(), "data": self.stream.state_dict(),
                  "reference_step": self.reference_step, "best_val": self.best_val, "shards": self.shards,
                  "reference_source": self.ref_path if self.reference_step is None else f"step {self.reference_step}"}
         ckpt.save_checkpoint(self.run_dir, self.step, model, self.tokenizer, state, reference=ref,
-                             weights=weights, reference_weights=ref_weights)
+                             weights=weights, reference_weights=ref_weights, tmp=tmp)
         faults.point("saved", self.step)
         ckpt.prune(self.run_dir, self.cfg.schedule.keep_last, self.protected_steps() | {self.step})
 

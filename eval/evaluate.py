@@ -602,9 +602,21 @@ def _pick_device(device: str | None) -> str:
     return device
 
 
+def _context_length(jobs: list[Job], tokenizer) -> int:
+    """The vLLM engine's context length for `jobs`: their longest encoded prompt plus their largest response
+    budget. Without it vLLM takes the model's max_position_embeddings (4096 for Qwen2.5-Math-7B) and silently
+    caps responses there."""
+    from eval.sampling import encode_prompt
+    longest = max(len(encode_prompt(tokenizer, p.problem, j.plan.template)) for j in jobs for p in j.plan.data)
+    return longest + max(int(j.settings["max_new_tokens"]) for j in jobs)
+
+
 @contextlib.contextmanager
 def _loaded_engine(ckpt: Path, engine: str, *, device: str, dtype: str | None, max_batch: int, seed: int,
-                   engine_kwargs: dict | None = None):
+                   engine_kwargs: dict | None = None, context_length: Callable[[object], int] | None = None):
+    """The engine and tokenizer for `ckpt`. hf: the model in-process. vllm: a standalone engine that loads the
+    checkpoint folder's weights itself (nothing is pushed: a random-weight start followed by a push only pays
+    off when weights change, as in training), with max_model_len = context_length(tokenizer)."""
     from armor.policy import load_model, load_tokenizer
     from armor.rollout import build_engine
     tok = load_tokenizer(str(ckpt))
@@ -620,7 +632,10 @@ def _loaded_engine(ckpt: Path, engine: str, *, device: str, dtype: str | None, m
         kw = dict(engine_kwargs or {})
         if dtype:
             kw["dtype"] = dtype
-        eng = build_engine("vllm", None, tok, model_path=str(ckpt), seed=seed, **kw)
+        if context_length is None:
+            raise EvalError("engine vllm: the context length (longest prompt + max_new_tokens) is needed")
+        eng = build_engine("vllm", None, tok, model_path=str(ckpt), seed=seed, colocate=False,
+                           max_model_len=context_length(tok), **kw)
         try:
             yield eng, tok
         finally:  # best effort: vLLM does not always give its GPU memory back in-process
@@ -764,7 +779,8 @@ def _execute(ckpt: Path, jobs: list[Job], com: _Common, *, device, dtype, grader
     graders = _Graders(grader_workers, grader_timeout_s)
     try:
         with _loaded_engine(ckpt, com.engine, device=dev, dtype=dtype, max_batch=com.max_batch, seed=com.seed,
-                            engine_kwargs=engine_kwargs) as (eng, tok):
+                            engine_kwargs=engine_kwargs,
+                            context_length=lambda tok: _context_length(todo, tok)) as (eng, tok):
             for j in todo:
                 if j.state == "resume":
                     log(f"{j.samples_path}: resuming")

@@ -440,6 +440,17 @@ def start_point(preset: Preset, root: Path, arm: Arm, seed: int) -> Optional[dic
     return {"step": int(pk["step"]), "checkpoint": pk["checkpoint"]}
 
 
+def train_memory(preset: Preset, arm: Arm, res) -> str:
+    """The dry run's line for a GPU train job: its ranks and the per-rank memory estimate (armor.memory)."""
+    from armor import memory
+    shape = memory.model_shape(preset.cfg.model.path)
+    ranks = f"{res.world_size} ranks ({res.nodes} node(s) x {res.ranks_per_node})"
+    if shape is None:
+        return f"{ranks}; memory: model shape unknown (stage the model, or add it to armor.memory.KNOWN)"
+    cfg = load_config(preset.path, arm.overrides)
+    return f"{ranks}; " + memory.describe(memory.estimate(cfg, res.world_size, shape), cfg)
+
+
 def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Optional[dict] = None,
                     stage_dir: Optional[Path] = None) -> list[str]:
     """The full override list of `python -m armor.train --config <preset> ...` for one arm and seed. With a
@@ -805,6 +816,8 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
                 f = fixed_peak(preset, arm.baseline)
                 start = {"step": f, "checkpoint": str(ckpt_dir(run_dir(root, preset, arm.baseline, s), f))}
             info = {"arm": arm.name, "figures": ",".join(arm.figures)}
+            if res["train"].gpus_per_node:
+                info["memory"] = train_memory(preset, arm, res["train"])
             if arm.stage == 1 or start is not None:
                 info["overrides"] = " ".join(train_overrides(preset, root, arm, s, start, sd if items else None))
             else:

@@ -129,6 +129,8 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
         if show_commands:
             if j.kind == "train" and j.info.get("overrides"):
                 print(f"{'':<{w}}    armor.train {j.info['overrides']}")
+            if j.kind == "train" and j.info.get("memory"):
+                print(f"{'':<{w}}    {j.info['memory']}")
             elif j.kind == "evaluate":
                 print(f"{'':<{w}}    eval.evaluate --benchmarks {j.info.get('benchmarks')} "
                       f"--protocol {j.info.get('protocol')} (checkpoints chosen at run time)")

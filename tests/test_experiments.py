@@ -235,6 +235,9 @@ def test_dry_run_qwen25_math_7b(tmp_path):
                  "step_offset=140", "schedule.total_steps=240", "algo.mix.alpha=0.9375",
                  "algo.reference.reset.every=160"):
         assert frag in cmd
+    mem = lines[lines.index(row) + 2]        # ranks and the per-rank memory estimate (armor.memory)
+    assert mem.strip().startswith("128 ranks (16 node(s) x 8); update memory/rank ~")
+    assert "context 10240 tokens" in mem and "0.6 of the GPU" in mem
     late = lines[lines.index(next(l for l in lines if l.startswith("stage2/armor_late/seed0"))) + 1]
     assert "step_000200" in late and "step_offset=200" in late
     assert next(l for l in lines if l.startswith("eval/armor/seed0")).split()[2] == "1x1gpu"
@@ -260,6 +263,7 @@ def test_dry_run_qwen3_8b_base(tmp_path):
     assert "16x8gpu" in row
     cmd = lines[lines.index(row) + 1]
     assert "algo.mix.alpha=0.875" in cmd and "algo.reference.reset.until_step=110" in cmd and "step_offset=70" in cmd
+    assert "context 22528 tokens" in lines[lines.index(row) + 2]
     assert "16 jobs: 0 done, 0 queued, 0 running, 16 to run" in out   # 15 + the staging job
 
 

@@ -376,3 +376,19 @@ def test_no_nan_extreme_logprobs_and_padded_rows():
                           kl_coef=1.0)
     loss.backward()
     assert loss == 0 and (lp.grad == 0).all()
+
+
+# ----------------------------------------------------------------------------- training/inference mismatch
+
+def test_logprob_mismatch_by_hand():
+    """mean |log π_engine − log π_trainer| over the masked (on-policy, sampled) tokens; padding and -inf ignored."""
+    from armor.objectives import logprob_mismatch, pad_token_values
+    eng, have = pad_token_values([[-1.0, -2.0], [-0.5], [-0.25, -0.5, -0.75, -1.0]], 3)
+    assert eng.tolist() == [[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0], [-0.25, -0.5, -0.75]]     # the last row cut
+    assert have.tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1]]
+    trainer = torch.tensor([[-1.5, -1.0, float("-inf")], [-0.5, -3.0, 0.0], [-0.25, -0.5, -0.5]])
+    on_policy = torch.tensor([1.0, 1.0, 0.0])[:, None]          # row 2 is an anchor: not compared
+    # |−1 − (−1.5)| = 0.5, |−2 − (−1)| = 1, |−0.5 − (−0.5)| = 0  ->  1.5 / 3
+    assert logprob_mismatch(eng, trainer, have * on_policy) == 0.5
+    assert logprob_mismatch(eng, eng, have) == 0.0
+    assert logprob_mismatch(eng, trainer, torch.zeros_like(have)) == 0.0   # no token: 0, not NaN

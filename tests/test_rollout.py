@@ -1,4 +1,4 @@
-"""The HF rollout engine's two decoders: the static-KV-cache stepper must give the model's own logits."""
+"""The HF rollout engine: the static-KV-cache stepper must give the model's own logits; weight sync is versioned."""
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
@@ -169,3 +169,22 @@ def test_small_cpu_decodes_run_on_one_thread_and_restore_the_count(monkeypatch):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_hf_engine_sync_is_versioned():
+    """sync_weights(model, version): a version the engine holds costs nothing (no push counted), another one
+    points the engine at its module; unnamed weights (version None) always move. Swapping to a reference and
+    back samples exactly what the policy sampled before."""
+    policy, reference = MODELS["qwen2"](), MODELS["qwen2-gqa"]()
+    eng = HFEngine(policy, _Tok())
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=3)
+    assert eng.sync_weights(policy, ("policy", 0)) is True and eng.pushes == 1
+    before = eng.generate([[5, 6, 7]], params)
+    assert eng.sync_weights(policy, ("policy", 0)) is False and eng.pushes == 1
+    assert eng.sync_weights(reference, ("reference", 0)) is True and eng.model is reference
+    assert eng.sync_weights(reference, ("reference", 0)) is False
+    assert eng.generate([[5, 6, 7]], params).logprobs != before.logprobs      # the reference's distribution
+    assert eng.sync_weights(policy, ("policy", 1)) is True and eng.model is policy and eng.version == ("policy", 1)
+    again = eng.generate([[5, 6, 7]], params)
+    assert (again.response_ids, again.logprobs) == (before.response_ids, before.logprobs)
+    assert eng.sync_weights(policy) is True and eng.sync_weights(policy) is True and eng.pushes == 5

@@ -1,9 +1,10 @@
 """Rollout engines behind one interface; the engine is chosen by config (`rollout.engine`)."""
-from armor.rollout.base import Rollout, RolloutEngine, SamplingParams
+from armor.rollout.base import Rollout, RolloutEngine, SamplingParams, prompt_seed
 
 
 def build_engine(kind: str, model, tokenizer, *, model_path: str = "", **kw) -> RolloutEngine:
-    """`hf` serves an in-process module; `vllm` loads `model_path` into a vLLM engine (GPU)."""
+    """`hf` serves an in-process module (keywords max_batch, static_cache); `vllm` starts a vLLM engine from
+    `model_path` (GPU; keywords of armor.rollout.vllm_engine.VLLMEngine, max_model_len required)."""
     if kind == "hf":
         from armor.rollout.hf import HFEngine
         return HFEngine(model, tokenizer, **{k: v for k, v in kw.items() if k in ("max_batch", "static_cache")})
@@ -14,4 +15,4 @@ def build_engine(kind: str, model, tokenizer, *, model_path: str = "", **kw) -> 
     raise ValueError(f"rollout.engine: unknown engine {kind!r} (known: hf, vllm)")
 
 
-__all__ = ["Rollout", "RolloutEngine", "SamplingParams", "build_engine"]
+__all__ = ["Rollout", "RolloutEngine", "SamplingParams", "build_engine", "prompt_seed"]

@@ -1,8 +1,15 @@
-"""The rollout-engine interface: one engine serves the policy and, with swapped weights, the reference."""
+"""The rollout-engine interface: one engine serves the policy and, with swapped weights, the reference.
+
+Weights are versioned: the trainer names what it hands over, ("policy", optimizer steps so far) or ("reference",
+resets so far), and an engine that already holds that version does nothing. So asking before every generate call
+is free, and a round with anchors costs at most one policy -> reference -> policy swap.
+"""
 from __future__ import annotations
 
 import abc
+import hashlib
 from dataclasses import dataclass, field
+from typing import Hashable
 
 import torch
 
@@ -48,14 +55,38 @@ class Rollout:
         return sum(len(r) for r in self.response_ids)
 
 
+def prompt_seed(seed: int, index: int) -> int:
+    """The sampling seed of prompt `index` of a generate call seeded `seed` (a 62-bit hash): engines that seed
+    each request (vLLM) give every prompt its own stream, so a prompt's samples do not depend on which other
+    prompts share its call or how the engine batches them."""
+    digest = hashlib.blake2b(repr(("prompt", seed, index)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % (2 ** 62)
+
+
 class RolloutEngine(abc.ABC):
     """Generates responses for token-id prompts with the weights last given to `sync_weights`."""
 
     tokenizer = None
+    version: Hashable | None = None   # the weights held: what the last sync was told (None: unknown)
+    pushes: int = 0                   # syncs that moved weights (the others found the version held already)
 
     @abc.abstractmethod
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout: ...
 
+    def sync_weights(self, model: torch.nn.Module, version: Hashable | None = None) -> bool:
+        """Serve `model`'s current weights from now on (the policy's, or the reference's for anchors).
+
+        `version` names those weights, e.g. ("policy", optimizer_step) or ("reference", reset_count): when the
+        engine holds that version already nothing is done. None means "unnamed": always push. Returns whether
+        weights were pushed."""
+        if version is not None and version == self.version:
+            return False
+        self.version = None                  # a push that fails half-way leaves weights no version names
+        self._push(model)
+        self.version = version
+        self.pushes += 1
+        return True
+
     @abc.abstractmethod
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        """Serve `model`'s current weights from now on (the policy's, or the reference's for anchors)."""
+    def _push(self, model: torch.nn.Module) -> None:
+        """Make the engine sample from `model`'s current weights (called by sync_weights when they changed)."""

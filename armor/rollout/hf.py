@@ -45,7 +45,7 @@ class HFEngine(RolloutEngine):
             self.eos_ids |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos])
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids))
 
-    def sync_weights(self, model: torch.nn.Module) -> None:
+    def _push(self, model: torch.nn.Module) -> None:
         self.model = model   # same process, same device: serving a module is pointing at it
 
     @torch.inference_mode()

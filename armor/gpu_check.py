@@ -1,0 +1,218 @@
+"""GPU check: the paper-scale update path on one GPU, with a random-weight model of Qwen2.5-Math-7B's widths.
+
+    python -m armor.gpu_check --out DIR                      # H200: a few minutes; writes DIR/gpu_check.json
+    python -m armor.gpu_check --out DIR --tiny --device cpu  # the same code on CPU in seconds (tests run it)
+
+No hub is needed: the model is built from Qwen2.5-Math-7B's widths (armor.memory.KNOWN) with `--layers` decoder
+layers and random weights, and the batch is `--rows` random responses of `--response` tokens after a
+`--prompt`-token prompt. The model is sharded with FSDP2 exactly as the trainer does (armor.parallel: fp32 master
+weights, bf16 compute, activation checkpointing) in a one-rank process group. Phases, each with its seconds and
+peak memory (CUDA: max_memory_allocated, reset per phase; CPU: the process's peak resident growth):
+  logprobs_full     no-grad log-probs of the batch with the full-vocabulary log-softmax
+  logprobs_chunked  the same, `--chunk` positions at a time (batch.logprob_chunk_tokens); max |Δ| to the full
+  update            `--steps` updates (chunked log-probs, policy loss, backward, clip, AdamW): tokens/s and the
+                    model FLOPs utilisation, 6·N·tokens (+ attention) per second over `--peak-tflops`
+  checkpoint        the full state dict and the optimizer's full state gathered, the weights written (safetensors)
+  vllm              armor.rollout.vllm_engine.vllm_check when vllm imports (dummy load, push, generate, swap
+                    to the reference and back, sleep/wake; tokens/s and push seconds), else a line saying so
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from armor import parallel
+from armor.memory import KNOWN, ModelShape
+from armor.objectives import policy_loss
+from armor.policy import forward_logprobs, make_token_batch
+
+TINY = ModelShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16, vocab=1000, tied=False,
+                  max_positions=4096)
+
+
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class Phase:
+    """Seconds and peak memory of a block: `with Phase(dev) as p: ...; p.result`."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            self.base = _peak_rss()
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated()
+            self.result = {"seconds": time.perf_counter() - self.t0, "peak_gib": peak / 2 ** 30,
+                           "extra_gib": (peak - self.base) / 2 ** 30}
+        else:
+            self.result = {"seconds": time.perf_counter() - self.t0,
+                           "extra_gib": max(0, _peak_rss() - self.base) / 2 ** 30}
+        return False
+
+
+def build_model(shape: ModelShape, layers: int, max_len: int, device: torch.device):
+    """A random-weight Qwen2 causal LM of `shape`'s widths with `layers` decoder layers, fp32, on `device`."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+    cfg = Qwen2Config(hidden_size=shape.hidden, intermediate_size=shape.intermediate, num_hidden_layers=layers,
+                      num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+                      vocab_size=shape.vocab, tie_word_embeddings=shape.tied,
+                      max_position_embeddings=max(max_len, shape.max_positions))
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    from armor.policy import enable_activation_checkpointing
+    enable_activation_checkpointing(model)
+    return model
+
+
+def flops_per_token(shape: ModelShape, layers: int, seq: int) -> float:
+    """Training FLOPs per token: 6 x the matmul parameters (all but the input embeddings) + attention's
+    12 x layers x (heads x head_dim) x seq (forward and backward; recomputation not counted, as MFU is)."""
+    s = ModelShape(**{**shape.__dict__, "layers": layers})
+    matmul = s.params - shape.vocab * shape.hidden
+    return 6 * matmul + 12 * layers * shape.heads * shape.head_dim * seq
+
+
+def run(a) -> dict:
+    device = torch.device("cuda" if a.device == "cuda" else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(0)
+    if not torch.distributed.is_initialized():     # FSDP2 needs a group; one rank, no network
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                             store=torch.distributed.HashStore(), rank=0, world_size=1)
+    shape = TINY if a.tiny else KNOWN["Qwen/Qwen2.5-Math-7B"]
+    layers = shape.layers if a.tiny else a.layers
+    seq = a.prompt + a.response
+    compute = torch.float32 if a.tiny and device.type == "cpu" else torch.bfloat16
+    report = {"device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
+              "torch": torch.__version__, "model": {"widths": "tiny" if a.tiny else "Qwen/Qwen2.5-Math-7B",
+                                                    "layers": layers, "vocab": shape.vocab},
+              "batch": {"rows": a.rows, "prompt": a.prompt, "response": a.response, "chunk": a.chunk},
+              "compute_dtype": str(compute).replace("torch.", "")}
+    model = build_model(shape, layers, seq, device)
+    n_params = sum(p.numel() for p in model.parameters())
+    report["model"]["params"] = n_params
+    parallel.shard_model(model, compute)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.1)
+
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, shape.vocab, (a.prompt,), generator=g).tolist() for _ in range(a.rows)]
+    responses = [torch.randint(3, shape.vocab, (a.response,), generator=g).tolist() for _ in range(a.rows)]
+    batch = make_token_batch(prompts, responses, pad_id=0).to(device)
+    mask = batch.response_mask.float()
+
+    phases = {}
+    model.eval()
+    with torch.no_grad():
+        with Phase(device) as p:
+            full, _ = forward_logprobs(model, batch, 1.0)
+        phases["logprobs_full"] = p.result
+        with Phase(device) as p:
+            chunked, _ = forward_logprobs(model, batch, 1.0, chunk_tokens=a.chunk)
+        phases["logprobs_chunked"] = {**p.result, "max_abs_diff_to_full": float((chunked - full).abs().max())}
+    parallel.reshard(model)
+    old = chunked.detach()
+    del full
+    model.train()
+    adv = torch.randn(a.rows, device=device)[:, None].expand_as(mask)
+    with Phase(device) as p:
+        for _ in range(a.steps):
+            opt.zero_grad(set_to_none=True)
+            logp, _ = forward_logprobs(model, batch, 1.0, chunk_tokens=a.chunk)
+            loss, _ = policy_loss(logp, old, adv, mask, normalizer=mask.sum())
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+    tokens = a.steps * a.rows * seq
+    sec = p.result["seconds"]
+    flops = flops_per_token(shape, layers, seq) * tokens / sec
+    phases["update"] = {**p.result, "tokens_per_s": tokens / sec, "tflops": flops / 1e12,
+                        "mfu": flops / (a.peak_tflops * 1e12) if device.type == "cuda" else None}
+    folder = Path(a.out) / "model"          # an HF folder of the trained weights (the vLLM part loads it)
+    with Phase(device) as p:
+        from safetensors.torch import save_file
+        from armor.checkpoint import full_optimizer_state
+        weights = {k: v.detach().cpu().contiguous() for k, v in parallel.full_state_dict(model).items()}
+        optim = full_optimizer_state(model, opt)
+        folder.mkdir(parents=True, exist_ok=True)
+        model.config.save_pretrained(folder)
+        save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        del optim, weights
+    phases["checkpoint"] = {**p.result, "gib_written": (folder / "model.safetensors").stat().st_size / 2 ** 30}
+    report["phases"] = phases
+    del model, opt, batch, old, chunked, logp, loss       # the GPU back for the engine
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    report["vllm"] = _vllm(folder, a)
+    return report
+
+
+def _vllm(folder: Path, a) -> dict:
+    try:
+        import vllm  # noqa: F401  (only whether it imports)
+    except ImportError:
+        return {"vllm": "skipped: vllm is not importable (pip install -c constraints/gpu.txt -e '.[gpu]')"}
+    from armor.rollout import vllm_engine
+    # 16 prompts x 2 samples; random weights seldom stop early, so responses are capped to keep the check short
+    return vllm_engine.vllm_check(str(folder), {"prompt": a.prompt, "response": min(a.response, 2048)})
+
+
+def _print(report: dict) -> None:
+    print(f"GPU check on {report['device']} (torch {report['torch']}): {report['model']['widths']} widths, "
+          f"{report['model']['layers']} layers, {report['model']['params'] / 1e9:.2f}B parameters; "
+          f"{report['batch']['rows']} x ({report['batch']['prompt']} + {report['batch']['response']}) tokens")
+    for name, r in report["phases"].items():
+        extra = "".join(f"  {k} {v:.4g}" for k, v in r.items()
+                        if k not in ("seconds", "peak_gib", "extra_gib") and isinstance(v, float))
+        peak = f"peak {r['peak_gib']:.2f} GiB, " if "peak_gib" in r else ""
+        print(f"  {name:<17} {r['seconds']:8.2f} s  {peak}+{r['extra_gib']:.2f} GiB{extra}")
+    print(f"  vllm: {report['vllm']}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m armor.gpu_check", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="folder for gpu_check.json (created)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--tiny", action="store_true", help="tiny widths (a CPU test of the same code)")
+    ap.add_argument("--layers", type=int, default=4, help="decoder layers of the 7B-width model")
+    ap.add_argument("--rows", type=int, default=2, help="responses in the micro-batch")
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--response", type=int, default=8192)
+    ap.add_argument("--chunk", type=int, default=1024, help="batch.logprob_chunk_tokens")
+    ap.add_argument("--steps", type=int, default=3, help="timed updates")
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak (H100/H200: 989)")
+    a = ap.parse_args(argv)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("gpu_check: --device cuda, but torch sees no GPU (use --device cpu --tiny to test the code)",
+              file=sys.stderr)
+        return 2
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    report = run(a)
+    (Path(a.out) / "gpu_check.json").write_text(json.dumps(report, indent=1))
+    _print(report)
+    torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())

@@ -1,0 +1,362 @@
+"""The vLLM adapter's contract, checked on CPU against a fake `vllm` (tests/fake_vllm/vllm), since vLLM cannot be
+installed here. The fake has the vllm-0.33.0 signatures the adapter calls, read from the released wheel's source:
+
+    LLM(model, *, skip_tokenizer_init, tensor_parallel_size, dtype, seed, gpu_memory_utilization, hf_overrides,
+        **EngineArgs)
+                                                  vllm/entrypoints/llm.py:177 (EngineArgs fields:
+                                                  engine/arg_utils.py:515 load_format, :520 max_model_len,
+                                                  :531 distributed_executor_backend, :627 logprobs_mode,
+                                                  :799 enable_sleep_mode; logprobs modes config/model.py:101)
+    LLM.generate(prompts, sampling_params, *, use_tqdm, ...)          entrypoints/llm.py:417
+    LLM.collective_rpc(method, timeout, args, kwargs)                 entrypoints/llm.py:573
+      "reload_weights"(weights_iterator, weights_path, is_checkpoint_format)
+                                                  v1/worker/gpu_worker.py:636, v1/worker/gpu_model_runner.py:5226
+    LLM.reset_prefix_cache / sleep(level, mode) / wake_up(tags)       entrypoints/llm.py:832 / :839 / :872
+    SamplingParams(n, temperature, top_p, seed, stop_token_ids, max_tokens, logprobs, detokenize)
+                                                  sampling_params.py:271-378
+    TokensPrompt(prompt_token_ids=...)            inputs/llm.py:111
+    RequestOutput / CompletionOutput / Logprob    outputs.py:137 / :59, logprobs.py:13
+and the rules the adapter relies on: external_launcher reads RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
+(v1/executor/uniproc_executor.py:186) and turns V1 multiprocessing off (config/parallel.py:1050); a max_model_len
+above max_position_embeddings is refused (config/model.py:2657-2680); a callable sent through collective_rpc is
+refused by the multiprocess engine's serialiser; the n samples of a request get seed + j
+(v1/engine/parallel_sampling.py:81). What this cannot show is that vLLM itself behaves so on a GPU: that is the
+GPU check's job (armor.rollout.vllm_engine.vllm_check).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from armor.config import load_config
+from armor.policy import load_model, load_tokenizer
+from armor.rollout import SamplingParams, build_engine, prompt_seed
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE = Path(__file__).resolve().parent / "fake_vllm"
+SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
+
+
+@pytest.fixture()
+def vllm(monkeypatch):
+    """The fake vllm on sys.path, its call log empty, torchrun's variables set (as one rank of a job)."""
+    monkeypatch.syspath_prepend(str(FAKE))
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    import vllm as fake
+    assert fake.__file__.startswith(str(FAKE))
+    fake.CALLS.clear()
+    for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": "29999"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    return fake
+
+
+def calls(fake, since: int = 0) -> list[str]:
+    return [name for name, _ in fake.CALLS[since:]]
+
+
+def folder_with(world: Path, tmp_path: Path, **config) -> Path:
+    """A copy of the tiny base model's folder with config.json entries replaced."""
+    d = tmp_path / "model"
+    shutil.copytree(world / "base_model", d)
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, **config}))
+    return d
+
+
+def engine(path: Path, **kw):
+    kw.setdefault("max_model_len", 72)
+    return build_engine("vllm", None, load_tokenizer(str(path)), model_path=str(path), **kw)
+
+
+# ------------------------------------------------------------------------------------------- LLM arguments
+def test_llm_arguments_of_the_colocated_engine(vllm, world, tmp_path, monkeypatch):
+    """Qwen2.5-Math-7B's config (max_position_embeddings 4096) with the 7B preset's lengths: max_model_len
+    2048 + 8192 and the override vLLM needs to accept it; in-process on cuda:LOCAL_RANK, sleep mode, dummy start."""
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    L = load_config(ROOT / "reproduce" / "presets" / "qwen25-math-7b.yaml").lengths
+    path = folder_with(world, tmp_path, max_position_embeddings=4096)
+    eng = engine(path, max_model_len=L.max_prompt + L.max_response, dtype="bfloat16", gpu_memory_utilization=0.6,
+                 tensor_parallel_size=1, seed=7, max_batch=256, static_cache=True)
+    (name, args), = vllm.CALLS
+    assert name == "LLM" and args == dict(
+        model=str(path), skip_tokenizer_init=True, tensor_parallel_size=1, dtype="bfloat16", seed=7,
+        gpu_memory_utilization=0.6,
+        max_model_len=10240, hf_overrides={"max_position_embeddings": 10240}, logprobs_mode="processed_logprobs",
+        distributed_executor_backend="external_launcher", enable_sleep_mode=True, load_format="dummy",
+        device="cuda:3")
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and eng.version is None   # random weights
+    with pytest.raises(ValueError, match="greater than the derived max_model_len"):       # why the override
+        vllm.LLM(str(path), max_model_len=10240)
+
+
+def test_a_long_enough_model_gets_no_override_and_prompts_must_fit(vllm, world):
+    eng = engine(world / "base_model", max_model_len=72)       # max_position_embeddings 128 >= 72
+    assert vllm.CALLS[0][1]["hf_overrides"] is None
+    with pytest.raises(ValueError, match=r"lengths\.max_prompt \+ lengths\.max_response"):
+        eng.generate([[5] * 40], SamplingParams(max_new_tokens=40))
+
+
+def test_one_process_without_torchrun_gets_the_launcher_variables(vllm, world, monkeypatch):
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k)
+    engine(world / "base_model")
+    assert vllm.CALLS[0][1]["device"] == "cuda:0"
+
+
+def test_each_rank_takes_its_local_gpu(vllm, world, monkeypatch):
+    """cuda:LOCAL_RANK is made the current device; a rank that cannot see it (CUDA_VISIBLE_DEVICES narrowed to
+    one GPU per rank) is told so before vLLM starts."""
+    picked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", picked.append)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    engine(world / "base_model")
+    assert picked == [3] and vllm.CALLS[-1][1]["device"] == "cuda:3"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(RuntimeError, match="LOCAL_RANK=3 but this process sees 1 GPU"):
+        engine(world / "base_model")
+
+
+def test_colocated_tensor_parallelism_is_refused(vllm, world):
+    with pytest.raises(ValueError, match="rollout.tensor_parallel_size: 2"):
+        engine(world / "base_model", tensor_parallel_size=2)
+
+
+# ----------------------------------------------------------------------------------- weights and sleep
+def _perturbed(path: Path):
+    ref = load_model(str(path))
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.01)
+    return ref
+
+
+def test_call_order_and_versioned_pushes(vllm, world):
+    """wake(weights) -> push (a generator of HF-named full tensors, state-dict order) -> reset_prefix_cache ->
+    wake(kv_cache) -> generate -> sleep(1); an unchanged version pushes nothing; each swap pushes once."""
+    eng = engine(world / "base_model")
+    policy = load_model(str(world / "base_model"))
+    reference = _perturbed(world / "base_model")
+    p = SamplingParams(n=2, max_new_tokens=8, seed=3)
+    assert eng.sync_weights(policy, ("policy", 0)) is True          # first push: the engine is still awake
+    eng.generate([[5, 6]], p)
+    assert calls(vllm) == ["LLM", "reload_weights", "reset_prefix_cache", "generate", "sleep"]
+    push = vllm.CALLS[1][1]
+    expected = [k for k in policy.state_dict() if k != "lm_head.weight"]     # tied to embed_tokens: sent once
+    assert push["names"] == expected and push["streamed"] and push["is_checkpoint_format"] is True
+    assert push["shapes"] == [tuple(policy.state_dict()[k].shape) for k in expected]
+    assert vllm.CALLS[4][1] == {"level": 1}
+
+    n = len(vllm.CALLS)
+    assert eng.sync_weights(policy, ("policy", 0)) is False          # held already: nothing
+    eng.generate([[5, 6]], p)
+    assert calls(vllm, n) == ["wake_up", "generate", "sleep"]
+    assert vllm.CALLS[n][1] == {"tags": ["weights", "kv_cache"]}
+
+    n = len(vllm.CALLS)
+    assert eng.sync_weights(reference, ("reference", 0)) is True     # the swap: one push
+    assert eng.sync_weights(reference, ("reference", 0)) is False
+    eng.generate([[5, 6]], p)
+    assert calls(vllm, n) == ["wake_up", "reload_weights", "reset_prefix_cache", "wake_up", "generate", "sleep"]
+    assert [vllm.CALLS[n][1], vllm.CALLS[n + 3][1]] == [{"tags": ["weights"]}, {"tags": ["kv_cache"]}]
+    assert eng.sync_weights(policy, ("policy", 1)) is True           # back, at the next optimizer step
+    assert eng.pushes == 3 and eng.version == ("policy", 1)
+    assert calls(vllm).count("reload_weights") == 3
+    assert eng.sync_weights(policy) is True                          # unnamed weights: always pushed
+
+
+def test_a_closure_would_be_refused(vllm):
+    """Why the push names a worker method: vLLM's multiprocess engine refuses a callable (the old adapter's)."""
+    with pytest.raises(TypeError, match="not serializable"):
+        vllm.LLM.__new__(vllm.LLM).collective_rpc(lambda worker: None)
+
+
+def test_sharded_model_is_pushed_as_full_tensors(world, tmp_path):
+    """An FSDP2-sharded model (1 gloo rank, in a child process) streams the same HF names and full values as the
+    plain one: what each rank's engine receives from `named_full_tensors`."""
+    code = f"""
+import os, torch, torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29517")
+dist.init_process_group("gloo", rank=0, world_size=1)
+from armor.policy import load_model
+from armor.parallel import shard_model
+from armor.rollout.vllm_engine import named_full_tensors
+plain = dict(named_full_tensors(load_model({str(world / 'base_model')!r})))
+sharded = shard_model(load_model({str(world / 'base_model')!r}))
+got = list(named_full_tensors(sharded, torch.bfloat16))
+assert [k for k, _ in got] == list(plain), ([k for k, _ in got], list(plain))
+assert all(type(t) is torch.Tensor and t.dtype == torch.bfloat16 and torch.equal(t, plain[k].bfloat16())
+           for k, t in got)
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+
+
+# --------------------------------------------------------------------------------- sampling and mapping
+def test_per_prompt_seeds_and_outputs_mapped_back_to_prompts(vllm, world, monkeypatch):
+    eng = engine(world / "base_model")
+    tok = eng.tokenizer
+
+    def generate(self, prompts, sampling_params=None, **kw):
+        vllm.CALLS.append(("generate", {"prompts": prompts, "params": sampling_params}))
+        L = vllm.Logprob
+        out = lambda j, toks, lps, why: vllm.CompletionOutput(   # noqa: E731
+            j, "ignored", toks, None, [{t + 1: L(-9.0), t: L(lp)} for t, lp in zip(toks, lps)], why)
+        outs = [[out(1, [9, 1], [-0.5, -0.25], "stop"), out(0, [7, 8], [-1.0, -2.0], "length")],  # out of order
+                [out(0, [4], [-3.0], "length"), out(1, [1], [-0.125], "stop")]]
+        return [vllm.RequestOutput(str(i), None, p["prompt_token_ids"], None, o, True)
+                for i, (p, o) in enumerate(zip(prompts, outs))]
+    monkeypatch.setattr(vllm.LLM, "generate", generate)
+    ro = eng.generate([[5, 6, 7], [8, 9]], SamplingParams(n=2, temperature=0.7, top_p=0.9, max_new_tokens=8, seed=11))
+    call = vllm.CALLS[-2][1]                     # the generate call (a sleep follows)
+    assert [p["prompt_token_ids"] for p in call["prompts"]] == [[5, 6, 7], [8, 9]]
+    sps = call["params"]
+    assert [sp.seed for sp in sps] == [prompt_seed(11, 0), prompt_seed(11, 1)] and len(set(prompt_seed(11, i)
+                                                                                          for i in range(64))) == 64
+    assert all((sp.n, sp.temperature, sp.top_p, sp.max_tokens, sp.logprobs, sp.detokenize, sp.stop_token_ids)
+               == (2, 0.7, 0.9, 8, 0, False, [1]) for sp in sps)
+    assert ro.prompt_index == [0, 0, 1, 1] and ro.prompt_ids == [[5, 6, 7], [5, 6, 7], [8, 9], [8, 9]]
+    assert ro.response_ids == [[7, 8], [9, 1], [4], [1]]
+    assert ro.logprobs == [[-1.0, -2.0], [-0.5, -0.25], [-3.0], [-0.125]]   # the sampled token's, not the top one
+    assert ro.finished == [False, True, False, True]
+    assert ro.texts == tok.batch_decode(ro.response_ids, skip_special_tokens=True)
+    eng.generate([[5]], SamplingParams(n=1, max_new_tokens=4, seed=None))
+    assert [sp.seed for sp in vllm.CALLS[-2][1]["params"]] == [None]
+
+
+def test_fake_outputs_follow_the_request_seeds(vllm, world):
+    """With the fake's generator: a prompt's samples depend on its own seed, not on the other prompts of the call."""
+    eng = engine(world / "base_model")
+    eng.sync_weights(load_model(str(world / "base_model")), ("policy", 0))
+    p = SamplingParams(n=3, max_new_tokens=16, seed=5)
+    both = eng.generate([[5, 6], [7]], p)
+    alone = eng.generate([[5, 6]], p)
+    assert both.response_ids[:3] == alone.response_ids and len(set(map(tuple, alone.response_ids))) > 1
+    assert all(len(r) == len(lp) for r, lp in zip(both.response_ids, both.logprobs))
+
+
+# -------------------------------------------------------------------------------------------- the trainer
+def _smoke(world, out, *extra):
+    return load_config(SMOKE, ["model.path=" + str(world / "base_model"),
+                               "data.train=" + str(world / "data" / "train.jsonl"),
+                               f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]",
+                               "validation.max_problems=4", f"output_dir={out}", "algo.anchor.enabled=true",
+                               "algo.mix.variant=mixed", "algo.mix.alpha=0.875", "algo.reference.reset.every=2",
+                               "batch.prompts_per_step=4", "rollout.gen_batch_prompts=8", *extra])
+
+
+@pytest.mark.parametrize("kind", ["hf", "vllm"])
+def test_trainer_swaps_at_most_once_per_round(kind, world, tmp_path, monkeypatch, request):
+    """Every generate call samples the weights it asks for; a round with anchors is at most one policy ->
+    reference -> policy swap, and a version the engine holds is never pushed again. The engine's log-probs
+    travel with each kept group, one per response token."""
+    import hashlib
+
+    from armor.trainer import Trainer, phase_timers, rollout_stats
+    if kind == "vllm":
+        request.getfixturevalue("vllm")
+    # verdicts from a hash of the text: about 40% right whatever the engine samples, so anchors are drawn
+    monkeypatch.setattr(Trainer, "_grade", lambda self, texts, golds, tm: [
+        int(hashlib.md5(x.encode()).hexdigest(), 16) % 100 < 40 for x in texts])
+    t = Trainer(_smoke(world, tmp_path / kind, f"rollout.engine={kind}"))
+    if kind == "vllm":
+        llm = [a for n, a in __import__("vllm").CALLS if n == "LLM"][0]
+        assert llm["max_model_len"] == 32 + 40 and llm["load_format"] == "dummy"   # lengths.max_prompt + max_response
+    log, asked, served = [], [], []     # syncs (version, pushed); what _generate asks for; what generate sees
+    sync, generate = t.engine.sync_weights, t.engine.generate
+    monkeypatch.setattr(t.engine, "sync_weights", lambda m, version=None: log.append((version, sync(m, version)))
+                        or log[-1][1])
+
+    def holding(model):          # what an engine holding `model`'s weights holds: the module, or the fake's checksum
+        if kind == "hf":
+            return model
+        from armor.rollout.vllm_engine import named_full_tensors
+        return f"pushed:{sum(float(x.double().sum()) for _, x in named_full_tensors(model)):.6e}"
+
+    def generating(*a):
+        if asked:                                   # a trainer generate call: what it asked for vs what is held
+            version, model = asked.pop()
+            held = t.engine.model if kind == "hf" else t.engine.llm.weights
+            served.append((version, t.engine.version, holding(model), held))
+        return generate(*a)
+    monkeypatch.setattr(t.engine, "generate", generating)
+    real = Trainer._generate
+
+    def traced(self, model, *a):
+        which = "reference" if model is self.reference else "policy"
+        asked.append(((which, self._versions[which]), model))
+        return real(self, model, *a)
+    monkeypatch.setattr(Trainer, "_generate", traced)
+    rows = [t.train_step() for _ in range(2)]
+    t.validate()
+    assert served and all(want == version and held == expected for want, version, expected, held in served)
+    pushed = [v for v, did in log if did]
+    assert all(did == (i == 0 or log[i - 1][0] != v) for i, (v, did) in enumerate(log))   # push iff changed
+    assert all(a != b for a, b in zip(pushed, pushed[1:]))
+    rounds = sum(r["rounds"] for r in rows)
+    assert sum(v[0] == "reference" for v in pushed) <= rounds
+    assert len(pushed) <= 2 * rounds + 1                                  # + validation after the last step
+    groups = t.collect(phase_timers(), rollout_stats())
+    assert groups and all(len(g.engine_logprobs) == len(g.responses) for g in groups)
+    assert all(len(lp) == len(r) for g in groups for r, lp in zip(g.responses, g.engine_logprobs))
+    assert all(x <= 0 for g in groups for lp in g.engine_logprobs for x in lp)
+    t.grader.close()
+
+
+# -------------------------------------------------------------------------------------- eval, GPU check
+def test_evaluation_loads_the_checkpoint_with_its_context_length(vllm, world):
+    import eval.evaluate as E
+    tok = load_tokenizer(str(world / "base_model"))
+    with E._loaded_engine(world / "base_model", "vllm", device="cuda", dtype=None, max_batch=8, seed=3,
+                          engine_kwargs={"tensor_parallel_size": 2},
+                          context_length=lambda t: 100 + 4096) as (eng, _):
+        eng.generate([[5, 6]], SamplingParams(n=2, max_new_tokens=4, seed=1))
+    (_, args), *rest = vllm.CALLS
+    assert args["max_model_len"] == 4196 and args["hf_overrides"] == {"max_position_embeddings": 4196}
+    assert args["tensor_parallel_size"] == 2 and args["seed"] == 3
+    assert "load_format" not in args and "distributed_executor_backend" not in args   # the folder's own weights
+    assert "enable_sleep_mode" not in args and args["gpu_memory_utilization"] == 0.92  # vLLM's defaults
+    assert [n for n, _ in rest] == ["generate"]                                        # no push, no sleep
+    assert eng.version == ("checkpoint", str(world / "base_model"))
+    from types import SimpleNamespace as NS
+
+    from eval.sampling import encode_prompt
+    jobs = [NS(plan=NS(data=[NS(problem="1+1?"), NS(problem="2+2+2+2?")], template="qwen_math"),
+               settings={"max_new_tokens": 64}),
+            NS(plan=NS(data=[NS(problem="3?")], template="qwen_math"), settings={"max_new_tokens": 128})]
+    longest = max(len(encode_prompt(tok, q, "qwen_math")) for q in ("1+1?", "2+2+2+2?", "3?"))
+    assert E._context_length(jobs, tok) == longest + 128
+
+
+@pytest.mark.parametrize("folder", ["tiny model", "weights only"])
+def test_gpu_check_part_runs_against_the_fake(folder, vllm, world, tmp_path):
+    """armor.gpu_check calls vllm_check on a folder of config.json + weights (no tokenizer) with its sizes."""
+    from armor.rollout.vllm_engine import vllm_check
+    path, out = world / "base_model", {"before": 1}
+    if folder == "weights only":
+        path = folder_with(world, tmp_path)
+        for f in path.glob("tokenizer*"):
+            f.unlink()
+        out = {"before": 1, "prompt": 8, "response": 24, "rows": 2}
+    out = vllm_check(str(path), out, device="cpu")
+    assert out["before"] == 1 and out["vllm"] == "0.33.0" and out["vllm_pushes"] == 3
+    assert out["vllm_unchanged_version_pushed"] is False and len(out["vllm_push_s"]) == 3
+    assert out["vllm_swap_back_same_tokens"] is True and out["vllm_reference_differs"] is True
+    assert out["vllm_generate_tokens_per_s"] > 0
+    assert out["vllm_logprob_mismatch"] >= 0
+
+
+def test_gpu_check_part_is_skipped_without_vllm(monkeypatch):
+    from armor.rollout.vllm_engine import vllm_check
+    monkeypatch.setitem(sys.modules, "vllm", None)          # import vllm -> ImportError
+    assert vllm_check("/nonexistent", {}) == {"vllm": "skipped: vllm is not importable"}
