@@ -41,6 +41,8 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("ARMOR_PROGRESS", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # every test runs offline (nothing asks the hub, even for sizes)
+# a child that crashes in native code (a SIGSEGV in a gloo rank was seen once) prints every thread's Python stack
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 
 
 @pytest.fixture(scope="session")
