@@ -16,9 +16,11 @@ import torch
 
 Tensor = torch.Tensor
 
-__all__ = ["grpo_advantages", "qae_advantages", "group_advantages", "masked_quantile", "ESTIMATORS"]
+from armor.registry import Registry
 
-ESTIMATORS = ("grpo", "grpo_no_std", "qae")
+__all__ = ["grpo_advantages", "qae_advantages", "group_advantages", "masked_quantile", "ADVANTAGES"]
+
+ADVANTAGES = Registry("advantage estimator", "algo.advantage")   # registered below (armor.registry)
 
 
 def _prep(rewards: Tensor, mask: Optional[Tensor]):
@@ -101,12 +103,19 @@ def group_advantages(rewards: Tensor, estimator: str, mask: Optional[Tensor] = N
     Extra keywords (eps, k, norm_by_std) go to the estimator; `k` only means something to QAE and is ignored
     by the mean baselines, so callers can pass one set of settings whatever the estimator.
     """
-    if estimator in ("grpo", "grpo_no_std"):
-        kw = {key: v for key, v in kw.items() if key != "k"}
-    if estimator == "grpo":
-        return grpo_advantages(rewards, mask=mask, **kw)
-    if estimator == "grpo_no_std":
-        return grpo_advantages(rewards, mask=mask, **{**kw, "norm_by_std": False})
-    if estimator == "qae":
-        return qae_advantages(rewards, mask=mask, **kw)
-    raise ValueError(f"unknown advantage estimator {estimator!r}; expected one of {ESTIMATORS}")
+    return ADVANTAGES[estimator].fn(rewards, mask, **kw)
+
+
+@ADVANTAGES.register("grpo")
+def _grpo(rewards, mask, k=None, **kw):
+    return grpo_advantages(rewards, mask=mask, **kw)
+
+
+@ADVANTAGES.register("grpo_no_std")
+def _grpo_no_std(rewards, mask, k=None, **kw):
+    return grpo_advantages(rewards, mask=mask, **{**kw, "norm_by_std": False})
+
+
+@ADVANTAGES.register("qae")
+def _qae(rewards, mask, **kw):
+    return qae_advantages(rewards, mask=mask, **kw)

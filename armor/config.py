@@ -27,11 +27,21 @@ class ConfigError(ValueError):
 # ----------------------------------------------------------------------------------------------- schema
 # Each field's help lives with the field (metadata["help"]): `python -m armor.train --help` prints it and
 # docs/config.md is generated from it (`python -m armor.train --help-markdown > docs/config.md`).
-def _f(default: Any = dataclasses.MISSING, help: str = "", factory: Any = dataclasses.MISSING):
-    """A dataclass field with its help text (metadata["help"])."""
+def _f(default: Any = dataclasses.MISSING, help: str = "", factory: Any = dataclasses.MISSING,
+       registry: str = ""):
+    """A dataclass field with its help text (metadata["help"]). registry: "module:NAME" of the armor.registry
+    Registry whose names are the field's choices (validate() checks them; --help lists them)."""
+    meta = {"help": help, **({"registry": registry} if registry else {})}
     if factory is not dataclasses.MISSING:
-        return field(default_factory=factory, metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def registry_of(spec: str):
+    """The Registry a field's metadata names ("armor.objectives:RATIOS"), imported on demand (with torch)."""
+    import importlib
+    module, name = spec.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass
@@ -139,7 +149,8 @@ class ClipConfig:
 class KLConfig:
     """Loss-level KL penalty to πref."""
     coef: float = _f(0.0, "β of the loss-level penalty β·KL(πθ‖πref); 0 = off")
-    estimator: Literal["k1", "k2", "k3"] = _f("k3", "KL estimator of the penalty (Schulman's k1/k2/k3)")
+    estimator: str = _f("k3", "KL estimator of the penalty (Schulman's k1/k2/k3)",
+                        registry="armor.objectives:KL_ESTIMATORS")
 
 
 @dataclass
@@ -155,9 +166,10 @@ class AnchorConfig:
 @dataclass
 class MixConfig:
     """The importance ratio of the surrogate."""
-    variant: Literal["plain", "mixed", "static_clip", "offpolicy_anchor"] = _f(
+    variant: str = _f(
         "plain", "plain: πθ/πθold; mixed: ARMOR's π_mix ratio; static_clip: plain ratio, clip 1 ± ε/α; "
-                 "offpolicy_anchor: the anchor's tokens use an off-policy ratio (needs anchors)")
+                 "offpolicy_anchor: the anchor's tokens use an off-policy ratio (needs anchors)",
+        registry="armor.objectives:RATIOS")
     alpha: float = _f(1.0, "π_mix = α·πθ + (1−α)·πref ; static_clip widens ε to ε/α")
 
 
@@ -190,11 +202,11 @@ class DistillConfig:
 @dataclass
 class AlgoConfig:
     """The objective: advantages, loss, clipping, KL, anchors, ratio, reference, distillation."""
-    advantage: Literal["grpo", "grpo_no_std", "qae"] = _f("grpo", "group baseline: GRPO mean/std, Dr.GRPO "
-                                                                  "(no std), QAE quantile")
+    advantage: str = _f("grpo", "group baseline: GRPO mean/std, Dr.GRPO (no std), QAE quantile",
+                        registry="armor.advantages:ADVANTAGES")
     qae_k: float = _f(0.45, "QAE's quantile k of the group baseline")
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = _f(
-        "token-mean", "how token losses become the batch loss (DAPO: token-mean)")
+    loss_agg: str = _f("token-mean", "how token losses become the batch loss (DAPO: token-mean)",
+                       registry="armor.objectives:LOSS_AGGREGATIONS")
     dynamic_sampling: bool = _f(True, "DAPO's dynamic sampling: keep only prompts whose rewards are not all "
                                       "equal")
     clip: ClipConfig = _f(factory=ClipConfig, help="PPO clipping")
@@ -484,6 +496,16 @@ def _check(cond: bool, key: str, value: Any, why: str) -> None:
         raise ConfigError(f"{key}: {value!r} {why}")
 
 
+def _registered_choices(cfg, prefix: str = ""):
+    """(key, value, Registry) of every field whose choices a registry holds (metadata["registry"])."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _registered_choices(value, f"{prefix}{f.name}.")
+        elif f.metadata.get("registry"):
+            yield f"{prefix}{f.name}", value, registry_of(f.metadata["registry"])
+
+
 def validate(cfg: RunConfig) -> None:
     """Semantic checks that types cannot express; each failure names the key and its value."""
     c = _check
@@ -544,8 +566,13 @@ def validate(cfg: RunConfig) -> None:
     c(not a.anchor.enabled or a.anchor.ref_n >= 1, "algo.anchor.ref_n", a.anchor.ref_n,
       "must be >= 1 when algo.anchor.enabled")
     c(0 < a.mix.alpha <= 1, "algo.mix.alpha", a.mix.alpha, "must be in (0, 1]")
-    c(a.mix.variant != "offpolicy_anchor" or a.anchor.enabled, "algo.mix.variant", a.mix.variant,
-      "needs algo.anchor.enabled=true (it reweights anchor tokens)")
+    # each registered choice must be registered, and what it declares it needs must be there (armor.registry)
+    for key, value, reg in _registered_choices(cfg):
+        c(value in reg, key, value, f"is not a registered {reg.kind} (registered: {', '.join(reg.names())})")
+        needs = reg[value].needs
+        c("anchors" not in needs or a.anchor.enabled, key, value, "needs algo.anchor.enabled=true (it reweights "
+          "anchor tokens)")
+        c("teacher" not in needs or a.distill.mode != "none", key, value, "needs a teacher (algo.distill.mode)")
     rs = a.reference.reset
     c(rs.every is None or rs.every >= 1, "algo.reference.reset.every", rs.every, "must be >= 1 (or null)")
     c(rs.until_step is None or rs.until_step >= 1, "algo.reference.reset.until_step", rs.until_step,

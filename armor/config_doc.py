@@ -77,6 +77,10 @@ def fields(cls=RunConfig, prefix: str = "") -> Iterator[FieldDoc]:
         if dataclasses.is_dataclass(tp):
             yield FieldDoc(key, "section", "", help_, True, (tp.__doc__ or "").strip())
             yield from fields(tp, key + ".")
+        elif f.metadata.get("registry"):           # the registered names (armor.registry)
+            from armor.config import registry_of
+            yield FieldDoc(key, " | ".join(registry_of(f.metadata["registry"]).names()), default_text(_default(f)),
+                           help_, False)
         else:
             yield FieldDoc(key, type_name(tp), default_text(_default(f)), help_, False)
 

@@ -17,6 +17,8 @@ from typing import Optional, Union
 
 import torch
 
+from armor.registry import Registry
+
 Tensor = torch.Tensor
 Number = Union[float, int]
 
@@ -25,13 +27,13 @@ __all__ = [
     "ratio_and_clip_range", "clipped_surrogate", "aggregate_loss", "kl_penalty", "kl_reverse_estimate",
     "kl_forward_estimate", "logprob_mismatch", "pad_token_values", "opd_token_advantages",
     "mopd_token_advantages", "policy_loss",
-    "RATIO_VARIANTS", "LOSS_AGG_MODES", "KL_ESTIMATORS",
+    "RATIOS", "LOSS_AGGREGATIONS", "KL_ESTIMATORS",
 ]
 
-RATIO_VARIANTS = ("plain", "mixed", "static_clip", "offpolicy_anchor")
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-KL_ESTIMATORS = ("k1", "k2", "k3")
-_KL_ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}  # verl's names
+# the variants, registered by name below with what each needs (armor.registry); config validation reads them
+RATIOS = Registry("ratio variant", "algo.mix.variant")
+LOSS_AGGREGATIONS = Registry("loss aggregation", "algo.loss_agg")
+KL_ESTIMATORS = Registry("KL estimator", "algo.kl.estimator")
 
 
 # ----------------------------------------------------------------------------- masking
@@ -112,31 +114,45 @@ def mixed_ratio(logp: Tensor, old_logp: Tensor, ref_logp: Optional[Tensor], alph
 def ratio_and_clip_range(variant: str, logp: Tensor, old_logp: Tensor, ref_logp: Optional[Tensor] = None,
                          alpha: Number = 1.0, eps_low: float = 0.2, eps_high: float = 0.28,
                          is_anchor: Optional[Tensor] = None, clamp: float = 20.0):
-    """Ratio [B, T] and effective clip range (eps_low_eff, eps_high_eff) of a ratio variant.
+    """Ratio [B, T] and effective clip range (eps_low_eff, eps_high_eff) of a registered ratio variant (RATIOS).
 
     "plain"            r = πθ/πθold,                         ε as given (DAPO).
     "mixed"            r_mix = π_mix,θ/π_mix,old (α, πref),  ε as given (ARMOR); α = 1 is "plain".
     "static_clip"      r = πθ/πθold,                         ε/α on both sides (Fig. 3b ablation).
     "offpolicy_anchor" r = πθ/πθold on on-policy tokens, r = πθ/πref on anchor tokens
                        (is_anchor [B] rows or [B, T] tokens, bool), ε as given (Fig. 3b ablation).
+    A new variant is one function `(logp, old_logp, ref_logp, alpha, eps_low, eps_high, is_anchor, clamp) ->
+    (ratio, eps_low, eps_high)` decorated with `@RATIOS.register(name, needs=...)`, plus its test.
     """
-    if variant == "plain":
-        return importance_ratio(logp, old_logp, clamp), eps_low, eps_high
-    if variant == "mixed":
-        return mixed_ratio(logp, old_logp, ref_logp, alpha, clamp), eps_low, eps_high
-    if variant == "static_clip":
-        alpha = _check_alpha(alpha)
-        return importance_ratio(logp, old_logp, clamp), eps_low / alpha, eps_high / alpha
-    if variant == "offpolicy_anchor":
-        if ref_logp is None or is_anchor is None:
-            raise ValueError("ratio variant 'offpolicy_anchor' needs ref_logp and is_anchor")
-        anc = is_anchor.to(device=logp.device, dtype=torch.bool)
-        if anc.dim() == logp.dim() - 1:
-            anc = anc.unsqueeze(-1)
-        anc = torch.broadcast_to(anc, logp.shape)
-        r = torch.where(anc, importance_ratio(logp, ref_logp, clamp), importance_ratio(logp, old_logp, clamp))
-        return r, eps_low, eps_high
-    raise ValueError(f"unknown ratio variant {variant!r}; expected one of {RATIO_VARIANTS}")
+    return RATIOS[variant].fn(logp, old_logp, ref_logp, alpha, eps_low, eps_high, is_anchor, clamp)
+
+
+@RATIOS.register("plain")
+def _plain_ratio(logp, old_logp, ref_logp, alpha, eps_low, eps_high, is_anchor, clamp):
+    return importance_ratio(logp, old_logp, clamp), eps_low, eps_high
+
+
+@RATIOS.register("mixed", needs={"reference"})
+def _mixed_ratio(logp, old_logp, ref_logp, alpha, eps_low, eps_high, is_anchor, clamp):
+    return mixed_ratio(logp, old_logp, ref_logp, alpha, clamp), eps_low, eps_high
+
+
+@RATIOS.register("static_clip")
+def _static_clip_ratio(logp, old_logp, ref_logp, alpha, eps_low, eps_high, is_anchor, clamp):
+    alpha = _check_alpha(alpha)
+    return importance_ratio(logp, old_logp, clamp), eps_low / alpha, eps_high / alpha
+
+
+@RATIOS.register("offpolicy_anchor", needs={"reference", "anchors"})
+def _offpolicy_anchor_ratio(logp, old_logp, ref_logp, alpha, eps_low, eps_high, is_anchor, clamp):
+    if ref_logp is None or is_anchor is None:
+        raise ValueError("ratio variant 'offpolicy_anchor' needs ref_logp and is_anchor")
+    anc = is_anchor.to(device=logp.device, dtype=torch.bool)
+    if anc.dim() == logp.dim() - 1:
+        anc = anc.unsqueeze(-1)
+    anc = torch.broadcast_to(anc, logp.shape)
+    r = torch.where(anc, importance_ratio(logp, ref_logp, clamp), importance_ratio(logp, old_logp, clamp))
+    return r, eps_low, eps_high
 
 
 # ----------------------------------------------------------------------------- surrogate
@@ -197,19 +213,31 @@ def aggregate_loss(per_token: Tensor, mask: Optional[Tensor], mode: str,
     All counts are clamped at eps, so an all-padding batch gives 0.
     """
     m = _mask_like(mask, per_token)
-    if mode == "token-mean":
-        denom = m.sum() if normalizer is None else normalizer
-        num = masked_sum(per_token, m)
-    elif mode in ("seq-mean-token-mean", "seq-mean-token-sum"):
-        seq = masked_sum(per_token, m, dim=-1)
-        if mode == "seq-mean-token-mean":
-            seq = seq / m.sum(-1).clamp(min=eps)
-        num = seq.sum()
-        denom = (m.sum(-1) > 0).sum() if normalizer is None else normalizer
-    else:
-        raise ValueError(f"unknown loss aggregation mode {mode!r}; expected one of {LOSS_AGG_MODES}")
+    num, denom = LOSS_AGGREGATIONS[mode].fn(per_token, m, normalizer, eps)
     denom = torch.as_tensor(denom, dtype=num.dtype, device=num.device)
     return num / denom.clamp(min=eps)
+
+
+@LOSS_AGGREGATIONS.register("token-mean")
+def _token_mean(per_token, m, normalizer, eps):
+    return masked_sum(per_token, m), (m.sum() if normalizer is None else normalizer)
+
+
+def _seq_mean(per_token, m, normalizer, eps, token_mean: bool):
+    seq = masked_sum(per_token, m, dim=-1)
+    if token_mean:
+        seq = seq / m.sum(-1).clamp(min=eps)
+    return seq.sum(), ((m.sum(-1) > 0).sum() if normalizer is None else normalizer)
+
+
+@LOSS_AGGREGATIONS.register("seq-mean-token-mean")
+def _seq_mean_token_mean(per_token, m, normalizer, eps):
+    return _seq_mean(per_token, m, normalizer, eps, token_mean=True)
+
+
+@LOSS_AGGREGATIONS.register("seq-mean-token-sum")
+def _seq_mean_token_sum(per_token, m, normalizer, eps):
+    return _seq_mean(per_token, m, normalizer, eps, token_mean=False)
 
 
 # ----------------------------------------------------------------------------- KL
@@ -225,16 +253,28 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, estimator: str, clamp: float = 20
                                unbiased since E_πθ[ρ] = 1).  Computed as expm1(log ρ) − log ρ.
     value_clamp: k3 is clamped to ≤ value_clamp like verl's low_var_kl ([-10, 10]); None = no clamp.
     """
-    est = _KL_ALIASES.get(estimator, estimator)
-    if est == "k1":
-        return logp - ref_logp
-    if est == "k2":
-        return 0.5 * (ref_logp - logp).square()
-    if est == "k3":
-        lr = torch.clamp(ref_logp - logp, min=-clamp, max=clamp)
-        k3 = torch.clamp(torch.expm1(lr) - lr, min=0.0)
-        return k3 if value_clamp is None else torch.clamp(k3, max=value_clamp)
-    raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {KL_ESTIMATORS}")
+    return KL_ESTIMATORS[estimator].fn(logp, ref_logp, clamp, value_clamp)
+
+
+@KL_ESTIMATORS.register("k1", needs={"reference"})
+def _k1(logp, ref_logp, clamp, value_clamp):
+    return logp - ref_logp
+
+
+@KL_ESTIMATORS.register("k2", needs={"reference"})
+def _k2(logp, ref_logp, clamp, value_clamp):
+    return 0.5 * (ref_logp - logp).square()
+
+
+@KL_ESTIMATORS.register("k3", needs={"reference"})
+def _k3(logp, ref_logp, clamp, value_clamp):
+    lr = torch.clamp(ref_logp - logp, min=-clamp, max=clamp)
+    k3 = torch.clamp(torch.expm1(lr) - lr, min=0.0)
+    return k3 if value_clamp is None else torch.clamp(k3, max=value_clamp)
+
+
+for _verl, _ours in {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}.items():   # verl's names
+    KL_ESTIMATORS.alias(_verl, _ours)
 
 
 def kl_reverse_estimate(logp: Tensor, ref_logp: Tensor, mask: Optional[Tensor], clamp: float = 20.0) -> Tensor:

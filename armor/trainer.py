@@ -19,6 +19,7 @@ The mathematics lives in armor.objectives / advantages / anchors / rewards; this
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import json
 import math
@@ -44,7 +45,7 @@ from armor.data import PromptStream, load_prompts
 from armor.distributed import Dist
 from armor.objectives import (ADDITIVE_METRICS, kl_forward_estimate, kl_reverse_estimate, logprob_mismatch,
                               masked_mean, mopd_token_advantages, opd_token_advantages, pad_token_values,
-                              policy_loss)
+                              policy_loss, RATIOS)
 from armor.policy import (check_model_path, forward_logprobs, load_model, load_skeleton, load_tokenizer,
                           make_token_batch)
 from armor.rewards import shaped_reward
@@ -65,9 +66,17 @@ RESUME_MUTABLE = {"threads", "device", "schedule.total_steps", "schedule.keep_la
 RESUME_MUTABLE_PREFIXES = ("protocol.", "logging.")
 
 
-def step_seed(seed: int, step: int, phase: int, rnd: int = 0, chunk: int = 0) -> int:
+class SeedPhase(enum.IntEnum):
+    """What a step's seed is for (its value enters the hash: never renumber)."""
+    ON_POLICY = 1         # a round's on-policy samples
+    ANCHOR = 2            # a chunk of reference samples for anchors
+    MINIBATCH_ORDER = 3   # an epoch's shuffle of the kept prompts into mini-batches
+    VALIDATION = 4        # validation samples after the step
+
+
+def step_seed(seed: int, step: int, phase: SeedPhase, rnd: int = 0, chunk: int = 0) -> int:
     """A distinct, reproducible sampling seed per (run seed, step, phase, round, chunk): a 62-bit hash."""
-    digest = hashlib.blake2b(repr((seed, step, phase, rnd, chunk)).encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(repr((seed, step, int(phase), rnd, chunk)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") % (2 ** 62)
 
 
@@ -393,8 +402,9 @@ class Trainer:
             stats["prompts_drawn"] += len(prompts)
             stats["rounds"] += 1
             pids = [self.prompt_ids(p) for p in prompts]
+            seed = step_seed(cfg.seed, self.step, SeedPhase.ON_POLICY, rnd)
             responses, correct, logprobs = self._sample_round(self.policy, pids, [p.answer for p in prompts], n_on,
-                                                              step_seed(cfg.seed, self.step, 1, rnd), tm)
+                                                              seed, tm)
             faults.point("sample", self.step + 1)
             stats["correct"] += correct
             stats["lengths"] += [len(r) for r in responses]
@@ -460,9 +470,9 @@ class Trainer:
                 break
             take = len(order) if not a.lazy else math.ceil(ANCHOR_CHUNK_MARGIN * (need - n_keep))
             cand, order = order[:take], order[take:]
+            seed = step_seed(self.cfg.seed, self.step, SeedPhase.ANCHOR, rnd, chunk_no)
             ref_responses, rc, ref_lps = self._sample_round(self.reference, [pids[i] for i in cand],
-                                                            [prompts[i].answer for i in cand], a.ref_n,
-                                                            step_seed(self.cfg.seed, self.step, 2, rnd, chunk_no), tm)
+                                                            [prompts[i].answer for i in cand], a.ref_n, seed, tm)
             faults.point("anchor", self.step + 1)
             stats["ref_samples"] += len(rc)
             for j, i in enumerate(cand):
@@ -478,7 +488,7 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------------- update
     def train_step(self) -> dict:
-        cfg, a = self.cfg, self.cfg.algo
+        cfg = self.cfg
         tm, stats = phase_timers(), rollout_stats()
         t_start = time.perf_counter()
         groups = self.collect(tm, stats)
@@ -531,7 +541,7 @@ class Trainer:
         n_prompts, per_mb = len(groups), cfg.batch.mini_batch_prompts
         minibatches = []   # per epoch, the response rows of each mini-batch (prompts shuffled per epoch)
         for epoch in range(cfg.batch.epochs):
-            g = torch.Generator().manual_seed(step_seed(cfg.seed, self.step, 3, epoch))
+            g = torch.Generator().manual_seed(step_seed(cfg.seed, self.step, SeedPhase.MINIBATCH_ORDER, epoch))
             order = torch.randperm(n_prompts, generator=g).tolist()
             minibatches += [torch.tensor([p * G + j for p in order[s:s + per_mb] for j in range(G)],
                                          device=self.device) for s in range(0, n_prompts, per_mb)]
@@ -556,7 +566,7 @@ class Trainer:
         if bool(todo.any()) or W > 1:       # with several ranks each pass is a collective: every rank runs it
             rest = todo.nonzero()[:, 0]
             old_logp[rest], entropy[rest] = self._logprobs(self.policy, batch, rest, temp, with_entropy=True)
-        needs_ref = (a.kl.coef != 0.0 or a.mix.variant != "plain" or a.reference.kl_monitor
+        needs_ref = (a.kl.coef != 0.0 or "reference" in RATIOS[a.mix.variant].needs or a.reference.kl_monitor
                      or (a.distill.mode != "none" and self.teacher is self.reference))
         all_need = need.nonzero()[:, 0]
 
@@ -707,7 +717,7 @@ class Trainer:
         for name, problems in self.val_sets.items():
             params = SamplingParams(n=v.samples, temperature=v.temperature, top_p=v.top_p,
                                     max_new_tokens=self.cfg.lengths.max_response,
-                                    seed=step_seed(self.cfg.seed, self.step, 4))
+                                    seed=step_seed(self.cfg.seed, self.step, SeedPhase.VALIDATION))
             if self.shards == 1:
                 self._serve(self.policy)
                 recs = sample_and_grade(self.engine, self.tokenizer, problems, self.cfg.data.prompt_template,

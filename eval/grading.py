@@ -40,7 +40,7 @@ exceeds ``timeout_s + kill_grace_s`` (e.g. stuck inside one C call), respawns it
 string; it raises ``ValueError`` only for caller bugs (length mismatch, unknown mode / answer type, a gold
 that is not a string/number/list, a multiple-choice gold that is not a letter).
 
-Throughput (``python -m eval.bench_grading``): see the report in that module's output; integers are graded in
+Throughput (``python -m bench.grading``): see the report in that module's output; integers are graded in
 the parent at tens of thousands per second, LaTeX answers cost math-verify ~5-50 ms each (antlr parsing).
 """
 from __future__ import annotations
@@ -324,7 +324,7 @@ def _cheap_compare(extracted: str, gold: str) -> bool | None:
 # plausibility pre-check: answers no benchmark gold comes near are wrong without math-verify
 # --------------------------------------------------------------------------------------------------
 #: Maxima over the gold answers of every shipped benchmark (1,930 golds of eval/data/benchmarks, read through
-#: the registry; ``eval.bench_grading.shipped_gold_maxima()`` measures them and prints them, a test checks that
+#: the registry; ``bench.grading.shipped_gold_maxima()`` measures them and prints them, a test checks that
 #: these still hold): length 210 characters (minerva_math), nesting 4 (minerva_math), exponents 7
 #: (``x^8 + x^7 + ... + x^2 + x + 1``), exponent depth 1 (no gold has an exponent inside an exponent), digit
 #: run 8 (``10112369``), numeric power 10^303.7 (``2^{1009}``), combinatorial operand 10^2 (``100!``).

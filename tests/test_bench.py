@@ -1,9 +1,9 @@
-"""armor.bench's code path on the quick world with shrunken shapes (a smoke test, not a timing assertion)."""
+"""bench.step_time's code path on the quick world with shrunken shapes (a smoke test, not a timing assertion)."""
 from pathlib import Path
 
 import pytest
 
-from armor import bench
+from bench import step_time as bench
 
 SMALL = dict(steps=1, warmup=0, threads=1, prompts=2, group=4, max_new_tokens=6)
 
@@ -67,7 +67,7 @@ def test_bench_interleaved_with_trl(world):
 
 
 def test_bench_decode_prints_both_decoders(world, capsys):
-    from armor import bench_decode
+    from bench import decode as bench_decode
     assert bench_decode.main(["--world", str(world), "--rows", "8,16", "--reps", "1", "--new-tokens", "6"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     table = [ln.split() for ln in lines[2:]]

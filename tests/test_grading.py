@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.bench_grading import (SLOW_IN_BOUNDS, adversarial_strings, pathological_set, plausibility_report, shipped_gold_maxima,
+from bench.grading import (SLOW_IN_BOUNDS, adversarial_strings, pathological_set, plausibility_report, shipped_gold_maxima,
                                 shipped_golds)
 from eval.benchmarks import load_benchmark
 from eval.grading import (BOUNDS, GOLD_MAXIMA, REASONS, Grader, Verdict, _cheap_compare, _grade_extracted,
@@ -175,7 +175,7 @@ def test_cheap_paths_agree_with_math_verify():
 _IN_PROCESS = r"""
 import json, sys
 import eval.grading as G
-from eval.bench_grading import SLOW_IN_BOUNDS
+from bench.grading import SLOW_IN_BOUNDS
 seen = []
 if sys.argv[1] == "swallow":
     def swallow_once(extracted, gold, answer_type):   # library code with a bare except, then more work
@@ -367,7 +367,7 @@ def test_other_gold_is_wrong_full(grader, name):
 # ---------------------------------------------------------------------------------------------- pathological
 def _run_pathological(strings, timeout, workers=2):
     """Grade adversarial strings: every verdict is a Verdict with a known reason and none is correct. (How long
-    it takes is measured by `python -m eval.bench_grading --pathological`, not asserted here.)"""
+    it takes is measured by `python -m bench.grading --pathological`, not asserted here.)"""
     gold = r"\frac{3}{7}"
     with Grader(num_workers=workers, timeout_s=timeout, kill_grace_s=1.0) as g:
         v = g.grade(strings, [gold] * len(strings))

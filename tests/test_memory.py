@@ -1,4 +1,4 @@
-"""The per-rank memory estimate (armor.memory) and the GPU check's CPU run (armor.gpu_check --tiny)."""
+"""The per-rank memory estimate (armor.memory) and the GPU check's CPU run (bench.gpu_check --tiny)."""
 import json
 import subprocess
 import sys
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_parameter_count_is_the_models():
     """ModelShape.params counts what transformers builds (Qwen2 layout), and the 7B's is the published 7.62B."""
-    from armor.gpu_check import TINY, build_model
+    from bench.gpu_check import TINY, build_model
     model = build_model(TINY, TINY.layers, 64, torch.device("cpu"))
     assert sum(p.numel() for p in model.parameters()) == TINY.params
     assert memory.KNOWN["Qwen/Qwen2.5-Math-7B"].params == 7_615_616_512
@@ -24,7 +24,7 @@ def test_parameter_count_is_the_models():
 
 def test_estimate_by_hand():
     """W = 4 ranks, P = TINY.params: fp32 shards, fp32 grads, two fp32 moments, a bf16 reference shard."""
-    from armor.gpu_check import TINY
+    from bench.gpu_check import TINY
     cfg = load_config(ROOT / "reproduce" / "presets" / "qwen25-math-7b.yaml",
                       ["batch.micro_batch_tokens=20480", "batch.logprob_chunk_tokens=1024"])
     est = memory.estimate(cfg, 4, TINY)
@@ -42,7 +42,7 @@ def test_estimate_by_hand():
 def test_gpu_check_runs_on_cpu(tmp_path):
     """The GPU check's code on CPU with tiny widths: every phase reports, chunked log-probs equal the full ones,
     and the vLLM part says it was skipped."""
-    r = subprocess.run([sys.executable, "-m", "armor.gpu_check", "--out", str(tmp_path), "--tiny", "--device", "cpu",
+    r = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--out", str(tmp_path), "--tiny", "--device", "cpu",
                         "--prompt", "16", "--response", "96", "--chunk", "40", "--steps", "2"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -340,7 +340,7 @@ def test_evaluation_loads_the_checkpoint_with_its_context_length(vllm, world):
 
 @pytest.mark.parametrize("folder", ["tiny model", "weights only"])
 def test_gpu_check_part_runs_against_the_fake(folder, vllm, world, tmp_path):
-    """armor.gpu_check calls vllm_check on a folder of config.json + weights (no tokenizer) with its sizes."""
+    """bench.gpu_check calls vllm_check on a folder of config.json + weights (no tokenizer) with its sizes."""
     from armor.rollout.vllm_engine import vllm_check
     path, out = world / "base_model", {"before": 1}
     if folder == "weights only":

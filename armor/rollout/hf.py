@@ -14,7 +14,7 @@ from armor.rollout.static_decode import make_stepper
 
 # A CPU decode step whose activations are smaller than this (rows x hidden size) runs on one thread: its
 # operations are so small that waking the other OpenMP threads costs more than they save (the suite sets
-# OMP_WAIT_POLICY=PASSIVE). The threshold is the tiny world's model at 128 rows; `python -m armor.bench` (2 threads)
+# OMP_WAIT_POLICY=PASSIVE). The threshold is the tiny world's model at 128 rows; `python -m bench.step_time` (2 threads)
 # measures what it does to a training step (README, "Step-time benchmark").
 SINGLE_THREAD_DECODE_BELOW = 128 * 64
 

@@ -1,7 +1,7 @@
 """GPU check: the paper-scale update path on one GPU, with a random-weight model of Qwen2.5-Math-7B's widths.
 
-    python -m armor.gpu_check --out DIR                      # H200: a few minutes; writes DIR/gpu_check.json
-    python -m armor.gpu_check --out DIR --tiny --device cpu  # the same code on CPU in seconds (tests run it)
+    python -m bench.gpu_check --out DIR                      # H200: a few minutes; writes DIR/gpu_check.json
+    python -m bench.gpu_check --out DIR --tiny --device cpu  # the same code on CPU in seconds (tests run it)
 
 No hub is needed: the model is built from Qwen2.5-Math-7B's widths (armor.memory.KNOWN) with `--layers` decoder
 layers and random weights, and the batch is `--rows` random responses of `--response` tokens after a
@@ -189,7 +189,7 @@ def _print(report: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m armor.gpu_check", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="folder for gpu_check.json (created)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--tiny", action="store_true", help="tiny widths (a CPU test of the same code)")

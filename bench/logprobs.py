@@ -1,6 +1,6 @@
 """Peak memory of per-token log-probs, full-vocabulary vs chunked, with gradients (CPU).
 
-    python -m armor.bench_logprobs [--vocab 152064] [--hidden 256] [--lengths 2048,4096,8192] [--chunk 256]
+    python -m bench.logprobs [--vocab 152064] [--hidden 256] [--lengths 2048,4096,8192] [--chunk 256]
 
 Each measurement runs in a fresh subprocess: a [1, R, H] hidden-state leaf and a [V, H] lm_head (Qwen2.5's
 vocabulary by default), log-probs of R sampled tokens (with entropy, as the trainer's first mini-batch computes
@@ -54,7 +54,7 @@ def _one(mode: str, length: int, vocab: int, hidden: int, chunk: int) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m armor.bench_logprobs", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.logprobs", description=__doc__.split("\n")[0])
     ap.add_argument("--vocab", type=int, default=152064)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--lengths", default="2048,4096,8192")
@@ -75,7 +75,7 @@ def main(argv=None) -> None:
             if need and need * 1.1 > _available_bytes():
                 res[mode] = f"skipped: needs ~{need / 2 ** 30:.0f} GiB, {_available_bytes() / 2 ** 30:.0f} GiB free"
                 continue
-            out = subprocess.run([sys.executable, "-m", "armor.bench_logprobs", "--one", f"{mode},{length}",
+            out = subprocess.run([sys.executable, "-m", "bench.logprobs", "--one", f"{mode},{length}",
                                   "--vocab", str(a.vocab), "--hidden", str(a.hidden), "--chunk", str(a.chunk)],
                                  capture_output=True, text=True)
             res[mode] = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else \

@@ -1,6 +1,6 @@
 """Grading throughput benchmark (not a test).
 
-    python -m eval.bench_grading [--n 2000] [--workers 2] [--timeout 5] [--pathological]
+    python -m bench.grading [--n 2000] [--workers 2] [--timeout 5] [--pathological]
 
 Builds MATH-500-like responses from the MATH-500 golds: ~1 kB of reasoning text ending in a boxed answer,
 mixing exact golds, reformatted golds (\\dfrac, a/b, spaces, "x = ..."), wrong golds (another problem's) and
@@ -462,7 +462,7 @@ def main(argv=None) -> None:
             for warm in (False, True):
                 if warm and name.startswith("integer"):
                     continue
-                out = subprocess.run([sys.executable, "-m", "eval.bench_grading", "--n", str(args.n),
+                out = subprocess.run([sys.executable, "-m", "bench.grading", "--n", str(args.n),
                                       "--timeout", str(args.timeout), "--one", f"{workers}|{name}|{int(warm)}"],
                                      capture_output=True, text=True, check=True)
                 m = json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,6 +1,6 @@
 """Sampling-speed benchmark of the HF engine's two decoders on a model: static KV cache vs the model's forward.
 
-    python -m armor.bench_decode [--world DIR] [--rows 32,64,128,256] [--new-tokens 48] [--reps 5] [--threads 1]
+    python -m bench.decode [--world DIR] [--rows 32,64,128,256] [--new-tokens 48] [--reps 5] [--threads 1]
 
 Both decoders sample the same rows from the same prompts with the same seed (so the same tokens, see
 tests/test_rollout.py), interleaved rep by rep so that they see the same machine load; the figure is the median
@@ -49,7 +49,7 @@ def measure(model_dir: Path, prompts_file: Path, rows: list[int], new_tokens: in
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m armor.bench_decode", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.decode", description=__doc__.split("\n")[0])
     ap.add_argument("--world", default=str(DEFAULT_WORLD), help="toy world folder (base_model/, data/train.jsonl)")
     ap.add_argument("--rows", default="32,64,128,256", help="responses per generate call (n = 8 per prompt)")
     ap.add_argument("--new-tokens", type=int, default=48)

@@ -1,6 +1,6 @@
 """Step-time benchmark on the tiny world: our trainer (DAPO, ARMOR) against TRL's GRPOTrainer.
 
-    python -m armor.bench [--world DIR] [--steps N] [--warmup W] [--threads T] [--skip-trl] [--json FILE]
+    python -m bench.step_time [--world DIR] [--steps N] [--warmup W] [--threads T] [--skip-trl] [--json FILE]
 
 One configuration for all three contenders (CPU, float32, the world's base_model): 8 prompts x 8 responses per
 step, at most 48 new tokens, temperature 1 / top_p 1, one optimizer update per step (one pass, one mini-batch),
@@ -271,7 +271,7 @@ def format_report(res: dict) -> str:
     c, v = res["config"], res["versions"]
     d, a, t = res["dapo"], res["armor"], res.get("trl")
     has_trl = isinstance(t, dict)
-    L = [f"armor.bench: {c['prompts']} prompts x {c['group']} responses/step, max_new_tokens {c['max_new_tokens']}, "
+    L = [f"bench.step_time: {c['prompts']} prompts x {c['group']} responses/step, max_new_tokens {c['max_new_tokens']}, "
          f"T={c['temperature']} top_p=1, 1 optimizer update/step, float32, CPU, torch threads {c['threads']}; "
          f"medians over {c['steps']} steps after {c['warmup']} warm-up",
          f"  world {c['world']} (base_model: {c['n_params']} parameters)",
@@ -382,7 +382,7 @@ def run(world=None, steps: int = 5, warmup: int = 1, threads: int = 2, skip_trl:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m armor.bench", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.step_time", description=__doc__.split("\n")[0])
     ap.add_argument("--world", default=None, help="toy world folder (default: build the quick world into "
                                                   f"{DEFAULT_WORLD.relative_to(ROOT)})")
     ap.add_argument("--steps", type=int, default=5, help="measured steps per contender (median)")

@@ -1,0 +1,59 @@
+"""Variants registered by name with their needs (armor.registry): the config's choices are the registries'
+names, validation refuses what is not registered or whose needs the config does not meet, and a new ratio
+variant is one registered function (it is then a valid `algo.mix.variant`, dispatched, and its needs read)."""
+import pytest
+import torch
+
+from armor.advantages import ADVANTAGES, group_advantages
+from armor.config import ConfigError, RunConfig, _registered_choices, load_config
+from armor.objectives import KL_ESTIMATORS, LOSS_AGGREGATIONS, RATIOS, ratio_and_clip_range
+from armor.registry import Entry, Registry
+
+
+def test_every_registered_choice_of_the_config_names_its_registry():
+    found = {key: reg for key, _, reg in _registered_choices(RunConfig())}
+    assert found == {"algo.advantage": ADVANTAGES, "algo.loss_agg": LOSS_AGGREGATIONS,
+                     "algo.kl.estimator": KL_ESTIMATORS, "algo.mix.variant": RATIOS}
+    assert RATIOS.names() == ("plain", "mixed", "static_clip", "offpolicy_anchor")
+    assert ADVANTAGES.names() == ("grpo", "grpo_no_std", "qae")
+    assert KL_ESTIMATORS.names() == ("k1", "k2", "k3") and "low_var_kl" in KL_ESTIMATORS   # verl's alias
+    assert {n for n in RATIOS.names() if "reference" in RATIOS[n].needs} == {"mixed", "offpolicy_anchor"}
+
+
+@pytest.mark.parametrize("key", ["algo.mix.variant", "algo.advantage", "algo.loss_agg", "algo.kl.estimator"])
+def test_an_unregistered_choice_is_refused_naming_key_and_value(key):
+    with pytest.raises(ConfigError, match=f"{key}.*nope.*registered"):
+        load_config(None, ["model.path=m", "data.train=t.jsonl", "schedule.validate_every=0", f"{key}=nope"])
+
+
+def test_a_new_ratio_variant_is_one_registered_function(monkeypatch):
+    monkeypatch.setattr(RATIOS, "_entries", dict(RATIOS._entries))     # the registry as it was, after the test
+
+    @RATIOS.register("half_plain", needs={"anchors"})
+    def _half(logp, old_logp, ref_logp, alpha, eps_low, eps_high, is_anchor, clamp):
+        return 0.5 * torch.exp(logp - old_logp), eps_low, eps_high
+
+    base = ["model.path=m", "data.train=t.jsonl", "schedule.validate_every=0", "algo.mix.variant=half_plain"]
+    with pytest.raises(ConfigError, match="algo.mix.variant.*half_plain.*algo.anchor.enabled"):
+        load_config(None, base)                     # its declared need is checked at load
+    assert load_config(None, base + ["algo.anchor.enabled=true"]).algo.mix.variant == "half_plain"
+    r, _, _ = ratio_and_clip_range("half_plain", torch.zeros(1, 2), torch.zeros(1, 2))
+    assert torch.equal(r, torch.full((1, 2), 0.5))
+
+
+def test_registry_refuses_unknown_needs_and_duplicates():
+    reg = Registry("thing", "x.y")
+    reg.register("a", needs={"reference"})(lambda: 1)
+    assert reg["a"] == Entry("a", reg["a"].fn, frozenset({"reference"}))
+    with pytest.raises(ValueError, match="registered twice"):
+        reg.register("a")(lambda: 2)
+    with pytest.raises(ValueError, match="unknown needs"):
+        reg.register("b", needs={"gpu"})
+    with pytest.raises(ValueError, match="x.y: unknown thing 'c'"):
+        reg["c"]
+
+
+def test_advantage_dispatch_is_the_estimators():
+    r = torch.tensor([[1.0, -1.0, -1.0, 1.0]])
+    torch.testing.assert_close(group_advantages(r, "grpo_no_std", k=0.3), torch.tensor([[1.0, -1.0, -1.0, 1.0]]))
+    assert group_advantages(r, "qae", k=0.45).shape == (1, 4)
