@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 import warnings
 from pathlib import Path
@@ -29,32 +28,16 @@ from pathlib import Path
 from armor import faults
 from common.hashing import sha256_file
 from common.jsonl import write_json_atomic
+from common.layout import list_checkpoints, step_dir  # noqa: F401  (re-exported for the trainer and its tests)
 
 # torch and numpy are imported inside the functions that need them: the layout helpers (list_checkpoints,
 # step_dir) serve the experiment driver, which should not pay for loading torch.
 
-STEP_RE = re.compile(r"^step_(\d{6,})$")
 MANIFEST = "checkpoint.json"
 
 
 class DamagedCheckpointWarning(UserWarning):
     """The newest checkpoint does not match its manifest; the previous complete one is used."""
-
-
-def step_dir(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
-
-
-def list_checkpoints(run_dir: Path) -> list[int]:
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    steps = []
-    for p in root.iterdir():
-        m = STEP_RE.match(p.name)
-        if m and (p / "trainer_state.pt").is_file():
-            steps.append(int(m.group(1)))
-    return sorted(steps)
 
 
 def clean_partial(run_dir: Path) -> None:

@@ -19,9 +19,7 @@ from typing import Any, Literal, Optional
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A config value is missing, unknown, of the wrong type or impossible. The message names the key."""
+from common.yaml_config import ConfigError, read_yaml  # noqa: F401  (armor.config's errors and presets)
 
 
 # ----------------------------------------------------------------------------------------------- schema
@@ -63,7 +61,7 @@ class DataConfig:
     problem_field: str = _f("problem", "dotted path into a row; a list of chat messages takes the last one")
     answer_field: str = _f("answer", "dotted path, e.g. reward_model.ground_truth")
     prompt_template: Literal["plain", "qwen_math", "dapo"] = _f("plain", "how a problem becomes the prompt "
-                                                                         "(eval/benchmarks.py TEMPLATES)")
+                                                                         "(common/benchmarks.py TEMPLATES)")
     shuffle: bool = _f(True, "draw prompts in a seeded random order (resumable) instead of file order")
     max_prompts: Optional[int] = _f(None, "use only the first N prompts of the file (after shuffling)")
 
@@ -416,30 +414,6 @@ def _build(cls, data: dict, prefix: str = ""):
             full = f"{prefix}.{f.name}" if prefix else f.name
             kwargs[f.name] = _coerce(data[f.name], hints[f.name], full)
     return cls(**kwargs)
-
-
-def _deep_merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def read_yaml(path: str | Path) -> dict:
-    """Read a YAML config, resolving `base:` chains (paths relative to the including file)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config: file not found: {str(path)!r}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config: {str(path)!r} is not valid YAML: {e}") from e
-    if not isinstance(data, dict):
-        raise ConfigError(f"config: {str(path)!r} must hold a mapping at top level, got {type(data).__name__}")
-    base = data.pop("base", None)
-    if base is not None:
-        data = _deep_merge(read_yaml(path.parent / base), data)
-    return data
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -43,15 +43,19 @@ from armor.anchors import anchor_keep, dynamic_sampling_keep, first_correct_inde
 from armor.config import RunConfig, dump_config, load_config, to_dict
 from armor.data import PromptStream, load_prompts
 from armor.distributed import Dist
-from armor.objectives import (ADDITIVE_METRICS, kl_forward_estimate, kl_reverse_estimate, logprob_mismatch,
-                              masked_mean, mopd_token_advantages, opd_token_advantages, pad_token_values,
-                              policy_loss, RATIOS)
-from armor.policy import (check_model_path, forward_logprobs, load_model, load_skeleton, load_tokenizer,
-                          make_token_batch)
+from armor.objectives import (ADDITIVE_METRICS, RATIOS, kl_forward_estimate, kl_reverse_estimate,
+                              logprob_mismatch, masked_mean, mopd_token_advantages, opd_token_advantages,
+                              pad_token_values, policy_loss)
+from armor.policy import forward_logprobs, make_token_batch
 from armor.rewards import shaped_reward
-from armor.rollout import SamplingParams, build_engine
 from armor.spmd import global_masked_mean, shard_seed, sharded_map
+from common.benchmarks import load_benchmark, register_jsonl
+from common.grading import Grader
 from common.jsonl import append_jsonl, read_jsonl, write_json_atomic, write_jsonl
+from common.metrics import avg_at_k
+from common.models import check_model_path, load_model, load_skeleton, load_tokenizer
+from common.rollout import SamplingParams, build_engine
+from common.sampling import encode_prompt, sample_and_grade
 
 # the metric keys that must agree between an interrupted-and-resumed run and an uninterrupted one
 DETERMINISTIC_KEYS = ("reward_mean", "accuracy", "response_length", "entropy", "clipfrac", "kl_reverse",
@@ -184,7 +188,6 @@ class Trainer:
                              f"{self.dist.world_size}")
         torch.manual_seed(cfg.seed)
 
-        from eval.grading import Grader
         self.grader = Grader(num_workers=cfg.reward.grader_workers, timeout_s=cfg.reward.grader_timeout_s,
                              mode=cfg.reward.answer_mode)
         self.tokenizer = load_tokenizer(cfg.model.path)
@@ -252,7 +255,6 @@ class Trainer:
         sets = {}
         if not self.cfg.validation.benchmarks:
             return sets
-        from eval.benchmarks import load_benchmark, register_jsonl
         for spec in self.cfg.validation.benchmarks:
             name, _, path = spec.partition("=")
             if path:
@@ -319,7 +321,6 @@ class Trainer:
 
     def prompt_ids(self, p) -> list[int]:
         if p.index not in self._prompt_cache:
-            from eval.sampling import encode_prompt
             ids = encode_prompt(self.tokenizer, p.problem, self.cfg.data.prompt_template)
             self._prompt_cache[p.index] = ids[-self.cfg.lengths.max_prompt:]
         return self._prompt_cache[p.index]
@@ -710,8 +711,6 @@ class Trainer:
     # ------------------------------------------------------------------------------------ validation
     @torch.no_grad()
     def validate(self) -> list[dict]:
-        from eval.metrics import avg_at_k
-        from eval.sampling import sample_and_grade
         v = self.cfg.validation
         rows = []
         for name, problems in self.val_sets.items():

@@ -22,10 +22,10 @@ DEFAULT_WORLD = ROOT / "runs" / "tiny" / "world"
 
 
 def measure(model_dir: Path, prompts_file: Path, rows: list[int], new_tokens: int, reps: int, n: int = 8) -> list[dict]:
-    from armor.policy import load_model, load_tokenizer
-    from armor.rollout import SamplingParams
-    from armor.rollout.hf import HFEngine
-    from eval.sampling import encode_prompt
+    from common.models import load_model, load_tokenizer
+    from common.rollout import SamplingParams
+    from common.rollout.hf import HFEngine
+    from common.sampling import encode_prompt
 
     tok = load_tokenizer(str(model_dir))
     model = load_model(str(model_dir), "float32", torch.device("cpu"))

@@ -13,7 +13,7 @@ peak memory (CUDA: max_memory_allocated, reset per phase; CPU: the process's pea
   update            `--steps` updates (chunked log-probs, policy loss, backward, clip, AdamW): tokens/s and the
                     model FLOPs utilisation, 6·N·tokens (+ attention) per second over `--peak-tflops`
   checkpoint        the full state dict and the optimizer's full state gathered, the weights written (safetensors)
-  vllm              armor.rollout.vllm_engine.vllm_check when vllm imports (dummy load, push, generate, swap
+  vllm              common.rollout.vllm_engine.vllm_check when vllm imports (dummy load, push, generate, swap
                     to the reference and back, sleep/wake; tokens/s and push seconds), else a line saying so
 """
 from __future__ import annotations
@@ -79,7 +79,7 @@ def build_model(shape: ModelShape, layers: int, max_len: int, device: torch.devi
     torch.manual_seed(0)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    from armor.policy import enable_activation_checkpointing
+    from common.models import enable_activation_checkpointing
     enable_activation_checkpointing(model)
     return model
 
@@ -171,7 +171,7 @@ def _vllm(folder: Path, a) -> dict:
         import vllm  # noqa: F401  (only whether it imports)
     except ImportError:
         return {"vllm": "skipped: vllm is not importable (pip install -c constraints/gpu.txt -e '.[gpu]')"}
-    from armor.rollout import vllm_engine
+    from common.rollout import vllm_engine
     # 16 prompts x 2 samples; random weights seldom stop early, so responses are capped to keep the check short
     return vllm_engine.vllm_check(str(folder), {"prompt": a.prompt, "response": min(a.response, 2048)})
 

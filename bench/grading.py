@@ -10,7 +10,7 @@ wall-time cost of one hard answer that hits the timeout (worker alarm, and the p
 Target: >= 200 answers/s with 2 workers on the MATH-500-like mix.
 
 Then the plausibility report (alone with ``--pathological``): the maxima of the shipped benchmarks' gold
-answers for each plausibility bound of ``eval.grading.BOUNDS`` (measured here, ``shipped_gold_maxima``), the
+answers for each plausibility bound of ``common.grading.BOUNDS`` (measured here, ``shipped_gold_maxima``), the
 gold self-agreement rate (every shipped gold boxed and graded against itself, and how many golds the
 pre-check alone would reject), and the 200-case pathological set (``pathological_set``: towers of exponents,
 deep nesting, 100 kB strings, huge factorials and digit strings, garbage, and a few normal answers) graded on
@@ -30,8 +30,8 @@ import time
 from collections import Counter
 from typing import NamedTuple
 
-from eval.benchmarks import BENCHMARK_DIR, BENCHMARKS, load_benchmark
-from eval.grading import BOUNDS, GOLD_MAXIMA, Grader, answer_shape, implausible_bound
+from common.benchmarks import BENCHMARK_DIR, BENCHMARKS, load_benchmark
+from common.grading import BOUNDS, GOLD_MAXIMA, Grader, answer_shape, implausible_bound
 
 NONINT_SHARE = 0.75
 FILLER = ("Let us work through the problem step by step. First we set up the relevant quantities and "
@@ -176,7 +176,7 @@ def shipped_golds() -> list[tuple[str, str, str]]:
 def shipped_gold_maxima(golds=None) -> dict[str, tuple[float, str, str]]:
     """For each plausibility bound: (maximum over the shipped golds, its benchmark, that gold).
 
-    These are the numbers ``eval.grading.GOLD_MAXIMA`` records and ``BOUNDS`` are chosen from.
+    These are the numbers ``common.grading.GOLD_MAXIMA`` records and ``BOUNDS`` are chosen from.
     """
     golds = shipped_golds() if golds is None else golds
     best: dict[str, tuple[float, str, str]] = {}
@@ -370,12 +370,12 @@ def plausibility_report(workers: int, timeout: float, adversarial: bool = True) 
     n_files = len({b for b, _, _ in golds})
     print(f"gold-answer maxima ({len(golds)} golds, {n_files} shipped files): "
           + ", ".join(f"{k} {_fmt(round(v, 2))} ({b}: {g[:40]!r})" for k, (v, b, g) in maxima.items()), flush=True)
-    print("plausibility bounds (eval.grading.BOUNDS): " + ", ".join(
+    print("plausibility bounds (common.grading.BOUNDS): " + ", ".join(
         f"{k} {_fmt(v)} (10^{v - maxima[k][0]:.4g} times the gold max value)" if k.endswith("_log10")
         else f"{k} {_fmt(v)} ({v / maxima[k][0]:.1f}x the gold max)" for k, v in BOUNDS.items()), flush=True)
     drift = [k for k in BOUNDS if abs(maxima[k][0] - GOLD_MAXIMA[k]) > 0.01]
     if drift:
-        print(f"WARNING: the gold maxima differ from eval.grading.GOLD_MAXIMA for {drift}", flush=True)
+        print(f"WARNING: the gold maxima differ from common.grading.GOLD_MAXIMA for {drift}", flush=True)
 
     cases = pathological_set()
     with Grader(num_workers=workers, timeout_s=timeout) as g:

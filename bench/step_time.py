@@ -165,9 +165,9 @@ def run_trl(world: Path, out_dir: Path, *, threads: int, steps: int, warmup: int
     from trl import GRPOConfig, GRPOTrainer
 
     from armor.data import load_prompts
-    from armor.policy import load_model, load_tokenizer
-    from eval.benchmarks import build_messages
-    from eval.grading import Grader
+    from common.models import load_model, load_tokenizer
+    from common.benchmarks import build_messages
+    from common.grading import Grader
 
     torch.manual_seed(SEED)
     tok = load_tokenizer(str(world / "base_model"))
@@ -336,7 +336,7 @@ def run(world=None, steps: int = 5, warmup: int = 1, threads: int = 2, skip_trl:
     os.environ.setdefault("ARMOR_PROGRESS", "0")
     torch.set_num_threads(threads)
     w = ensure_world(world)
-    from armor.policy import load_model
+    from common.models import load_model
     n_params = sum(p.numel() for p in load_model(str(w / "base_model")).parameters())
     res = {"config": {"world": str(w), "n_params": n_params, "prompts": prompts, "group": group,
                       "max_new_tokens": max_new_tokens, "temperature": TEMPERATURE, "threads": threads,

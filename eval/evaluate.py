@@ -6,7 +6,7 @@
 
 ``--checkpoint`` takes any Hugging Face model folder; ``--run DIR`` evaluates every checkpoint under
 ``DIR/checkpoints`` (``step_NNNNNN`` folders with ``trainer_state.pt``), skipping those already scored.
-Benchmarks are registry names (``eval.benchmarks``) or ``NAME=path.jsonl`` (fields problem/answer; a registry
+Benchmarks are registry names (``common.benchmarks``) or ``NAME=path.jsonl`` (fields problem/answer; a registry
 name with ``=path`` loads that benchmark's format from the file). For ``--run`` the defaults of
 ``--benchmarks`` / ``--protocol`` are the run config's ``protocol.eval_benchmarks`` / ``protocol.eval_protocol``.
 
@@ -53,8 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from eval.benchmarks import (ALIASES, BENCHMARKS, TEMPLATES, BenchmarkData, BenchmarkError, default_mode, get_spec,
-                             load_benchmark, register_jsonl)
+from common.benchmarks import (ALIASES, BENCHMARKS, TEMPLATES, BenchmarkData, BenchmarkError, default_mode, get_spec,
+                               load_benchmark, register_jsonl)
+from common.layout import STEP_RE, list_checkpoints
 from eval.protocols import (DEFAULT_MAX_NEW_TOKENS, BenchSetting, Protocol, get_protocol, list_protocols,
                             resolve_setting)
 
@@ -63,7 +64,6 @@ __all__ = ["EvalError", "evaluate_checkpoint", "evaluate_run", "chunk_seed", "ch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PRESET_DIR = REPO_ROOT / "reproduce" / "presets"
-STEP_RE = re.compile(r"^step_(\d{6,})$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 RESULT_COLUMNS = ["preset", "model", "arm", "seed", "step", "benchmark", "metric", "k", "value", "n", "source"]
 #: settings that must agree for existing samples / summaries to be reused
@@ -167,7 +167,7 @@ def load_benchmarks(specs, limit: int | None = None) -> list[tuple[str, Benchmar
 
 
 def read_yaml_file(path: Path) -> dict:
-    from armor.config import ConfigError, read_yaml
+    from common.yaml_config import ConfigError, read_yaml
     try:
         return read_yaml(path)
     except ConfigError as e:
@@ -483,7 +483,7 @@ def _load_samples(job: Job) -> dict[int, list[dict]]:
 def summarize(job: Job, rows_by_index: dict[int, list[dict]], elapsed_s: float | None = None,
               generated: int = 0) -> dict:
     """The summary of a finished job (avg@k, pass@j, maj@k, stats, settings)."""
-    from eval.metrics import avg_at_k, maj_at_k, pass_at_k_matrix
+    from common.metrics import avg_at_k, maj_at_k, pass_at_k_matrix
     k = job.settings["samples"]
     problems = list(job.plan.data)
     correct = [[bool(r["correct"]) for r in rows_by_index[p.index]] for p in problems]
@@ -532,8 +532,8 @@ def run_job(job: Job, engine, tokenizer, grader, *, progress: bool | None = None
 def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, after_chunk) -> dict:
     from tqdm import tqdm
 
-    from armor.rollout import SamplingParams
-    from eval.sampling import encode_prompt, sample_and_grade
+    from common.rollout import SamplingParams
+    from common.sampling import encode_prompt, sample_and_grade
 
     s = job.settings
     k, C = s["samples"], s["chunk_size"]
@@ -606,7 +606,7 @@ def _context_length(jobs: list[Job], tokenizer) -> int:
     """The vLLM engine's context length for `jobs`: their longest encoded prompt plus their largest response
     budget. Without it vLLM takes the model's max_position_embeddings (4096 for Qwen2.5-Math-7B) and silently
     caps responses there."""
-    from eval.sampling import encode_prompt
+    from common.sampling import encode_prompt
     longest = max(len(encode_prompt(tokenizer, p.problem, j.plan.template)) for j in jobs for p in j.plan.data)
     return longest + max(int(j.settings["max_new_tokens"]) for j in jobs)
 
@@ -617,8 +617,8 @@ def _loaded_engine(ckpt: Path, engine: str, *, device: str, dtype: str | None, m
     """The engine and tokenizer for `ckpt`. hf: the model in-process. vllm: a standalone engine that loads the
     checkpoint folder's weights itself (nothing is pushed: a random-weight start followed by a push only pays
     off when weights change, as in training), with max_model_len = context_length(tokenizer)."""
-    from armor.policy import load_model, load_tokenizer
-    from armor.rollout import build_engine
+    from common.models import load_model, load_tokenizer
+    from common.rollout import build_engine
     tok = load_tokenizer(str(ckpt))
     if engine == "hf":
         dt = dtype or ("bfloat16" if device.startswith("cuda") else "float32")
@@ -652,7 +652,7 @@ class _Graders:
         self.workers, self.timeout_s, self._g = workers, timeout_s, {}
 
     def __call__(self, mode: str):
-        from eval.grading import Grader
+        from common.grading import Grader
         if mode not in self._g:
             self._g[mode] = Grader(num_workers=self.workers, timeout_s=self.timeout_s, mode=mode)
         return self._g[mode]
@@ -842,7 +842,6 @@ def evaluate_run(run_dir, benchmarks=None, protocol: str | Protocol | None = Non
     already-scored ones; outputs go to ``out`` (default ``run_dir/eval``). benchmarks / protocol default to
     the run config's protocol.eval_benchmarks / eval_protocol. Returns the summaries of all checkpoints
     (reused ones included), checkpoint-major."""
-    from armor.checkpoint import list_checkpoints
     rd = Path(run_dir).expanduser()
     if not rd.is_dir():
         raise EvalError(f"run folder {str(run_dir)!r} does not exist")

@@ -17,8 +17,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from eval.benchmarks import BenchmarkError, load_benchmark
-from eval.grading import MODES, Grader
+from common.benchmarks import BenchmarkError, load_benchmark
+from common.grading import MODES, Grader
 
 
 def graded_path(responses: Path) -> Path:
@@ -60,7 +60,7 @@ def read_responses(path: Path, n_problems: int) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval.grade", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--benchmark", required=True, help="registered benchmark name (eval.benchmarks)")
+    ap.add_argument("--benchmark", required=True, help="registered benchmark name (common.benchmarks)")
     ap.add_argument("--responses", required=True, type=Path, help="JSON-lines file of {index, response}")
     ap.add_argument("--source", default="auto", help="benchmark source: auto | local | hub | <path>")
     ap.add_argument("--mode", default="boxed", choices=MODES, help="answer extraction mode")
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"benchmark: {problems.report_name} ({problems.source}), {len(problems)} problems")
     print(f"responses: {n} rows, {len({r['index'] for r in rows})} problems answered")
     print("reasons: " + ", ".join(f"{k}={reasons[k]}" for k in sorted(reasons)))
-    if reasons["implausible"]:  # which plausibility bound (eval.grading.BOUNDS) each rejected answer exceeded
+    if reasons["implausible"]:  # which plausibility bound (common.grading.BOUNDS) each rejected answer exceeded
         bounds = Counter(v.bound for v in verdicts if v.reason == "implausible")
         print("implausible by bound: " + ", ".join(f"{k}={bounds[k]}" for k in sorted(bounds)))
     print(f"graded: {out}")

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from armor.checkpoint import list_checkpoints
+from common.layout import STEP_RE, list_checkpoints
 from armor.config import ProtocolConfig, RunConfig, load_config, read_yaml
 from figures.data import fmt_alpha, fmt_beta  # arm names are shared with the figures
 from common.jsonl import append_jsonl, read_jsonl
@@ -69,7 +69,6 @@ FIGURES = ("fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7")
 TABLES = ("table1", "table2", "table3")
 ITEMS = FIGURES + TABLES
 BASELINES = ("dapo", "qae")
-STEP_DIR_RE = re.compile(r"^step_(\d{6,})$")
 EVAL_STAMP = ".armor_evaluated.json"
 FIG_STAMP = ".armor_figures.json"
 META_NAME = "results.meta.json"
@@ -626,7 +625,7 @@ def parse_eval_file(path: Path) -> list[dict]:
     step = data.get("step")
     if step is None:
         for parent in path.parents:
-            sm = STEP_DIR_RE.match(parent.name)
+            sm = STEP_RE.match(parent.name)
             if sm:
                 step = int(sm.group(1))
                 break

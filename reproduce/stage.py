@@ -7,7 +7,7 @@ then read the local copies (their overrides name the staged paths).
 
 What is staged: model.path / algo.reference.path / algo.distill.teacher_path when they are hub ids (org/name,
 no such local path), and each benchmark of validation.benchmarks / protocol.eval_benchmarks given by name whose
-registry entry has a hub dataset and no full local copy (eval/benchmarks.py: gpqa_diamond, gated; mmlu_pro, whose
+registry entry has a hub dataset and no full local copy (common/benchmarks.py: gpqa_diamond, gated; mmlu_pro, whose
 shipped file is a 300-question sample).
 
 Layout of the stage folder (`--stage-dir`, else $ARMOR_STAGE_DIR, else <root>/_stage; shared by presets):
@@ -83,7 +83,7 @@ def is_hub_id(path: str) -> bool:
 
 def _dataset_spec(name: str):
     """The registry entry of a benchmark named without a path, when it must come from the hub."""
-    from eval.benchmarks import BenchmarkError, get_spec
+    from common.benchmarks import BenchmarkError, get_spec
     try:
         spec = get_spec(name)
     except BenchmarkError:
@@ -124,7 +124,7 @@ def plan(cfg, stage_dir: Path) -> list[Item]:
 
 def staged_benchmarks(specs: list[str], items: list[Item]) -> list[str]:
     """Benchmark specs with the staged ones as NAME=path (the registry reads them in the benchmark's format)."""
-    from eval.benchmarks import ALIASES
+    from common.benchmarks import ALIASES
     by = {it.benchmark: it for it in items if it.kind == "dataset"}
     out = []
     for s in specs:

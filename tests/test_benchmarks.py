@@ -1,4 +1,4 @@
-"""Tests for eval.benchmarks: registry, shipped data, loaders, errors, prompt templates."""
+"""Tests for common.benchmarks: registry, shipped data, loaders, errors, prompt templates."""
 from __future__ import annotations
 
 import csv
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from eval import benchmarks as B
-from eval.benchmarks import (BENCHMARK_DIR, DAPO_MATH_17K, DAPO_PROMPT, SYSTEM_PROMPT_BOXED, BenchmarkError,
-                             BenchmarkSpec, Problem, build_messages, default_mode, get_spec, load_benchmark,
-                             register_jsonl, report_name)
+from common import benchmarks as B
+from common.benchmarks import (BENCHMARK_DIR, DAPO_MATH_17K, DAPO_PROMPT, SYSTEM_PROMPT_BOXED, BenchmarkError,
+                               BenchmarkSpec, Problem, build_messages, default_mode, get_spec, load_benchmark,
+                               register_jsonl, report_name)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,7 +102,7 @@ def test_dapo_parquet_readable():
 
 
 def test_no_runtime_reference_to_shared():
-    for f in ["eval/grading.py", "eval/benchmarks.py", "eval/metrics.py", "eval/grade.py", "bench/grading.py"]:
+    for f in ["common/grading.py", "common/benchmarks.py", "common/metrics.py", "eval/grade.py", "bench/grading.py"]:
         src = (ROOT / f).read_text()
         assert ".." + "/shared" not in src and "/work" + "/shared" not in src, f
     assert BENCHMARK_DIR.resolve().is_relative_to(ROOT)
@@ -229,7 +229,7 @@ def test_register_jsonl_toy_world(tmp_path):
         load_benchmark("toy_split")
     with pytest.raises(BenchmarkError, match="built-in"):
         register_jsonl("aime24", f)
-    from eval.grading import Grader
+    from common.grading import Grader
 
     register_jsonl("toy_split", f)
     data = load_benchmark("toy_split")

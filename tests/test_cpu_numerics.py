@@ -22,7 +22,7 @@ def _probe(first: str, **env) -> list[str]:
 
 
 @x86
-@pytest.mark.parametrize("package", ["armor", "eval", "reproduce", "slurm", "bench"])
+@pytest.mark.parametrize("package", ["common", "armor", "eval", "reproduce", "slurm", "bench"])
 def test_each_package_pins_before_torch_loads(package):
     assert _probe(package) == ["AVX2", "AVX2,STRICT"]
 

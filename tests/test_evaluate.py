@@ -114,12 +114,12 @@ def test_checkpoint_end_to_end(ckpt, toy, tmp_path):
     assert sorted((r["index"], r["sample"]) for r in rows) == [(i, j) for i in range(8) for j in range(4)]
     acc = sum(r["correct"] for r in rows) / len(rows)
     assert summ["metrics"]["avg@4"] == pytest.approx(acc)
-    # same numbers as the trainer's validation path (eval.sampling.sample_and_grade) for the same chunk seeds
-    from armor.policy import load_model, load_tokenizer
-    from armor.rollout import SamplingParams, build_engine
-    from eval.benchmarks import load_benchmark
-    from eval.grading import Grader
-    from eval.sampling import sample_and_grade
+    # same numbers as the trainer's validation path (common.sampling.sample_and_grade) for the same chunk seeds
+    from common.models import load_model, load_tokenizer
+    from common.rollout import SamplingParams, build_engine
+    from common.benchmarks import load_benchmark
+    from common.grading import Grader
+    from common.sampling import sample_and_grade
     tok = load_tokenizer(str(ckpt))
     eng = build_engine("hf", load_model(str(ckpt)), tok)
     probs = load_benchmark("toy_test", limit=8)

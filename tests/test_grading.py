@@ -1,4 +1,4 @@
-"""Tests for eval.grading (the grader / RL outcome reward) and the eval.grade CLI.
+"""Tests for common.grading (the grader / RL outcome reward) and the eval.grade CLI.
 
 Default run: well under a minute of grading on 2 cores; the exhaustive variants are marked slow.
 """
@@ -14,10 +14,10 @@ import pytest
 
 from bench.grading import (SLOW_IN_BOUNDS, adversarial_strings, pathological_set, plausibility_report, shipped_gold_maxima,
                                 shipped_golds)
-from eval.benchmarks import load_benchmark
-from eval.grading import (BOUNDS, GOLD_MAXIMA, REASONS, Grader, Verdict, _cheap_compare, _grade_extracted,
-                          _math_verify, answer_shape, extract_answer, extract_answer_line, extract_boxed, get_grader,
-                          grade_one, implausible_bound, mc_letter, normalize_gold)
+from common.benchmarks import load_benchmark
+from common.grading import (BOUNDS, GOLD_MAXIMA, REASONS, Grader, Verdict, _cheap_compare, _grade_extracted,
+                            _math_verify, answer_shape, extract_answer, extract_answer_line, extract_boxed, get_grader,
+                            grade_one, implausible_bound, mc_letter, normalize_gold)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ["aime24", "aime25", "amc23", "amc", "math500", "minerva_math", "olympiadbench", "mmlu_pro"]
@@ -174,7 +174,7 @@ def test_cheap_paths_agree_with_math_verify():
 # its grading in a child process whose `timeout=` turns a regression (a hang) into a failure.
 _IN_PROCESS = r"""
 import json, sys
-import eval.grading as G
+import common.grading as G
 from bench.grading import SLOW_IN_BOUNDS
 seen = []
 if sys.argv[1] == "swallow":
@@ -298,7 +298,7 @@ def _check_math_verify_accepts_golds(name, limit):
     parses each (non-trivial) gold and verifies it against itself."""
     import signal
 
-    from eval.grading import _on_alarm, normalize_gold
+    from common.grading import _on_alarm, normalize_gold
 
     probs = [p for p in load_benchmark(name, "local") if p.answer_type == "math" and not p.gold.lstrip("-").isdigit()]
     probs = probs[:limit]
@@ -465,7 +465,7 @@ def test_gold_at_each_maximum_is_not_rejected(name):
 
 
 def test_gold_maxima_recorded_and_bounds_have_margin():
-    """GOLD_MAXIMA (documented in eval.grading) are the maxima measured on the shipped golds, and every bound is
+    """GOLD_MAXIMA (documented in common.grading) are the maxima measured on the shipped golds, and every bound is
     at least twice its gold maximum (the log10 ones: at least 1000 times in value)."""
     maxima = shipped_gold_maxima()
     assert {k: round(v, 2) for k, (v, _, _) in maxima.items()} == pytest.approx(GOLD_MAXIMA, abs=0.01)

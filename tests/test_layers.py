@@ -1,10 +1,9 @@
 """The packages' import directions, function-level imports included (an AST walk of every module).
 
 Allowed: reproduce -> {armor, eval, slurm, figures, common}; bench (tools) -> {armor, eval, reproduce, common};
-armor, eval, slurm, figures -> common; common -> nothing of the repo. One known exception, the debt issue 16
-is about: armor and eval still import each other (armor: eval's grader, benchmark registry, sampling and
-metrics; eval: armor's checkpoint layout, config, model loading and rollout engines) until those move to the
-leaf layer. The test pins that exception to the modules listed, so no new edge between them appears."""
+armor, eval, slurm, figures -> common, the leaf layer (rollout engines, grading, benchmark registry and prompt
+templates, sampling, metrics, model loading, run-folder layout, YAML presets, JSONL I/O); common -> nothing of
+the repo."""
 import ast
 from pathlib import Path
 
@@ -19,14 +18,6 @@ ALLOWED = {
     "reproduce": {"common", "armor", "eval", "slurm", "figures"},
     "bench": {"common", "armor", "eval", "reproduce"},
 }
-# (importing package, imported module): the armor <-> eval cycle as it stands, to be removed, never extended
-KNOWN_CYCLE = {
-    ("armor", "eval.benchmarks"), ("armor", "eval.grading"), ("armor", "eval.metrics"), ("armor", "eval.sampling"),
-    ("eval", "armor.checkpoint"), ("eval", "armor.config"), ("eval", "armor.policy"), ("eval", "armor.rollout"),
-    ("eval", "armor.rollout.base"),
-}
-
-
 def imports():
     """(package, file, imported module) for every import of a repo package by another one."""
     for pkg in PACKAGES:
@@ -44,15 +35,8 @@ def imports():
 
 
 def test_imports_point_the_allowed_way():
-    bad = [(str(f), m) for pkg, f, m in imports()
-           if m.split(".")[0] not in ALLOWED[pkg] and (pkg, m) not in KNOWN_CYCLE]
+    bad = [(str(f), m) for pkg, f, m in imports() if m.split(".")[0] not in ALLOWED[pkg]]
     assert not bad, bad
-
-
-def test_the_known_cycle_is_only_shrinking():
-    """Every pinned exception still exists (delete it here when its import goes)."""
-    seen = {(pkg, m) for pkg, _, m in imports()}
-    assert KNOWN_CYCLE <= seen, sorted(KNOWN_CYCLE - seen)
 
 
 def test_armor_imports_nothing_from_reproduce_or_bench():

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eval.benchmarks import build_messages, load_benchmark
-from eval.grading import extract_answer
+from common.benchmarks import build_messages, load_benchmark
+from common.grading import extract_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_DIR = ROOT / "eval" / "lm_eval_tasks"
@@ -89,7 +89,7 @@ def test_docs_match_eval_benchmarks(utils):
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_lm_eval_loads_every_task(world, tmp_path, monkeypatch):
     """lm-eval's own TaskManager indexes the folder, builds the docs (from any working directory) and renders the
-    chat messages of eval.benchmarks.build_messages (system + user)."""
+    chat messages of common.benchmarks.build_messages (system + user)."""
     from lm_eval.tasks import TaskManager, get_task_dict
     monkeypatch.setenv("ARMOR_TOY_DATA", str(world / "data" / "test.jsonl"))
     monkeypatch.chdir(tmp_path)
@@ -152,7 +152,7 @@ def test_lm_eval_cli_matches_evaluate(world, tmp_path):
 
     import torch
     from eval import evaluate as E
-    from armor.policy import load_tokenizer
+    from common.models import load_tokenizer
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -3,7 +3,9 @@ full-vocabulary path, with only one chunk of logits alive at a time."""
 import pytest
 import torch
 
-from armor.policy import chunked_logprobs, forward_logprobs, load_model, make_token_batch
+from armor.policy import chunked_logprobs, forward_logprobs, make_token_batch
+
+from common.models import load_model
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Tests for eval.metrics, against hand computations and an exact (fractions + comb) reference."""
+"""Tests for common.metrics, against hand computations and an exact (fractions + comb) reference."""
 from __future__ import annotations
 
 from fractions import Fraction
@@ -7,7 +7,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from eval.metrics import avg_at_k, maj_at_k, pass_at_k, pass_at_k_matrix, per_problem_accuracy
+from common.metrics import avg_at_k, maj_at_k, pass_at_k, pass_at_k_matrix, per_problem_accuracy
 
 
 def exact_pass_at_k(n: int, c: int, k: int) -> Fraction:

@@ -3,9 +3,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
 
-from armor.rollout import SamplingParams
-from armor.rollout.hf import HFEngine
-from armor.rollout.static_decode import HFStepper, StaticStepper, make_stepper
+from common.rollout import SamplingParams
+from common.rollout.hf import HFEngine
+from common.rollout.static_decode import HFStepper, StaticStepper, make_stepper
 
 SMALL = dict(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
              max_position_embeddings=64, attn_implementation="sdpa")
@@ -143,7 +143,7 @@ def test_engine_samples_the_same_with_either_decoder():
 def test_small_cpu_decodes_run_on_one_thread_and_restore_the_count(monkeypatch):
     """Decode steps below SINGLE_THREAD_DECODE_BELOW (rows x hidden) run on one thread; generate() restores the
     caller's thread count afterwards, and larger batches keep it."""
-    import armor.rollout.hf as hf
+    import common.rollout.hf as hf
     model = MODELS["qwen2"]()                      # hidden 32
     seen = []
 

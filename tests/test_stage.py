@@ -162,7 +162,7 @@ def test_staging_job_copies_from_the_mirror_once_and_the_jobs_read_the_copies(of
     ov = E.train_overrides(preset, root, arms["dapo"], 0, None, sd)
     cfg = load_config(preset.path, ov)
     assert cfg.model.path == str(model) and cfg.algo.reference.path == ""
-    from armor.policy import check_model_path
+    from common.models import check_model_path
     check_model_path(cfg.model.path, "model.path")
     start = {"step": 140, "checkpoint": str(root / "ck")}
     cfg2 = load_config(preset.path, E.train_overrides(preset, root, arms["armor"], 0, start, sd))

@@ -58,7 +58,7 @@ def test_each_arm_runs(arm, world, tmp_path):
 
 
 def test_anchors_are_correct_reference_samples(world, tmp_path):
-    from eval.grading import grade_one
+    from common.grading import grade_one
     cfg = load_config(SMOKE, smoke(world, tmp_path / "a", "algo.anchor.enabled=true", "algo.anchor.ref_n=4",
                                    "batch.prompts_per_step=4", "rollout.max_rounds=5"))
     t = Trainer(cfg)
@@ -85,14 +85,14 @@ def test_reference_reset_on_schedule(world, tmp_path):
     assert [r["reference_reset"] for r in rows(out / "metrics.jsonl")] == [False, True, False, False, False]
     assert t.reference_step == 2
     # πref holds θ_2: the checkpoint of step 2 has the same weights
-    from armor.policy import load_model
+    from common.models import load_model
     at2 = load_model(str(out / "checkpoints" / "step_000002"))
     for (k, a), b in zip(at2.state_dict().items(), t.reference.state_dict().values()):
         assert torch.equal(a, b), k
 
 
 def _perturbed_copy(world: Path, dst: Path) -> Path:
-    from armor.policy import load_model, load_tokenizer
+    from common.models import load_model, load_tokenizer
     m = load_model(str(world / "base_model"))
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -247,7 +247,7 @@ def _oracle_rollouts(monkeypatch):
     generate call."""
     import hashlib
 
-    from armor.rollout import Rollout
+    from common.rollout import Rollout
     calls = []
 
     def generate(self, model, prompt_ids, n, seed, tm):

@@ -21,7 +21,7 @@ and the rules the adapter relies on: external_launcher reads RANK, LOCAL_RANK, M
 above max_position_embeddings is refused (config/model.py:2657-2680); a callable sent through collective_rpc is
 refused by the multiprocess engine's serialiser; the n samples of a request get seed + j
 (v1/engine/parallel_sampling.py:81). What this cannot show is that vLLM itself behaves so on a GPU: that is the
-GPU check's job (armor.rollout.vllm_engine.vllm_check).
+GPU check's job (common.rollout.vllm_engine.vllm_check).
 """
 import json
 import os
@@ -34,8 +34,8 @@ import pytest
 import torch
 
 from armor.config import load_config
-from armor.policy import load_model, load_tokenizer
-from armor.rollout import SamplingParams, build_engine, prompt_seed
+from common.models import load_model, load_tokenizer
+from common.rollout import SamplingParams, build_engine, prompt_seed
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = Path(__file__).resolve().parent / "fake_vllm"
@@ -187,9 +187,9 @@ def test_sharded_model_is_pushed_as_full_tensors(world, tmp_path):
 import os, torch, torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29517")
 dist.init_process_group("gloo", rank=0, world_size=1)
-from armor.policy import load_model
+from common.models import load_model
 from armor.parallel import shard_model
-from armor.rollout.vllm_engine import named_full_tensors
+from common.rollout.vllm_engine import named_full_tensors
 plain = dict(named_full_tensors(load_model({str(world / 'base_model')!r})))
 sharded = shard_model(load_model({str(world / 'base_model')!r}))
 got = list(named_full_tensors(sharded, torch.bfloat16))
@@ -280,7 +280,7 @@ def test_trainer_swaps_at_most_once_per_round(kind, world, tmp_path, monkeypatch
     def holding(model):          # what an engine holding `model`'s weights holds: the module, or the fake's checksum
         if kind == "hf":
             return model
-        from armor.rollout.vllm_engine import named_full_tensors
+        from common.rollout.vllm_engine import named_full_tensors
         return f"pushed:{sum(float(x.double().sum()) for _, x in named_full_tensors(model)):.6e}"
 
     def generating(*a):
@@ -330,7 +330,7 @@ def test_evaluation_loads_the_checkpoint_with_its_context_length(vllm, world):
     assert eng.version == ("checkpoint", str(world / "base_model"))
     from types import SimpleNamespace as NS
 
-    from eval.sampling import encode_prompt
+    from common.sampling import encode_prompt
     jobs = [NS(plan=NS(data=[NS(problem="1+1?"), NS(problem="2+2+2+2?")], template="qwen_math"),
                settings={"max_new_tokens": 64}),
             NS(plan=NS(data=[NS(problem="3?")], template="qwen_math"), settings={"max_new_tokens": 128})]
@@ -341,7 +341,7 @@ def test_evaluation_loads_the_checkpoint_with_its_context_length(vllm, world):
 @pytest.mark.parametrize("folder", ["tiny model", "weights only"])
 def test_gpu_check_part_runs_against_the_fake(folder, vllm, world, tmp_path):
     """bench.gpu_check calls vllm_check on a folder of config.json + weights (no tokenizer) with its sizes."""
-    from armor.rollout.vllm_engine import vllm_check
+    from common.rollout.vllm_engine import vllm_check
     path, out = world / "base_model", {"before": 1}
     if folder == "weights only":
         path = folder_with(world, tmp_path)
@@ -357,6 +357,6 @@ def test_gpu_check_part_runs_against_the_fake(folder, vllm, world, tmp_path):
 
 
 def test_gpu_check_part_is_skipped_without_vllm(monkeypatch):
-    from armor.rollout.vllm_engine import vllm_check
+    from common.rollout.vllm_engine import vllm_check
     monkeypatch.setitem(sys.modules, "vllm", None)          # import vllm -> ImportError
     assert vllm_check("/nonexistent", {}) == {"vllm": "skipped: vllm is not importable"}

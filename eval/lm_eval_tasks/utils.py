@@ -1,15 +1,15 @@
 """lm-evaluation-harness (0.4.x) glue for the ARMOR benchmarks: the same problems, gold answers, prompts and
 grader as ``python -m eval.evaluate``.
 
-* Docs come from ``eval.benchmarks.load_benchmark`` (``custom_dataset: !function utils.load_docs``; the
+* Docs come from ``common.benchmarks.load_benchmark`` (``custom_dataset: !function utils.load_docs``; the
   YAML's ``dataset_kwargs`` name the benchmark), so gold extraction/normalization and row validation are
-  eval.benchmarks'. Each doc carries ``armor_system`` / ``armor_user``: the messages of
-  ``eval.benchmarks.build_messages(problem, template)``. The task YAML uses ``description: armor_system``
+  common.benchmarks'. Each doc carries ``armor_system`` / ``armor_user``: the messages of
+  ``common.benchmarks.build_messages(problem, template)``. The task YAML uses ``description: armor_system``
   (lm-eval turns the description into the system message under ``--apply_chat_template``) and
   ``doc_to_text: armor_user``, so with ``--apply_chat_template`` the model sees exactly
   ``tokenizer.apply_chat_template(build_messages(...), add_generation_prompt=True)``, as in eval.evaluate.
-* ``process_results`` grades the k responses of a doc with ``eval.grading.Grader`` (extraction mode
-  ``eval.benchmarks.default_mode(template)``) and returns avg@k, pass@j (unbiased estimator) and maj@k.
+* ``process_results`` grades the k responses of a doc with ``common.grading.Grader`` (extraction mode
+  ``common.benchmarks.default_mode(template)``) and returns avg@k, pass@j (unbiased estimator) and maj@k.
   The task keeps all k responses through the ``take_first_k`` filter (lm-eval's default filter keeps only
   the first of ``repeats``); a doc with a different number of responses is an error, not a silent avg@1.
 * ``until: []`` (only the model's EOS stops generation; lm-eval's default would stop at the first blank
@@ -30,12 +30,12 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 try:
-    import eval.benchmarks  # noqa: F401
+    import common.benchmarks  # noqa: F401
 except ImportError:  # pragma: no cover - the repo is not installed in this environment
     sys.path.insert(0, str(REPO_ROOT))
 
-from eval.benchmarks import build_messages, default_mode, load_benchmark, register_jsonl  # noqa: E402
-from eval.metrics import maj_at_k, pass_at_k  # noqa: E402
+from common.benchmarks import build_messages, default_mode, load_benchmark, register_jsonl  # noqa: E402
+from common.metrics import maj_at_k, pass_at_k  # noqa: E402
 
 TOY_DEFAULT = REPO_ROOT / "runs" / "tiny" / "world" / "data" / "test.jsonl"
 TOY_BENCHMARKS = {"toy_test": "test", "toy_validation": "validation"}
@@ -94,13 +94,13 @@ def load_docs(benchmark: str, samples: int, pass_ks=(), default_template: str | 
 
 
 def _grader(mode: str):
-    from eval.grading import get_grader
+    from common.grading import get_grader
     workers = int(os.environ.get("ARMOR_GRADER_WORKERS", "1"))
     return get_grader(num_workers=workers, timeout_s=5.0, mode=mode)
 
 
 def grade(doc: dict, responses: list[str]) -> list:
-    """Verdicts (eval.grading.Verdict) of the responses to one doc."""
+    """Verdicts (common.grading.Verdict) of the responses to one doc."""
     return _grader(doc["armor_mode"]).grade(list(responses), [doc["armor_gold"]] * len(responses),
                                             doc["armor_answer_type"])
 

@@ -1,6 +1,6 @@
 """A small stand-in for vLLM 0.33.0, for tests/test_vllm_contract.py only (vLLM cannot be installed here).
 
-It has the signatures armor.rollout.vllm_engine calls, as they are in the released vllm-0.33.0 wheel (file:line
+It has the signatures common.rollout.vllm_engine calls, as they are in the released vllm-0.33.0 wheel (file:line
 of that source in each docstring), enforces the rules the adapter depends on, and logs every call to `CALLS`.
 Generation is a deterministic function of (prompt, request seed, weights held), not a model.
 """

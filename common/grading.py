@@ -571,7 +571,7 @@ _MV = None
 
 
 def _mv():
-    """Lazily import math_verify (keeps `import eval.grading` light for the parent)."""
+    """Lazily import math_verify (keeps `import common.grading` light for the parent)."""
     global _MV
     if _MV is None:
         import math_verify
@@ -807,7 +807,7 @@ def _worker_main(read_fd: int, write_fd: int, timeout_s: float, max_memory_mb: i
 
 
 def _worker_entry() -> None:
-    """``python -c 'from eval.grading import _worker_entry; _worker_entry()' RFD WFD TIMEOUT MEM_MB``."""
+    """``python -c 'from common.grading import _worker_entry; _worker_entry()' RFD WFD TIMEOUT MEM_MB``."""
     import sys
 
     rfd, wfd, t, mem = sys.argv[1:5]
@@ -840,7 +840,7 @@ def _spawn_worker(timeout_s: float, max_memory_mb: int | None) -> _Worker:
     c2p_r, c2p_w = os.pipe()
     env = dict(os.environ)
     env["PYTHONPATH"] = _PKG_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    mod = __name__ if __name__ != "__main__" else "eval.grading"
+    mod = __name__ if __name__ != "__main__" else "common.grading"
     cmd = [sys.executable, "-c", f"from {mod} import _worker_entry; _worker_entry()",
            str(p2c_r), str(c2p_w), repr(float(timeout_s)), str(int(max_memory_mb or 0))]
     try:

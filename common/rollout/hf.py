@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from armor.rollout.base import Rollout, RolloutEngine, SamplingParams
-from armor.rollout.static_decode import make_stepper
+from common.rollout.base import Rollout, RolloutEngine, SamplingParams
+from common.rollout.static_decode import make_stepper
 
 # A CPU decode step whose activations are smaller than this (rows x hidden size) runs on one thread: its
 # operations are so small that waking the other OpenMP threads costs more than they save (the suite sets

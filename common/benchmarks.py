@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from eval.grading import extract_boxed, normalize_gold
+from common.grading import extract_boxed, normalize_gold
 
 __all__ = [
     "DATA_DIR", "BENCHMARK_DIR", "TRAIN_DIR", "DAPO_MATH_17K",
@@ -45,7 +45,7 @@ __all__ = [
     "report_name", "build_messages", "default_mode",
 ]
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parents[1] / "eval" / "data"   # the shipped files live with the harness
 BENCHMARK_DIR = DATA_DIR / "benchmarks"
 TRAIN_DIR = DATA_DIR / "train"
 #: the paper's training set (17,917 rows; reward_model.ground_truth are integers); see eval/data/SOURCES.md
@@ -476,7 +476,7 @@ def _mc(p: str) -> list[dict]:
 TEMPLATES: dict[str, Callable[[str], list[dict]]] = {
     "qwen_math": _qwen_math, "dapo": _dapo, "plain": _plain, "mc": _mc,
 }
-#: extraction mode (eval.grading) that matches each template's instruction
+#: extraction mode (common.grading) that matches each template's instruction
 TEMPLATE_MODES = {"qwen_math": "boxed", "dapo": "answer_line", "plain": "boxed_or_answer_line", "mc": "boxed"}
 
 

@@ -1,15 +1,15 @@
 """Rollout engines behind one interface; the engine is chosen by config (`rollout.engine`)."""
-from armor.rollout.base import Rollout, RolloutEngine, SamplingParams, prompt_seed
+from common.rollout.base import Rollout, RolloutEngine, SamplingParams, prompt_seed
 
 
 def build_engine(kind: str, model, tokenizer, *, model_path: str = "", **kw) -> RolloutEngine:
     """`hf` serves an in-process module (keywords max_batch, static_cache); `vllm` starts a vLLM engine from
-    `model_path` (GPU; keywords of armor.rollout.vllm_engine.VLLMEngine, max_model_len required)."""
+    `model_path` (GPU; keywords of common.rollout.vllm_engine.VLLMEngine, max_model_len required)."""
     if kind == "hf":
-        from armor.rollout.hf import HFEngine
+        from common.rollout.hf import HFEngine
         return HFEngine(model, tokenizer, **{k: v for k, v in kw.items() if k in ("max_batch", "static_cache")})
     if kind == "vllm":
-        from armor.rollout.vllm_engine import VLLMEngine
+        from common.rollout.vllm_engine import VLLMEngine
         return VLLMEngine(model_path, tokenizer, **{k: v for k, v in kw.items()
                                                     if k not in ("max_batch", "static_cache")})
     raise ValueError(f"rollout.engine: unknown engine {kind!r} (known: hf, vllm)")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from armor.rollout.base import RolloutEngine, SamplingParams
+from common.rollout.base import RolloutEngine, SamplingParams
 
 
 def encode_prompt(tokenizer, problem: str, template: str) -> list[int]:
     """Token ids of the chat-formatted prompt (the template is part of the recorded protocol)."""
-    from eval.benchmarks import build_messages
+    from common.benchmarks import build_messages
     return list(tokenizer.apply_chat_template(build_messages(problem, template), add_generation_prompt=True,
                                               tokenize=True, return_dict=False))
 
@@ -31,7 +31,7 @@ class SampleRecord:
 
 def sample_and_grade(engine: RolloutEngine, tokenizer, problems, template: str, params: SamplingParams,
                      grader, prompt_ids: list[list[int]] | None = None) -> list[SampleRecord]:
-    """problems: objects with .index, .problem, .gold, .answer_type (eval.benchmarks.Problem).
+    """problems: objects with .index, .problem, .gold, .answer_type (common.benchmarks.Problem).
 
     Returns one record per (problem, sample), problem-major, samples in order."""
     if not problems:

@@ -35,7 +35,7 @@ from typing import Iterator
 
 import torch
 
-from armor.rollout.base import Rollout, RolloutEngine, SamplingParams, prompt_seed
+from common.rollout.base import Rollout, RolloutEngine, SamplingParams, prompt_seed
 
 LOGPROBS_MODE = "processed_logprobs"   # vLLM's default, raw_logprobs, is before temperature and top_p
 SLEEP_LEVEL = 1                        # level 1 keeps a CPU copy of the weights: an unchanged version costs nothing
@@ -272,7 +272,7 @@ def vllm_check(model_dir: str, out: dict, *, device: str | None = None) -> dict:
     except ImportError:
         out["vllm"] = "skipped: vllm is not importable"
         return out
-    from armor.policy import load_model, load_tokenizer
+    from common.models import load_model, load_tokenizer
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     has_tok = any((Path(model_dir) / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
     tok = load_tokenizer(model_dir) if has_tok else _IdsTokenizer(model_dir)
