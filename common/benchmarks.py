@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from common.grading import extract_boxed, normalize_gold
+from common.jsonl import numbered_objects
 
 __all__ = [
     "DATA_DIR", "BENCHMARK_DIR", "TRAIN_DIR", "DAPO_MATH_17K",
@@ -243,20 +244,10 @@ def _read_rows(path: Path, bench: str) -> list[dict]:
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
     try:
         if suffix in (".jsonl", ".ndjson"):
-            rows = []
-            with open(path, encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise BenchmarkError(f"{bench}: {path} line {lineno}: invalid JSON ({e.msg})") from None
-                    if not isinstance(row, dict):
-                        raise BenchmarkError(f"{bench}: {path} line {lineno}: expected a JSON object, "
-                                             f"got {type(row).__name__}")
-                    rows.append(row)
-            return rows
+            try:
+                return [row for _, row in numbered_objects(path)]
+            except ValueError as e:
+                raise BenchmarkError(f"{bench}: {e}") from None
         if suffix == ".json":
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)

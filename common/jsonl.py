@@ -5,6 +5,8 @@ The owner of every JSONL read in the suite (metrics.jsonl, validation.jsonl, the
   `TornLineWarning` that names the file; that row is recomputed by whoever resumes;
 - an unparsable line anywhere else is damage, not a torn write: `ValueError` naming the file and line number;
 - appends are flushed and fsynced, whole files are written to a temporary name and renamed.
+Input files the suite did not write (benchmark data, responses to grade) are read strictly instead
+(`numbered_objects`): any bad line is an error naming the file and line, since nothing will recompute it.
 """
 from __future__ import annotations
 
@@ -49,6 +51,22 @@ def read_jsonl(path: str | os.PathLike, *, missing_ok: bool = True) -> list[dict
         except ValueError as e:
             warnings.warn(f"{p}: dropped a torn last line (line {len(lines)}: {e})", TornLineWarning, stacklevel=2)
     return rows
+
+
+def numbered_objects(path: str | os.PathLike):
+    """(line number, row) for each non-blank line of an input JSONL file, each a JSON object; ValueError
+    `<path> line N: invalid JSON (...)` / `... expected a JSON object, got list` otherwise."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path} line {lineno}: invalid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path} line {lineno}: expected a JSON object, got {type(row).__name__}")
+            yield lineno, row
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:

@@ -48,6 +48,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,7 @@ from typing import Callable, Iterable, Sequence
 
 from common.benchmarks import (ALIASES, BENCHMARKS, TEMPLATES, BenchmarkData, BenchmarkError, default_mode, get_spec,
                                load_benchmark, register_jsonl)
+from common.jsonl import TornLineWarning, read_jsonl
 from common.layout import STEP_RE, list_checkpoints
 from eval.protocols import (DEFAULT_MAX_NEW_TOKENS, BenchSetting, Protocol, get_protocol, list_protocols,
                             resolve_setting)
@@ -450,23 +452,25 @@ def _load_samples(job: Job) -> dict[int, list[dict]]:
         return {}
     by_index: dict[int, dict[int, dict]] = {}
     valid = {p.index for p in job.plan.data}
-    dirty = False
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                i, s = int(row["index"]), int(row["sample"])
-            except (ValueError, KeyError, TypeError):
-                dirty = True          # a torn write of a killed run: drop it (its chunk is redone)
-                continue
-            if i not in valid or not 0 <= s < k:
-                raise EvalError(f"{path} line {lineno}: sample (index {i}, sample {s}) does not belong to this "
-                                "evaluation; pass --overwrite to discard the file")
-            if s in by_index.setdefault(i, {}):
-                dirty = True
-            by_index[i][s] = row
+    with warnings.catch_warnings(record=True) as torn:     # a killed run's torn last line: dropped, chunk redone
+        warnings.simplefilter("always", TornLineWarning)
+        try:
+            rows = read_jsonl(path)
+        except ValueError as e:
+            raise EvalError(f"{e}; pass --overwrite to discard the file") from None
+    dirty = bool(torn)
+    for n, row in enumerate(rows, 1):
+        try:
+            i, s = int(row["index"]), int(row["sample"])
+        except (KeyError, TypeError, ValueError):
+            raise EvalError(f"{path}: row {n} has no integer index/sample; pass --overwrite to discard the "
+                            "file") from None
+        if i not in valid or not 0 <= s < k:
+            raise EvalError(f"{path}: row {n}: sample (index {i}, sample {s}) does not belong to this "
+                            "evaluation; pass --overwrite to discard the file")
+        if s in by_index.setdefault(i, {}):
+            dirty = True
+        by_index[i][s] = row
     complete = {i: [rows[s] for s in range(k)] for i, rows in by_index.items() if len(rows) == k}
     if dirty or len(complete) != len(by_index):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from common.benchmarks import BenchmarkError, load_benchmark
 from common.grading import MODES, Grader
+from common.jsonl import numbered_objects
 
 
 def graded_path(responses: Path) -> Path:
@@ -33,26 +34,17 @@ def read_responses(path: Path, n_problems: int) -> list[dict]:
     if not path.exists():
         raise ValueError(f"responses file not found: {path}")
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} line {lineno}: invalid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path} line {lineno}: expected a JSON object")
-            for key in ("index", "response"):
-                if key not in row:
-                    raise ValueError(f"{path} line {lineno}: missing field {key!r}")
-            idx = row["index"]
-            if isinstance(idx, bool) or not isinstance(idx, int) or not 0 <= idx < n_problems:
-                raise ValueError(f"{path} line {lineno}: index {idx!r} is not a row of the benchmark "
-                                 f"(0..{n_problems - 1})")
-            if not isinstance(row["response"], str):
-                raise ValueError(f"{path} line {lineno}: response must be a string")
-            rows.append(row)
+    for lineno, row in numbered_objects(path):
+        for key in ("index", "response"):
+            if key not in row:
+                raise ValueError(f"{path} line {lineno}: missing field {key!r}")
+        idx = row["index"]
+        if isinstance(idx, bool) or not isinstance(idx, int) or not 0 <= idx < n_problems:
+            raise ValueError(f"{path} line {lineno}: index {idx!r} is not a row of the benchmark "
+                             f"(0..{n_problems - 1})")
+        if not isinstance(row["response"], str):
+            raise ValueError(f"{path} line {lineno}: response must be a string")
+        rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no responses")
     return rows
