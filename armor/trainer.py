@@ -84,15 +84,26 @@ def step_seed(seed: int, step: int, phase: SeedPhase, rnd: int = 0, chunk: int =
     return int.from_bytes(digest, "little") % (2 ** 62)
 
 
-def phase_timers() -> dict:
-    """Seconds per phase of one RL step, and the tokens sampled (collect/update add to them)."""
-    return {"generate": 0.0, "score": 0.0, "logprob": 0.0, "update": 0.0, "tokens": 0}
+@dataclass
+class PhaseTimes:
+    """Seconds per phase of one RL step, and the tokens sampled (collect and update add to them)."""
+    generate: float = 0.0
+    score: float = 0.0
+    logprob: float = 0.0
+    update: float = 0.0
+    tokens: int = 0
 
 
-def rollout_stats() -> dict:
+@dataclass
+class RolloutStats:
     """What collect() counts in one RL step: prompts drawn, rounds, on-policy correctness and lengths, reference
     samples, and the shortfall below B."""
-    return {"prompts_drawn": 0, "rounds": 0, "correct": [], "lengths": [], "ref_samples": 0, "shortfall": 0}
+    prompts_drawn: int = 0
+    rounds: int = 0
+    correct: list = dataclasses.field(default_factory=list)
+    lengths: list = dataclasses.field(default_factory=list)
+    ref_samples: int = 0
+    shortfall: int = 0
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -348,24 +359,24 @@ class Trainer:
             self._served = version
         return self.engine.sync_weights(self.replica, version)
 
-    def _generate(self, model, prompt_ids, n, seed, tm: dict):
+    def _generate(self, model, prompt_ids, n, seed, tm: PhaseTimes):
         r = self.cfg.rollout
         t0 = time.perf_counter()
         self._serve(model)
         ro = self.engine.generate(prompt_ids, SamplingParams(n=n, temperature=r.temperature, top_p=r.top_p,
                                                              max_new_tokens=self.cfg.lengths.max_response,
                                                              seed=seed))
-        tm["generate"] += time.perf_counter() - t0
-        tm["tokens"] += ro.num_tokens
+        tm.generate += time.perf_counter() - t0
+        tm.tokens += ro.num_tokens
         return ro
 
-    def _grade(self, texts, golds, tm: dict) -> list[bool]:
+    def _grade(self, texts, golds, tm: PhaseTimes) -> list[bool]:
         t0 = time.perf_counter()
         verdicts = self.grader.grade(texts, golds, "math")
-        tm["score"] += time.perf_counter() - t0
+        tm.score += time.perf_counter() - t0
         return [bool(v.correct) for v in verdicts]
 
-    def _sample_round(self, model, pids, golds, n, seed, tm: dict) -> tuple[list[list[int]], list[bool], list]:
+    def _sample_round(self, model, pids, golds, n, seed, tm: PhaseTimes) -> tuple[list[list[int]], list[bool], list]:
         """n responses to each prompt, their verdicts and the engine's log-probs of their tokens, prompt-major: one
         generate call seeded `seed`, or (several shards) each shard seeded on its own and gathered on every rank
         (armor.spmd)."""
@@ -375,7 +386,7 @@ class Trainer:
                     _engine_logprobs(ro))
         t0 = time.perf_counter()
         self._serve(model)          # a collective on several ranks: every rank, whatever shards it draws
-        tm["generate"] += time.perf_counter() - t0
+        tm.generate += time.perf_counter() - t0
         def work(idx, s):
             ro = self._generate(model, [pids[i] for i in idx], n, shard_seed(seed, s), tm)
             return (ro.response_ids, self._grade(ro.texts, [golds[idx[j]] for j in ro.prompt_index], tm),
@@ -384,7 +395,7 @@ class Trainer:
         return ([x for part in parts for x in part[0]], [x for part in parts for x in part[1]],
                 [x for part in parts for x in part[2]])
 
-    def collect(self, tm: dict, stats: dict) -> list[Group]:
+    def collect(self, tm: PhaseTimes, stats: RolloutStats) -> list[Group]:
         """Step 1 of Algorithm 1: sample, score and keep until B prompts are kept.
 
         The kept prompts are the first B, in stream order, that pass the keep rule. Two economies never change
@@ -399,16 +410,16 @@ class Trainer:
         for rnd in range(cfg.rollout.max_rounds):
             if len(kept) >= B:
                 break
-            prompts = self.stream.take(self._draw_size(B - len(kept), full, len(kept), stats["prompts_drawn"]))
-            stats["prompts_drawn"] += len(prompts)
-            stats["rounds"] += 1
+            prompts = self.stream.take(self._draw_size(B - len(kept), full, len(kept), stats.prompts_drawn))
+            stats.prompts_drawn += len(prompts)
+            stats.rounds += 1
             pids = [self.prompt_ids(p) for p in prompts]
             seed = step_seed(cfg.seed, self.step, SeedPhase.ON_POLICY, rnd)
             responses, correct, logprobs = self._sample_round(self.policy, pids, [p.answer for p in prompts], n_on,
                                                               seed, tm)
             faults.point("sample", self.step + 1)
-            stats["correct"] += correct
-            stats["lengths"] += [len(r) for r in responses]
+            stats.correct += correct
+            stats.lengths += [len(r) for r in responses]
             on_correct = torch.tensor(correct, dtype=torch.float32).view(len(prompts), n_on)
             resp = [responses[i * n_on:(i + 1) * n_on] for i in range(len(prompts))]
             anchor_of = [None] * len(prompts)
@@ -434,10 +445,10 @@ class Trainer:
                     kept.append(g)
         if len(kept) < B:
             msg = (f"step {self.step}: kept {len(kept)} of {B} prompts after rollout.max_rounds="
-                   f"{cfg.rollout.max_rounds} rounds ({stats['prompts_drawn']} drawn)")
+                   f"{cfg.rollout.max_rounds} rounds ({stats.prompts_drawn} drawn)")
             if cfg.rollout.on_shortfall == "error":
                 raise RuntimeError(msg + "; raise rollout.max_rounds or set rollout.on_shortfall=proceed")
-            stats["shortfall"] = B - len(kept)
+            stats.shortfall = B - len(kept)
         return kept
 
     def _draw_size(self, need: int, full: int, kept: int, drawn: int) -> int:
@@ -448,8 +459,8 @@ class Trainer:
             return full
         return max(1, min(full, math.ceil(m * need * drawn / kept)))
 
-    def _anchor_rollout(self, prompts, pids, on_correct: torch.Tensor, need: int, rnd: int, tm: dict,
-                        stats: dict) -> tuple[torch.Tensor, list]:
+    def _anchor_rollout(self, prompts, pids, on_correct: torch.Tensor, need: int, rnd: int, tm: PhaseTimes,
+                        stats: RolloutStats) -> tuple[torch.Tensor, list]:
         """ARMOR's Anchor Rollout for one round: ref_n samples from πref per candidate prompt, the keep rule,
         and each kept prompt's anchor (its first correct reference sample).
 
@@ -475,7 +486,7 @@ class Trainer:
             ref_responses, rc, ref_lps = self._sample_round(self.reference, [pids[i] for i in cand],
                                                             [prompts[i].answer for i in cand], a.ref_n, seed, tm)
             faults.point("anchor", self.step + 1)
-            stats["ref_samples"] += len(rc)
+            stats.ref_samples += len(rc)
             for j, i in enumerate(cand):
                 sl = slice(j * a.ref_n, (j + 1) * a.ref_n)
                 ref_correct[i] = torch.tensor(rc[sl])
@@ -490,22 +501,22 @@ class Trainer:
     # ---------------------------------------------------------------------------------------- update
     def train_step(self) -> dict:
         cfg = self.cfg
-        tm, stats = phase_timers(), rollout_stats()
+        tm, stats = PhaseTimes(), RolloutStats()
         t_start = time.perf_counter()
         groups = self.collect(tm, stats)
 
         row = {"step": self.step + 1}
-        acc = sum(stats["correct"]) / max(1, len(stats["correct"]))
-        lengths_all = torch.tensor(stats["lengths"], dtype=torch.float32)
-        correct_all = torch.tensor(stats["correct"], dtype=torch.bool)
+        acc = sum(stats.correct) / max(1, len(stats.correct))
+        lengths_all = torch.tensor(stats.lengths, dtype=torch.float32)
+        correct_all = torch.tensor(stats.correct, dtype=torch.bool)
         L = cfg.lengths
         rewards_all = shaped_reward(correct_all, lengths_all, L.max_response, L.overlong_buffer, L.overlong_factor,
                                     enable=L.overlong_buffer > 0)
-        row.update(reward_mean=float(rewards_all.mean()) if len(stats["correct"]) else 0.0, accuracy=acc,
-                   response_length=float(lengths_all.mean()) if len(stats["lengths"]) else 0.0,
-                   prompts_drawn=stats["prompts_drawn"], prompts_kept=len(groups), rounds=stats["rounds"],
-                   anchors=sum(sum(g.is_anchor) for g in groups), ref_samples=stats["ref_samples"],
-                   shortfall=stats["shortfall"])
+        row.update(reward_mean=float(rewards_all.mean()) if len(stats.correct) else 0.0, accuracy=acc,
+                   response_length=float(lengths_all.mean()) if len(stats.lengths) else 0.0,
+                   prompts_drawn=stats.prompts_drawn, prompts_kept=len(groups), rounds=stats.rounds,
+                   anchors=sum(sum(g.is_anchor) for g in groups), ref_samples=stats.ref_samples,
+                   shortfall=stats.shortfall)
         upd = self.update(groups, tm) if groups else {}
         row.update(upd)
         row["lr"] = self.scheduler.get_last_lr()[0]
@@ -516,12 +527,12 @@ class Trainer:
         row["reference_reset"] = self.maybe_reset_reference()
         if row["reference_reset"]:
             faults.point("reset", self.step)
-        row.update(time_generate=tm["generate"], time_score=tm["score"], time_logprob=tm["logprob"],
-                   time_update=tm["update"], tokens_generated=tm["tokens"],
+        row.update(time_generate=tm.generate, time_score=tm.score, time_logprob=tm.logprob,
+                   time_update=tm.update, tokens_generated=tm.tokens,
                    time_step=time.perf_counter() - t_start, total_step=self.cfg.step_offset + self.step)
         return row
 
-    def update(self, groups: list[Group], tm: dict) -> dict:
+    def update(self, groups: list[Group], tm: PhaseTimes) -> dict:
         cfg, a = self.cfg, self.cfg.algo
         t0 = time.perf_counter()
         G = len(groups[0].responses)
@@ -584,7 +595,7 @@ class Trainer:
             teacher_logp = ref_logp if self.teacher is self.reference else frozen_logprobs(self.teacher)
             tok_adv = (opd_token_advantages(teacher_logp, old_logp, mask) if a.distill.mode == "opd" else
                        mopd_token_advantages(adv, teacher_logp, old_logp, mask, coef=a.distill.coef))
-        tm["logprob"] += time.perf_counter() - t0
+        tm.logprob += time.perf_counter() - t0
 
         t1 = time.perf_counter()
         sums: dict[str, float] = {}
@@ -592,7 +603,7 @@ class Trainer:
             mb_mask = mask[rows]            # the whole mini-batch's tokens: the normaliser is global
             normalizer = mb_mask.sum() if a.loss_agg == "token-mean" else torch.tensor(float(len(rows)))
             self.optimizer.zero_grad(set_to_none=True)
-            mstats: dict[str, float] = {}
+            mstats: RolloutStats[str, float] = {}
             for r in plans[i]:
                 weight = 1.0
                 if len(r) == 0:             # a rank short of rows joins the collective with a zero-weight row
@@ -650,7 +661,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         out.update({k: v / max(1, n_updates) for k, v in sums.items()})
         out["updates"] = n_updates
-        tm["update"] += time.perf_counter() - t1
+        tm.update += time.perf_counter() - t1
         return out
 
     def _forward(self, model, batch, rows: torch.Tensor, temp: float, with_entropy: bool = False):

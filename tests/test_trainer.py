@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from armor.config import load_config
-from armor.trainer import Trainer, phase_timers, rollout_stats, train
+from armor.trainer import Trainer, PhaseTimes, RolloutStats, train
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
@@ -62,7 +62,7 @@ def test_anchors_are_correct_reference_samples(world, tmp_path):
     cfg = load_config(SMOKE, smoke(world, tmp_path / "a", "algo.anchor.enabled=true", "algo.anchor.ref_n=4",
                                    "batch.prompts_per_step=4", "rollout.max_rounds=5"))
     t = Trainer(cfg)
-    groups = t.collect(phase_timers(), rollout_stats())
+    groups = t.collect(PhaseTimes(), RolloutStats())
     assert groups, "no group kept"
     for g in groups:
         assert len(g.responses) == cfg.batch.group_size and g.is_anchor == [False] * (len(g.responses) - 1) + [True]
@@ -290,7 +290,7 @@ def test_rollout_economies_keep_the_same_prompts(anchors, world, tmp_path, monke
         for name, t in trainers.items():
             t.stream.load_state_dict(position)
             calls.clear()
-            groups = t.collect(phase_timers(), rollout_stats())
+            groups = t.collect(PhaseTimes(), RolloutStats())
             assert len(groups) == 8
             kept[name] = [(tuple(g.prompt_ids), tuple(map(tuple, g.responses)), tuple(g.correct)) for g in groups]
             for kind, n in calls:

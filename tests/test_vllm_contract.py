@@ -262,7 +262,7 @@ def test_trainer_swaps_at_most_once_per_round(kind, world, tmp_path, monkeypatch
     travel with each kept group, one per response token."""
     import hashlib
 
-    from armor.trainer import Trainer, phase_timers, rollout_stats
+    from armor.trainer import Trainer, PhaseTimes, RolloutStats
     if kind == "vllm":
         request.getfixturevalue("vllm")
     # verdicts from a hash of the text: about 40% right whatever the engine samples, so anchors are drawn
@@ -306,7 +306,7 @@ def test_trainer_swaps_at_most_once_per_round(kind, world, tmp_path, monkeypatch
     rounds = sum(r["rounds"] for r in rows)
     assert sum(v[0] == "reference" for v in pushed) <= rounds
     assert len(pushed) <= 2 * rounds + 1                                  # + validation after the last step
-    groups = t.collect(phase_timers(), rollout_stats())
+    groups = t.collect(PhaseTimes(), RolloutStats())
     assert groups and all(len(g.engine_logprobs) == len(g.responses) for g in groups)
     assert all(len(lp) == len(r) for g in groups for r, lp in zip(g.responses, g.engine_logprobs))
     assert all(x <= 0 for g in groups for lp in g.engine_logprobs for x in lp)
