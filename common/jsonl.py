@@ -76,17 +76,24 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
 
 def append_jsonl(path: str | os.PathLike, row: dict) -> None:
     """Append one row, flushed and fsynced (a kill can tear only this row, never an earlier one)."""
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    append_text(path, json.dumps(row) + "\n")
+
+
+def append_text(path: str | os.PathLike, text: str) -> None:
+    """Append `text` (whole JSONL lines) with one write, flushed and fsynced."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename: readers see the old or the new file."""
+    """Write `text` to `path` through a temporary file and a rename: readers see the old or the new file.
+    The parent folder is created; the temporary name is hidden (`.<name>.<pid>.tmp`), so globs skip it."""
     p = Path(path)
-    tmp = p.with_name(p.name + f".tmp{os.getpid()}")
-    with open(tmp, "w") as f:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
@@ -96,3 +103,12 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 def write_json_atomic(path: str | os.PathLike, obj: Any, **dump_kw) -> None:
     """`json.dump(obj)` to `path` atomically (a trailing newline; `dump_kw` go to json.dumps)."""
     write_text_atomic(path, json.dumps(obj, **dump_kw) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON value in `path`, or None if the file is missing, unreadable or not JSON (a marker or state file
+    whose absence and damage both mean "not there yet")."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

@@ -56,21 +56,23 @@ from typing import Callable, Iterable, Sequence
 
 from common.benchmarks import (ALIASES, BENCHMARKS, TEMPLATES, BenchmarkData, BenchmarkError, default_mode, get_spec,
                                load_benchmark, register_jsonl)
-from common.jsonl import TornLineWarning, read_jsonl
+from common.jsonl import (TornLineWarning, append_text, read_json, read_jsonl, write_json_atomic,
+                          write_text_atomic)
 from common.layout import STEP_RE, list_checkpoints
+from common.results import append_results, summary_rows
 from eval.protocols import (DEFAULT_MAX_NEW_TOKENS, BenchSetting, Protocol, get_protocol, list_protocols,
                             resolve_setting)
 
 __all__ = ["EvalError", "evaluate_checkpoint", "evaluate_run", "chunk_seed", "check_checkpoint",
-           "append_results", "summary_rows", "main", "RESUME_KEYS", "REPO_ROOT"]
+           "main", "RESUME_KEYS", "REPO_ROOT"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PRESET_DIR = REPO_ROOT / "reproduce" / "presets"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-RESULT_COLUMNS = ["preset", "model", "arm", "seed", "step", "benchmark", "metric", "k", "value", "n", "source"]
 #: settings that must agree for existing samples / summaries to be reused
 RESUME_KEYS = ("benchmark", "protocol", "template", "answer_mode", "samples", "temperature", "top_p",
                "max_new_tokens", "seed", "chunk_size", "engine", "max_batch", "n_problems", "data_sha")
+_JSON_KW = dict(indent=1, ensure_ascii=False, default=str)   # summaries and settings files
 SEED_RULE = "sha256('armor-eval:{seed}:{index of the chunk's first problem}')[:4] & 0x7fffffff"
 
 
@@ -356,13 +358,6 @@ def checkpoint_step(ckpt: Path, out: Path | None = None, step: int | None = None
     return 0
 
 
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _diff(a: dict, b: dict) -> list[str]:
     return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in RESUME_KEYS if a.get(k) != b.get(k)]
 
@@ -375,7 +370,7 @@ def _remove_outputs(job: Job) -> None:
 
 def _classify(job: Job, overwrite: bool) -> None:
     """Set job.state from what is on disk (EvalError on a settings mismatch unless overwrite)."""
-    summ = _read_json(job.summary_path) if job.summary_path.is_file() else None
+    summ = read_json(job.summary_path) if job.summary_path.is_file() else None
     if summ is not None:
         old = summ.get("settings") or {}
         diff = _diff(old, job.settings)
@@ -391,7 +386,7 @@ def _classify(job: Job, overwrite: bool) -> None:
         _remove_outputs(job)
         return
     if job.samples_path.exists() or job.settings_path.exists():
-        old = _read_json(job.settings_path) if job.settings_path.is_file() else None
+        old = read_json(job.settings_path) if job.settings_path.is_file() else None
         diff = ["settings file missing or unreadable"] if old is None else _diff(old, job.settings)
         if diff:
             if not overwrite:
@@ -424,24 +419,6 @@ def plan_checkpoint(ckpt: Path, plans: list[BenchPlan], protocol: Protocol, *, o
 
 
 # ----------------------------------------------------------------------------------------- execution
-def _fsync_append(path: Path, lines: list[str]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write("".join(lines))
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _atomic_write_json(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, ensure_ascii=False, default=str)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _load_samples(job: Job) -> dict[int, list[dict]]:
     """Complete problems already in the samples file: index -> k rows in sample order.
 
@@ -473,14 +450,8 @@ def _load_samples(job: Job) -> dict[int, list[dict]]:
         by_index[i][s] = row
     complete = {i: [rows[s] for s in range(k)] for i, rows in by_index.items() if len(rows) == k}
     if dirty or len(complete) != len(by_index):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for p in job.plan.data:
-                for row in complete.get(p.index, []):
-                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_text_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n"
+                                        for p in job.plan.data for row in complete.get(p.index, [])))
     return complete
 
 
@@ -542,7 +513,7 @@ def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, af
     s = job.settings
     k, C = s["samples"], s["chunk_size"]
     if not job.settings_path.is_file():
-        _atomic_write_json(job.settings_path, s)
+        write_json_atomic(job.settings_path, s, **_JSON_KW)
     done = _load_samples(job)
     problems = list(job.plan.data)
     n = len(problems)
@@ -567,7 +538,7 @@ def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, af
                     row = {**r.to_json(), "gold": gold[r.index]}
                     new.setdefault(r.index, []).append(row)
                     lines.append(json.dumps(row, ensure_ascii=False) + "\n")
-            _fsync_append(job.samples_path, lines)
+            append_text(job.samples_path, "".join(lines))
             done.update(new)
             generated += len(new)
             bar.set_postfix_str(f"samples {len(done) * k}/{n * k}", refresh=False)
@@ -580,7 +551,7 @@ def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, af
     if missing:  # pragma: no cover - engine returned fewer samples than asked
         raise RuntimeError(f"{job.samples_path}: problems {missing[:5]} have fewer than {k} samples")
     summ = summarize(job, done, elapsed_s=round(time.time() - t0, 3), generated=generated)
-    _atomic_write_json(job.summary_path, summ)
+    write_json_atomic(job.summary_path, summ, **_JSON_KW)
     job.summary, job.state = summ, "done"
     return summ
 
@@ -591,8 +562,8 @@ def _resummarize(job: Job) -> dict:
         job.state = "resume"
         return {}
     summ = summarize(job, done)
-    _atomic_write_json(job.settings_path, job.settings)
-    _atomic_write_json(job.summary_path, summ)
+    write_json_atomic(job.settings_path, job.settings, **_JSON_KW)
+    write_json_atomic(job.summary_path, summ, **_JSON_KW)
     job.summary, job.state = summ, "done"
     return summ
 
@@ -668,52 +639,6 @@ class _Graders:
 
 
 # --------------------------------------------------------------------------------------------- results
-def summary_rows(summary: dict, meta: dict) -> list[dict]:
-    """Tidy results rows (docs/CONTRACTS.md) of one summary."""
-    n = int(summary["samples"])
-    step = int(summary.get("total_step", summary["step"]))
-    rows = []
-    for metric, value in summary["metrics"].items():
-        m = re.match(r"^(avg|pass|maj)@(\d+)$", metric)
-        if not m:
-            continue
-        rows.append({"preset": str(meta["preset"]), "model": str(meta["model"]), "arm": str(meta["arm"]),
-                     "seed": int(meta["seed"]), "step": step, "benchmark": summary["benchmark"], "metric": metric,
-                     "k": int(m.group(2)), "value": float(value), "n": n, "source": "eval"})
-    return rows
-
-
-def append_results(path: str | os.PathLike, rows: list[dict]) -> Path:
-    """Append rows to a results parquet (created if absent), replacing rows with the same key; locked + atomic."""
-    import fcntl
-
-    import pandas as pd
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = [c for c in RESULT_COLUMNS if c != "value"]
-    with open(path.with_name(f".{path.name}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        new = pd.DataFrame(rows, columns=RESULT_COLUMNS)
-        if path.exists():
-            old = pd.read_parquet(path)
-            missing = [c for c in RESULT_COLUMNS if c not in old.columns]
-            if missing:
-                raise EvalError(f"results table {path} lacks columns {missing} (docs/CONTRACTS.md)")
-            df = pd.concat([old, new], ignore_index=True) if len(old) else new
-        else:
-            df = new
-        for c in ("seed", "step", "k", "n"):
-            df[c] = df[c].astype("int64")
-        df["value"] = df["value"].astype(float)
-        for c in ("preset", "model", "arm", "benchmark", "metric", "source"):
-            df[c] = df[c].astype(str)
-        df = df.drop_duplicates(subset=key, keep="last").reset_index(drop=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    return path
-
-
 def _check_meta_for_results(meta: dict) -> None:
     missing = [k for k in ("preset", "arm", "seed") if meta.get(k) in (None, "")]
     if missing:

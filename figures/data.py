@@ -41,8 +41,8 @@ import pandas as pd
 import yaml
 
 from common.jsonl import read_jsonl
+from common.results import RESULT_COLUMNS
 
-RESULT_COLUMNS = ["preset", "model", "arm", "seed", "step", "benchmark", "metric", "k", "value", "n", "source"]
 PAPER_PRESETS = ("qwen25-math-7b", "qwen3-8b-base")
 PAPER_YAML = Path(__file__).with_name("paper_numbers.yaml")
 PREFERRED_VALIDATION = ("aime24",)

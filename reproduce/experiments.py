@@ -59,7 +59,8 @@ from typing import Any, Optional
 from common.layout import STEP_RE, list_checkpoints
 from armor.config import ProtocolConfig, RunConfig, load_config, read_yaml
 from figures.data import fmt_alpha, fmt_beta  # arm names are shared with the figures
-from common.jsonl import append_jsonl, read_jsonl
+from common.jsonl import append_jsonl, read_json, read_jsonl, write_json_atomic
+from common.results import frame, summary_rows, write_results
 from reproduce import stage
 from slurm import warm
 
@@ -69,10 +70,10 @@ FIGURES = ("fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7")
 TABLES = ("table1", "table2", "table3")
 ITEMS = FIGURES + TABLES
 BASELINES = ("dapo", "qae")
+_JSON = dict(indent=1, sort_keys=True, default=str)   # the driver's state files
 EVAL_STAMP = ".armor_evaluated.json"
 FIG_STAMP = ".armor_figures.json"
 META_NAME = "results.meta.json"
-RESULT_COLUMNS = ["preset", "model", "arm", "seed", "step", "benchmark", "metric", "k", "value", "n", "source"]
 
 
 class ExperimentError(RuntimeError):
@@ -553,27 +554,12 @@ def eval_command(preset: Preset, ckpt: Path, out: Path, stage_dir: Optional[Path
 
 
 def eval_done(preset: Preset, root: Path, arm: Arm, seed: int) -> bool:
-    st = _read_json(run_dir(root, preset, arm.run_arm, seed) / "eval" / EVAL_STAMP)
+    st = read_json(run_dir(root, preset, arm.run_arm, seed) / "eval" / EVAL_STAMP)
     return bool(st) and st.get("benchmarks") == eval_benchmarks(preset) and \
         st.get("protocol") == preset.protocol.eval_protocol
 
 
 # --------------------------------------------------------------------------------------------- collect
-def _read_json(path: Path):
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _write_json(path: Path, data) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, path)
-
-
 def _run_offset(run: Path) -> Optional[int]:
     f = run / "config.yaml"
     if f.is_file():
@@ -610,48 +596,29 @@ def fingerprint(preset: Preset, root: Path, seeds: list[int]) -> str:
 
 
 _EVAL_NAME = re.compile(r"^(?P<bench>.+?)__(?P<proto>.+?)__k(?P<k>\d+)\.json$")
-_METRIC = re.compile(r"^(avg|pass|maj)@(\d+)$")
 
 
-def parse_eval_file(path: Path) -> list[dict]:
-    """Rows (benchmark, metric, k, value, n, local step) of one eval summary JSON; tolerant of layouts:
-    metrics at top level or under "metrics"; step from the JSON or the nearest step_NNNNNN folder."""
-    data = _read_json(path)
-    if not isinstance(data, dict):
+def eval_file_rows(path: Path, meta: dict, step_offset: int) -> list[dict]:
+    """Table rows of one eval summary JSON (eval.evaluate's layout); its step is the summary's total_step, else
+    step_offset + its step (or the nearest step_NNNNNN folder's). A file that is not a summary gives no rows."""
+    data = read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict) or not data.get("samples"):
         return []
+    step = data.get("total_step")
+    if step is None:
+        local = data.get("step")
+        if local is None:
+            local = next((int(m.group(1)) for m in map(STEP_RE.match, (q.name for q in path.parents)) if m), None)
+        if local is None:
+            return []
+        step = step_offset + int(local)
     m = _EVAL_NAME.match(path.name)
-    bench = data.get("benchmark") or (m.group("bench") if m else path.stem)
-    n = data.get("samples") or data.get("n") or data.get("k") or (int(m.group("k")) if m else None)
-    step = data.get("step")
-    if step is None:
-        for parent in path.parents:
-            sm = STEP_RE.match(parent.name)
-            if sm:
-                step = int(sm.group(1))
-                break
-    if step is None:
-        return []
-    metrics = data.get("metrics") if isinstance(data.get("metrics"), dict) else data
-    rows = []
-    for key, v in metrics.items():
-        mm = _METRIC.match(str(key))
-        if not mm:
-            continue
-        if isinstance(v, dict):
-            v = v.get("value", v.get("mean"))
-        try:
-            v = float(v)
-        except (TypeError, ValueError):
-            continue
-        rows.append({"benchmark": bench, "metric": key, "k": int(mm.group(2)), "value": v,
-                     "n": int(n) if n else int(mm.group(2)), "step": int(step),
-                     "total_step": data.get("total_step")})
-    return rows
+    summary = {**data, "benchmark": data.get("benchmark") or (m.group("bench") if m else path.stem)}
+    return summary_rows(summary, meta, step=int(step))
 
 
 def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
     """Write runs/<preset>/results.parquet (docs/CONTRACTS.md columns) and results.meta.json."""
-    import pandas as pd
     fp = fingerprint(preset, root, seeds)
     arms = arm_definitions(preset.protocol)
     rows = []
@@ -672,7 +639,7 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
                 st = start_point(preset, root, arm, s) if arm.stage == 2 else None
                 offset = int(st["step"]) if st else 0
             base = {"preset": preset.name, "model": preset.model_name, "arm": arm.name, "seed": int(s)}
-            numerics.add(json.dumps(_read_json(run / "numerics.json"), sort_keys=True))
+            numerics.add(json.dumps(read_json(run / "numerics.json"), sort_keys=True))
             for r in read_jsonl(run / "validation.jsonl"):
                 k = int(r.get("k") or 0)
                 rows.append({**base, "step": int(r.get("total_step", offset + int(r["step"]))),
@@ -682,21 +649,15 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
                 for jf in sorted((run / "eval").rglob("*.json")):
                     if jf.name.startswith("."):
                         continue
-                    for r in parse_eval_file(jf):
-                        total = r.pop("total_step")
-                        step = int(total) if total is not None else offset + r["step"]
-                        rows.append({**base, **r, "step": step, "source": "eval"})
+                    rows += eval_file_rows(jf, base, offset)
             if arm.stage == 1:
                 pk = read_peak(root, preset, arm.name, s)
                 if pk:
                     peaks.setdefault(arm.name, {})[str(s)] = pk["step"]
-    df = pd.DataFrame(rows, columns=RESULT_COLUMNS)
+    df = frame(rows)
     if len(df):
         df = df.drop_duplicates(subset=["arm", "seed", "step", "benchmark", "metric", "source"], keep="last")
         df = df.sort_values(["arm", "seed", "source", "benchmark", "metric", "step"]).reset_index(drop=True)
-    for c in ("seed", "step", "k", "n"):
-        df[c] = df[c].astype("int64")
-    df["value"] = df["value"].astype(float)
     out = preset_root(root, preset)
     out.mkdir(parents=True, exist_ok=True)
     protocol = json.loads(json.dumps(__import__("dataclasses").asdict(preset.protocol)))
@@ -704,24 +665,14 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
             "aliases": {a.name: a.alias_of for a in arms.values() if a.alias_of}, "seeds": seeds,
             "validation_benchmark": validation_benchmark(preset), "inputs": fp, "rows": len(df),
             "cpu_numerics": [json.loads(n) for n in sorted(numerics) if n != "null"], "time": time.time()}
-    tmp = out / f".results.{os.getpid()}.parquet"
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-        table = pa.Table.from_pandas(df, preserve_index=False)
-        md = dict(table.schema.metadata or {})
-        md[b"protocol"] = json.dumps(protocol).encode()
-        pq.write_table(table.replace_schema_metadata(md), tmp)
-    except ImportError:
-        df.to_parquet(tmp, index=False)
-    os.replace(tmp, out / "results.parquet")
-    _write_json(out / META_NAME, meta)
+    write_results(out / "results.parquet", df, metadata={"protocol": protocol})
+    write_json_atomic(out / META_NAME, meta, **_JSON)
     return out / "results.parquet"
 
 
 def collect_done(preset: Preset, root: Path, seeds: list[int]) -> bool:
     out = preset_root(root, preset)
-    meta = _read_json(out / META_NAME)
+    meta = read_json(out / META_NAME)
     return bool(meta) and (out / "results.parquet").is_file() and meta.get("inputs") == fingerprint(preset, root, seeds)
 
 
@@ -734,7 +685,7 @@ def _sha(path: Path) -> Optional[str]:
 
 def figures_done(preset: Preset, root: Path, only: Optional[list[str]]) -> bool:
     out = preset_root(root, preset)
-    st = _read_json(out / "figures" / FIG_STAMP)
+    st = read_json(out / "figures" / FIG_STAMP)
     return bool(st) and st.get("results") == _sha(out / "results.parquet") and st.get("only") == (only or None)
 
 
@@ -867,7 +818,7 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
 
 
 def _peak_ok(pf: Path, fixed: Optional[int]) -> bool:
-    d = _read_json(pf)
+    d = read_json(pf)
     return bool(d) and (fixed is None or int(d.get("step", -1)) == fixed) and Path(d.get("checkpoint", "")).exists()
 
 
@@ -905,8 +856,8 @@ def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: O
             raise ExperimentError(f"{arm.name} seed {seed}: start checkpoint {start['checkpoint']} does not exist")
     overrides = train_overrides(preset, root, arm, seed, start, stage_dir)
     run.mkdir(parents=True, exist_ok=True)
-    _write_json(run / "arm.json", {"arm": arm.name, "preset": preset.name, "seed": seed, "start": start,
-                                    "overrides": overrides, "config": str(preset.path)})
+    write_json_atomic(run / "arm.json", {"arm": arm.name, "preset": preset.name, "seed": seed, "start": start,
+                                         "overrides": overrides, "config": str(preset.path)}, **_JSON)
     argv = entry("armor.train") + ["--config", str(preset.path)] + overrides
     print("exec:", " ".join(shlex.quote(a) for a in argv), flush=True)
     return _exec(argv)
@@ -914,7 +865,7 @@ def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: O
 
 def cmd_select_peak(preset: Preset, root: Path, arm: str, seed: int) -> int:
     info = select_peak(preset, root, arm, seed)
-    _write_json(peak_file(root, preset, arm, seed), info)
+    write_json_atomic(peak_file(root, preset, arm, seed), info, **_JSON)
     print(f"θ* of {arm} seed {seed}: step {info['step']} ({info['method']}) -> {info['checkpoint']}")
     return 0
 
@@ -931,8 +882,8 @@ def cmd_evaluate(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir
         if rc != 0:
             print(f"evaluation of {ck} failed (exit {rc})", file=sys.stderr)
             return rc
-    _write_json(run / "eval" / EVAL_STAMP, {"steps": steps, "benchmarks": eval_benchmarks(preset),
-                                            "protocol": preset.protocol.eval_protocol, "time": time.time()})
+    write_json_atomic(run / "eval" / EVAL_STAMP, {"steps": steps, "benchmarks": eval_benchmarks(preset),
+                                                      "protocol": preset.protocol.eval_protocol, "time": time.time()}, **_JSON)
     return 0
 
 
@@ -979,7 +930,8 @@ def cmd_figures(preset: Preset, root: Path, seeds: list[int], only: Optional[lis
     print("run:", " ".join(shlex.quote(a) for a in argv), flush=True)
     rc = warm.run(argv)
     if rc == 0:
-        _write_json(out / "figures" / FIG_STAMP, {"results": _sha(res), "only": only or None, "time": time.time()})
+        write_json_atomic(out / "figures" / FIG_STAMP, {"results": _sha(res), "only": only or None,
+                                                        "time": time.time()}, **_JSON)
     return rc
 
 

@@ -29,28 +29,16 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from common.jsonl import write_json_atomic
 from slurm import warm
 
 END_MARKERS = ("finished", "failed", "interrupted")
 _INTERRUPT_RCS = {-signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL, -signal.SIGHUP,
                   128 + signal.SIGTERM, 128 + signal.SIGINT}
 
+JSON_KW = dict(indent=1, sort_keys=True)   # the job folder's marker files
 _child: Optional[subprocess.Popen] = None
 _interrupted = False
-
-
-def write_json_atomic(path: Path, data) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
-def read_json(path: Path):
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def pid_start_time(pid: int) -> Optional[str]:
@@ -166,7 +154,7 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
             (job_dir / name).unlink(missing_ok=True)
         with open(attempts_file, "a") as f:
             f.write(json.dumps(info) + "\n")
-        write_json_atomic(job_dir / "started", info)
+        write_json_atomic(job_dir / "started", info, **JSON_KW)
 
     env = dict(os.environ)
     env.update({k: str(v) for k, v in (spec.get("env") or {}).items()})
@@ -232,7 +220,8 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
         out.close()
         err.close()
         if leader:
-            write_json_atomic(job_dir / status, {**info, "rc": rc, "status": status, "end": time.time()})
+            write_json_atomic(job_dir / status, {**info, "rc": rc, "status": status, "end": time.time()},
+                              **JSON_KW)
         for s, prev in previous.items():
             try:
                 signal.signal(s, prev)

@@ -36,7 +36,6 @@ import argparse
 import contextlib
 import fcntl
 import graphlib
-import json
 import os
 import shutil
 import signal
@@ -49,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from common.jsonl import read_json, write_json_atomic
 from slurm import jobwrap, warm
 from slurm.resources import Resources
 
@@ -248,13 +248,13 @@ class Launcher:
         return self.jobs_dir / "state.json"
 
     def load_registry(self) -> dict:
-        data = jobwrap.read_json(self.registry_path)
+        data = read_json(self.registry_path)
         self._registry = data if isinstance(data, dict) else {}
         return self._registry
 
     def save_registry(self) -> None:
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
-        jobwrap.write_json_atomic(self.registry_path, self._registry)
+        write_json_atomic(self.registry_path, self._registry, **jobwrap.JSON_KW)
 
     @contextlib.contextmanager
     def lock(self):
@@ -283,7 +283,7 @@ class Launcher:
         out = {}
         d = self.job_dir(key)
         for name in ("started", *jobwrap.END_MARKERS):
-            data = jobwrap.read_json(d / name)
+            data = read_json(d / name)
             if isinstance(data, dict) and (submission is None or data.get("submission") == submission):
                 out[name] = data
         return out
@@ -382,7 +382,7 @@ class Launcher:
                 "nodes": res.nodes, "gpus_per_node": res.gpus_per_node, "ranks_per_node": res.ranks_per_node,
                 "deps": job.deps,
                 "resources": res.as_dict(), "created": time.time()}
-        jobwrap.write_json_atomic(d / "spec.json", spec)
+        write_json_atomic(d / "spec.json", spec, **jobwrap.JSON_KW)
         return sub
 
     def _record(self, key: str, **fields) -> None:

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from common.results import RESULT_COLUMNS
 from eval import evaluate as E
 from eval.protocols import DEFAULT_MAX_NEW_TOKENS, get_protocol, resolve_setting
 
@@ -148,7 +149,7 @@ def test_checkpoint_end_to_end(ckpt, toy, tmp_path):
     for _ in range(2):
         E.evaluate_checkpoint(ckpt, toy, "toy", limit=8, chunk_size=4, results=res, meta=meta, **FAST)
     df = pd.read_parquet(res)
-    assert list(df.columns) == E.RESULT_COLUMNS
+    assert list(df.columns) == RESULT_COLUMNS
     assert sorted(df["metric"]) == ["avg@4", "maj@4", "pass@4"]
     assert set(df["source"]) == {"eval"} and set(df["n"]) == {4} and set(df["step"]) == {7}
 

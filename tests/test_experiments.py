@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from common.results import RESULT_COLUMNS
 from armor.config import load_config
 from reproduce import experiments as E
 from reproduce import run_all
@@ -406,7 +407,7 @@ def test_pipeline_with_fake_jobs_is_idempotent(tmp_path, monkeypatch):
     assert "all" in out and "jobs done" in out
     pr = root / "mini"
     df = pd.read_parquet(pr / "results.parquet")
-    assert list(df.columns) == E.RESULT_COLUMNS
+    assert list(df.columns) == RESULT_COLUMNS
     assert set(df["preset"]) == {"mini"} and set(df["source"]) == {"validation", "eval"}
     arms = E.build_arms(E.load_preset(preset))
     assert set(df["arm"]) == set(arms)  # aliases included (armor_reset_2 = armor)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from common.jsonl import write_jsonl
+
 from . import task as T
 from .model import ModelConfig, build_model, n_params, sample
 from .sft import QUICK_SFT, SFTConfig, sft
@@ -152,7 +154,7 @@ def build_world(out_dir, seed: int = 0, quick: bool = False, log=None) -> Path:
 
     splits = T.make_splits(TASK, seed)
     for name, recs in splits.items():
-        T.write_jsonl(recs, tmp / "data" / f"{name}.jsonl")
+        write_jsonl(tmp / "data" / f"{name}.jsonl", recs)
     stats = {k: T.split_stats(v) for k, v in splits.items()}
     log(f"[toy] splits: " + ", ".join(f"{k} n={v['n']} shortcut={v['shortcut_rate']:.3f} "
                                        f"chain_ceiling={v['chain_ceiling']:.3f}" for k, v in stats.items()))

@@ -35,8 +35,6 @@ import json
 import random
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Iterable
 
 BOXED_RE = re.compile(r"\\boxed\{([^{}]*)\}")
 STRATEGIES = ("chain", "sloppy", "guess", "last")
@@ -197,19 +195,6 @@ def make_splits(cfg: TaskConfig, seed: int = 0) -> dict[str, list[dict]]:
             recs.append(make_record(operands, ops, split, len(recs), cfg))
         out[split] = recs
     return out
-
-
-def write_jsonl(records: Iterable[dict], path: Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def split_stats(records: list[dict]) -> dict:
