@@ -39,7 +39,7 @@ from armor import parallel
 from armor import faults
 from armor import logging_backends
 from armor.advantages import group_advantages
-from armor.anchors import anchor_keep, dynamic_sampling_keep, first_correct_index
+from armor.anchors import anchor_keep, assemble_anchor_groups, dynamic_sampling_keep
 from armor.config import RunConfig, dump_config, load_config, to_dict
 from armor.data import PromptStream, load_prompts
 from armor.distributed import Dist
@@ -142,6 +142,41 @@ def _record_numerics(path: Path) -> None:
 
 
 @dataclass
+class UpdateBatch:
+    """The kept groups as one batch: N = groups x G response rows, R = the longest response.
+    batch: TokenBatch; mask [N, R] float (response tokens); is_anchor [N] bool; adv [N] (group advantages)."""
+    batch: object
+    mask: torch.Tensor
+    is_anchor: torch.Tensor
+    adv: torch.Tensor
+    group_size: int
+
+
+@dataclass
+class MinibatchPlan:
+    """minibatches: per epoch, each mini-batch's rows (whole groups); micro[i]: this rank's micro-batches of
+    mini-batch i; local[i]: their rows together; need [N] bool: the rows this rank touches; own: the rows it
+    accounts for in token metrics (its parts of the first epoch: each row once)."""
+    minibatches: list
+    micro: list
+    local: list
+    need: torch.Tensor
+    own: torch.Tensor
+
+
+@dataclass
+class FrozenLogprobs:
+    """Per-token values fixed for the step, [N, R]: θold's log-probs and entropy (the first mini-batch's rows are
+    filled in by their own update pass: `todo` marks the rows computed beforehand), πref's (None when nothing
+    reads them) and the token advantages."""
+    old_logp: torch.Tensor
+    entropy: torch.Tensor
+    ref_logp: torch.Tensor | None
+    tok_adv: torch.Tensor
+    todo: torch.Tensor
+
+
+@dataclass
 class Group:
     """One kept prompt: its |G| responses (on-policy first, the anchor last when present)."""
     prompt_ids: list[int]
@@ -197,10 +232,6 @@ class Trainer:
         if self.shards % self.dist.world_size:
             raise ValueError(f"rollout.shards: {self.shards} is not a multiple of the world size "
                              f"{self.dist.world_size}")
-        torch.manual_seed(cfg.seed)
-
-        self.grader = Grader(num_workers=cfg.reward.grader_workers, timeout_s=cfg.reward.grader_timeout_s,
-                             mode=cfg.reward.answer_mode)
         self.tokenizer = load_tokenizer(cfg.model.path)
         self.pad_id = self.tokenizer.pad_token_id
         self.stream = PromptStream(self.prompts, cfg.seed, cfg.data.shuffle)
@@ -208,6 +239,20 @@ class Trainer:
         self.reference_step: int | None = None   # the step whose policy weights πref holds (None: ref_path)
         self.best_val: tuple[float, int] | None = None
         self._prompt_cache: dict[int, list[int]] = {}
+        self._started = False
+
+    def start(self) -> "Trainer":
+        """Open the run: rank 0 prepares the run folder (config.yaml, the resume point, torn JSONL lines, damaged
+        checkpoints), then every rank loads the models, shards them, builds the engine and the grader's workers
+        and restores the resume point's state. The constructor only checks and reads inputs; `fit` calls this,
+        and so may a caller that wants to drive steps itself. Idempotent; returns the trainer."""
+        if self._started:
+            return self
+        self._started = True
+        cfg, a = self.cfg, self.cfg.algo
+        torch.manual_seed(cfg.seed)
+        self.grader = Grader(num_workers=cfg.reward.grader_workers, timeout_s=cfg.reward.grader_timeout_s,
+                             mode=cfg.reward.answer_mode)
 
         # rank 0 prepares the run folder (config, resume point, torn lines, damaged checkpoints); all follow it
         resume_from = self.dist.all_gather_object(self._prepare_run_dir() if self.dist.is_main else None)[0]
@@ -256,6 +301,7 @@ class Trainer:
                                    max_model_len=cfg.lengths.max_prompt + cfg.lengths.max_response)
         if resume_from is not None:
             self._restore(resume_from)
+        return self
 
     # ------------------------------------------------------------------------------------------ setup
     def _load(self, path: str):
@@ -493,10 +539,11 @@ class Trainer:
                 ref_resp[i] = ref_responses[sl]
                 ref_logp[i] = ref_lps[sl]
             chunk_no += 1
-        keep = anchor_keep(on_correct, ref_correct)
-        first = first_correct_index(ref_correct)
-        return keep, [(ref_resp[i][int(first[i])], ref_logp[i][int(first[i])]) if keep[i] else None
-                      for i in range(P)]
+        # the groups' layout is armor.anchors' (G-1 on-policy, then the first correct reference sample)
+        g = assemble_anchor_groups(on_correct, ref_correct.float(), ref_correct)
+        first = g.anchor_index
+        return g.keep, [(ref_resp[i][int(first[i])], ref_logp[i][int(first[i])]) if g.keep[i] else None
+                        for i in range(P)]
 
     # ---------------------------------------------------------------------------------------- update
     def train_step(self) -> dict:
@@ -533,46 +580,63 @@ class Trainer:
         return row
 
     def update(self, groups: list[Group], tm: PhaseTimes) -> dict:
-        cfg, a = self.cfg, self.cfg.algo
+        """Steps 2-4 of Algorithm 1 on the kept groups: advantages, the frozen log-probs, μ optimizer steps;
+        returns the update's metrics (mini-batch means, token means over the step)."""
         t0 = time.perf_counter()
+        ub = self._update_batch(groups)
+        plan = self._minibatch_plan(len(groups), ub.group_size, ub.batch.seq_lens)
+        lp = self._frozen_logprobs(ub, plan)
+        tm.logprob += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        means = self._optimize(ub, plan, lp)            # fills in the first mini-batch's θold log-probs
+        out = {**self._token_metrics(ub, plan, lp, groups), **means}
+        tm.update += time.perf_counter() - t1
+        return out
+
+    def _update_batch(self, groups: list[Group]) -> "UpdateBatch":
+        """The kept groups as one padded token batch with rewards (+1/-1, overlong shaping) and group advantages."""
+        a, L = self.cfg.algo, self.cfg.lengths
         G = len(groups[0].responses)
         prompt_ids = [g.prompt_ids for g in groups for _ in g.responses]
-        responses = [r for g in groups for r in g.responses]
-        batch = make_token_batch(prompt_ids, responses, self.pad_id).to(self.device)
+        batch = make_token_batch(prompt_ids, [r for g in groups for r in g.responses], self.pad_id).to(self.device)
         is_anchor = torch.tensor([x for g in groups for x in g.is_anchor], device=self.device)
-        lengths = batch.response_mask.sum(-1).float()
         correct = torch.tensor([x for g in groups for x in g.correct], device=self.device)
-        L = cfg.lengths
-        rewards = shaped_reward(correct, lengths, L.max_response, L.overlong_buffer, L.overlong_factor,
-                                enable=L.overlong_buffer > 0).view(len(groups), G)
+        rewards = shaped_reward(correct, batch.response_mask.sum(-1).float(), L.max_response, L.overlong_buffer,
+                                L.overlong_factor, enable=L.overlong_buffer > 0).view(len(groups), G)
         adv = group_advantages(rewards, a.advantage, k=a.qae_k).reshape(-1)
+        return UpdateBatch(batch, batch.response_mask.float(), is_anchor, adv, G)
 
-        mb = cfg.batch.micro_batch_responses
-        temp = cfg.rollout.temperature
-        mask = batch.response_mask.float()
-        n_prompts, per_mb = len(groups), cfg.batch.mini_batch_prompts
-        minibatches = []   # per epoch, the response rows of each mini-batch (prompts shuffled per epoch)
+    def _minibatch_plan(self, n_prompts: int, G: int, seq_lens: torch.Tensor) -> "MinibatchPlan":
+        """The step's mini-batches (each epoch shuffles the kept prompts; a mini-batch holds mini_batch_prompts
+        whole groups) and this rank's micro-batches of each. Several ranks: rank r computes its part of every
+        mini-batch (armor.spmd), in micro-batches of rows or of tokens (armor.microbatch)."""
+        cfg = self.cfg
+        per_mb = cfg.batch.mini_batch_prompts
+        minibatches = []
         for epoch in range(cfg.batch.epochs):
             g = torch.Generator().manual_seed(step_seed(cfg.seed, self.step, SeedPhase.MINIBATCH_ORDER, epoch))
             order = torch.randperm(n_prompts, generator=g).tolist()
             minibatches += [torch.tensor([p * G + j for p in order[s:s + per_mb] for j in range(G)],
                                          device=self.device) for s in range(0, n_prompts, per_mb)]
-        # several ranks: rank r computes its part of every mini-batch (armor.spmd), in micro-batches of rows or of
-        # tokens (armor.microbatch); `need` are the rows it touches, `own` those it accounts for in the step's
-        # metrics (its parts of the first epoch: each row once)
         W = self.dist.world_size
-        plans = [microbatch.plan(rows, batch.seq_lens, W, mb, cfg.batch.micro_batch_tokens)[self.dist.rank]
-                 for rows in minibatches]
-        local = [torch.cat(p) for p in plans]
-        need = torch.zeros(len(responses), dtype=torch.bool, device=self.device)
+        micro = [microbatch.plan(rows, seq_lens, W, cfg.batch.micro_batch_responses,
+                                 cfg.batch.micro_batch_tokens)[self.dist.rank] for rows in minibatches]
+        local = [torch.cat(p) for p in micro]
+        need = torch.zeros(n_prompts * G, dtype=torch.bool, device=self.device)
         for rows in local:
             need[rows] = True
-        own = torch.cat(local[:math.ceil(n_prompts / per_mb)])
-        # θold = θ until the first optimizer step, so the first mini-batch's old log-probs are its own forward
-        # pass, detached (ratio exactly 1, as verl does on-policy); only the other rows need a separate pass.
-        # OPD/MOPD build their token advantages from θold's log-probs of every row before any update.
-        first = local[0] if a.distill.mode == "none" else local[0][:0]
-        todo = need.clone()
+        # `own`: the rows this rank accounts for in the step's token metrics (its parts of the first epoch)
+        return MinibatchPlan(minibatches, micro, local, need, torch.cat(local[:math.ceil(n_prompts / per_mb)]))
+
+    def _frozen_logprobs(self, ub: "UpdateBatch", plan: "MinibatchPlan") -> "FrozenLogprobs":
+        """Step 3: θold's log-probs (and entropy), πref's when the loss or the KL monitor reads them, the teacher's
+        for OPD/MOPD, and the token advantages. θold = θ until the first optimizer step, so the first mini-batch's
+        old log-probs are its own update forward pass, detached (ratio exactly 1, as verl does on-policy): only
+        the other rows need a separate pass. OPD/MOPD need θold's log-probs of every row before any update."""
+        a, temp = self.cfg.algo, self.cfg.rollout.temperature
+        batch, mask, W = ub.batch, ub.mask, self.dist.world_size
+        first = plan.local[0] if a.distill.mode == "none" else plan.local[0][:0]
+        todo = plan.need.clone()
         todo[first] = False
         old_logp, entropy = torch.zeros_like(mask), torch.zeros_like(mask)
         if bool(todo.any()) or W > 1:       # with several ranks each pass is a collective: every rank runs it
@@ -580,43 +644,49 @@ class Trainer:
             old_logp[rest], entropy[rest] = self._logprobs(self.policy, batch, rest, temp, with_entropy=True)
         needs_ref = (a.kl.coef != 0.0 or "reference" in RATIOS[a.mix.variant].needs or a.reference.kl_monitor
                      or (a.distill.mode != "none" and self.teacher is self.reference))
-        all_need = need.nonzero()[:, 0]
+        all_need = plan.need.nonzero()[:, 0]
 
-        def frozen_logprobs(model):   # [N, R]: every row on one rank; on several, this rank's rows (others 0)
+        def frozen(model):   # [N, R]: every row on one rank; on several, this rank's rows (the others 0)
             lp = self._logprobs(model, batch, all_need, temp)[0]
             if W == 1:
                 return lp
             full = torch.zeros_like(mask)
             full[all_need] = lp
             return full
-        ref_logp = frozen_logprobs(self.reference) if needs_ref else None
-        tok_adv = adv[:, None].expand_as(mask)
+        ref_logp = frozen(self.reference) if needs_ref else None
+        tok_adv = ub.adv[:, None].expand_as(mask)
         if a.distill.mode != "none":
-            teacher_logp = ref_logp if self.teacher is self.reference else frozen_logprobs(self.teacher)
+            teacher_logp = ref_logp if self.teacher is self.reference else frozen(self.teacher)
             tok_adv = (opd_token_advantages(teacher_logp, old_logp, mask) if a.distill.mode == "opd" else
-                       mopd_token_advantages(adv, teacher_logp, old_logp, mask, coef=a.distill.coef))
-        tm.logprob += time.perf_counter() - t0
+                       mopd_token_advantages(ub.adv, teacher_logp, old_logp, mask, coef=a.distill.coef))
+        return FrozenLogprobs(old_logp, entropy, ref_logp, tok_adv, todo)
 
-        t1 = time.perf_counter()
+    def _optimize(self, ub: "UpdateBatch", plan: "MinibatchPlan", lp: "FrozenLogprobs") -> dict:
+        """Step 4: one optimizer step per mini-batch; returns the mini-batch means of the loss's metrics,
+        grad_norm and the number of updates. The loss is normalised by the whole mini-batch's token count (DAPO's
+        token-mean over the mini-batch, not per rank or per micro-batch)."""
+        cfg, a = self.cfg, self.cfg.algo
+        mask, W, temp = ub.mask, self.dist.world_size, cfg.rollout.temperature
         sums: dict[str, float] = {}
-        for i, rows in enumerate(minibatches):
+        for i, rows in enumerate(plan.minibatches):
             mb_mask = mask[rows]            # the whole mini-batch's tokens: the normaliser is global
             normalizer = mb_mask.sum() if a.loss_agg == "token-mean" else torch.tensor(float(len(rows)))
             self.optimizer.zero_grad(set_to_none=True)
-            mstats: RolloutStats[str, float] = {}
-            for r in plans[i]:
+            mstats: dict[str, float] = {}
+            for r in plan.micro[i]:
                 weight = 1.0
                 if len(r) == 0:             # a rank short of rows joins the collective with a zero-weight row
                     r, weight = rows[:1], 0.0
-                fill = i == 0 and weight > 0 and not bool(todo[r].all())
-                logp, ent = self._forward(self.policy, batch, r, temp, with_entropy=fill)
+                fill = i == 0 and weight > 0 and not bool(lp.todo[r].all())
+                logp, ent = self._forward(self.policy, ub.batch, r, temp, with_entropy=fill)
                 if fill:
-                    old_logp[r], entropy[r] = logp.detach(), ent
+                    lp.old_logp[r], lp.entropy[r] = logp.detach(), ent
                 loss, metrics = policy_loss(
-                    logp, old_logp[r], tok_adv[r], mask[r], ratio_variant=a.mix.variant,
-                    ref_logp=None if ref_logp is None else ref_logp[r], alpha=a.mix.alpha, is_anchor=is_anchor[r],
-                    eps_low=a.clip.eps_low, eps_high=a.clip.eps_high, dual_clip_c=a.clip.dual_clip_c,
-                    loss_agg=a.loss_agg, normalizer=normalizer, kl_coef=a.kl.coef, kl_estimator=a.kl.estimator)
+                    logp, lp.old_logp[r], lp.tok_adv[r], mask[r], ratio_variant=a.mix.variant,
+                    ref_logp=None if lp.ref_logp is None else lp.ref_logp[r], alpha=a.mix.alpha,
+                    is_anchor=ub.is_anchor[r], eps_low=a.clip.eps_low, eps_high=a.clip.eps_high,
+                    dual_clip_c=a.clip.dual_clip_c, loss_agg=a.loss_agg, normalizer=normalizer, kl_coef=a.kl.coef,
+                    kl_estimator=a.kl.estimator)
                 # FSDP2 averages gradients over ranks: W x (this rank's share of the global-normalised loss)
                 (loss * (W * weight) if W > 1 else loss).backward()
                 # token means weighted by this micro-batch's share of the mini-batch's tokens, sums as they are
@@ -635,33 +705,40 @@ class Trainer:
             mstats["grad_norm"] = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
             for k, v in mstats.items():
                 sums[k] = sums.get(k, 0.0) + v
-        n_updates = len(minibatches)
-        on_mask = mask * (~is_anchor)[:, None].float()
+        self.optimizer.zero_grad(set_to_none=True)
+        n_updates = len(plan.minibatches)
+        out = {k: v / max(1, n_updates) for k, v in sums.items()}
+        out["updates"] = n_updates
+        return out
+
+    def _token_metrics(self, ub: "UpdateBatch", plan: "MinibatchPlan", lp: "FrozenLogprobs",
+                       groups: list[Group]) -> dict:
+        """Token means over the step's on-policy tokens: entropy, |advantage|, the KL monitors (when πref's
+        log-probs exist) and the training/inference mismatch (when the engine gave log-probs). Several ranks:
+        each holds its own rows' log-probs, so the means are taken over all ranks."""
+        mask, W = ub.mask, self.dist.world_size
+        on_mask = mask * (~ub.is_anchor)[:, None].float()
+        adv_abs = float(masked_mean(lp.tok_adv.abs(), mask))
         if W == 1:
-            out = {"entropy": float(masked_mean(entropy, on_mask)),
-                   "advantage_abs_mean": float(masked_mean(tok_adv.abs(), mask))}
-            if ref_logp is not None:
-                out.update(kl_reverse=float(kl_reverse_estimate(old_logp, ref_logp, on_mask)),
-                           kl_forward=float(kl_forward_estimate(old_logp, ref_logp, on_mask)))
-        else:                               # each rank holds its own rows' log-probs: token means over all ranks
-            out = {"entropy": global_masked_mean(self.dist, entropy, on_mask, own),
-                   "advantage_abs_mean": float(masked_mean(tok_adv.abs(), mask))}
-            if ref_logp is not None:
-                lr = torch.clamp(ref_logp - old_logp, min=-20.0, max=20.0)
+            out = {"entropy": float(masked_mean(lp.entropy, on_mask)), "advantage_abs_mean": adv_abs}
+            if lp.ref_logp is not None:
+                out.update(kl_reverse=float(kl_reverse_estimate(lp.old_logp, lp.ref_logp, on_mask)),
+                           kl_forward=float(kl_forward_estimate(lp.old_logp, lp.ref_logp, on_mask)))
+        else:
+            out = {"entropy": global_masked_mean(self.dist, lp.entropy, on_mask, plan.own),
+                   "advantage_abs_mean": adv_abs}
+            if lp.ref_logp is not None:
+                lr = torch.clamp(lp.ref_logp - lp.old_logp, min=-20.0, max=20.0)
                 k3 = torch.exp(lr) - lr - 1.0          # per-token estimators of objectives.kl_*_estimate
                 fwd = torch.clamp(torch.exp(lr) * lr - torch.expm1(lr), min=0.0)
-                out.update(kl_reverse=global_masked_mean(self.dist, k3, on_mask, own),
-                           kl_forward=global_masked_mean(self.dist, fwd, on_mask, own))
-        eng_lp, has_lp = pad_token_values([lp for g in groups for lp in g.engine_logprobs], mask.shape[1],
+                out.update(kl_reverse=global_masked_mean(self.dist, k3, on_mask, plan.own),
+                           kl_forward=global_masked_mean(self.dist, fwd, on_mask, plan.own))
+        eng_lp, has_lp = pad_token_values([x for g in groups for x in g.engine_logprobs], mask.shape[1],
                                           self.device)
         if bool(has_lp.any()):              # training/inference mismatch on the sampled on-policy tokens
             m = on_mask * has_lp
-            out["logprob_mismatch"] = (float(logprob_mismatch(eng_lp, old_logp, m)) if W == 1 else
-                                       global_masked_mean(self.dist, (eng_lp - old_logp).abs() * m, m, own))
-        self.optimizer.zero_grad(set_to_none=True)
-        out.update({k: v / max(1, n_updates) for k, v in sums.items()})
-        out["updates"] = n_updates
-        tm.update += time.perf_counter() - t1
+            out["logprob_mismatch"] = (float(logprob_mismatch(eng_lp, lp.old_logp, m)) if W == 1 else
+                                       global_masked_mean(self.dist, (eng_lp - lp.old_logp).abs() * m, m, plan.own))
         return out
 
     def _forward(self, model, batch, rows: torch.Tensor, temp: float, with_entropy: bool = False):
@@ -801,6 +878,7 @@ class Trainer:
         if (rd / "DONE").is_file():
             print(f"{rd}: already finished (DONE); nothing to do")
             return rd
+        self.start()
         # TensorBoard / W&B, fed the rows appended below (rank 0 alone writes the run's files)
         log = logging_backends.Backends(cfg, rd) if self.dist.is_main else None
         try:

@@ -113,7 +113,7 @@ class OurArm:
                 self._trained_tokens = sum(len(r) for g in groups for r in g.responses)
                 return super().update(groups, tm)
 
-        self.trainer = _Counting(cfg)
+        self.trainer = _Counting(cfg).start()
         self.rows: list[dict] = []
 
     def step(self) -> dict:

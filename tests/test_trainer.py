@@ -61,7 +61,7 @@ def test_anchors_are_correct_reference_samples(world, tmp_path):
     from common.grading import grade_one
     cfg = load_config(SMOKE, smoke(world, tmp_path / "a", "algo.anchor.enabled=true", "algo.anchor.ref_n=4",
                                    "batch.prompts_per_step=4", "rollout.max_rounds=5"))
-    t = Trainer(cfg)
+    t = Trainer(cfg).start()
     groups = t.collect(PhaseTimes(), RolloutStats())
     assert groups, "no group kept"
     for g in groups:
@@ -80,7 +80,7 @@ def test_reference_reset_on_schedule(world, tmp_path):
                                    "validation.benchmarks=[]", "algo.reference.reset.every=2",
                                    "algo.reference.reset.until_step=3", "algo.mix.variant=mixed",
                                    "algo.mix.alpha=0.9"))
-    t = Trainer(cfg)
+    t = Trainer(cfg).start()
     t.fit()
     assert [r["reference_reset"] for r in rows(out / "metrics.jsonl")] == [False, True, False, False, False]
     assert t.reference_step == 2
@@ -118,7 +118,7 @@ def test_kl_and_mixed_arms_use_the_reference(extra, world, tmp_path, monkeypatch
     monkeypatch.setattr(tr, "policy_loss", spy)
     cfg = load_config(SMOKE, smoke(world, tmp_path / "o", "schedule.total_steps=2", "schedule.validate_every=0",
                                    "validation.benchmarks=[]", f"algo.reference.path={ref}", *extra))
-    t = Trainer(cfg)
+    t = Trainer(cfg).start()
     t.fit()
     assert seen and all(kw["ref_logp"] is not None for kw in seen)
     assert any(float(kw["ref_logp"].abs().sum()) > 0 for kw in seen)
@@ -177,7 +177,7 @@ def test_dapo_without_kl_monitor_skips_the_reference(world, tmp_path, monkeypatc
     monkeypatch.setattr(tr, "forward_logprobs", lambda m, *a, **kw: models.append(m) or real(m, *a, **kw))
     cfg = load_config(SMOKE, smoke(world, tmp_path / "o", "schedule.total_steps=2", "schedule.validate_every=0",
                                    "validation.benchmarks=[]", "algo.reference.kl_monitor=false"))
-    t = Trainer(cfg)
+    t = Trainer(cfg).start()
     t.fit()
     assert models and all(m is t.policy for m in models)
     assert not any("kl_reverse" in r for r in rows(tmp_path / "o" / "metrics.jsonl"))
@@ -281,7 +281,7 @@ def test_rollout_economies_keep_the_same_prompts(anchors, world, tmp_path, monke
     modes = {"full": ["algo.anchor.lazy=false"] if anchors else [], "economical": ["rollout.refill_margin=1.5"]}
     trainers = {name: Trainer(load_config(SMOKE, smoke(world, tmp_path / name, "batch.prompts_per_step=8",
                                                          "rollout.gen_batch_prompts=16", "rollout.max_rounds=10",
-                                                         *arm, *extra)))
+                                                         *arm, *extra))).start()
                 for name, extra in modes.items()}
     sampled = {name: {"policy": 0, "ref": 0} for name in modes}
     for _ in range(4):   # 4 steps, each from the same stream position in both modes

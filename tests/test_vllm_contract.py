@@ -268,7 +268,7 @@ def test_trainer_swaps_at_most_once_per_round(kind, world, tmp_path, monkeypatch
     # verdicts from a hash of the text: about 40% right whatever the engine samples, so anchors are drawn
     monkeypatch.setattr(Trainer, "_grade", lambda self, texts, golds, tm: [
         int(hashlib.md5(x.encode()).hexdigest(), 16) % 100 < 40 for x in texts])
-    t = Trainer(_smoke(world, tmp_path / kind, f"rollout.engine={kind}"))
+    t = Trainer(_smoke(world, tmp_path / kind, f"rollout.engine={kind}")).start()
     if kind == "vllm":
         llm = [a for n, a in __import__("vllm").CALLS if n == "LLM"][0]
         assert llm["max_model_len"] == 32 + 40 and llm["load_format"] == "dummy"   # lengths.max_prompt + max_response
