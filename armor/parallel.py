@@ -1,6 +1,8 @@
-"""FSDP2 for the policy, the reference and a teacher: sharding, full-tensor gathering, local-shard copies.
+"""FSDP2 for the policy, the reference and a teacher: sharding, loading from rank 0, full-tensor gathering,
+local-shard copies.
 
     shard_model(model, compute_dtype=torch.bfloat16)   # fully_shard per decoder layer, then the root
+    load_from_rank0(model, full_or_None, device)       # a meta-device build filled from rank 0's copy
     full_state_dict(model)                             # {HF name: full tensor} on every rank, same order
     copy_local_shards(dst, src)                        # θref <- θ without communication (same mesh)
 The parameters `fully_shard` keeps are the module's own dtype: load the policy in float32 and they are the fp32
@@ -43,6 +45,30 @@ def shard_model(model, compute_dtype: torch.dtype = torch.float32, offload: bool
     # the chunked log-probs call the backbone and the lm_head, not forward: FSDP2 must gather the root's weights
     register_fsdp_forward_method(model, attach_chunked_logprobs(model))
     return model
+
+
+@torch.no_grad()
+def load_from_rank0(model, full, device) -> None:
+    """Materialise a sharded meta-device `model` on `device` and fill it from `full`: the same architecture with
+    its weights, held by rank 0 alone (None on the other ranks). Every state-dict entry is broadcast from rank 0
+    one tensor at a time (cast to the shard's dtype first) and each rank keeps its shard; so are the buffers,
+    whose non-persistent ones (the rotary inv_freq) are not in the state dict and hold garbage after to_empty.
+    No rank but 0 ever holds the full model: at 7B that is one fp32 copy per node instead of one per GPU."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    rank0 = torch.distributed.get_rank() == 0
+    if rank0 and full is None:
+        raise ValueError("load_from_rank0: rank 0 must hold the full model")
+    model.to_empty(device=device)
+    sd = {}
+    if rank0:
+        local = model.state_dict()
+        sd = {k: v.to(local[k].dtype) for k, v in full.state_dict().items()}
+    set_model_state_dict(model, sd, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True,
+                                                             strict=True))
+    for name, buf in model.named_buffers():
+        if rank0:
+            buf.copy_(full.get_buffer(name))
+        torch.distributed.broadcast(buf, src=0)
 
 
 def is_sharded(model) -> bool:

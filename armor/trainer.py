@@ -53,7 +53,7 @@ from common.benchmarks import load_benchmark, register_jsonl
 from common.grading import Grader
 from common.jsonl import append_jsonl, read_jsonl, write_json_atomic, write_jsonl
 from common.metrics import avg_at_k
-from common.models import check_model_path, load_model, load_skeleton, load_tokenizer
+from common.models import DTYPES, build_on_meta, check_model_path, load_model, load_skeleton, load_tokenizer
 from common.rollout import SamplingParams, build_engine
 from common.sampling import encode_prompt, sample_and_grade
 
@@ -257,35 +257,30 @@ class Trainer:
         # rank 0 prepares the run folder (config, resume point, torn lines, damaged checkpoints); all follow it
         resume_from = self.dist.all_gather_object(self._prepare_run_dir() if self.dist.is_main else None)[0]
         init_path = str(ckpt.step_dir(self.run_dir, resume_from)) if resume_from is not None else cfg.model.path
-        self.policy = self._load(init_path)
-        self.policy.train()
-        self.reference = self._load(self.ref_path)
-        self.reference.requires_grad_(False).eval()
-        self.teacher = None
-        if a.distill.mode != "none":
-            self.teacher = (self._load(a.distill.teacher_path).requires_grad_(False).eval()
-                            if a.distill.teacher_path else self.reference)
-        # several ranks: FSDP2-sharded fp32 masters (policy) and frozen shards (πref, teacher). The HF engine
-        # samples from a plain replica that holds whichever full weights it was last given (versioned); vLLM
-        # holds its own copy and gathers the shards itself. Checkpoints are exported through a weightless
-        # skeleton of the architecture (the gathered tensors are written through it).
+        ref_path = self._reference_path(resume_from)
+        teacher_path = a.distill.teacher_path if a.distill.mode != "none" else ""
+        # several ranks: FSDP2-sharded fp32 masters (policy) and frozen shards (πref, teacher), built on the meta
+        # device and filled from the one full copy rank 0 reads. The HF engine samples from a plain replica that
+        # holds whichever full weights it was last given (versioned); vLLM holds its own copy and gathers the
+        # shards itself. Checkpoints are exported through a weightless skeleton of the architecture.
         self.replica = self.skeleton = None
         self._served: tuple | None = None        # the weights the replica holds: ("policy", v) | ("reference", v)
         self._versions = {"policy": 0, "reference": 0}
-        if self.dist.distributed:
-            if resume_from is not None:
-                self._load_reference_weights(resume_from,
-                                             ckpt.load_state(self.run_dir, resume_from)["reference_step"])
+        if not self.dist.distributed:
+            self.policy = self._load(init_path)
+            self.reference = self._load(ref_path).requires_grad_(False)
+            self.teacher = self._load(teacher_path).requires_grad_(False) if teacher_path else None
+        else:
+            self.policy = self._load_sharded(init_path)
+            self.reference = self._load_sharded(ref_path, frozen=True)
+            self.teacher = self._load_sharded(teacher_path, frozen=True) if teacher_path else None
             if cfg.rollout.engine == "hf":
                 self.replica = self._load(init_path).eval().requires_grad_(False)
             self.skeleton = load_skeleton(init_path, cfg.model.trust_remote_code)
-            pc = cfg.parallel
-            compute = {"float32": torch.float32, "bfloat16": torch.bfloat16}[pc.compute_dtype]
-            parallel.shard_model(self.policy, compute, offload=pc.cpu_offload)
-            # frozen copies are stored in the compute dtype: FSDP2 would gather them in it anyway
-            parallel.shard_model(self.reference.to(compute), compute, offload=pc.cpu_offload, frozen=True)
-            if self.teacher is not None and self.teacher is not self.reference:
-                parallel.shard_model(self.teacher.to(compute), compute, offload=pc.cpu_offload, frozen=True)
+        self.policy.train()
+        self.reference.eval()
+        if a.distill.mode != "none":
+            self.teacher = self.teacher.eval() if self.teacher is not None else self.reference
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
                                            weight_decay=o.weight_decay)
@@ -307,6 +302,20 @@ class Trainer:
     def _load(self, path: str):
         m = self.cfg.model
         return load_model(path, m.dtype, self.device, m.gradient_checkpointing, m.trust_remote_code)
+
+    def _load_sharded(self, path: str, frozen: bool = False):
+        """An FSDP2-sharded model (armor.parallel): built on the meta device on every rank, sharded, then filled
+        from the full copy rank 0 alone reads (into CPU memory). The policy's shards keep model.dtype (float32:
+        the master weights); a frozen reference or teacher is stored in the compute dtype, which FSDP2 would
+        gather it in anyway."""
+        m, pc = self.cfg.model, self.cfg.parallel
+        dtype = pc.compute_dtype if frozen else m.dtype
+        full = load_model(path, dtype, "cpu", trust_remote_code=m.trust_remote_code) if self.dist.is_main else None
+        model = build_on_meta(path, dtype, m.gradient_checkpointing and not frozen, m.trust_remote_code)
+        parallel.shard_model(model, DTYPES[pc.compute_dtype], offload=pc.cpu_offload, frozen=frozen)
+        parallel.load_from_rank0(model, full, "cpu" if pc.cpu_offload else self.device)
+        del full
+        return model
 
     def _load_validation_sets(self) -> dict:
         sets = {}
@@ -362,19 +371,20 @@ class Trainer:
                           f"samples in {self.shards} (rollout.shards, default the world size): from here on its "
                           "samples differ from an uninterrupted run's; set rollout.shards to keep them",
                           stacklevel=2)
-        if self.reference_step is not None and not self.dist.distributed:
-            self._load_reference_weights(step, self.reference_step)
         same_world = state.get("world_size", 1) == self.dist.world_size
         own = ckpt.rank_rng_state(ckpt.step_dir(self.run_dir, step), self.dist.rank) if same_world else None
         ckpt.set_rng_state(own or state["rng"])
 
-    def _load_reference_weights(self, step: int, reference_step: int | None) -> None:
-        """πref from checkpoint `step`: its own weights, or its reference/ folder (before sharding); None: πref
-        is still the initial reference."""
-        if reference_step is not None:
-            d = ckpt.step_dir(self.run_dir, step)
-            src = d if reference_step == step else d / "reference"
-            self.reference.load_state_dict(self._load(str(src)).state_dict())
+    def _reference_path(self, resume_from: int | None) -> str:
+        """Where πref's weights are read: algo.reference.path (or the model), or, resuming a run whose πref was
+        reset, the checkpoint (its own weights if the reset was at that step, else its reference/ folder)."""
+        if resume_from is None:
+            return self.ref_path
+        reference_step = ckpt.load_state(self.run_dir, resume_from)["reference_step"]
+        if reference_step is None:
+            return self.ref_path
+        d = ckpt.step_dir(self.run_dir, resume_from)
+        return str(d if reference_step == resume_from else d / "reference")
 
     def prompt_ids(self, p) -> list[int]:
         if p.index not in self._prompt_cache:

@@ -1,4 +1,4 @@
-"""Hugging Face model folders: checking a path, loading a model or tokenizer, a weightless skeleton.
+"""Hugging Face model folders: checking a path, loading a model or tokenizer, a weightless (meta) build.
 
 Shared by the trainer (armor), the harness (eval), the rollout engines and the benchmarks."""
 from __future__ import annotations
@@ -42,13 +42,25 @@ def load_model(path: str, dtype: str = "float32", device: str | torch.device = "
     return model
 
 
+def build_on_meta(path: str, dtype: str | None = None, gradient_checkpointing: bool = False,
+                  trust_remote_code: bool = False):
+    """The model's architecture on the meta device: no memory, no weights (dtype None: the config's default).
+    What every rank shards before rank 0's weights are broadcast into it (armor.parallel.load_from_rank0)."""
+    from transformers import AutoConfig
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    kw = {"dtype": DTYPES[dtype]} if dtype else {}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code, **kw)
+    if gradient_checkpointing:
+        enable_activation_checkpointing(model)
+    return model
+
+
 def load_skeleton(path: str, trust_remote_code: bool = False):
     """The model's architecture without weights (meta device) and its generation config: what save_pretrained
     needs to write full tensors gathered elsewhere as an HF folder (`save_pretrained(dir, state_dict=...)`)."""
-    from transformers import AutoConfig, GenerationConfig
-    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    from transformers import GenerationConfig
+    model = build_on_meta(path, trust_remote_code=trust_remote_code)
     try:
         model.generation_config = GenerationConfig.from_pretrained(path)
     except OSError:                    # a folder without generation_config.json: the config's defaults

@@ -185,8 +185,7 @@ def test_sharded_model_is_pushed_as_full_tensors(world, tmp_path):
     plain one: what each rank's engine receives from `named_full_tensors`."""
     code = f"""
 import os, torch, torch.distributed as dist
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29517")
-dist.init_process_group("gloo", rank=0, world_size=1)
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)   # in-process: binds no port
 from common.models import load_model
 from armor.parallel import shard_model
 from common.rollout.vllm_engine import named_full_tensors
