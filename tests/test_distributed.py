@@ -40,9 +40,9 @@ def _ok(r):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
 
 
-def _same(a: Path, b: Path, tol: float = 1e-5, weight_tol: float = 1e-6) -> None:
+def _same(a: Path, b: Path, tol: float = 1e-5, weight_tol: float = 1e-6, steps: int = STEPS) -> None:
     ma, mb = read_jsonl(a / "metrics.jsonl"), read_jsonl(b / "metrics.jsonl")
-    assert [r["step"] for r in ma] == [r["step"] for r in mb] == list(range(1, STEPS + 1))
+    assert [r["step"] for r in ma] == [r["step"] for r in mb] == list(range(1, steps + 1))
     for ra, rb in zip(ma, mb):
         for k in ("prompts_drawn", "prompts_kept", "anchors", "ref_samples", "reference_reset"):
             assert ra[k] == rb[k], (ra["step"], k)
@@ -52,8 +52,8 @@ def _same(a: Path, b: Path, tol: float = 1e-5, weight_tol: float = 1e-6) -> None
     assert [(r["step"], r["value"]) for r in read_jsonl(a / "validation.jsonl")] == \
         [(r["step"], r["value"]) for r in read_jsonl(b / "validation.jsonl")]
     from safetensors.torch import load_file
-    wa = load_file(str(a / "checkpoints" / f"step_{STEPS:06d}" / "model.safetensors"))
-    wb = load_file(str(b / "checkpoints" / f"step_{STEPS:06d}" / "model.safetensors"))
+    wa = load_file(str(a / "checkpoints" / f"step_{steps:06d}" / "model.safetensors"))
+    wb = load_file(str(b / "checkpoints" / f"step_{steps:06d}" / "model.safetensors"))
     assert set(wa) == set(wb)
     assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) <= weight_tol
     assert (b / "DONE").is_file()
@@ -102,6 +102,20 @@ def test_two_rank_kill_then_resume_on_two_ranks(runs, world):
     assert any(f"step_{2:06d}" == p.name for p in (out / "checkpoints").iterdir())
     _ok(_run(world, out, 2))
     _same(runs["two"], out)
+
+
+def test_two_rank_resume_after_a_reset_loads_the_reset_reference(runs, world):
+    """Killed right after the step-4 checkpoint, whose πref (reset at step 3) is its reference/ folder, resumed
+    on two ranks (every rank builds πref on the meta device, rank 0 reads the folder): steps 5 and 6, where πref
+    enters the mixed ratio and the KL monitor, equal an uninterrupted run's."""
+    six = ("schedule.total_steps=6",)
+    ref, out = runs["tmp"] / "six", runs["tmp"] / "killed_after_reset"
+    _ok(_run(world, ref, 2, extra=six))
+    r = _run(world, out, 2, "saved@4", extra=six)
+    assert r.returncode != 0 and not (out / "DONE").exists()
+    assert (out / "checkpoints" / f"step_{4:06d}" / "reference" / "model.safetensors").is_file()
+    _ok(_run(world, out, 2, extra=six))
+    _same(ref, out, steps=6)
 
 
 def test_two_rank_checkpoint_resumes_on_one_rank(runs, world):
