@@ -27,8 +27,9 @@ from common.yaml_config import ConfigError, read_yaml  # noqa: F401  (armor.conf
 # docs/config.md is generated from it (`python -m armor.train --help-markdown > docs/config.md`).
 def _f(default: Any = dataclasses.MISSING, help: str = "", factory: Any = dataclasses.MISSING,
        registry: str = ""):
-    """A dataclass field with its help text (metadata["help"]). registry: "module:NAME" of the armor.registry
-    Registry whose names are the field's choices (validate() checks them; --help lists them)."""
+    """A dataclass field with its help text (metadata["help"]). registry: "module:NAME" of the Registry
+    (common.registry; armor.registry's for the trainer's variants) whose names are the field's choices
+    (validate() checks them; --help lists them)."""
     meta = {"help": help, **({"registry": registry} if registry else {})}
     if factory is not dataclasses.MISSING:
         return field(default_factory=factory, metadata=meta)
@@ -36,7 +37,8 @@ def _f(default: Any = dataclasses.MISSING, help: str = "", factory: Any = datacl
 
 
 def registry_of(spec: str):
-    """The Registry a field's metadata names ("armor.objectives:RATIOS"), imported on demand (with torch)."""
+    """The Registry a field's metadata names ("armor.objectives:RATIOS"), imported on demand (armor's
+    registries import torch)."""
     import importlib
     module, name = spec.split(":")
     return getattr(importlib.import_module(module), name)
@@ -229,8 +231,9 @@ class OptimConfig:
 @dataclass
 class RewardConfig:
     """Outcome reward: +1 / -1 from the grader."""
-    answer_mode: Literal["boxed", "answer_line", "boxed_or_answer_line"] = _f(
-        "boxed", "where the answer is read: the last \\boxed{}, the last \"Answer:\" line, or either")
+    answer_mode: str = _f(
+        "boxed", "where the answer is read: the last \\boxed{}, the last \"Answer:\" line, or either",
+        registry="common.grading:ANSWER_MODES")
     grader_workers: int = _f(2, "math-verify worker processes (0 = in-process)")
     grader_timeout_s: float = _f(5.0, "seconds one answer may take to grade before it counts as wrong")
 

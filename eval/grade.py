@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from common.benchmarks import BenchmarkError, load_benchmark
-from common.grading import MODES, Grader
+from common.grading import ANSWER_MODES, Grader
 from common.jsonl import numbered_objects
 
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--benchmark", required=True, help="registered benchmark name (common.benchmarks)")
     ap.add_argument("--responses", required=True, type=Path, help="JSON-lines file of {index, response}")
     ap.add_argument("--source", default="auto", help="benchmark source: auto | local | hub | <path>")
-    ap.add_argument("--mode", default="boxed", choices=MODES, help="answer extraction mode")
+    ap.add_argument("--mode", default="boxed", choices=ANSWER_MODES.names(), help="answer extraction mode")
     ap.add_argument("--workers", type=int, default=2, help="grading worker processes (0 = in-process)")
     ap.add_argument("--timeout", type=float, default=5.0, help="per-answer grading timeout, seconds")
     ap.add_argument("--out", type=Path, default=None, help="output path (default: <responses>.graded.jsonl)")

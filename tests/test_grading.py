@@ -15,9 +15,11 @@ import pytest
 from bench.grading import (SLOW_IN_BOUNDS, adversarial_strings, pathological_set, plausibility_report, shipped_gold_maxima,
                                 shipped_golds)
 from common.benchmarks import load_benchmark
-from common.grading import (BOUNDS, GOLD_MAXIMA, REASONS, Grader, Verdict, _cheap_compare, _grade_extracted,
-                            _math_verify, answer_shape, extract_answer, extract_answer_line, extract_boxed, get_grader,
-                            grade_one, implausible_bound, mc_letter, normalize_gold)
+from common.grading import (BOUNDS, GOLD_MAXIMA, REASONS, Grader, Verdict, answer_shape, extract_answer,
+                            extract_answer_line, extract_boxed, get_grader, grade_one, implausible_bound, mc_letter,
+                            normalize_gold)
+from common.grading.normalize import _cheap_compare
+from common.grading.verify import _math_verify
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ["aime24", "aime25", "amc23", "amc", "math500", "minerva_math", "olympiadbench", "mmlu_pro"]
@@ -175,6 +177,7 @@ def test_cheap_paths_agree_with_math_verify():
 _IN_PROCESS = r"""
 import json, sys
 import common.grading as G
+import common.grading.verify as V
 from bench.grading import SLOW_IN_BOUNDS
 seen = []
 if sys.argv[1] == "swallow":
@@ -186,11 +189,11 @@ if sys.argv[1] == "swallow":
             seen.append("swallowed")
         while True:
             sum(range(100))
-    G._grade_extracted = swallow_once
+    V._grade_extracted = swallow_once   # what the SIGALRM-guarded call runs
     v = G.grade_one("\\boxed{x^2+1}", "\\frac{1}{2}", timeout_s=0.5)   # an answer that reaches math-verify
 else:
     v = G.grade_one(SLOW_IN_BOUNDS, "5", timeout_s=1.0)
-after = G._grade_extracted("2", "2", "math") if sys.argv[1] != "swallow" else None
+after = V._grade_extracted("2", "2", "math") if sys.argv[1] != "swallow" else None
 print(json.dumps({"reason": v.reason, "correct": v.correct, "seen": seen, "after": after}))
 """
 
@@ -298,7 +301,7 @@ def _check_math_verify_accepts_golds(name, limit):
     parses each (non-trivial) gold and verifies it against itself."""
     import signal
 
-    from common.grading import _on_alarm, normalize_gold
+    from common.grading.verify import _on_alarm
 
     probs = [p for p in load_benchmark(name, "local") if p.answer_type == "math" and not p.gold.lstrip("-").isdigit()]
     probs = probs[:limit]

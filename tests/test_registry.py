@@ -1,29 +1,60 @@
-"""Variants registered by name with their needs (armor.registry): the config's choices are the registries'
-names, validation refuses what is not registered or whose needs the config does not meet, and a new ratio
-variant is one registered function (it is then a valid `algo.mix.variant`, dispatched, and its needs read)."""
+"""Variants registered by name with their needs (common.registry, armor.registry): the config's choices are
+the registries' names, validation refuses what is not registered or whose needs the config does not meet, a
+new ratio variant is one registered function (it is then a valid `algo.mix.variant`, dispatched, and its needs
+read), and so is a new answer mode (common.grading.ANSWER_MODES: a valid `reward.answer_mode` and Grader mode)."""
 import pytest
 import torch
 
+import common.registry
 from armor.advantages import ADVANTAGES, group_advantages
 from armor.config import ConfigError, RunConfig, _registered_choices, load_config
 from armor.objectives import KL_ESTIMATORS, LOSS_AGGREGATIONS, RATIOS, ratio_and_clip_range
-from armor.registry import Entry, Registry
+from armor.registry import NEEDS, Entry, Registry
+from common.benchmarks import TEMPLATE_MODES
+from common.grading import ANSWER_MODES, MODES, Grader, extract_answer, grade_one
+
+BASE = ["model.path=m", "data.train=t.jsonl", "schedule.validate_every=0"]
 
 
 def test_every_registered_choice_of_the_config_names_its_registry():
     found = {key: reg for key, _, reg in _registered_choices(RunConfig())}
     assert found == {"algo.advantage": ADVANTAGES, "algo.loss_agg": LOSS_AGGREGATIONS,
-                     "algo.kl.estimator": KL_ESTIMATORS, "algo.mix.variant": RATIOS}
+                     "algo.kl.estimator": KL_ESTIMATORS, "algo.mix.variant": RATIOS,
+                     "reward.answer_mode": ANSWER_MODES}
+    assert ANSWER_MODES.names() == MODES == ("boxed", "answer_line", "boxed_or_answer_line")
+    assert set(TEMPLATE_MODES.values()) <= set(ANSWER_MODES.names())   # every template's mode is registered
     assert RATIOS.names() == ("plain", "mixed", "static_clip", "offpolicy_anchor")
     assert ADVANTAGES.names() == ("grpo", "grpo_no_std", "qae")
     assert KL_ESTIMATORS.names() == ("k1", "k2", "k3") and "low_var_kl" in KL_ESTIMATORS   # verl's alias
     assert {n for n in RATIOS.names() if "reference" in RATIOS[n].needs} == {"mixed", "offpolicy_anchor"}
 
 
-@pytest.mark.parametrize("key", ["algo.mix.variant", "algo.advantage", "algo.loss_agg", "algo.kl.estimator"])
+@pytest.mark.parametrize("key", ["algo.mix.variant", "algo.advantage", "algo.loss_agg", "algo.kl.estimator",
+                                 "reward.answer_mode"])
 def test_an_unregistered_choice_is_refused_naming_key_and_value(key):
     with pytest.raises(ConfigError, match=f"{key}.*nope.*registered"):
-        load_config(None, ["model.path=m", "data.train=t.jsonl", "schedule.validate_every=0", f"{key}=nope"])
+        load_config(None, BASE + [f"{key}=nope"])
+
+
+def test_a_new_answer_mode_is_one_registered_function(monkeypatch):
+    monkeypatch.setattr(ANSWER_MODES, "_entries", dict(ANSWER_MODES._entries))   # as it was, after the test
+    with pytest.raises(ConfigError, match="reward.answer_mode: 'last_line' is not a registered answer mode "
+                                          r"\(registered: boxed, answer_line, boxed_or_answer_line\)"):
+        load_config(None, BASE + ["reward.answer_mode=last_line"])
+    with pytest.raises(ValueError, match="unknown extraction mode 'last_line'"):
+        Grader(num_workers=0, mode="last_line")
+
+    @ANSWER_MODES.register("last_line")
+    def _last_line(text):
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()] if isinstance(text, str) else []
+        return lines[-1] if lines else None
+
+    assert load_config(None, BASE + ["reward.answer_mode=last_line"]).reward.answer_mode == "last_line"
+    assert extract_answer("work\n 42 \n", "last_line") == "42"
+    with Grader(num_workers=0, mode="last_line") as g:
+        assert [v.correct for v in g.grade(["so\n42", "so\n41", ""], ["42", "42", "42"])] == [True, False, False]
+    assert grade_one("so\n\\frac{1}{2}", "0.5", mode="last_line").correct
+    assert ANSWER_MODES.names()[-1] == "last_line" and MODES == ("boxed", "answer_line", "boxed_or_answer_line")
 
 
 def test_a_new_ratio_variant_is_one_registered_function(monkeypatch):
@@ -39,6 +70,14 @@ def test_a_new_ratio_variant_is_one_registered_function(monkeypatch):
     assert load_config(None, base + ["algo.anchor.enabled=true"]).algo.mix.variant == "half_plain"
     r, _, _ = ratio_and_clip_range("half_plain", torch.zeros(1, 2), torch.zeros(1, 2))
     assert torch.equal(r, torch.full((1, 2), 0.5))
+
+
+def test_the_generic_registry_lives_in_common_and_armor_adds_the_needs():
+    assert issubclass(Registry, common.registry.Registry) and Entry is common.registry.Entry
+    assert Registry.vocabulary == NEEDS == {"reference", "anchors", "teacher"}
+    assert type(ANSWER_MODES) is common.registry.Registry
+    with pytest.raises(ValueError, match="unknown needs"):      # common's registries declare no needs
+        common.registry.Registry("thing", "x.y").register("a", needs={"reference"})
 
 
 def test_registry_refuses_unknown_needs_and_duplicates():
