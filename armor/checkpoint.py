@@ -3,9 +3,10 @@
     run_dir/checkpoints/step_000040/
         config.json, model.safetensors, tokenizer files      <- save_pretrained: vLLM/lm-eval load it as is
         trainer_state.pt                                     <- optimizer, scheduler, RNG, data position, step
-        optimizer/                                           <- several ranks: the optimizer's shards instead
+        sharded/                                             <- several ranks: the sharded state instead
                                                                 (torch.distributed.checkpoint; loads on any
-                                                                world size), and rng/rank_N.pt per rank
+                                                                world size): policy, optimizer, a differing
+                                                                πref, buffers; and rng/rank_N.pt per rank
         reference/model.safetensors                          <- πref's weights, only when they are neither the
                                                                 initial model nor this checkpoint's own
         checkpoint.json                                      <- manifest: size and sha256 of every file above,
@@ -95,18 +96,49 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, ref
     return final
 
 
-SHARDED_OPTIMIZER = "optimizer"   # the step folder's torch.distributed.checkpoint of the optimizer (several ranks)
+SHARDED = "sharded"   # the step folder's torch.distributed.checkpoint (several ranks)
 
 
-def save_sharded_optimizer(tmp: Path, model, optimizer, rank: int) -> None:
-    """Every rank writes its shards of the optimizer state (keyed by parameter name) into tmp/optimizer/ with
-    torch.distributed.checkpoint, and its RNG into tmp/optimizer/rng/rank_N.pt (a collective: all ranks)."""
+def save_sharded_state(tmp: Path, model, optimizer, rank: int, reference=None) -> None:
+    """Every rank writes its shards into tmp/sharded/ with torch.distributed.checkpoint: the policy ("model":
+    the fp32 masters), the optimizer state (keyed by parameter name), πref's when it differs from both the
+    initial model and this step's policy ("reference"), and the buffers (the non-persistent ones, e.g. the rotary
+    inv_freq, are in no state dict); and its RNG into tmp/sharded/rng/rank_N.pt. A collective: all ranks."""
     import torch
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-    dcp.save({"optimizer": get_optimizer_state_dict(model, optimizer)}, checkpoint_id=str(tmp / SHARDED_OPTIMIZER))
-    (tmp / SHARDED_OPTIMIZER / "rng").mkdir(parents=True, exist_ok=True)
-    torch.save(rng_state(), tmp / SHARDED_OPTIMIZER / "rng" / f"rank_{rank}.pt")
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+    state = {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer),
+             "buffers": dict(model.named_buffers())}
+    if reference is not None:
+        state["reference"] = get_model_state_dict(reference)
+    dcp.save(state, checkpoint_id=str(tmp / SHARDED))
+    (tmp / SHARDED / "rng").mkdir(parents=True, exist_ok=True)
+    torch.save(rng_state(), tmp / SHARDED / "rng" / f"rank_{rank}.pt")
+
+
+def sharded_keys(folder: Path) -> set[str]:
+    """The top-level entries of a step folder's sharded state ({"model", "optimizer", "buffers",
+    "reference"}, or {"optimizer"} from before the weights were sharded too; empty: a one-rank checkpoint)."""
+    d = Path(folder) / SHARDED
+    if not (d / ".metadata").is_file():
+        return set()
+    import torch.distributed.checkpoint as dcp
+    return {k.split(".", 1)[0] for k in dcp.FileSystemReader(str(d)).read_metadata().state_dict_metadata}
+
+
+def load_sharded_weights(folder: Path, model, key: str = "model") -> None:
+    """Fill a sharded, materialised (to_empty) model from a step folder's sharded state: its `key` entry
+    ("model": the policy, "reference": πref; cast to the model's dtype) and the buffers. Each rank reads only
+    its own shards; any world size (torch.distributed.checkpoint reshards by name)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+    d = str(Path(folder) / SHARDED)
+    msd = get_model_state_dict(model)           # this world's layout, filled in place by load
+    dcp.load({key: msd}, checkpoint_id=d)
+    set_model_state_dict(model, msd)
+    with torch.no_grad():
+        dcp.load({"buffers": dict(model.named_buffers())}, checkpoint_id=d)
 
 
 def load_sharded_optimizer(folder: Path, model, optimizer) -> None:
@@ -116,7 +148,7 @@ def load_sharded_optimizer(folder: Path, model, optimizer) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
     osd = get_optimizer_state_dict(model, optimizer)    # this world's layout, filled in place by load
-    dcp.load({"optimizer": osd}, checkpoint_id=str(Path(folder) / SHARDED_OPTIMIZER),
+    dcp.load({"optimizer": osd}, checkpoint_id=str(Path(folder) / SHARDED),
              no_dist=not torch.distributed.is_initialized())
     set_optimizer_state_dict(model, optimizer, optim_state_dict=osd)
 
@@ -124,7 +156,7 @@ def load_sharded_optimizer(folder: Path, model, optimizer) -> None:
 def rank_rng_state(folder: Path, rank: int) -> dict | None:
     """Rank `rank`'s RNG saved with a sharded optimizer, or None (another world size, or a one-rank save)."""
     import torch
-    p = Path(folder) / SHARDED_OPTIMIZER / "rng" / f"rank_{rank}.pt"
+    p = Path(folder) / SHARDED / "rng" / f"rank_{rank}.pt"
     return torch.load(p, weights_only=False) if p.is_file() else None
 
 

@@ -271,8 +271,9 @@ class Trainer:
             self.reference = self._load(ref_path).requires_grad_(False)
             self.teacher = self._load(teacher_path).requires_grad_(False) if teacher_path else None
         else:
-            self.policy = self._load_sharded(init_path)
-            self.reference = self._load_sharded(ref_path, frozen=True)
+            pol_src, ref_src = self._sharded_sources(resume_from)
+            self.policy = self._load_sharded(init_path, sharded=pol_src)
+            self.reference = self._load_sharded(ref_path, frozen=True, sharded=ref_src)
             self.teacher = self._load_sharded(teacher_path, frozen=True) if teacher_path else None
             if cfg.rollout.engine == "hf":
                 self.replica = self._load(init_path).eval().requires_grad_(False)
@@ -303,19 +304,40 @@ class Trainer:
         m = self.cfg.model
         return load_model(path, m.dtype, self.device, m.gradient_checkpointing, m.trust_remote_code)
 
-    def _load_sharded(self, path: str, frozen: bool = False):
-        """An FSDP2-sharded model (armor.parallel): built on the meta device on every rank, sharded, then filled
-        from the full copy rank 0 alone reads (into CPU memory). The policy's shards keep model.dtype (float32:
-        the master weights); a frozen reference or teacher is stored in the compute dtype, which FSDP2 would
-        gather it in anyway."""
+    def _load_sharded(self, path: str, frozen: bool = False, sharded: tuple[Path, str] | None = None):
+        """An FSDP2-sharded model (armor.parallel), built on the meta device on every rank and sharded, then
+        filled either from a checkpoint's sharded state (`sharded` = (step folder, "model" | "reference"): each
+        rank reads its own shards) or from the full copy of `path` that rank 0 alone reads into CPU memory. The
+        policy's shards keep model.dtype (float32: the master weights); a frozen reference or teacher is stored in
+        the compute dtype, which FSDP2 would gather it in anyway."""
         m, pc = self.cfg.model, self.cfg.parallel
         dtype = pc.compute_dtype if frozen else m.dtype
-        full = load_model(path, dtype, "cpu", trust_remote_code=m.trust_remote_code) if self.dist.is_main else None
         model = build_on_meta(path, dtype, m.gradient_checkpointing and not frozen, m.trust_remote_code)
         parallel.shard_model(model, DTYPES[pc.compute_dtype], offload=pc.cpu_offload, frozen=frozen)
-        parallel.load_from_rank0(model, full, "cpu" if pc.cpu_offload else self.device)
-        del full
+        device = "cpu" if pc.cpu_offload else self.device
+        if sharded is not None:
+            model.to_empty(device=device)
+            ckpt.load_sharded_weights(sharded[0], model, sharded[1])
+        else:
+            full = (load_model(path, dtype, "cpu", trust_remote_code=m.trust_remote_code) if self.dist.is_main
+                    else None)
+            parallel.load_from_rank0(model, full, device)
+            del full
         return model
+
+    def _sharded_sources(self, resume_from: int | None) -> tuple:
+        """Where a resume of several ranks reads the policy and πref as shards: (step folder, entry) each, or None
+        to read the HF folder on rank 0 (a fresh start, a one-rank checkpoint, πref never reset)."""
+        if resume_from is None:
+            return None, None
+        d = ckpt.step_dir(self.run_dir, resume_from)
+        keys = ckpt.sharded_keys(d)
+        if "model" not in keys:
+            return None, None
+        reference_step = ckpt.load_state(self.run_dir, resume_from)["reference_step"]
+        if reference_step == resume_from:            # πref was reset to this very step's policy
+            return (d, "model"), (d, "model")
+        return (d, "model"), ((d, "reference") if reference_step is not None and "reference" in keys else None)
 
     def _load_validation_sets(self) -> dict:
         sets = {}
@@ -521,8 +543,8 @@ class Trainer:
         and each kept prompt's anchor (its first correct reference sample).
 
         Lazy (the default): candidates are the prompts whose on-policy rewards are not all equal, taken in draw
-        order in chunks of ceil(ANCHOR_CHUNK_MARGIN · still needed), until `need` prompts are kept or none is left; the prompts
-        behind them could not be kept this step anyway. Returns keep [P] bool and each prompt's anchor with its
+        order in chunks of ceil(ANCHOR_CHUNK_MARGIN · still needed), until `need` prompts are kept or none is left;
+        the prompts behind them could not be kept this step anyway. Returns keep [P] bool and each prompt's anchor with its
         engine log-probs, (response, log-probs), or None if not kept."""
         a = self.cfg.algo.anchor
         P = len(prompts)
@@ -852,17 +874,17 @@ class Trainer:
         return prot
 
     def save(self) -> None:
-        """The step's checkpoint (armor.checkpoint). Several ranks: every rank writes its optimizer shards
-        (torch.distributed.checkpoint) and RNG; the policy's (and a differing πref's) full weights are gathered
-        to rank 0, which writes the HF folder one rank writes (it loads as it is in transformers, vLLM,
-        lm-eval) and the rest of the training state. Either layout resumes on any world size."""
+        """The step's checkpoint (armor.checkpoint). Several ranks: every rank writes its shards of the policy, the
+        optimizer and a differing πref (torch.distributed.checkpoint, what a resume on several ranks reads) and its
+        RNG; the same weights gathered to rank 0 make the HF folder one rank writes (it loads as it is in
+        transformers, vLLM, lm-eval; a one-rank resume reads it). Either layout resumes on any world size."""
         if not self.dist.distributed:
             self._write_checkpoint(self.optimizer.state_dict(), self.policy, None, None)
             return
         tmp = self.dist.all_gather_object(
             ckpt.begin_checkpoint(self.run_dir, self.step) if self.dist.is_main else None)[0]
-        ckpt.save_sharded_optimizer(tmp, self.policy, self.optimizer, self.dist.rank)
         ref = self.reference if self.reference_step is not None and self.reference_step != self.step else None
+        ckpt.save_sharded_state(tmp, self.policy, self.optimizer, self.dist.rank, reference=ref)
         weights = parallel.full_state_dict(self.policy, rank0_cpu=True)
         ref_weights = parallel.full_state_dict(ref, rank0_cpu=True) if ref is not None else None
         if self.dist.is_main:
