@@ -4,7 +4,7 @@ Two rules, one contract: every rank gets the same number of micro-batches, since
 sharded model is a collective (a rank with fewer runs a zero-weight one: an empty micro-batch here).
 
   by rows (batch.micro_batch_responses = m; the default): rank r takes the contiguous part r of the rows
-      (armor.distributed.shard_indices), cut into micro-batches of m rows in order; each is padded to the
+      (common.distributed.shard_indices), cut into micro-batches of m rows in order; each is padded to the
       step's longest prompt and response.
   by tokens (batch.micro_batch_tokens = T): rows are dealt to ranks longest first, each to the rank holding
       the fewest tokens so far (balanced work); on each rank, rows taken longest first fill a micro-batch while
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from armor.distributed import shard_indices
+from common.distributed import shard_indices
 
 
 def split(rows: torch.Tensor, seq_lens: torch.Tensor, max_rows: int, max_tokens: int | None = None

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from armor.distributed import Dist, shard_indices
+from common.distributed import Dist, shard_indices
 
 
 def shard_seed(seed: int, shard: int) -> int:

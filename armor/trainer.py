@@ -42,7 +42,7 @@ from armor.advantages import group_advantages
 from armor.anchors import anchor_keep, assemble_anchor_groups, dynamic_sampling_keep
 from armor.config import RunConfig, dump_config, load_config, to_dict
 from armor.data import PromptStream, load_prompts
-from armor.distributed import Dist
+from common.distributed import Dist
 from armor.objectives import (ADDITIVE_METRICS, RATIOS, kl_forward_estimate, kl_reverse_estimate,
                               logprob_mismatch, masked_mean, mopd_token_advantages, opd_token_advantages,
                               pad_token_values, policy_loss)
