@@ -1,4 +1,5 @@
-"""eval.evaluate / eval.protocols on the tiny world: end to end, --run skipping, kill + resume, bad inputs."""
+"""eval.evaluate (over eval.settings / plan / execute / metadata) and eval.protocols on the tiny world: end to
+end, --run skipping, kill + resume, bad inputs."""
 from __future__ import annotations
 
 import json
@@ -7,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +17,11 @@ import yaml
 
 from common.results import RESULT_COLUMNS
 from eval import evaluate as E
+from eval import execute as X
+from eval.metadata import run_metadata
+from eval.plan import resolve_max_new_tokens
 from eval.protocols import DEFAULT_MAX_NEW_TOKENS, get_protocol, resolve_setting
+from eval.settings import read_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = dict(grader_workers=0, progress=False, log=lambda *a: None)
@@ -72,23 +78,42 @@ def test_protocols():
 def test_max_new_tokens_resolution():
     paper, toy = get_protocol("paper"), get_protocol("toy")
     run_cfg = {"lengths": {"max_response": 40}}
-    assert E.resolve_max_new_tokens(100, None, toy, run_cfg) == (100, "flag")
-    q3 = E.read_preset("qwen3-8b-base")          # `base:` chain resolved
-    assert E.resolve_max_new_tokens(None, q3, paper, run_cfg) == (20480, "preset:qwen3-8b-base")
-    assert E.resolve_max_new_tokens(None, None, toy, run_cfg) == (48, "protocol:toy")
-    assert E.resolve_max_new_tokens(None, None, paper, run_cfg) == (40, "run_config")
-    assert E.resolve_max_new_tokens(None, None, paper, None) == (DEFAULT_MAX_NEW_TOKENS, "default")
+    assert resolve_max_new_tokens(100, None, toy, run_cfg) == (100, "flag")
+    q3 = read_preset("qwen3-8b-base")            # `base:` chain resolved
+    assert resolve_max_new_tokens(None, q3, paper, run_cfg) == (20480, "preset:qwen3-8b-base")
+    assert resolve_max_new_tokens(None, None, toy, run_cfg) == (48, "protocol:toy")
+    assert resolve_max_new_tokens(None, None, paper, run_cfg) == (40, "run_config")
+    assert resolve_max_new_tokens(None, None, paper, None) == (DEFAULT_MAX_NEW_TOKENS, "default")
 
 
 def test_run_metadata(tmp_path):
     run = tmp_path / "runs" / "tiny" / "armor" / "seed3"
-    m = E.run_metadata(run, {"name": "x", "seed": 9, "step_offset": 30, "model": {"path": "Qwen/Qwen2.5-Math-7B"}},
-                       run / "checkpoints" / "step_000010")
+    m = run_metadata(run, {"name": "x", "seed": 9, "step_offset": 30, "model": {"path": "Qwen/Qwen2.5-Math-7B"}},
+                     run / "checkpoints" / "step_000010")
     assert (m["preset"], m["arm"], m["seed"], m["step_offset"], m["model"]) == ("tiny", "armor", 3, 30,
                                                                                  "Qwen2.5-Math-7B")
-    m = E.run_metadata(tmp_path / "elsewhere", {"name": "qwen25-math-7b/dapo", "seed": 1}, tmp_path,
-                       overrides={"arm": "dapo_x", "model": None})
+    m = run_metadata(tmp_path / "elsewhere", {"name": "qwen25-math-7b/dapo", "seed": 1}, tmp_path,
+                     overrides={"arm": "dapo_x", "model": None})
     assert (m["preset"], m["arm"], m["seed"]) == ("qwen25-math-7b", "dapo_x", 1)
+
+
+def test_settings_are_normalized_and_checked_where_made():
+    s = E.EvalSettings(benchmarks="a, b,", protocol="toy", pass_ks="1,2", preset="tiny")
+    assert (s.benchmarks, s.protocol, s.pass_ks, s.preset["name"]) == (("a", "b"), get_protocol("toy"), (1, 2),
+                                                                       "tiny")
+    assert replace(s, seed=3) == E.EvalSettings(benchmarks=["a", "b"], protocol=get_protocol("toy"),
+                                                pass_ks=[1, 2], preset=s.preset, seed=3)
+    for bad, msg in ((dict(engine="tgi"), "unknown engine 'tgi'"), (dict(seed=-1), "seed must be an integer >= 0"),
+                     (dict(chunk_size=True), "chunk_size must be an integer >= 1, got True"),
+                     (dict(samples=0), r"samples \(k\) must be"), (dict(pass_ks="1,x"), "pass_ks: 'x' is not"),
+                     (dict(limit=0), "limit must be a positive"), (dict(max_new_tokens=0), "max_new_tokens must"),
+                     (dict(device="tpu"), "device must be auto, cpu or cuda, got 'tpu'"),
+                     (dict(template="chatml"), "unknown prompt template 'chatml'"),
+                     (dict(protocol="fast"), "unknown protocol 'fast'"), (dict(preset="nope"), "preset 'nope'")):
+        with pytest.raises(E.EvalError, match=msg):
+            E.EvalSettings(**bad)
+    with pytest.raises(E.EvalError, match="unknown engine"):
+        replace(s, engine="tgi")                                # replace checks again
 
 
 def test_chunk_seed_depends_only_on_seed_and_index():
@@ -135,6 +160,10 @@ def test_checkpoint_end_to_end(ckpt, toy, tmp_path):
     again = E.evaluate_checkpoint(ckpt, toy, "toy", limit=8, chunk_size=4, after_chunk=lambda *a: calls.append(a),
                                   **FAST)
     assert again[0]["metrics"] == s["metrics"] and calls == []
+    settings = E.EvalSettings(benchmarks=toy, protocol="toy", limit=8, chunk_size=4, grader_workers=0,
+                              progress=False, log=lambda *a: None)
+    assert E.evaluate_checkpoint(ckpt, settings=settings, after_chunk=lambda *a: calls.append(a)) == again
+    assert calls == []                                      # the same settings as one object: reused too
     with pytest.raises(E.EvalError, match="other settings.*seed: 0 -> 1"):
         E.evaluate_checkpoint(ckpt, toy, "toy", limit=8, chunk_size=4, seed=1, **FAST)
     # only the pass ks changed: the summary is recomputed from the samples, nothing regenerated
@@ -186,7 +215,8 @@ def test_run_skips_scored_checkpoints(world, toy, tmp_path):
 _KILLABLE = """
 import sys, time
 import eval.evaluate as E
-orig = E.run_job
+import eval.execute as X
+orig = X.run_job
 def run_job(job, *a, **kw):
     def hook(job, c):
         print(f"CHUNK {c}", flush=True)
@@ -194,7 +224,7 @@ def run_job(job, *a, **kw):
             time.sleep(600)
     kw["after_chunk"] = hook
     return orig(job, *a, **kw)
-E.run_job = run_job
+X.run_job = run_job
 sys.exit(E.main(sys.argv[1:]))
 """
 
@@ -238,7 +268,7 @@ def test_killed_evaluation_resumes(ckpt, toy, tmp_path):
 def no_model(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("the model must not be loaded for bad input")
-    monkeypatch.setattr(E, "_loaded_engine", boom)
+    monkeypatch.setattr(X, "_loaded_engine", boom)
 
 
 def _err(capsys, argv) -> str:

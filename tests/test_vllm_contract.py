@@ -314,9 +314,9 @@ def test_trainer_swaps_at_most_once_per_round(kind, world, tmp_path, monkeypatch
 
 # -------------------------------------------------------------------------------------- eval, GPU check
 def test_evaluation_loads_the_checkpoint_with_its_context_length(vllm, world):
-    import eval.evaluate as E
+    import eval.execute as X
     tok = load_tokenizer(str(world / "base_model"))
-    with E._loaded_engine(world / "base_model", "vllm", device="cuda", dtype=None, max_batch=8, seed=3,
+    with X._loaded_engine(world / "base_model", "vllm", device="cuda", dtype=None, max_batch=8, seed=3,
                           engine_kwargs={"tensor_parallel_size": 2},
                           context_length=lambda t: 100 + 4096) as (eng, _):
         eng.generate([[5, 6]], SamplingParams(n=2, max_new_tokens=4, seed=1))
@@ -334,7 +334,7 @@ def test_evaluation_loads_the_checkpoint_with_its_context_length(vllm, world):
                settings={"max_new_tokens": 64}),
             NS(plan=NS(data=[NS(problem="3?")], template="qwen_math"), settings={"max_new_tokens": 128})]
     longest = max(len(encode_prompt(tok, q, "qwen_math")) for q in ("1+1?", "2+2+2+2?", "3?"))
-    assert E._context_length(jobs, tok) == longest + 128
+    assert X._context_length(jobs, tok) == longest + 128
 
 
 @pytest.mark.parametrize("folder", ["tiny model", "weights only"])

@@ -1,0 +1,265 @@
+"""Running planned jobs: the engine and graders for a checkpoint, samples generated chunk by chunk and appended
+(a restart keeps the complete problems), and each job's summary (avg@k, pass@j, maj@k, stats, settings)."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+from common.jsonl import TornLineWarning, append_text, read_jsonl, write_json_atomic, write_text_atomic
+from eval.plan import Job, chunk_seed
+from eval.settings import EvalError, EvalSettings
+
+__all__ = ["execute", "run_job", "summarize"]
+
+_JSON_KW = dict(indent=1, ensure_ascii=False, default=str)   # summaries and settings files
+
+
+def _load_samples(job: Job) -> dict[int, list[dict]]:
+    """Complete problems already in the samples file: index -> k rows in sample order.
+
+    A torn last line or a problem with fewer than k samples is dropped (the file is rewritten atomically)."""
+    k = job.settings["samples"]
+    path = job.samples_path
+    if not path.exists():
+        return {}
+    by_index: dict[int, dict[int, dict]] = {}
+    valid = {p.index for p in job.plan.data}
+    with warnings.catch_warnings(record=True) as torn:     # a killed run's torn last line: dropped, chunk redone
+        warnings.simplefilter("always", TornLineWarning)
+        try:
+            rows = read_jsonl(path)
+        except ValueError as e:
+            raise EvalError(f"{e}; pass --overwrite to discard the file") from None
+    dirty = bool(torn)
+    for n, row in enumerate(rows, 1):
+        try:
+            i, s = int(row["index"]), int(row["sample"])
+        except (KeyError, TypeError, ValueError):
+            raise EvalError(f"{path}: row {n} has no integer index/sample; pass --overwrite to discard the "
+                            "file") from None
+        if i not in valid or not 0 <= s < k:
+            raise EvalError(f"{path}: row {n}: sample (index {i}, sample {s}) does not belong to this "
+                            "evaluation; pass --overwrite to discard the file")
+        if s in by_index.setdefault(i, {}):
+            dirty = True
+        by_index[i][s] = row
+    complete = {i: [rows[s] for s in range(k)] for i, rows in by_index.items() if len(rows) == k}
+    if dirty or len(complete) != len(by_index):
+        write_text_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n"
+                                        for p in job.plan.data for row in complete.get(p.index, [])))
+    return complete
+
+
+def summarize(job: Job, rows_by_index: dict[int, list[dict]], elapsed_s: float | None = None,
+              generated: int = 0) -> dict:
+    """The summary of a finished job (avg@k, pass@j, maj@k, stats, settings)."""
+    from common.metrics import avg_at_k, maj_at_k, pass_at_k_matrix
+    k = job.settings["samples"]
+    problems = list(job.plan.data)
+    correct = [[bool(r["correct"]) for r in rows_by_index[p.index]] for p in problems]
+    answers = [[(r.get("extracted") or "").strip() or None for r in rows_by_index[p.index]] for p in problems]
+    metrics = {f"avg@{k}": avg_at_k(correct)}
+    for j in job.settings["pass_ks"]:
+        metrics[f"pass@{j}"] = pass_at_k_matrix(correct, j)
+    metrics[f"maj@{k}"] = maj_at_k(answers, correct, k)
+    all_rows = [r for p in problems for r in rows_by_index[p.index]]
+    reasons = Counter(r.get("reason", "ok") for r in all_rows)
+    return {
+        "benchmark": job.plan.name, "protocol": job.settings["protocol"], "samples": k, "k": k,
+        "n_problems": len(problems), "metrics": metrics, "step": job.step, "total_step": job.total_step,
+        "checkpoint": str(Path(job.checkpoint).resolve()), "settings": job.settings,
+        "stats": {"mean_response_length": sum(r.get("length", 0) for r in all_rows) / len(all_rows),
+                  "finished_rate": sum(bool(r.get("finished")) for r in all_rows) / len(all_rows),
+                  "reasons": dict(reasons), "problems_generated_this_run": generated},
+        "per_problem_correct": [sum(c) for c in correct],
+        "elapsed_s": elapsed_s, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _progress_enabled(progress: bool | None) -> bool:
+    if progress is not None:
+        return progress
+    return os.environ.get("ARMOR_PROGRESS", "1") != "0"
+
+
+def run_job(job: Job, engine, tokenizer, grader, *, progress: bool | None = None,
+            after_chunk: Callable[[Job, int], None] | None = None) -> dict:
+    """Generate the missing samples of ``job`` chunk by chunk, then write and return its summary.
+
+    A lock file (``.<stem>.lock``, flock) keeps two processes from writing the same samples file."""
+    import fcntl
+
+    t0 = time.time()
+    job.dir.mkdir(parents=True, exist_ok=True)
+    with open(job.dir / f".{job.stem}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EvalError(f"{job.samples_path}: another evaluation is writing it") from None
+        return _run_job_locked(job, engine, tokenizer, grader, t0, progress, after_chunk)
+
+
+def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, after_chunk) -> dict:
+    from tqdm import tqdm
+
+    from common.rollout import SamplingParams
+    from common.sampling import encode_prompt, sample_and_grade
+
+    s = job.settings
+    k, C = s["samples"], s["chunk_size"]
+    if not job.settings_path.is_file():
+        write_json_atomic(job.settings_path, s, **_JSON_KW)
+    done = _load_samples(job)
+    problems = list(job.plan.data)
+    n = len(problems)
+    generated = 0
+    bar = tqdm(total=n, initial=len(done), unit="problem", desc=f"step_{job.step:06d} {job.plan.name}",
+               disable=not _progress_enabled(progress), dynamic_ncols=True, file=sys.stderr)
+    bar.set_postfix_str(f"samples {len(done) * k}/{n * k}")
+    try:
+        for c0 in range(0, n, C):
+            chunk = problems[c0:c0 + C]
+            todo = {p.index for p in chunk if p.index not in done}
+            if not todo:
+                continue
+            params = SamplingParams(n=k, temperature=s["temperature"], top_p=s["top_p"],
+                                    max_new_tokens=s["max_new_tokens"], seed=chunk_seed(s["seed"], chunk[0].index))
+            prompt_ids = [encode_prompt(tokenizer, p.problem, job.plan.template) for p in chunk]
+            recs = sample_and_grade(engine, tokenizer, chunk, job.plan.template, params, grader, prompt_ids)
+            gold = {p.index: p.gold for p in chunk}
+            lines, new = [], {}
+            for r in recs:
+                if r.index in todo:
+                    row = {**r.to_json(), "gold": gold[r.index]}
+                    new.setdefault(r.index, []).append(row)
+                    lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+            append_text(job.samples_path, "".join(lines))
+            done.update(new)
+            generated += len(new)
+            bar.set_postfix_str(f"samples {len(done) * k}/{n * k}", refresh=False)
+            bar.update(len(new))
+            if after_chunk is not None:
+                after_chunk(job, c0 // C)
+    finally:
+        bar.close()
+    missing = [p.index for p in problems if p.index not in done]
+    if missing:  # pragma: no cover - engine returned fewer samples than asked
+        raise RuntimeError(f"{job.samples_path}: problems {missing[:5]} have fewer than {k} samples")
+    summ = summarize(job, done, elapsed_s=round(time.time() - t0, 3), generated=generated)
+    write_json_atomic(job.summary_path, summ, **_JSON_KW)
+    job.summary, job.state = summ, "done"
+    return summ
+
+
+def _resummarize(job: Job) -> dict:
+    done = _load_samples(job)
+    if len(done) < len(job.plan.data):
+        job.state = "resume"
+        return {}
+    summ = summarize(job, done)
+    write_json_atomic(job.settings_path, job.settings, **_JSON_KW)
+    write_json_atomic(job.summary_path, summ, **_JSON_KW)
+    job.summary, job.state = summ, "done"
+    return summ
+
+
+def _pick_device(device: str | None) -> str:
+    """"auto" / None -> cuda when available, else cpu (EvalSettings has checked the name)."""
+    import torch
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _context_length(jobs: list[Job], tokenizer) -> int:
+    """The vLLM engine's context length for `jobs`: their longest encoded prompt plus their largest response
+    budget. Without it vLLM takes the model's max_position_embeddings (4096 for Qwen2.5-Math-7B) and silently
+    caps responses there."""
+    from common.sampling import encode_prompt
+    longest = max(len(encode_prompt(tokenizer, p.problem, j.plan.template)) for j in jobs for p in j.plan.data)
+    return longest + max(int(j.settings["max_new_tokens"]) for j in jobs)
+
+
+@contextlib.contextmanager
+def _loaded_engine(ckpt: Path, engine: str, *, device: str, dtype: str | None, max_batch: int, seed: int,
+                   engine_kwargs: dict | None = None, context_length: Callable[[object], int] | None = None):
+    """The engine and tokenizer for `ckpt`. hf: the model in-process. vllm: a standalone engine that loads the
+    checkpoint folder's weights itself (nothing is pushed: a random-weight start followed by a push only pays
+    off when weights change, as in training), with max_model_len = context_length(tokenizer)."""
+    from common.models import load_model, load_tokenizer
+    from common.rollout import build_engine
+    tok = load_tokenizer(str(ckpt))
+    if engine == "hf":
+        dt = dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+        model = load_model(str(ckpt), dt, device)
+        eng = build_engine("hf", model, tok, max_batch=max_batch)
+        try:
+            yield eng, tok
+        finally:
+            del eng, model
+    else:
+        kw = dict(engine_kwargs or {})
+        if dtype:
+            kw["dtype"] = dtype
+        if context_length is None:
+            raise EvalError("engine vllm: the context length (longest prompt + max_new_tokens) is needed")
+        eng = build_engine("vllm", None, tok, model_path=str(ckpt), seed=seed, colocate=False,
+                           max_model_len=context_length(tok), **kw)
+        try:
+            yield eng, tok
+        finally:  # best effort: vLLM does not always give its GPU memory back in-process
+            import gc
+            del eng
+            gc.collect()
+            with contextlib.suppress(Exception):
+                import torch
+                torch.cuda.empty_cache()
+
+
+class _Graders:
+    """One grader per answer mode, made on first use, all closed together."""
+
+    def __init__(self, workers: int, timeout_s: float):
+        self.workers, self.timeout_s, self._g = workers, timeout_s, {}
+
+    def __call__(self, mode: str):
+        from common.grading import Grader
+        if mode not in self._g:
+            self._g[mode] = Grader(num_workers=self.workers, timeout_s=self.timeout_s, mode=mode)
+        return self._g[mode]
+
+    def close(self):
+        for g in self._g.values():
+            g.close()
+        self._g.clear()
+
+
+def execute(ckpt: Path, jobs: list[Job], s: EvalSettings) -> list[dict]:
+    """Bring every job of `ckpt` to done (the model loads only if one needs samples); their summaries."""
+    for j in jobs:
+        if j.state == "resummarize":
+            _resummarize(j)
+    todo = [j for j in jobs if j.state != "done"]
+    if not todo:
+        s.log(f"{ckpt}: already scored ({', '.join(j.stem for j in jobs)})")
+        return [j.summary for j in jobs]
+    dev = _pick_device(s.device)
+    graders = _Graders(s.grader_workers, s.grader_timeout_s)
+    try:
+        with _loaded_engine(ckpt, s.engine, device=dev, dtype=s.dtype, max_batch=s.max_batch, seed=s.seed,
+                            engine_kwargs=s.engine_kwargs,
+                            context_length=lambda tok: _context_length(todo, tok)) as (eng, tok):
+            for j in todo:
+                if j.state == "resume":
+                    s.log(f"{j.samples_path}: resuming")
+                run_job(j, eng, tok, graders(j.plan.mode), progress=s.progress, after_chunk=s.after_chunk)
+    finally:
+        graders.close()
+    return [j.summary for j in jobs]
