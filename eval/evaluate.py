@@ -30,6 +30,12 @@ boundaries are fixed, so a resumed evaluation draws exactly the samples an unint
 hf engine; vLLM is seeded the same way but is not bitwise batch-invariant). An existing summary whose
 settings match is reused; different settings are an error unless ``--overwrite``.
 
+Several ranks: ``torchrun --nproc-per-node N -m eval.evaluate ...`` splits each benchmark's chunks over the N
+ranks (rank r draws chunks r, r + N, ...; each rank its own engine on its own GPU(s), ``--tensor-parallel-size``
+of them), appended to per-rank files that rank 0 merges into the samples file before it writes the summary.
+Chunk seeds do not depend on the rank, so the samples are those of one process; a stopped split evaluation
+resumes on any number of ranks.
+
 Results table (``--results PATH``): tidy rows appended (deduplicated, under a file lock) with the columns of
 docs/CONTRACTS.md; preset/arm/seed come from the run's layout ``runs/<preset>/<arm>/seed<s>`` (the config's
 ``output_dir``, else the run folder's path), else the config's ``name`` (``preset/arm``) and ``seed``;
@@ -45,12 +51,14 @@ summaries eval/execute.py, results-row metadata eval/metadata.py.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from common.benchmarks import TEMPLATES
+from common.distributed import Dist
 from common.layout import STEP_RE, list_checkpoints
 from common.results import append_results, summary_rows
 from eval.execute import execute
@@ -70,8 +78,40 @@ def _settings(base: EvalSettings | None, options: dict, **given) -> EvalSettings
     return replace(base, **opts) if base is not None else EvalSettings(**opts)
 
 
-def _finish(summaries: list[dict], metas: list[dict], s: EvalSettings) -> list[dict]:
-    if s.results is not None:
+# an evaluation split over ranks waits at each job's end for its slowest rank: a generous collective timeout
+RANK_TIMEOUT_S = 6 * 3600
+
+
+def ranks() -> Dist:
+    """The ranks this evaluation is split over: torchrun's (a gloo group for the few object collectives; each
+    rank keeps the GPU(s) narrowed to it by `one_gpu_per_rank`), else one process."""
+    return Dist.from_env("cpu", timeout_s=RANK_TIMEOUT_S)
+
+
+def one_gpu_per_rank(gpus_per_rank: int = 1) -> None:
+    """Under torchrun, give rank LOCAL_RANK its own GPU(s) of the visible ones (before CUDA starts): every rank
+    runs its own engine, data-parallel. A no-op without torchrun or without GPUs."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = visible.split(",") if visible else [str(i) for i in range(_gpu_count())]
+    if ids:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids[local * gpus_per_rank:(local + 1) * gpus_per_rank])
+
+
+def _gpu_count() -> int:
+    """GPUs on this node without starting CUDA in this process (nvidia-smi), 0 if none."""
+    import shutil
+    import subprocess
+    if not shutil.which("nvidia-smi"):
+        return 0
+    r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(line.startswith("GPU ") for line in r.stdout.splitlines()) if r.returncode == 0 else 0
+
+
+def _finish(summaries: list[dict], metas: list[dict], s: EvalSettings, dist: Dist) -> list[dict]:
+    if s.results is not None and dist.is_main:
         rows = []
         for summ, m in zip(summaries, metas):
             rows += summary_rows(summ, m)
@@ -103,7 +143,8 @@ def evaluate_checkpoint(path, benchmarks=None, protocol: str | Protocol | None =
     jobs, m = plan_one(ckpt, plans, s, out=s.out, step=step, run_dir=run_dir, run_cfg=run_cfg)
     if s.results is not None:
         check_meta_for_results(m)
-    return _finish(execute(ckpt, jobs, s), [m] * len(jobs), s)
+    dist = ranks()
+    return _finish(execute(ckpt, jobs, s, dist), [m] * len(jobs), s, dist)
 
 
 def _with_run_defaults(s: EvalSettings, rd: Path, cfg: dict | None) -> EvalSettings:
@@ -157,10 +198,11 @@ def evaluate_run(run_dir, benchmarks=None, protocol: str | Protocol | None = Non
     if s.results is not None:
         check_meta_for_results(planned[0][2])
     summaries, metas = [], []
+    dist = ranks()
     for ck, jobs, m in planned:
-        summaries += execute(ck, jobs, s)
+        summaries += execute(ck, jobs, s, dist)
         metas += [m] * len(jobs)
-    return _finish(summaries, metas, s)
+    return _finish(summaries, metas, s, dist)
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -230,6 +272,7 @@ def _cli_options(a: argparse.Namespace) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    one_gpu_per_rank(a.tensor_parallel_size or 1)
     if a.threads:
         import torch
         torch.set_num_threads(a.threads)
@@ -248,8 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EvalError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for s in summaries:
-        print(_fmt(s), flush=True)
+    if int(os.environ.get("RANK", "0")) == 0:
+        for s in summaries:
+            print(_fmt(s), flush=True)
     return 0
 
 

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
+from common.distributed import Dist
 from common.jsonl import TornLineWarning, append_text, read_jsonl, write_json_atomic, write_text_atomic
 from eval.plan import Job, chunk_seed
 from eval.settings import EvalError, EvalSettings
@@ -21,23 +22,34 @@ __all__ = ["execute", "run_job", "summarize"]
 _JSON_KW = dict(indent=1, ensure_ascii=False, default=str)   # summaries and settings files
 
 
-def _load_samples(job: Job) -> dict[int, list[dict]]:
-    """Complete problems already in the samples file: index -> k rows in sample order.
-
-    A torn last line or a problem with fewer than k samples is dropped (the file is rewritten atomically)."""
-    k = job.settings["samples"]
-    path = job.samples_path
-    if not path.exists():
-        return {}
-    by_index: dict[int, dict[int, dict]] = {}
-    valid = {p.index for p in job.plan.data}
+def _read_rows(path: Path) -> tuple[list[dict], bool]:
+    """A samples file's rows, and whether its torn last line (a killed writer's) was dropped."""
     with warnings.catch_warnings(record=True) as torn:     # a killed run's torn last line: dropped, chunk redone
         warnings.simplefilter("always", TornLineWarning)
         try:
             rows = read_jsonl(path)
         except ValueError as e:
             raise EvalError(f"{e}; pass --overwrite to discard the file") from None
-    dirty = bool(torn)
+    return rows, bool(torn)
+
+
+def _load_samples(job: Job) -> dict[int, list[dict]]:
+    """Complete problems already on disk: index -> k rows in sample order.
+
+    Reads the samples file and the per-rank files a split evaluation left (merged into the samples file, then
+    removed). A torn last line or a problem with fewer than k samples is dropped (the file is rewritten
+    atomically)."""
+    k = job.settings["samples"]
+    path = job.samples_path
+    parts = job.rank_sample_files()
+    if not path.exists() and not parts:
+        return {}
+    by_index: dict[int, dict[int, dict]] = {}
+    valid = {p.index for p in job.plan.data}
+    rows, dirty = _read_rows(path) if path.exists() else ([], False)
+    for part in parts:
+        more, _ = _read_rows(part)
+        rows, dirty = rows + more, True
     for n, row in enumerate(rows, 1):
         try:
             i, s = int(row["index"]), int(row["sample"])
@@ -54,6 +66,8 @@ def _load_samples(job: Job) -> dict[int, list[dict]]:
     if dirty or len(complete) != len(by_index):
         write_text_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n"
                                         for p in job.plan.data for row in complete.get(p.index, [])))
+    for part in parts:
+        part.unlink()
     return complete
 
 
@@ -90,23 +104,29 @@ def _progress_enabled(progress: bool | None) -> bool:
 
 
 def run_job(job: Job, engine, tokenizer, grader, *, progress: bool | None = None,
-            after_chunk: Callable[[Job, int], None] | None = None) -> dict:
+            after_chunk: Callable[[Job, int], None] | None = None, dist: Dist | None = None) -> dict:
     """Generate the missing samples of ``job`` chunk by chunk, then write and return its summary.
 
-    A lock file (``.<stem>.lock``, flock) keeps two processes from writing the same samples file."""
+    Split over the ranks of `dist` (an evaluation launched by torchrun): rank 0 reads what is done, rank r
+    generates the chunks r, r + W, ... of those still to do into its own file, and rank 0 merges them into the
+    samples file and writes the summary, which every rank returns. A chunk's seed depends only on its first
+    problem, so the samples are those of one process. A lock file (``.<stem>.lock``, flock; one per rank)
+    keeps two evaluations from writing the same files."""
     import fcntl
 
+    dist = dist or Dist()
     t0 = time.time()
     job.dir.mkdir(parents=True, exist_ok=True)
-    with open(job.dir / f".{job.stem}.lock", "w") as lock:
+    name = f".{job.stem}.lock" if dist.is_main else f".{job.stem}.rank{dist.rank}.lock"
+    with open(job.dir / name, "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise EvalError(f"{job.samples_path}: another evaluation is writing it") from None
-        return _run_job_locked(job, engine, tokenizer, grader, t0, progress, after_chunk)
+        return _run_job_locked(job, engine, tokenizer, grader, t0, progress, after_chunk, dist)
 
 
-def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, after_chunk) -> dict:
+def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, after_chunk, dist: Dist) -> dict:
     from tqdm import tqdm
 
     from common.rollout import SamplingParams
@@ -114,21 +134,25 @@ def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, af
 
     s = job.settings
     k, C = s["samples"], s["chunk_size"]
-    if not job.settings_path.is_file():
-        write_json_atomic(job.settings_path, s, **_JSON_KW)
-    done = _load_samples(job)
+    done: dict[int, list[dict]] = {}
+    if dist.is_main:
+        if not job.settings_path.is_file():
+            write_json_atomic(job.settings_path, s, **_JSON_KW)
+        done = _load_samples(job)
+    have = set(dist.all_gather_object(sorted(done) if dist.is_main else None)[0])
     problems = list(job.plan.data)
     n = len(problems)
+    chunks = [c0 for c0 in range(0, n, C) if any(p.index not in have for p in problems[c0:c0 + C])]
+    mine = chunks[dist.rank::dist.world_size]
+    out = job.samples_path if not dist.distributed else job.rank_samples_path(dist.rank)
     generated = 0
-    bar = tqdm(total=n, initial=len(done), unit="problem", desc=f"step_{job.step:06d} {job.plan.name}",
-               disable=not _progress_enabled(progress), dynamic_ncols=True, file=sys.stderr)
-    bar.set_postfix_str(f"samples {len(done) * k}/{n * k}")
+    bar = tqdm(total=n, initial=len(have), unit="problem", desc=f"step_{job.step:06d} {job.plan.name}",
+               disable=not _progress_enabled(progress) or not dist.is_main, dynamic_ncols=True, file=sys.stderr)
+    bar.set_postfix_str(f"samples {len(have) * k}/{n * k}")
     try:
-        for c0 in range(0, n, C):
+        for c0 in mine:
             chunk = problems[c0:c0 + C]
-            todo = {p.index for p in chunk if p.index not in done}
-            if not todo:
-                continue
+            todo = {p.index for p in chunk if p.index not in have}
             params = SamplingParams(n=k, temperature=s["temperature"], top_p=s["top_p"],
                                     max_new_tokens=s["max_new_tokens"], seed=chunk_seed(s["seed"], chunk[0].index))
             prompt_ids = [encode_prompt(tokenizer, p.problem, job.plan.template) for p in chunk]
@@ -140,20 +164,26 @@ def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, af
                     row = {**r.to_json(), "gold": gold[r.index]}
                     new.setdefault(r.index, []).append(row)
                     lines.append(json.dumps(row, ensure_ascii=False) + "\n")
-            append_text(job.samples_path, "".join(lines))
+            append_text(out, "".join(lines))
             done.update(new)
             generated += len(new)
-            bar.set_postfix_str(f"samples {len(done) * k}/{n * k}", refresh=False)
+            bar.set_postfix_str(f"samples {(len(have) + generated) * k}/{n * k}", refresh=False)
             bar.update(len(new))
             if after_chunk is not None:
                 after_chunk(job, c0 // C)
     finally:
         bar.close()
-    missing = [p.index for p in problems if p.index not in done]
-    if missing:  # pragma: no cover - engine returned fewer samples than asked
-        raise RuntimeError(f"{job.samples_path}: problems {missing[:5]} have fewer than {k} samples")
-    summ = summarize(job, done, elapsed_s=round(time.time() - t0, 3), generated=generated)
-    write_json_atomic(job.summary_path, summ, **_JSON_KW)
+    generated = sum(dist.all_gather_object(generated))   # and, once every rank is here, its samples on disk
+    summ = None
+    if dist.is_main:
+        if dist.distributed:
+            done = _load_samples(job)       # the ranks' files merged into the samples file, in problem order
+        missing = [p.index for p in problems if p.index not in done]
+        if missing:  # pragma: no cover - engine returned fewer samples than asked
+            raise RuntimeError(f"{job.samples_path}: problems {missing[:5]} have fewer than {k} samples")
+        summ = summarize(job, done, elapsed_s=round(time.time() - t0, 3), generated=generated)
+        write_json_atomic(job.summary_path, summ, **_JSON_KW)
+    summ = dist.all_gather_object(summ)[0]
     job.summary, job.state = summ, "done"
     return summ
 
@@ -241,14 +271,23 @@ class _Graders:
         self._g.clear()
 
 
-def execute(ckpt: Path, jobs: list[Job], s: EvalSettings) -> list[dict]:
-    """Bring every job of `ckpt` to done (the model loads only if one needs samples); their summaries."""
-    for j in jobs:
-        if j.state == "resummarize":
-            _resummarize(j)
+def execute(ckpt: Path, jobs: list[Job], s: EvalSettings, dist: Dist | None = None) -> list[dict]:
+    """Bring every job of `ckpt` to done (the model loads only if one needs samples); their summaries. With
+    several ranks each loads its own engine and the jobs' chunks are split over them (run_job); rank 0 alone
+    writes to the output folder, and what it finds there (done, to resume, to resummarize) holds for all."""
+    dist = dist or Dist()
+    dist.barrier()                          # every rank has read the folder (planned) before rank 0 writes
+    if dist.is_main:
+        for j in jobs:
+            if j.state == "resummarize":
+                _resummarize(j)
+    found = dist.all_gather_object([(j.state, j.summary) for j in jobs] if dist.is_main else None)[0]
+    for j, (state, summary) in zip(jobs, found):
+        j.state, j.summary = state, summary
     todo = [j for j in jobs if j.state != "done"]
     if not todo:
-        s.log(f"{ckpt}: already scored ({', '.join(j.stem for j in jobs)})")
+        if dist.is_main:
+            s.log(f"{ckpt}: already scored ({', '.join(j.stem for j in jobs)})")
         return [j.summary for j in jobs]
     dev = _pick_device(s.device)
     graders = _Graders(s.grader_workers, s.grader_timeout_s)
@@ -257,9 +296,10 @@ def execute(ckpt: Path, jobs: list[Job], s: EvalSettings) -> list[dict]:
                             engine_kwargs=s.engine_kwargs,
                             context_length=lambda tok: _context_length(todo, tok)) as (eng, tok):
             for j in todo:
-                if j.state == "resume":
+                if j.state == "resume" and dist.is_main:
                     s.log(f"{j.samples_path}: resuming")
-                run_job(j, eng, tok, graders(j.plan.mode), progress=s.progress, after_chunk=s.after_chunk)
+                run_job(j, eng, tok, graders(j.plan.mode), progress=s.progress, after_chunk=s.after_chunk,
+                        dist=dist)
     finally:
         graders.close()
     return [j.summary for j in jobs]

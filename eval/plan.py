@@ -152,6 +152,14 @@ class Job:
     def settings_path(self) -> Path:
         return self.dir / f".{self.stem}.settings.json"
 
+    def rank_samples_path(self, rank: int) -> Path:
+        """Where rank `rank` of an evaluation split over ranks appends its samples until rank 0 merges them."""
+        return self.dir / f"{self.stem}.samples.rank{rank}.jsonl"
+
+    def rank_sample_files(self) -> list[Path]:
+        """The per-rank sample files present (a split evaluation that was stopped before rank 0 merged them)."""
+        return sorted(self.dir.glob(f"{self.stem}.samples.rank*.jsonl"))
+
 
 def _step_dir(out: Path, step: int) -> Path:
     m = STEP_RE.match(out.name)
@@ -205,7 +213,7 @@ def _diff(a: dict, b: dict) -> list[str]:
 
 
 def _remove_outputs(job: Job) -> None:
-    for p in (job.summary_path, job.samples_path, job.settings_path):
+    for p in (job.summary_path, job.samples_path, job.settings_path, *job.rank_sample_files()):
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
 
@@ -227,7 +235,7 @@ def _classify(job: Job, overwrite: bool) -> None:
             return
         _remove_outputs(job)
         return
-    if job.samples_path.exists() or job.settings_path.exists():
+    if job.samples_path.exists() or job.settings_path.exists() or job.rank_sample_files():
         old = read_json(job.settings_path) if job.settings_path.is_file() else None
         diff = ["settings file missing or unreadable"] if old is None else _diff(old, job.settings)
         if diff:

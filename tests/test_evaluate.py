@@ -263,6 +263,50 @@ def test_killed_evaluation_resumes(ckpt, toy, tmp_path):
     assert a == b                                          # same samples, same order, no duplicates
 
 
+def _eval_args(ckpt, toy, out) -> list[str]:
+    return ["--checkpoint", str(ckpt), "--benchmarks", toy, "--protocol", "toy", "--limit", "12", "--chunk-size",
+            "4", "--grader-workers", "0", "--threads", "1", "--no-progress", "--out", str(out)]
+
+
+def test_evaluation_split_over_two_ranks_equals_one_process(ckpt, toy, tmp_path):
+    """torchrun with 2 ranks: rank r draws chunks r, r + 2 into its own file, rank 0 merges them and writes the
+    summary; the samples are byte for byte one process's (chunk seeds do not depend on the rank)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ARMOR_PROGRESS": "0", "TOKENIZERS_PARALLELISM": "false"}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                        "-m", "eval.evaluate", *_eval_args(ckpt, toy, tmp_path / "two")], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len([ln for ln in r.stdout.splitlines() if ln.startswith("step_000007 toy_test")]) == 1   # rank 0's
+    one = E.evaluate_checkpoint(ckpt, toy, "toy", limit=12, chunk_size=4, out=tmp_path / "one", **FAST)
+    d1, d2 = tmp_path / "one" / "step_000007", tmp_path / "two" / "step_000007"
+    name = "toy_test__toy__k4"
+    assert (d2 / f"{name}.samples.jsonl").read_bytes() == (d1 / f"{name}.samples.jsonl").read_bytes()
+    two = json.loads((d2 / f"{name}.json").read_text())
+    assert two["metrics"] == one[0]["metrics"] and two["stats"]["problems_generated_this_run"] == 12
+    assert not list(d2.glob("*.rank*.jsonl"))               # merged, then removed
+
+
+def test_stopped_split_evaluation_resumes_on_one_process(ckpt, toy, tmp_path):
+    """A split evaluation stopped before rank 0 merged: chunk 0 in the samples file, chunk 1 in rank 1's file
+    (its last line torn). One process takes both, draws only chunk 2, and gets one process's samples."""
+    full = tmp_path / "full" / "step_000007"
+    E.evaluate_checkpoint(ckpt, toy, "toy", limit=12, chunk_size=4, out=tmp_path / "full", **FAST)
+    name = "toy_test__toy__k4"
+    rows = _rows(full / f"{name}.samples.jsonl")
+    d = tmp_path / "stopped" / "step_000007"
+    d.mkdir(parents=True)
+    shutil.copy(full / f".{name}.settings.json", d / f".{name}.settings.json")
+    (d / f"{name}.samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows if r["index"] < 4))
+    (d / f"{name}.samples.rank1.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows if 4 <= r["index"] < 8) + '{"index": 8, "sam')
+    calls = []
+    resumed = E.evaluate_checkpoint(ckpt, toy, "toy", limit=12, chunk_size=4, out=tmp_path / "stopped",
+                                    after_chunk=lambda job, c: calls.append(c), **FAST)
+    assert calls == [2]
+    assert _rows(d / f"{name}.samples.jsonl") == rows and not list(d.glob("*.rank*.jsonl"))
+    assert resumed[0]["metrics"] == json.loads((full / f"{name}.json").read_text())["metrics"]
+
+
 # --------------------------------------------------------------------------------------------- errors
 @pytest.fixture()
 def no_model(monkeypatch):
