@@ -6,6 +6,11 @@ A YAML file may name a `base:` file (relative to itself) whose values it overrid
 arm is a few lines on top of a preset. Every error names the dotted key and the offending value, and is
 raised before any work is spent (ConfigError). Each field carries its help text (metadata["help"]):
 `python -m armor.train --help [SECTION]` prints it, and docs/config.md is generated from it (armor/config_doc.py).
+
+A preset also carries sections that other tools own (FOREIGN_SECTIONS: the experiment driver's `protocol:`).
+The loader sets them aside unread and unvalidated (RunConfig.foreign) and to_dict / dump_config write them
+back verbatim, so the run's config.yaml still holds them for their owners (eval.evaluate --run reads
+protocol.eval_benchmarks there). Any other unknown key, at any depth, is an error naming it.
 """
 from __future__ import annotations
 
@@ -23,6 +28,13 @@ from common.yaml_config import ConfigError, read_yaml  # noqa: F401  (armor.conf
 
 
 # ----------------------------------------------------------------------------------------------- schema
+# Top-level sections of a preset owned by other tools: the trainer neither reads nor validates them; it keeps
+# them verbatim (RunConfig.foreign) and writes them back into the run's config.yaml. Section -> its owner.
+FOREIGN_SECTIONS: dict[str, str] = {
+    "protocol": "the experiment driver's continual-training protocol (reproduce/protocol.py; its keys: "
+                "`python -m reproduce.protocol`, docs/protocol.md)",
+}
+
 # Each field's help lives with the field (metadata["help"]): `python -m armor.train --help` prints it and
 # docs/config.md is generated from it (`python -m armor.train --help-markdown > docs/config.md`).
 def _f(default: Any = dataclasses.MISSING, help: str = "", factory: Any = dataclasses.MISSING,
@@ -278,39 +290,6 @@ class LoggingConfig:
 
 
 @dataclass
-class ProtocolConfig:
-    """Numbers of the continual-training protocol, read by reproduce/ (the trainer ignores them)."""
-    stage1_steps: int = _f(0, "RL steps of the stage-1 baselines from the base model (0 = "
-                              "schedule.total_steps)")
-    stage2_steps: int = _f(0, "RL steps of every stage-2 arm from θ* (0 = schedule.total_steps)")
-    peak_step: Optional[int] = _f(None, "fixed θ* step (paper); null = argmax of the validation curve")
-    qae_peak_step: Optional[int] = _f(None, "fixed θ* step of the QAE baseline (paper: 230 for 7B)")
-    late_start_step: Optional[int] = _f(None, "Fig. 3c: ARMOR from a degraded checkpoint")
-    peak_selection_window: int = _f(1, "smooth validation over this many points before the argmax")
-    armor_alpha: float = _f(0.9375, "α of the ARMOR arms' mixed ratio")
-    armor_ref_n: int = _f(4, "reference samples per prompt of the anchor arms")
-    armor_reset_every: Optional[int] = _f(None, "τ of the `armor` arm's reference reset (null = never)")
-    armor_reset_until: Optional[int] = _f(None, "the `armor` arm stops resetting after this step")
-    reset_sweep: list[int] = _f(factory=list, help="Fig. 4: reset periods τ")
-    alpha_sweep: list[float] = _f(factory=list, help="Fig. 3a: α of the mix-only arms")
-    kl_betas: list[float] = _f(factory=list, help="Fig. 2 / 5: β of the KL arms")
-    kl_after_steps: int = _f(100, "Fig. 2b: KLs read after this many steps")
-    qae_reset_sweep: list[int] = _f(factory=list, help="Fig. 6: reset periods of ARMOR from the QAE peak")
-    qwen3_tau1_until: list[int] = _f(factory=list, help="Fig. 7: τ = 1 until these stage-2 steps, then frozen")
-    eval_benchmarks: list[str] = _f(factory=list, help="benchmarks of the final evaluation (registry names "
-                                                       "or NAME=path.jsonl)")
-    eval_protocol: str = _f("paper", "evaluation protocol (eval/protocols.py): samples, pass@k, lengths")
-    eval_every: int = _f(0, "evaluate every N-th saved checkpoint (0 = only the selected ones)")
-    eval_samples: Optional[int] = _f(None, "override the protocol's samples per problem (k)")
-    eval_limit: Optional[int] = _f(None, "score only the first N problems of each benchmark")
-    nodes: int = _f(1, "nodes per training job (SLURM)")
-    gpus_per_node: int = _f(0, "GPUs per training node (0 = a CPU preset)")
-    procs_per_node: int = _f(0, "trainer ranks per training node (torchrun); 0 = one per GPU, or 1 on a CPU "
-                                "preset. A CPU preset with 2 runs 2-rank CPU jobs (gloo), e.g. on a test SLURM")
-    seeds: list[int] = _f(factory=lambda: [0], help="seeds of every arm")
-
-
-@dataclass
 class RunConfig:
     """One training run."""
     name: str = _f("run", "run name (progress bar, W&B run name); the driver uses <preset>/<arm>/seed<s>")
@@ -331,7 +310,9 @@ class RunConfig:
     validation: ValidationConfig = _f(factory=ValidationConfig, help="validation")
     logging: LoggingConfig = _f(factory=LoggingConfig, help="experiment logging")
     parallel: ParallelConfig = _f(factory=ParallelConfig, help="several ranks: FSDP2 data parallelism")
-    protocol: ProtocolConfig = _f(factory=ProtocolConfig, help="continual-training protocol (reproduce/)")
+    foreign: dict[str, Any] = field(default_factory=dict, metadata={
+        "foreign": True, "help": "the file's sections owned by other tools (FOREIGN_SECTIONS), verbatim; not "
+                                 "trainer keys, never validated here"})
 
     @property
     def run_dir(self) -> Path:
@@ -359,7 +340,7 @@ def _coerce(value: Any, tp, key: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return _build(tp, value, key)
+        return from_mapping(tp, value, key)
     if origin is Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
@@ -404,13 +385,16 @@ def _coerce(value: Any, tp, key: str) -> Any:
     raise TypeError(f"unsupported config type {tp} at {key}")
 
 
-def _build(cls, data: dict, prefix: str = ""):
+def from_mapping(cls, data: dict, prefix: str = ""):
+    """A config dataclass from a mapping, typed field by field; unknown keys and bad values raise ConfigError
+    naming the dotted key (prefix: the section's own key). Fields marked "foreign" are not keys."""
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("foreign")}
     for k in data:
         if k not in names:
             full = f"{prefix}.{k}" if prefix else k
-            raise ConfigError(f"{full}: unknown key (known: {', '.join(sorted(names))})")
+            others = f"; sections of other tools: {', '.join(FOREIGN_SECTIONS)}" if cls is RunConfig else ""
+            raise ConfigError(f"{full}: unknown key (known: {', '.join(sorted(names))}{others})")
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name in data:
@@ -447,8 +431,17 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
+def split_foreign(data: dict) -> tuple[dict, dict]:
+    """(the trainer's part of a config mapping, its FOREIGN_SECTIONS as given)."""
+    own = {k: v for k, v in data.items() if k not in FOREIGN_SECTIONS}
+    return own, {k: v for k, v in data.items() if k in FOREIGN_SECTIONS}
+
+
 def from_dict(data: dict) -> RunConfig:
-    cfg = _build(RunConfig, data)
+    """Build and validate the trainer's config; the foreign sections are kept aside, unvalidated."""
+    own, foreign = split_foreign(data)
+    cfg = from_mapping(RunConfig, own)
+    cfg.foreign = foreign
     validate(cfg)
     return cfg
 
@@ -459,8 +452,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return from_dict(apply_overrides(data, overrides or []))
 
 
-def to_dict(cfg) -> dict:
-    return dataclasses.asdict(cfg)
+def to_dict(cfg: RunConfig) -> dict:
+    """The config as a file holds it: the trainer's sections, then the foreign ones verbatim."""
+    data = dataclasses.asdict(cfg)
+    data.update(data.pop("foreign", None) or {})
+    return data
 
 
 def dump_config(cfg: RunConfig, path: str | Path) -> None:
@@ -591,18 +587,3 @@ def validate(cfg: RunConfig) -> None:
     lg = cfg.logging
     dup = sorted({x for x in lg.backends if lg.backends.count(x) > 1})
     c(not dup, "logging.backends", lg.backends, f"names {dup} more than once")
-
-    p = cfg.protocol
-    c(0 < p.armor_alpha <= 1, "protocol.armor_alpha", p.armor_alpha, "must be in (0, 1]")
-    c(p.armor_ref_n >= 1, "protocol.armor_ref_n", p.armor_ref_n, "must be >= 1")
-    for i, x in enumerate(p.alpha_sweep):
-        c(0 < x <= 1, f"protocol.alpha_sweep[{i}]", x, "must be in (0, 1]")
-    for i, x in enumerate(p.kl_betas):
-        c(x > 0, f"protocol.kl_betas[{i}]", x, "must be > 0")
-    c(p.peak_selection_window >= 1, "protocol.peak_selection_window", p.peak_selection_window, "must be >= 1")
-    c(p.eval_samples is None or p.eval_samples >= 1, "protocol.eval_samples", p.eval_samples, "must be >= 1")
-    c(p.eval_limit is None or p.eval_limit >= 1, "protocol.eval_limit", p.eval_limit, "must be >= 1")
-    c(p.nodes >= 1, "protocol.nodes", p.nodes, "must be >= 1")
-    c(p.gpus_per_node >= 0, "protocol.gpus_per_node", p.gpus_per_node, "must be >= 0")
-    c(p.procs_per_node >= 0, "protocol.procs_per_node", p.procs_per_node, "must be >= 0")
-    c(len(p.seeds) >= 1, "protocol.seeds", p.seeds, "must list at least one seed")

@@ -4,7 +4,9 @@
     python -m armor.train --help algo.mix        # one section (or one key)
     python -m armor.train --help-markdown > docs/config.md
 
-docs/config.md is this module's `markdown()` output, committed; a test checks that it is up to date.
+docs/config.md is this module's `markdown()` output, committed; a test checks that it is up to date. The
+sections other tools own (armor.config.FOREIGN_SECTIONS) are named there with their owner, not listed key by
+key; `fields`, `text` and `table` also render another tool's config dataclasses (reproduce/protocol.py).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Iterator, Literal, Optional
 
-from armor.config import ConfigError, RunConfig
+from armor.config import FOREIGN_SECTIONS, ConfigError, RunConfig
 
 
 @dataclass
@@ -71,6 +73,8 @@ def fields(cls=RunConfig, prefix: str = "") -> Iterator[FieldDoc]:
     """Every field of the config, depth first, sections before their fields."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
+        if f.metadata.get("foreign"):              # not keys of this config (FOREIGN_SECTIONS)
+            continue
         key = f"{prefix}{f.name}"
         tp = hints[f.name]
         help_ = f.metadata.get("help", "")
@@ -92,6 +96,9 @@ def select(prefix: Optional[str]) -> list[FieldDoc]:
         return docs
     prefix = prefix.strip().strip(".")
     out = [d for d in docs if d.key == prefix or d.key.startswith(prefix + ".")]
+    owner = FOREIGN_SECTIONS.get(prefix.split(".")[0])
+    if not out and owner:
+        raise ConfigError(f"--help {prefix}: not a trainer section: {owner}; the trainer keeps it unread")
     if not out:
         sections = sorted(d.key for d in docs if d.section and "." not in d.key)
         raise ConfigError(f"--help {prefix}: unknown config key or section (sections: {', '.join(sections)}; "
@@ -99,10 +106,10 @@ def select(prefix: Optional[str]) -> list[FieldDoc]:
     return out
 
 
-def text(prefix: Optional[str] = None, width: int = 100) -> str:
-    """Plain-text reference for `python -m armor.train --help [SECTION]`."""
+def text(prefix: Optional[str] = None, width: int = 100, docs: Optional[list[FieldDoc]] = None) -> str:
+    """Plain-text reference for `python -m armor.train --help [SECTION]` (or of the given fields)."""
     lines = []
-    for d in select(prefix):
+    for d in select(prefix) if docs is None else docs:
         depth = d.key.count(".")
         pad = "  " * depth
         if d.section:
@@ -142,8 +149,18 @@ def markdown() -> str:
     for name, doc, items in groups:
         if not items:
             continue
-        out += [f"## `{name}`" if name != "top level" else "## Top level", "", doc.strip(), "",
-                "| key | type | default | help |", "|---|---|---|---|"]
-        out += [f"| `{d.key}` | {_md(d.type)} | `{_md(d.default, code=True)}` | {_md(d.help)} |" for d in items]
+        out += [f"## `{name}`" if name != "top level" else "## Top level", "", doc.strip(), ""] + table(items)
         out.append("")
+    out += ["## Sections owned by other tools", "",
+            "A preset may hold these top-level sections too. The trainer neither reads nor validates them: it "
+            "keeps them verbatim and writes them back into the run's `config.yaml`, where their owners read them.",
+            "", "| section | owner |", "|---|---|"]
+    out += [f"| `{name}` | {_md(owner)} |" for name, owner in FOREIGN_SECTIONS.items()]
+    out.append("")
     return "\n".join(out)
+
+
+def table(docs: list[FieldDoc]) -> list[str]:
+    """The Markdown table of these (non-section) fields: key, type, default, help."""
+    return (["| key | type | default | help |", "|---|---|---|---|"]
+            + [f"| `{d.key}` | {_md(d.type)} | `{_md(d.default, code=True)}` | {_md(d.help)} |" for d in docs])

@@ -40,7 +40,7 @@ from armor import faults
 from armor import logging_backends
 from armor.advantages import group_advantages
 from armor.anchors import anchor_keep, assemble_anchor_groups, dynamic_sampling_keep
-from armor.config import RunConfig, dump_config, load_config, to_dict
+from armor.config import FOREIGN_SECTIONS, RunConfig, dump_config, load_config, to_dict
 from armor.data import PromptStream, load_prompts
 from common.distributed import Dist
 from armor.objectives import (ADDITIVE_METRICS, RATIOS, kl_forward_estimate, kl_reverse_estimate,
@@ -66,8 +66,9 @@ ANCHOR_CHUNK_MARGIN = 1.5
 # keys of config.yaml that a rerun may change without invalidating the checkpoints
 RESUME_MUTABLE = {"threads", "device", "schedule.total_steps", "schedule.keep_last", "reward.grader_workers",
                   "validation.max_problems", "output_dir", "model.display_name"}
-# prefixes of such keys: the protocol is read by reproduce/, logging only says where the same rows also go
-RESUME_MUTABLE_PREFIXES = ("protocol.", "logging.")
+# prefixes of such keys: other tools' sections are not the trainer's (FOREIGN_SECTIONS), logging only says where
+# the same rows also go
+RESUME_MUTABLE_PREFIXES = tuple(f"{s}." for s in FOREIGN_SECTIONS) + ("logging.",)
 
 
 class SeedPhase(enum.IntEnum):

@@ -8,7 +8,7 @@
     python reproduce/run_all.py --preset tiny --status           # what is done / queued / running
     python reproduce/run_all.py --preset qwen25-math-7b --stage-dir /shared/armor_stage   # hub copies there
 
-The DAG (reproduce/experiments.py): staging of the hub models and datasets (presets that name hub ids;
+The DAG (reproduce/jobs.py): staging of the hub models and datasets (presets that name hub ids;
 reproduce/stage.py) or the world build (toy presets) -> stage-1 baselines -> select θ* -> stage-2 arms ->
 evaluate (job array) -> runs/<preset>/results.parquet -> figures + REPRODUCTION.md.
 Reruns skip finished units (DONE markers, outputs) and never resubmit a queued or running job, so after an
@@ -29,9 +29,12 @@ if str(REPO_ROOT) not in sys.path:  # `python reproduce/run_all.py` from anywher
     sys.path.insert(0, str(REPO_ROOT))
 
 from reproduce import stage  # noqa: E402
-from reproduce.experiments import (DRIVER_START_ENV, ExperimentError, build_arms, build_jobs,  # noqa: E402
-                                   figure_arms, fixed_peak, load_preset, missing_entry_points, parse_only,
-                                   preset_root, read_peak, record_driver_run)
+from reproduce.arms import build_arms, figure_arms, parse_only  # noqa: E402
+from reproduce.entrypoints import missing_entry_points  # noqa: E402
+from reproduce.experiments import DRIVER_START_ENV, record_driver_run  # noqa: E402
+from reproduce.jobs import build_jobs  # noqa: E402
+from reproduce.peaks import read_peak  # noqa: E402
+from reproduce.presets import ExperimentError, fixed_peak, load_preset, preset_root  # noqa: E402
 from slurm.launcher import ACTIVE, DONE, Launcher, LauncherError, topo_order  # noqa: E402
 from slurm.resources import ResourceError, load_resources  # noqa: E402
 
@@ -116,7 +119,7 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
     if missing:
         print(f"  warning: entry points not found yet: {', '.join(missing)} (their jobs will fail until they exist)")
     if stage_dir is not None:
-        print_staging(stage.plan(preset.cfg, stage_dir), stage_dir, show_sizes=show_commands)
+        print_staging(stage.plan(preset, stage_dir), stage_dir, show_sizes=show_commands)
     order = topo_order(jobs)
     w = max(len(j.key) for j in order)
     rw = max(len(j.resources.short()) if j.resources else 1 for j in order)
@@ -165,7 +168,7 @@ def main(argv=None) -> int:
             print_plan(preset, jobs, states, la.cluster, root, seeds, only, show_commands=a.dry_run,
                        stage_dir=stage_dir)
             return 0
-        stage.check_ready(stage.plan(preset.cfg, stage_dir))   # a gated dataset without a token fails here
+        stage.check_ready(stage.plan(preset, stage_dir))   # a gated dataset without a token fails here
         missing = missing_entry_points(preset)
         if missing:
             print(f"warning: entry points not found: {', '.join(missing)}; their jobs will fail", file=sys.stderr)

@@ -96,9 +96,11 @@ def _dataset_spec(name: str):
     return spec
 
 
-def plan(cfg, stage_dir: Path) -> list[Item]:
-    """What a run config (a preset) needs from the hub, in a stable order (models first)."""
+def plan(preset, stage_dir: Path) -> list[Item]:
+    """What a preset (reproduce.presets.Preset: its run config and protocol) needs from the hub, in a stable
+    order (models first)."""
     stage_dir = Path(stage_dir)
+    cfg = preset.cfg
     items: dict[tuple, Item] = {}
     values = {"model.path": cfg.model.path, "algo.reference.path": cfg.algo.reference.path,
               "algo.distill.teacher_path": cfg.algo.distill.teacher_path}
@@ -108,7 +110,7 @@ def plan(cfg, stage_dir: Path) -> list[Item]:
             it = items.setdefault(("model", rid), Item("model", rid, stage_dir / "models" / rid))
             it.keys.append(key)
     for key, specs in (("validation.benchmarks", cfg.validation.benchmarks),
-                       ("protocol.eval_benchmarks", cfg.protocol.eval_benchmarks)):
+                       ("protocol.eval_benchmarks", preset.protocol.eval_benchmarks)):
         for s in specs:
             if "=" in s:
                 continue

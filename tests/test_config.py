@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from armor.config import ConfigError, apply_overrides, load_config, read_yaml
+from armor.config import FOREIGN_SECTIONS, ConfigError, apply_overrides, dump_config, load_config, read_yaml, to_dict
 
 PRESETS = Path(__file__).resolve().parents[1] / "reproduce" / "presets"
 P7B = PRESETS / "qwen25-math-7b.yaml"
@@ -20,11 +20,7 @@ def test_qwen25_math_7b_preset_carries_appendix_b():
     assert (c.rollout.temperature, c.rollout.top_p) == (1.0, 1.0)
     assert (c.rollout.gen_batch_prompts, c.rollout.max_rounds) == (4 * 512, 10)
     assert (c.validation.benchmarks, c.validation.temperature, c.validation.top_p) == (["aime24"], 1.0, 0.7)
-    assert c.schedule.validate_every == 5
-    p = c.protocol
-    assert (p.armor_ref_n, p.armor_alpha, p.armor_reset_every, p.peak_step, p.qae_peak_step) == (4, 0.9375, 160, 140, 230)
-    assert p.kl_betas == [1e-3, 1e-2, 1e-1, 1.0] and p.alpha_sweep == [0.9, 0.8, 0.7]
-    assert p.reset_sweep == [80, 120, 160] and (p.nodes, p.gpus_per_node) == (16, 8)
+    assert c.schedule.validate_every == 5     # its protocol: tests/test_experiments.py (reproduce/protocol.py)
 
 
 def test_qwen3_preset_inherits_and_overrides():
@@ -32,8 +28,6 @@ def test_qwen3_preset_inherits_and_overrides():
     assert c.model.path == "Qwen/Qwen3-8B-Base"
     assert c.lengths.max_response == 20480 and c.lengths.max_response - c.lengths.overlong_buffer == 16384
     assert c.rollout.gen_batch_prompts == 3 * 512
-    p = c.protocol
-    assert (p.armor_alpha, p.armor_reset_every, p.armor_reset_until, p.peak_step) == (0.875, 1, 180, 70)
     assert c.optim.lr == 1e-6 and c.batch.group_size == 16   # inherited
 
 
@@ -83,7 +77,7 @@ BAD = [
     ("data.train=", "data.train"),
     ("algo.clip.dual_clip_c=0.5", "algo.clip.dual_clip_c"),
     ("algo.qae_k=1.2", "algo.qae_k"),
-    ("protocol.armor_alpha=2", "protocol.armor_alpha"),
+    ("protocl.armor_alpha=0.5", "protocl"),
     ("logging.backends=[jsonl,mlflow]", "logging.backends[1]"),
     ("logging.backends=[tensorboard,tensorboard]", "logging.backends"),
     ("logging.wandb_mode=cloud", "logging.wandb_mode"),
@@ -122,3 +116,28 @@ def test_logging_backends_accept_a_list_or_comma_text():
     assert load_config(P7B, ["logging.backends=[wandb]"]).logging.backends == ["wandb"]
     with pytest.raises(ConfigError, match=r"logging.backends: \['tensorboard', 'tensorboard'\] names"):
         load_config(P7B, ["logging.backends=tensorboard,tensorboard"])
+
+
+def test_the_trainer_keeps_other_tools_sections_unread_and_writes_them_back(tmp_path):
+    """`protocol:` is the experiment driver's (reproduce/protocol.py): the trainer accepts a preset that has one,
+    does not validate it, and copies it into the run's config.yaml (eval.evaluate --run reads it there)."""
+    assert set(FOREIGN_SECTIONS) == {"protocol"}
+    c = load_config(P7B, ["protocol.armor_alpha=2", "protocol.not_a_key=1"])   # not the trainer's to check
+    assert not hasattr(c, "protocol")
+    proto = c.foreign["protocol"]
+    assert proto["armor_alpha"] == 2 and proto["not_a_key"] == 1 and proto["peak_step"] == 140   # `base:` merged
+    assert to_dict(c)["protocol"] == proto and list(to_dict(c))[-1] == "protocol"
+    dump_config(c, tmp_path / "config.yaml")
+    again = load_config(tmp_path / "config.yaml")
+    assert read_yaml(tmp_path / "config.yaml")["protocol"]["eval_benchmarks"] == proto["eval_benchmarks"]
+    assert again.foreign == c.foreign and again.algo == c.algo
+    (tmp_path / "bare.yaml").write_text("model: {path: m}\ndata: {train: t.jsonl}\nschedule: {validate_every: 0}\n")
+    bare = load_config(tmp_path / "bare.yaml")
+    assert bare.foreign == {} and "protocol" not in to_dict(bare)
+    # a typo in a trainer section, or in a section name, is still an error naming the key
+    with pytest.raises(ConfigError, match=r"^protocl: unknown key \(known: .*; sections of other tools: protocol\)"):
+        load_config(P7B, ["protocl.armor_alpha=0.5"])
+    with pytest.raises(ConfigError, match=r"^algo.mix.alfa: unknown key"):
+        load_config(P7B, ["algo.mix.alfa=0.5"])
+    with pytest.raises(ConfigError, match=r"^foreign: unknown key"):    # the field is not a key of the file
+        load_config(P7B, ["foreign.protocol.seeds=[1]"])

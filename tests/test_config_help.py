@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def _all_fields(cls=RunConfig, prefix=""):
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
+        if f.metadata.get("foreign"):          # other tools' sections: not keys of the trainer's config
+            continue
         yield f"{prefix}{f.name}", f
         if dataclasses.is_dataclass(hints[f.name]):
             yield from _all_fields(hints[f.name], f"{prefix}{f.name}.")
@@ -54,6 +56,8 @@ def test_help_of_one_section_and_of_an_unknown_one():
     assert keys == ["algo.mix:", "algo.mix.variant", "algo.mix.alpha"], keys
     r = _help("--help", "algo.mixx")
     assert r.returncode == 2 and "algo.mixx" in r.stderr and "unknown config key or section" in r.stderr
+    r = _help("--help", "protocol")            # another tool's section: says whose it is
+    assert r.returncode == 2 and "not a trainer section" in r.stderr and "reproduce/protocol.py" in r.stderr
 
 
 def test_docs_config_md_is_the_generated_reference():
@@ -64,6 +68,20 @@ def test_docs_config_md_is_the_generated_reference():
     assert r.returncode == 0 and r.stdout == committed
     for key, _ in _all_fields():
         assert f"| `{key}` |" in committed or f"## `{key}`" in committed, key
+    assert "| `protocol` | the experiment driver's" in committed and "| `protocol.seeds` |" not in committed
+
+
+def test_docs_protocol_md_is_the_generated_protocol_reference():
+    """The `protocol:` section is reproduce/'s (ProtocolConfig): its reference is generated there, alike."""
+    from reproduce import protocol
+    committed = (ROOT / "docs" / "protocol.md").read_text()
+    assert committed == protocol.markdown(), \
+        "docs/protocol.md is stale: python -m reproduce.protocol --markdown > docs/protocol.md"
+    for key, f in _all_fields(protocol.ProtocolConfig, "protocol."):
+        assert f"| `{key}` |" in committed and str(f.metadata.get("help", "")).strip(), key
+    r = subprocess.run([sys.executable, "-m", "reproduce.protocol"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "protocol.seeds  (list of int; default [0])" in r.stdout
 
 
 @pytest.mark.parametrize("text,expect", [

@@ -16,8 +16,13 @@ import pytest
 
 from common.results import RESULT_COLUMNS
 from armor.config import load_config
-from reproduce import experiments as E
-from reproduce import run_all
+from reproduce.arms import arm_definitions, build_arms, figure_arms, parse_only, train_overrides
+from reproduce.collect import collect, link_aliases
+from reproduce.experiments import DRIVER_START_ENV, driver_wall_time, record_driver_run
+from reproduce.jobs import build_jobs
+from reproduce.peaks import choose_peak, smooth, start_point
+from reproduce.presets import ExperimentError, PRESETS_DIR, ckpt_dir, fixed_peak, load_preset, run_dir, stage_steps
+from reproduce import experiments, run_all
 from slurm.launcher import topo_order
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,14 +41,49 @@ def ov(overrides):
     return dict(o.split("=", 1) for o in overrides)
 
 
+# ------------------------------------------------------------------------------------------ the protocol
+def test_paper_presets_carry_their_protocol():
+    p = load_preset("qwen25-math-7b").protocol
+    assert (p.armor_ref_n, p.armor_alpha, p.armor_reset_every, p.peak_step, p.qae_peak_step) == (4, 0.9375, 160, 140, 230)
+    assert p.kl_betas == [1e-3, 1e-2, 1e-1, 1.0] and p.alpha_sweep == [0.9, 0.8, 0.7]
+    assert p.reset_sweep == [80, 120, 160] and (p.nodes, p.gpus_per_node) == (16, 8)
+    q = load_preset("qwen3-8b-base").protocol                           # `base:` chain: the 7B's protocol, overridden
+    assert (q.armor_alpha, q.armor_reset_every, q.armor_reset_until, q.peak_step) == (0.875, 1, 180, 70)
+    assert q.kl_betas == [] and q.armor_ref_n == 4
+
+
+BAD_PROTOCOL = [
+    ("armor_alpha: 2", r"protocol.armor_alpha: 2.0 must be in \(0, 1\]"),
+    ("armor_ref_n: 0", r"protocol.armor_ref_n: 0 must be >= 1"),
+    ("alpha_sweep: [0.5, 1.5]", r"protocol.alpha_sweep\[1\]: 1.5 must be in"),
+    ("kl_betas: [0]", r"protocol.kl_betas\[0\]: 0.0 must be > 0"),
+    ("peak_selection_window: 0", r"protocol.peak_selection_window: 0 must be >= 1"),
+    ("eval_limit: 0", r"protocol.eval_limit: 0 must be >= 1"),
+    ("nodes: 0", r"protocol.nodes: 0 must be >= 1"),
+    ("seeds: []", r"protocol.seeds: \[\] must list at least one seed"),
+    ("nodes: two", r"protocol.nodes: expected an integer, got 'two'"),
+    ("armor_alfa: 0.5", r"protocol.armor_alfa: unknown key \(known: .*armor_alpha"),
+]
+
+
+@pytest.mark.parametrize("line,message", BAD_PROTOCOL, ids=[b[0] for b in BAD_PROTOCOL])
+def test_bad_protocol_values_name_the_key_and_value_before_any_work(line, message, tmp_path):
+    from common.yaml_config import ConfigError
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"base: {PRESETS_DIR / 'qwen25-math-7b.yaml'}\nprotocol:\n  {line}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_preset(bad)
+    load_config(bad)           # the trainer does not own the section: it accepts the file as it is
+
+
 # ------------------------------------------------------------------------------------------ the matrix
 def test_7b_arms_and_figures():
-    p = E.load_preset("qwen25-math-7b")
-    arms = E.build_arms(p)
+    p = load_preset("qwen25-math-7b")
+    arms = build_arms(p)
     assert set(arms) == CONTRACT_7B
     assert arms["armor_reset_160"].alias_of == "armor"  # τ=160 is the preset's ARMOR schedule
     assert sum(1 for a in arms.values() if not a.alias_of) == len(CONTRACT_7B) - 1
-    figs = E.figure_arms(p.protocol)
+    figs = figure_arms(p.protocol)
     assert list(figs) == ["fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "table1", "table2", "table3"]
     assert figs["fig2"][2:] == ["kl_k3_b1e-3", "kl_k3_b1e-2", "kl_k3_b1e-1", "kl_k3_b1"]
     assert {"armor_late", "dapo_late", "mix_a0.7"} <= set(figs["fig3"])
@@ -67,10 +107,10 @@ def test_7b_arms_and_figures():
 
 
 def test_qwen3_arms_and_figures():
-    p = E.load_preset("qwen3-8b-base")
-    figs = E.figure_arms(p.protocol)
+    p = load_preset("qwen3-8b-base")
+    figs = figure_arms(p.protocol)
     assert list(figs) == ["fig1", "fig7", "table1", "table2", "table3"]  # no kl_betas -> no Fig. 2/5 ...
-    arms = E.build_arms(p)
+    arms = build_arms(p)
     assert set(arms) == {"dapo", "dapo_cont", "armor", "armor_tau1", "armor_tau1_until110", "armor_tau1_until180",
                          "clip_expand", "opd", "mopd"}
     assert arms["armor_tau1_until180"].alias_of == "armor"
@@ -80,22 +120,22 @@ def test_qwen3_arms_and_figures():
     assert a["armor_tau1"]["algo.reference.reset.until_step"] == "null"
     assert a["armor_tau1_until110"]["algo.reference.reset.until_step"] == "110"
     assert a["clip_expand"] == {"algo.mix.variant": "static_clip", "algo.mix.alpha": "0.875"}
-    with pytest.raises(E.ExperimentError, match="fig2"):
-        E.build_arms(p, ["fig2"])
+    with pytest.raises(ExperimentError, match="fig2"):
+        build_arms(p, ["fig2"])
 
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_every_arm_config_is_valid(name, tmp_path):
-    p = E.load_preset(name)
+    p = load_preset(name)
     root = tmp_path / "runs"
-    s1, s2 = E.stage_steps(p)
+    s1, s2 = stage_steps(p)
     for seed in p.protocol.seeds[:2] + [7]:
-        for arm in E.build_arms(p).values():
+        for arm in build_arms(p).values():
             start = None
             if arm.stage == 2:
-                st = p.protocol.late_start_step if arm.start == "late" else (E.fixed_peak(p, arm.baseline) or 3)
-                start = {"step": st, "checkpoint": str(E.ckpt_dir(E.run_dir(root, p, arm.baseline, seed), st))}
-            overrides = E.train_overrides(p, root, arm, seed, start)
+                st = p.protocol.late_start_step if arm.start == "late" else (fixed_peak(p, arm.baseline) or 3)
+                start = {"step": st, "checkpoint": str(ckpt_dir(run_dir(root, p, arm.baseline, seed), st))}
+            overrides = train_overrides(p, root, arm, seed, start)
             cfg = load_config(p.path, overrides)  # validates every key and value
             assert cfg.seed == seed
             assert Path(cfg.output_dir) == root / p.name / arm.run_arm / f"seed{seed}"
@@ -118,11 +158,11 @@ def test_every_arm_config_is_valid(name, tmp_path):
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_dag_structure(name, tmp_path):
-    p = E.load_preset(name)
-    jobs = E.build_jobs(p, tmp_path / "runs")
+    p = load_preset(name)
+    jobs = build_jobs(p, tmp_path / "runs")
     by = {j.key: j for j in jobs}
     topo_order(jobs)  # no cycles, no unknown dependencies
-    arms = E.build_arms(p)
+    arms = build_arms(p)
     world = ["world"] if p.world() else []
     assert ("world" in by) == bool(world)
     staging = ["stage"] if p.world() is None else []      # the paper presets name hub ids; the toy ones none
@@ -151,19 +191,19 @@ def test_dag_structure(name, tmp_path):
 
 
 def test_only_selects_items_and_what_they_need(tmp_path):
-    p = E.load_preset("qwen25-math-7b")
-    arms = E.build_arms(p, ["fig4"])
+    p = load_preset("qwen25-math-7b")
+    arms = build_arms(p, ["fig4"])
     assert set(arms) == {"dapo", "armor", "armor_reset_never", "armor_reset_80", "armor_reset_120",
                          "armor_reset_160"}
-    jobs = E.build_jobs(p, tmp_path, only=["fig4"])
+    jobs = build_jobs(p, tmp_path, only=["fig4"])
     assert not [j for j in jobs if j.kind == "evaluate"]  # no table -> no evaluation
     assert "stage2/armor/seed0" in {j.key for j in jobs} and "stage2/armor_reset_160/seed0" not in {j.key for j in jobs}
     assert "--only" in jobs[-1].argv and "fig4" in jobs[-1].argv
-    assert set(E.build_arms(p, ["fig6"])) == {"qae", "qae_cont", "qae_armor_reset_never", "qae_armor_reset_150",
+    assert set(build_arms(p, ["fig6"])) == {"qae", "qae_cont", "qae_armor_reset_never", "qae_armor_reset_150",
                                               "qae_armor_reset_160"}
-    with pytest.raises(E.ExperimentError, match="unknown"):
-        E.parse_only("fig9")
-    seeds = E.build_jobs(p, tmp_path, seeds=[0, 1], only=["table3"])
+    with pytest.raises(ExperimentError, match="unknown"):
+        parse_only("fig9")
+    seeds = build_jobs(p, tmp_path, seeds=[0, 1], only=["table3"])
     assert {"stage2/opd/seed1", "eval/mopd/seed1", "eval/dapo/seed0"} <= {j.key for j in seeds}
 
 
@@ -171,30 +211,30 @@ def test_only_selects_items_and_what_they_need(tmp_path):
 def test_choose_peak_synthetic_curves():
     curve = [(0, 0.40), (5, 0.50), (10, 0.62), (15, 0.55), (20, 0.58), (25, 0.60), (30, 0.59), (35, 0.30)]
     ck = [10, 20, 30, 35]
-    assert E.choose_peak(curve, [0, 5, 10, 15, 20, 25, 30, 35])["step"] == 10   # raw argmax
-    assert E.choose_peak(curve, ck)["step"] == 10
+    assert choose_peak(curve, [0, 5, 10, 15, 20, 25, 30, 35])["step"] == 10   # raw argmax
+    assert choose_peak(curve, ck)["step"] == 10
     # smoothing over 3 points prefers the broad plateau to the single spike
-    sm = dict(E.smooth(curve, 3))
+    sm = dict(smooth(curve, 3))
     assert abs(sm[10] - (0.50 + 0.62 + 0.55) / 3) < 1e-12 and abs(sm[0] - 0.45) < 1e-12
-    assert E.choose_peak(curve, [0, 5, 10, 15, 20, 25, 30, 35], window=3)["step"] == 25
+    assert choose_peak(curve, [0, 5, 10, 15, 20, 25, 30, 35], window=3)["step"] == 25
     # restricted to checkpoints: step 25 has none
-    assert E.choose_peak(curve, ck, window=3)["step"] == 20
+    assert choose_peak(curve, ck, window=3)["step"] == 20
     # ties -> earliest
-    assert E.choose_peak([(0, 0.5), (5, 0.7), (10, 0.7)], [0, 5, 10])["step"] == 5
+    assert choose_peak([(0, 0.5), (5, 0.7), (10, 0.7)], [0, 5, 10])["step"] == 5
     # fixed step
-    assert E.choose_peak(curve, ck, fixed=30) == {"step": 30, "method": "fixed"}
-    with pytest.raises(E.ExperimentError, match="no checkpoint"):
-        E.choose_peak(curve, ck, fixed=25)
-    with pytest.raises(E.ExperimentError, match="no validated step"):
-        E.choose_peak(curve, [1, 2])
-    with pytest.raises(E.ExperimentError, match="no validation curve"):
-        E.choose_peak([], ck)
+    assert choose_peak(curve, ck, fixed=30) == {"step": 30, "method": "fixed"}
+    with pytest.raises(ExperimentError, match="no checkpoint"):
+        choose_peak(curve, ck, fixed=25)
+    with pytest.raises(ExperimentError, match="no validated step"):
+        choose_peak(curve, [1, 2])
+    with pytest.raises(ExperimentError, match="no validation curve"):
+        choose_peak([], ck)
 
 
 def test_select_peak_from_run_files(tmp_path):
     preset = _mini_preset(tmp_path)
-    p = E.load_preset(preset)
-    run = E.run_dir(tmp_path / "runs", p, "dapo", 0)
+    p = load_preset(preset)
+    run = run_dir(tmp_path / "runs", p, "dapo", 0)
     run.mkdir(parents=True)
     vals = {0: 0.3, 2: 0.6, 4: 0.5, 6: 0.2}
     with open(run / "validation.jsonl", "w") as f:
@@ -206,13 +246,13 @@ def test_select_peak_from_run_files(tmp_path):
         (run / "checkpoints" / f"step_{s:06d}" / "trainer_state.pt").write_text("")
     (run / "checkpoints" / "step_000008.tmp").mkdir()  # a partial save is not a checkpoint
     (run / "checkpoints" / "step_000010").mkdir()      # nor a folder without its training state
-    assert E.main(["select-peak", "--preset", str(preset), "--root", str(tmp_path / "runs"), "--arm", "dapo",
+    assert experiments.main(["select-peak", "--preset", str(preset), "--root", str(tmp_path / "runs"), "--arm", "dapo",
                    "--seed", "0"]) == 0
     pk = json.loads((run / "peak.json").read_text())
     assert pk["step"] == 2 and pk["benchmark"] == "toy_val" and pk["method"] == "argmax"
     assert pk["checkpoint"] == str(run / "checkpoints" / "step_000002")
-    arm = E.arm_definitions(p.protocol)["armor"]
-    assert E.start_point(p, tmp_path / "runs", arm, 0) == {"step": 2, "checkpoint": pk["checkpoint"]}
+    arm = arm_definitions(p.protocol)["armor"]
+    assert start_point(p, tmp_path / "runs", arm, 0) == {"step": 2, "checkpoint": pk["checkpoint"]}
 
 
 # ------------------------------------------------------------------------------------------ dry run
@@ -409,7 +449,7 @@ def test_pipeline_with_fake_jobs_is_idempotent(tmp_path, monkeypatch):
     df = pd.read_parquet(pr / "results.parquet")
     assert list(df.columns) == RESULT_COLUMNS
     assert set(df["preset"]) == {"mini"} and set(df["source"]) == {"validation", "eval"}
-    arms = E.build_arms(E.load_preset(preset))
+    arms = build_arms(load_preset(preset))
     assert set(df["arm"]) == set(arms)  # aliases included (armor_reset_2 = armor)
     peak = json.loads((pr / "dapo" / "seed0" / "peak.json").read_text())
     assert peak["step"] == 4 and peak["method"] == "argmax"  # the fake curve peaks at 4
@@ -500,20 +540,32 @@ def test_pipeline_with_fake_jobs_on_slurm(slurm_cluster, tmp_path, monkeypatch):
     assert rc == 0 and "nothing to do" in out and "[submit]" not in out
 
 
+def test_collect_only_reads_and_link_aliases_makes_the_alias_folders(tmp_path):
+    p = load_preset(_mini_preset(tmp_path))
+    root = tmp_path / "runs"
+    canon, link = run_dir(root, p, "armor", 0), run_dir(root, p, "armor_reset_2", 0)   # armor_reset_2 = armor
+    canon.mkdir(parents=True)
+    collect(p, root, [0])
+    assert not link.exists() and not link.is_symlink()                     # collecting writes no run folder
+    assert link_aliases(p, root, [0]) == [link]                            # only aliases whose run exists
+    assert link.is_symlink() and os.readlink(link) == "../armor/seed0" and link.resolve() == canon.resolve()
+    assert link_aliases(p, root, [0]) == []                                # idempotent
+
+
 def test_eval_samples_too_few_for_the_protocols_pass_k_fails_at_plan_time(tmp_path):
     p = tmp_path / "few.yaml"
-    p.write_text(f"base: {E.PRESETS_DIR / 'smoke.yaml'}\nprotocol: {{eval_samples: 2}}\n")
-    with pytest.raises(E.ExperimentError, match=r"protocol.eval_samples=2: .*'toy'.*pass@4"):
-        E.load_preset(p)
-    p.write_text(f"base: {E.PRESETS_DIR / 'smoke.yaml'}\nprotocol: {{eval_samples: 4}}\n")
-    assert E.load_preset(p).cfg.protocol.eval_samples == 4
+    p.write_text(f"base: {PRESETS_DIR / 'smoke.yaml'}\nprotocol: {{eval_samples: 2}}\n")
+    with pytest.raises(ExperimentError, match=r"protocol.eval_samples=2: .*'toy'.*pass@4"):
+        load_preset(p)
+    p.write_text(f"base: {PRESETS_DIR / 'smoke.yaml'}\nprotocol: {{eval_samples: 4}}\n")
+    assert load_preset(p).protocol.eval_samples == 4
 
 
 def test_driver_wall_time_sums_invocations_and_the_running_one(tmp_path, monkeypatch):
-    monkeypatch.delenv(E.DRIVER_START_ENV, raising=False)
-    assert E.driver_wall_time(tmp_path) is None                 # figures drawn outside the driver
-    E.record_driver_run(tmp_path, 100.0, 160.0)
-    E.record_driver_run(tmp_path, 200.0, 230.5)
-    assert E.driver_wall_time(tmp_path) == pytest.approx(90.5)
-    monkeypatch.setenv(E.DRIVER_START_ENV, "1000.0")
-    assert E.driver_wall_time(tmp_path, now=1012.0) == pytest.approx(102.5)
+    monkeypatch.delenv(DRIVER_START_ENV, raising=False)
+    assert driver_wall_time(tmp_path) is None                 # figures drawn outside the driver
+    record_driver_run(tmp_path, 100.0, 160.0)
+    record_driver_run(tmp_path, 200.0, 230.5)
+    assert driver_wall_time(tmp_path) == pytest.approx(90.5)
+    monkeypatch.setenv(DRIVER_START_ENV, "1000.0")
+    assert driver_wall_time(tmp_path, now=1012.0) == pytest.approx(102.5)

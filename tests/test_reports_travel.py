@@ -33,17 +33,19 @@ def test_report_paths_are_relative_and_live_logs_are_linked(tmp_path):
 def test_model_column_is_the_presets_display_name(tmp_path):
     from figures.data import load_context
     from figures.tables import build_table
-    from reproduce import experiments as E
-    p = E.load_preset("tiny")
+    from armor.config import load_config
+    from reproduce.collect import collect
+    from reproduce.presets import Preset, load_preset
+    p = load_preset("tiny")
     assert p.model_name == "toy Qwen2 (167K)" != Path(p.cfg.model.path).parent.name
     run = tmp_path / "tiny" / "dapo" / "seed0"
     run.mkdir(parents=True)
     (run / "validation.jsonl").write_text(json.dumps(
         {"step": 10, "total_step": 10, "benchmark": "toy_val", "metric": "avg@4", "k": 4, "value": 0.5}) + "\n")
-    results = E.collect(p, tmp_path, [0])
+    results = collect(p, tmp_path, [0])
     ctx = load_context(results, preset="tiny")
     assert ctx.model == "toy Qwen2 (167K)"
     assert "| toy Qwen2 (167K) |" in build_table(ctx, "table1").to_markdown()
     assert json.loads((tmp_path / "tiny" / "results.meta.json").read_text())["model"] == "toy Qwen2 (167K)"
-    bare = E.Preset("x", p.path, E.load_config(p.path, ["model.display_name="]))
+    bare = Preset("x", p.path, load_config(p.path, ["model.display_name="]))
     assert bare.model_name == "world"                                           # "" falls back to the path

@@ -102,7 +102,7 @@ def full_smoke(world, tmp_path_factory):
 
 
 def test_full_smoke_matrix_then_figures_produces_every_item(full_smoke):
-    from reproduce.experiments import FIGURES, TABLES
+    from reproduce.arms import FIGURES, TABLES
     assert "nothing to do" in full_smoke["second"]
     out = full_smoke["out"]
     for name in FIGURES:
@@ -122,7 +122,8 @@ def test_full_smoke_figures_have_every_arm_and_panel(full_smoke):
 
     from figures import plots
     from figures.data import load_context
-    from reproduce.experiments import build_arms, figure_arms, load_preset
+    from reproduce.arms import build_arms, figure_arms
+    from reproduce.presets import load_preset
     ctx = load_context(full_smoke["results"])
     preset = load_preset("smoke")
     matrix = figure_arms(preset.protocol)

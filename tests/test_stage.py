@@ -10,8 +10,11 @@ import pandas as pd
 import pytest
 
 from armor.config import load_config
-from reproduce import experiments as E
-from reproduce import run_all, stage
+from reproduce.arms import arm_definitions, train_overrides
+from reproduce.evalplan import eval_command
+from reproduce.jobs import build_jobs
+from reproduce.presets import load_preset
+from reproduce import experiments, run_all, stage
 from slurm.launcher import topo_order
 
 GPQA_README = """---
@@ -70,15 +73,15 @@ def _main(argv):
 
 def test_7b_plan_stages_its_hub_ids_and_the_toy_presets_nothing(offline):
     sd = offline / "stage"
-    items = stage.plan(E.load_preset("qwen25-math-7b").cfg, sd)
+    items = stage.plan(load_preset("qwen25-math-7b"), sd)
     assert [(i.kind, i.repo_id, i.benchmark, i.gated) for i in items] == [
         ("model", "Qwen/Qwen2.5-Math-7B", None, False), ("dataset", "Idavidrein/gpqa", "gpqa_diamond", True),
         ("dataset", "TIGER-Lab/MMLU-Pro", "mmlu_pro", False)]     # aime24/25, amc: full copies are shipped
     assert items[0].dest == sd / "models" / "Qwen" / "Qwen2.5-Math-7B" and items[0].keys == ["model.path"]
     for name in ("tiny", "smoke"):
-        p = E.load_preset(name)
-        assert stage.plan(p.cfg, sd) == []
-        jobs = E.build_jobs(p, offline / "runs", stage_dir=sd)
+        p = load_preset(name)
+        assert stage.plan(p, sd) == []
+        jobs = build_jobs(p, offline / "runs", stage_dir=sd)
         assert "stage" not in {j.key for j in jobs} and topo_order(jobs)[0].key == "world"
 
 
@@ -121,7 +124,7 @@ def test_a_gated_dataset_without_a_token_fails_before_any_job_naming_HF_TOKEN(of
     rc, out, err = _main(["--preset", "qwen25-math-7b", "--cluster", "local", "--root", str(root), "--no-wait"])
     assert rc == 2 and "HF_TOKEN" in err and "gpqa_diamond (Idavidrein/gpqa)" in err, err
     assert not (root / "qwen25-math-7b" / "_jobs").exists()                     # nothing was submitted
-    items = stage.plan(E.load_preset("qwen25-math-7b").cfg, offline / "s")
+    items = stage.plan(load_preset("qwen25-math-7b"), offline / "s")
     monkeypatch.setenv("HF_TOKEN", "hf_test")
     stage.check_ready(items)                                                     # a token is enough to start
 
@@ -131,7 +134,7 @@ def test_a_mirror_lacking_an_item_is_refused_naming_the_path(offline, monkeypatc
     import shutil
     shutil.rmtree(mirror / "datasets" / "TIGER-Lab")
     monkeypatch.setenv(stage.MIRROR_ENV, str(mirror))
-    items = stage.plan(E.load_preset("qwen25-math-7b").cfg, offline / "s")
+    items = stage.plan(load_preset("qwen25-math-7b"), offline / "s")
     with pytest.raises(stage.StageError, match=r"TIGER-Lab/MMLU-Pro.*datasets/TIGER-Lab/MMLU-Pro"):
         stage.check_ready(items)
 
@@ -141,10 +144,10 @@ def test_staging_job_copies_from_the_mirror_once_and_the_jobs_read_the_copies(of
     mirror = make_mirror(offline / "mirror")
     monkeypatch.setenv(stage.MIRROR_ENV, str(mirror))
     root, sd = offline / "runs", offline / "stage"
-    preset = E.load_preset("qwen25-math-7b")
-    jobs = {j.key: j for j in E.build_jobs(preset, root, stage_dir=sd)}
+    preset = load_preset("qwen25-math-7b")
+    jobs = {j.key: j for j in build_jobs(preset, root, stage_dir=sd)}
     assert not jobs["stage"].is_done()
-    assert E.main(["stage", "--preset", "qwen25-math-7b", "--root", str(root), "--stage-dir", str(sd)]) == 0
+    assert experiments.main(["stage", "--preset", "qwen25-math-7b", "--root", str(root), "--stage-dir", str(sd)]) == 0
     assert jobs["stage"].is_done()
     model = sd / "models" / "Qwen" / "Qwen2.5-Math-7B"
     assert (model / "model.safetensors").read_bytes() == (mirror / "Qwen/Qwen2.5-Math-7B/model.safetensors").read_bytes()
@@ -153,22 +156,22 @@ def test_staging_job_copies_from_the_mirror_once_and_the_jobs_read_the_copies(of
     marks = {p.name: p.read_text() for p in sd.rglob("*" + stage.MARK)}
     assert len(marks) == 3
     log = []
-    stage.stage_all(stage.plan(preset.cfg, sd), sd, log=log.append)              # cached: nothing is copied again
+    stage.stage_all(stage.plan(preset, sd), sd, log=log.append)                  # cached: nothing is copied again
     assert all(l.startswith("staged already") for l in log) and len(log) == 3
     assert marks == {p.name: p.read_text() for p in sd.rglob("*" + stage.MARK)}
 
     # the train job of a stage-1 arm reads the staged model; stage-2 arms start from checkpoints
-    arms = E.arm_definitions(preset.protocol)
-    ov = E.train_overrides(preset, root, arms["dapo"], 0, None, sd)
+    arms = arm_definitions(preset.protocol)
+    ov = train_overrides(preset, root, arms["dapo"], 0, None, sd)
     cfg = load_config(preset.path, ov)
     assert cfg.model.path == str(model) and cfg.algo.reference.path == ""
     from common.models import check_model_path
     check_model_path(cfg.model.path, "model.path")
     start = {"step": 140, "checkpoint": str(root / "ck")}
-    cfg2 = load_config(preset.path, E.train_overrides(preset, root, arms["armor"], 0, start, sd))
+    cfg2 = load_config(preset.path, train_overrides(preset, root, arms["armor"], 0, start, sd))
     assert cfg2.model.path == str(root / "ck")
     # the evaluate job reads the staged benchmarks, in their own formats, under their own names
-    argv = E.eval_command(preset, root / "ck", root / "out", sd)
+    argv = eval_command(preset, root / "ck", root / "out", sd)
     specs = argv[argv.index("--benchmarks") + 1].split(",")
     staged = [s for s in specs if "=" in s]
     assert [s.split("=")[0] for s in staged] == ["gpqa_diamond", "mmlu_pro"]

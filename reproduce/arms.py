@@ -1,0 +1,256 @@
+"""The arm matrix: paper figure/table -> arms -> the trainer's config overrides, derived from a protocol.
+
+    figure_arms(p.protocol)          # {"fig1": ["dapo", "anchor_only", "armor"], "fig2": [...], ...}
+    build_arms(p)                    # name -> Arm (stage, baseline, start, overrides, alias_of)
+    train_overrides(p, root, arm, seed, start)   # the full `python -m armor.train` override list
+
+The protocol (reproduce/protocol.py) decides which figures a preset runs: a figure whose sweep is empty in the
+protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rules:
+  fig1   dapo, armor (+ anchor_only where the anchor ablations run: alpha_sweep or late_start_step)
+  fig2   dapo_cont + kl_k3_b<β> for β in kl_betas                      (needs kl_betas)
+  fig3   mix_a<α> for α in alpha_sweep; anchor_only, anchor_static_clip, anchor_offpolicy, armor;
+         armor_late, dapo_late from late_start_step                    (needs alpha_sweep or late_start_step)
+  fig4   armor_reset_never + armor_reset_<τ> for τ in reset_sweep       (needs reset_sweep)
+  fig5   dapo_cont + kl_k2_b<β>                                         (needs kl_betas)
+  fig6   qae (stage 1), qae_cont, qae_armor_reset_never, qae_armor_reset_<τ> (needs qae_reset_sweep)
+  fig7   dapo_cont, armor_tau1, armor_tau1_until<S>, clip_expand        (needs qwen3_tau1_until)
+  table1/table2  dapo (θ*), armor; with QAE in the preset also qae (θ*) and the qae_armor_* arms; evaluated
+  table3 opd, mopd, armor (evaluated)
+An arm whose configuration equals an earlier arm's (e.g. armor_reset_160 = armor on the 7B preset) is an
+alias: it is trained once, and its folder is a symlink to the canonical one (reproduce/collect.py).
+
+Stage 1 (from the base model): `dapo`, `qae` with schedule.total_steps = stage1_steps. Stage 2: model.path =
+algo.reference.path = θ*'s checkpoint (reproduce/peaks.py), step_offset = θ*'s step, schedule.total_steps =
+stage2_steps, output_dir = runs/<preset>/<arm>/seed<s>; armor_late/dapo_late start from the DAPO checkpoint
+at late_start_step instead (same length).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from figures.data import fmt_alpha, fmt_beta  # arm names are shared with the figures
+from reproduce import stage
+from reproduce.presets import ExperimentError, Preset, fixed_peak, run_dir, stage_steps
+from reproduce.protocol import ProtocolConfig
+
+FIGURES = ("fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7")
+TABLES = ("table1", "table2", "table3")
+ITEMS = FIGURES + TABLES
+BASELINES = ("dapo", "qae")
+
+
+def _val(x: Any) -> str:
+    """An override value as YAML text."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, (list, tuple)):
+        return "[" + ",".join(_val(v) for v in x) + "]"
+    if isinstance(x, str):
+        return json.dumps(x) if (not x or re.search(r"[:#{}\[\],&*!|>'\"%@`]|^\s|\s$", x)) else x
+    return repr(x)
+
+
+
+@dataclass
+class Arm:
+    name: str
+    stage: int                       # 1: from the base model; 2: continual from a baseline's checkpoint
+    baseline: str                    # dapo | qae (the stage-1 run it belongs to / starts from)
+    overrides: list[str]             # the arm's own config overrides (without run location / start point)
+    start: str = "base"              # base | peak | late
+    figures: list[str] = field(default_factory=list)
+    evaluate: bool = False
+    alias_of: Optional[str] = None
+
+    @property
+    def run_arm(self) -> str:
+        return self.alias_of or self.name
+
+
+def _anchors(p: ProtocolConfig) -> list[str]:
+    return ["algo.anchor.enabled=true", f"algo.anchor.ref_n={p.armor_ref_n}"]
+
+
+def _mixed(alpha: float) -> list[str]:
+    return ["algo.mix.variant=mixed", f"algo.mix.alpha={_val(float(alpha))}"]
+
+
+def _reset(every: Optional[int], until: Optional[int] = None) -> list[str]:
+    return [f"algo.reference.reset.every={_val(every)}", f"algo.reference.reset.until_step={_val(until)}"]
+
+
+def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
+    """Every arm the protocol has numbers for, in canonical order, with its own overrides."""
+    a: dict[str, Arm] = {}
+
+    def add(name, stage, baseline, overrides, start):
+        a[name] = Arm(name, stage, baseline, list(overrides), start)
+
+    armor = _anchors(p) + _mixed(p.armor_alpha) + _reset(p.armor_reset_every, p.armor_reset_until)
+    add("dapo", 1, "dapo", [], "base")
+    if p.qae_reset_sweep or p.qae_peak_step is not None:
+        add("qae", 1, "qae", ["algo.advantage=qae"], "base")
+    add("dapo_cont", 2, "dapo", [], "peak")
+    add("armor", 2, "dapo", armor, "peak")
+    add("anchor_only", 2, "dapo", _anchors(p), "peak")
+    for b in p.kl_betas:
+        add(f"kl_k3_b{fmt_beta(b)}", 2, "dapo", [f"algo.kl.coef={_val(float(b))}", "algo.kl.estimator=k3"], "peak")
+    for b in p.kl_betas:
+        add(f"kl_k2_b{fmt_beta(b)}", 2, "dapo", [f"algo.kl.coef={_val(float(b))}", "algo.kl.estimator=k2"], "peak")
+    for al in p.alpha_sweep:
+        add(f"mix_a{fmt_alpha(al)}", 2, "dapo", _mixed(al), "peak")
+    if p.alpha_sweep or p.late_start_step is not None:
+        add("anchor_static_clip", 2, "dapo",
+            _anchors(p) + ["algo.mix.variant=static_clip", f"algo.mix.alpha={_val(float(p.armor_alpha))}"], "peak")
+        add("anchor_offpolicy", 2, "dapo", _anchors(p) + ["algo.mix.variant=offpolicy_anchor"], "peak")
+    if p.late_start_step is not None:
+        add("armor_late", 2, "dapo", armor, "late")
+        add("dapo_late", 2, "dapo", [], "late")
+    if p.reset_sweep:
+        add("armor_reset_never", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(None), "peak")
+        for t in p.reset_sweep:
+            add(f"armor_reset_{int(t)}", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(int(t)), "peak")
+    if "qae" in a:
+        q = ["algo.advantage=qae"]
+        add("qae_cont", 2, "qae", q, "peak")
+        add("qae_armor_reset_never", 2, "qae", q + _anchors(p) + _mixed(p.armor_alpha) + _reset(None), "peak")
+        for t in p.qae_reset_sweep:
+            add(f"qae_armor_reset_{int(t)}", 2, "qae", q + _anchors(p) + _mixed(p.armor_alpha) + _reset(int(t)),
+                "peak")
+    if p.qwen3_tau1_until:
+        add("armor_tau1", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(1), "peak")
+        for s in p.qwen3_tau1_until:
+            add(f"armor_tau1_until{int(s)}", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(1, int(s)),
+                "peak")
+        add("clip_expand", 2, "dapo",
+            ["algo.mix.variant=static_clip", f"algo.mix.alpha={_val(float(p.armor_alpha))}"], "peak")
+    add("opd", 2, "dapo", ["algo.distill.mode=opd"], "peak")
+    add("mopd", 2, "dapo", ["algo.distill.mode=mopd"], "peak")
+    # aliases: same start and same effective settings as an earlier arm
+    seen: dict[tuple, str] = {}
+    for arm in a.values():
+        sig = (arm.stage, arm.baseline, arm.start, _normalized(arm.overrides))
+        if sig in seen:
+            arm.alias_of = seen[sig]
+        else:
+            seen[sig] = arm.name
+    return a
+
+
+def _normalized(overrides: list[str]) -> tuple:
+    """Overrides as a comparable set, dropping values equal to the defaults (reset.every=null etc.)."""
+    defaults = {"algo.reference.reset.every": "null", "algo.reference.reset.until_step": "null"}
+    kv = {}
+    for o in overrides:
+        k, v = o.split("=", 1)
+        kv[k] = v
+    return tuple(sorted((k, v) for k, v in kv.items() if defaults.get(k) != v))
+
+
+def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
+    """The figures/tables this protocol runs, and the arms each needs (stage-1 baselines included)."""
+    arms = arm_definitions(p)
+    ablations = bool(p.alpha_sweep) or p.late_start_step is not None
+    f: dict[str, list[str]] = {}
+    f["fig1"] = ["dapo", "armor"] + (["anchor_only"] if ablations else [])
+    if p.kl_betas:
+        f["fig2"] = ["dapo", "dapo_cont"] + [f"kl_k3_b{fmt_beta(b)}" for b in p.kl_betas]
+    if ablations:
+        f["fig3"] = (["dapo", "armor"] + [f"mix_a{fmt_alpha(x)}" for x in p.alpha_sweep]
+                     + ["anchor_only", "anchor_static_clip", "anchor_offpolicy"]
+                     + (["armor_late", "dapo_late"] if p.late_start_step is not None else []))
+    if p.reset_sweep:
+        f["fig4"] = ["dapo", "armor", "armor_reset_never"] + [f"armor_reset_{int(t)}" for t in p.reset_sweep]
+    if p.kl_betas:
+        f["fig5"] = ["dapo", "dapo_cont"] + [f"kl_k2_b{fmt_beta(b)}" for b in p.kl_betas]
+    if p.qae_reset_sweep:
+        f["fig6"] = (["qae", "qae_cont", "qae_armor_reset_never"]
+                     + [f"qae_armor_reset_{int(t)}" for t in p.qae_reset_sweep])
+    if p.qwen3_tau1_until:
+        f["fig7"] = (["dapo", "dapo_cont", "armor_tau1"] + [f"armor_tau1_until{int(s)}" for s in p.qwen3_tau1_until]
+                     + ["clip_expand"])
+    t1 = ["dapo", "armor"]
+    if "qae" in arms:
+        t1 += ["qae", "qae_armor_reset_never"] + [f"qae_armor_reset_{int(t)}" for t in p.qae_reset_sweep]
+    f["table1"] = list(t1)
+    f["table2"] = list(t1)
+    f["table3"] = ["dapo", "opd", "mopd", "armor"]
+    for name, lst in f.items():
+        missing = [x for x in lst if x not in arms]
+        assert not missing, (name, missing)
+    return f
+
+
+def parse_only(only: str | list[str] | None) -> Optional[list[str]]:
+    if not only:
+        return None
+    items = [x.strip() for x in (only.split(",") if isinstance(only, str) else only) if x.strip()]
+    bad = [x for x in items if x not in ITEMS]
+    if bad:
+        raise ExperimentError(f"--only: unknown item(s) {bad} (known: {', '.join(ITEMS)})")
+    return items
+
+
+def build_arms(preset: Preset, only: Optional[list[str]] = None) -> dict[str, Arm]:
+    """The arms to run for these figures/tables (default: all the preset has numbers for), canonical
+    order, with `figures` and `evaluate` filled in. Raises if --only names an item the preset lacks."""
+    defs = arm_definitions(preset.protocol)
+    figs = figure_arms(preset.protocol)
+    if only is not None:
+        lacking = [x for x in only if x not in figs]
+        if lacking:
+            raise ExperimentError(f"preset {preset.name} does not run {lacking}: its protocol has no numbers "
+                                  f"for them (it runs {', '.join(figs)})")
+        figs = {k: v for k, v in figs.items() if k in only}
+    evaluate = bool(preset.protocol.eval_benchmarks)
+    chosen: dict[str, Arm] = {}
+    for fig, names in figs.items():
+        for n in names:
+            arm = defs[n]
+            arm.figures.append(fig)
+            if fig.startswith("table") and evaluate and n not in ("dapo_cont",):
+                arm.evaluate = True
+            chosen[n] = arm
+    out = {n: defs[n] for n in defs if n in chosen}
+    for arm in list(out.values()):  # the canonical run of an alias must run too
+        if arm.alias_of and arm.alias_of not in out:
+            canon = defs[arm.alias_of]
+            out[canon.name] = canon
+    # stage-1 baselines of everything chosen
+    for arm in list(out.values()):
+        if arm.baseline not in out:
+            out[arm.baseline] = defs[arm.baseline]
+    return {n: defs[n] for n in defs if n in out}
+
+
+def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Optional[dict] = None,
+                    stage_dir: Optional[Path] = None) -> list[str]:
+    """The full override list of `python -m armor.train --config <preset> ...` for one arm and seed. With a
+    stage folder (reproduce/stage.py), the hub models and datasets the preset names read their staged copies."""
+    p = preset.protocol
+    s1, s2 = stage_steps(preset)
+    out = [f"name={_val(f'{preset.name}/{arm.run_arm}/seed{seed}')}", f"seed={seed}",
+           f"output_dir={_val(str(run_dir(root, preset, arm.run_arm, seed)))}"]
+    if stage_dir is not None:
+        staged = stage.staged_overrides(preset.cfg, stage.plan(preset, stage_dir), models=arm.stage == 1)
+        out += [f"{k}={_val(v)}" for k, v in staged.items()]
+    if arm.stage == 1:
+        keep = sorted({x for x in (fixed_peak(preset, arm.name), p.late_start_step if arm.name == "dapo" else None)
+                       if x is not None} | set(preset.cfg.schedule.keep_steps))
+        out += [f"schedule.total_steps={s1}"]
+        if keep:
+            out += [f"schedule.keep_steps={_val(keep)}"]
+    else:
+        if start is None:
+            raise ExperimentError(f"{arm.name}: its start checkpoint is not known yet (θ* of {arm.baseline} "
+                                  f"seed {seed} not selected)")
+        ck = _val(str(start["checkpoint"]))
+        out += [f"model.path={ck}", f"algo.reference.path={ck}", f"step_offset={int(start['step'])}",
+                f"schedule.total_steps={s2}"]
+    return out + arm.overrides

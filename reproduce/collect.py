@@ -1,0 +1,182 @@
+"""Collection: the runs of a preset -> runs/<preset>/results.parquet + results.meta.json, and whether the
+table (and the figures drawn from it) are current.
+
+    link_aliases(preset, root, seeds)   # alias arms' folders -> symlinks to their canonical runs
+    collect(preset, root, seeds)        # reads validation.jsonl + eval summaries, writes the table
+
+The table's columns are docs/CONTRACTS.md's (common/results.py owns them). Its inputs' fingerprint (names,
+sizes, mtimes) goes into results.meta.json: `collect_done` is true while no input changed. `collect` only
+reads the runs; `link_aliases` is the one step that writes into run folders.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Optional
+
+from armor.config import read_yaml
+from common.jsonl import read_json, read_jsonl, write_json_atomic
+from common.layout import STEP_RE
+from common.results import frame, summary_rows, write_results
+from reproduce.arms import Arm, arm_definitions
+from reproduce.peaks import read_peak, start_point, validation_benchmark
+from reproduce.presets import STATE_JSON, Preset, preset_root, run_dir
+
+META_NAME = "results.meta.json"
+FIG_STAMP = ".armor_figures.json"
+_EVAL_NAME = re.compile(r"^(?P<bench>.+?)__(?P<proto>.+?)__k(?P<k>\d+)\.json$")
+
+
+def link_aliases(preset: Preset, root: Path, seeds: list[int]) -> list[Path]:
+    """Make each alias arm's run folder a relative symlink to its canonical run (where that run exists and the
+    folder does not); returns the links made."""
+    made = []
+    for arm in arm_definitions(preset.protocol).values():
+        if not arm.alias_of:
+            continue
+        for s in seeds:
+            run, link = run_dir(root, preset, arm.alias_of, s), run_dir(root, preset, arm.name, s)
+            if run.is_dir() and not link.exists() and not link.is_symlink():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(os.path.relpath(run, link.parent))
+                made.append(link)
+    return made
+
+
+def _run_offset(run: Path) -> Optional[int]:
+    f = run / "config.yaml"
+    if f.is_file():
+        try:
+            return int((read_yaml(f) or {}).get("step_offset") or 0)
+        except Exception:
+            return None
+    return None
+
+
+def collect_inputs(preset: Preset, root: Path, seeds: list[int]) -> list[Path]:
+    arms = arm_definitions(preset.protocol)
+    files = []
+    for arm in arms.values():
+        if arm.alias_of:
+            continue
+        for s in seeds:
+            run = run_dir(root, preset, arm.name, s)
+            for name in ("validation.jsonl", "config.yaml", "peak.json"):
+                if (run / name).is_file():
+                    files.append(run / name)
+            if (run / "eval").is_dir():
+                files += sorted(x for x in (run / "eval").rglob("*.json") if not x.name.startswith("."))
+    return files
+
+
+def fingerprint(preset: Preset, root: Path, seeds: list[int]) -> str:
+    h = hashlib.sha1()
+    h.update(json.dumps([preset.name, sorted(arm_definitions(preset.protocol)), sorted(seeds)]).encode())
+    for f in collect_inputs(preset, root, seeds):
+        st = f.stat()
+        h.update(f"{f}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def eval_file_rows(path: Path, meta: dict, step_offset: int) -> list[dict]:
+    """Table rows of one eval summary JSON (eval.evaluate's layout); its step is the summary's total_step, else
+    step_offset + its step (or the nearest step_NNNNNN folder's). A file that is not a summary gives no rows."""
+    data = read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict) or not data.get("samples"):
+        return []
+    step = data.get("total_step")
+    if step is None:
+        local = data.get("step")
+        if local is None:
+            local = next((int(m.group(1)) for m in map(STEP_RE.match, (q.name for q in path.parents)) if m), None)
+        if local is None:
+            return []
+        step = step_offset + int(local)
+    m = _EVAL_NAME.match(path.name)
+    summary = {**data, "benchmark": data.get("benchmark") or (m.group("bench") if m else path.stem)}
+    return summary_rows(summary, meta, step=int(step))
+
+
+def _run_rows(preset: Preset, root: Path, arm: Arm, seed: int, run: Path) -> list[dict]:
+    """The validation and eval rows of one arm's run (an alias reads its canonical run)."""
+    offset = _run_offset(run)
+    if offset is None:
+        st = start_point(preset, root, arm, seed) if arm.stage == 2 else None
+        offset = int(st["step"]) if st else 0
+    base = {"preset": preset.name, "model": preset.model_name, "arm": arm.name, "seed": int(seed)}
+    rows = []
+    for r in read_jsonl(run / "validation.jsonl"):
+        k = int(r.get("k") or 0)
+        rows.append({**base, "step": int(r.get("total_step", offset + int(r["step"]))),
+                     "benchmark": r["benchmark"], "metric": r.get("metric") or f"avg@{k}", "k": k,
+                     "value": float(r["value"]), "n": k, "source": "validation"})
+    if (run / "eval").is_dir():
+        for jf in sorted((run / "eval").rglob("*.json")):
+            if not jf.name.startswith("."):
+                rows += eval_file_rows(jf, base, offset)
+    return rows
+
+
+def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
+    """Write runs/<preset>/results.parquet (docs/CONTRACTS.md columns) and results.meta.json."""
+    fp = fingerprint(preset, root, seeds)
+    arms = arm_definitions(preset.protocol)
+    rows = []
+    peaks: dict = {}
+    numerics: set[str] = set()   # the distinct CPU numerics the runs computed with (armor.trainer NUMERICS_FILE)
+    for arm in arms.values():
+        for s in seeds:
+            run = run_dir(root, preset, arm.run_arm, s)
+            if not run.is_dir():
+                continue
+            numerics.add(json.dumps(read_json(run / "numerics.json"), sort_keys=True))
+            rows += _run_rows(preset, root, arm, s, run)
+            if arm.stage == 1:
+                pk = read_peak(root, preset, arm.name, s)
+                if pk:
+                    peaks.setdefault(arm.name, {})[str(s)] = pk["step"]
+    df = frame(rows)
+    if len(df):
+        df = df.drop_duplicates(subset=["arm", "seed", "step", "benchmark", "metric", "source"], keep="last")
+        df = df.sort_values(["arm", "seed", "source", "benchmark", "metric", "step"]).reset_index(drop=True)
+    out = preset_root(root, preset)
+    out.mkdir(parents=True, exist_ok=True)
+    protocol = json.loads(json.dumps(dataclasses.asdict(preset.protocol)))
+    meta = {"preset": preset.name, "model": preset.model_name, "protocol": protocol, "peaks": peaks,
+            "aliases": {a.name: a.alias_of for a in arms.values() if a.alias_of}, "seeds": seeds,
+            "validation_benchmark": validation_benchmark(preset), "inputs": fp, "rows": len(df),
+            "cpu_numerics": [json.loads(n) for n in sorted(numerics) if n != "null"], "time": time.time()}
+    write_results(out / "results.parquet", df, metadata={"protocol": protocol})
+    write_json_atomic(out / META_NAME, meta, **STATE_JSON)
+    return out / "results.parquet"
+
+
+def collect_done(preset: Preset, root: Path, seeds: list[int]) -> bool:
+    out = preset_root(root, preset)
+    meta = read_json(out / META_NAME)
+    return bool(meta) and (out / "results.parquet").is_file() and meta.get("inputs") == fingerprint(preset, root, seeds)
+
+
+def _sha(path: Path) -> Optional[str]:
+    try:
+        return hashlib.sha1(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def write_figures_stamp(preset: Preset, root: Path, only: Optional[list[str]]) -> None:
+    """Record which results table (its sha1) and item subset the figures in runs/<preset>/figures were drawn from."""
+    out = preset_root(root, preset)
+    write_json_atomic(out / "figures" / FIG_STAMP, {"results": _sha(out / "results.parquet"), "only": only or None,
+                                                    "time": time.time()}, **STATE_JSON)
+
+
+def figures_done(preset: Preset, root: Path, only: Optional[list[str]]) -> bool:
+    out = preset_root(root, preset)
+    st = read_json(out / "figures" / FIG_STAMP)
+    return bool(st) and st.get("results") == _sha(out / "results.parquet") and st.get("only") == (only or None)

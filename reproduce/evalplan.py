@@ -1,0 +1,110 @@
+"""Evaluation planning: which checkpoints of a run are evaluated, the eval.evaluate command, and its stamp.
+
+A baseline is evaluated at θ*; a stage-2 arm at its best checkpoint by validation, every eval_every-th
+checkpoint and the paper's table step (figures/paper_numbers.yaml). `python -m reproduce.experiments evaluate`
+runs eval.evaluate once per step into <run>/eval/step_NNNNNN/ and then writes <run>/eval/.armor_evaluated.json;
+the evaluate job is done when that stamp names the preset's benchmarks and evaluation protocol.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+from common.jsonl import read_json, write_json_atomic
+from common.layout import list_checkpoints
+from reproduce import stage
+from reproduce.arms import Arm
+from reproduce.entrypoints import entry
+from reproduce.peaks import choose_peak, read_peak, read_validation, start_point, validation_benchmark
+from reproduce.presets import REPO_ROOT, STATE_JSON, ExperimentError, Preset, run_dir
+
+EVAL_STAMP = ".armor_evaluated.json"
+
+
+def eval_steps(preset: Preset, root: Path, arm: Arm, seed: int) -> list[int]:
+    """Run-local steps whose checkpoints are evaluated: θ* for a baseline; for a stage-2 arm the best by
+    validation (smoothed, among checkpoints), every eval_every-th checkpoint, and the paper's table step."""
+    run = run_dir(root, preset, arm.run_arm, seed)
+    if arm.stage == 1:
+        pk = read_peak(root, preset, arm.name, seed)
+        if pk is None:
+            raise ExperimentError(f"{arm.name} seed {seed}: no peak.json yet")
+        return [int(pk["step"])]
+    ckpts = list_checkpoints(run)
+    if not ckpts:
+        raise ExperimentError(f"{run}: no checkpoints to evaluate")
+    steps = set()
+    curve = read_validation(run, validation_benchmark(preset))
+    try:
+        steps.add(choose_peak(curve, ckpts, preset.protocol.peak_selection_window)["step"])
+    except ExperimentError:
+        steps.add(ckpts[-1])
+    n = preset.protocol.eval_every
+    if n and n > 0:
+        steps |= set(ckpts[::n])
+    table_step = _paper_table_step(preset, arm)
+    if table_step is not None:
+        start = start_point(preset, root, arm, seed)
+        local = table_step - (start["step"] if start else 0)
+        if local in ckpts:
+            steps.add(local)
+    return sorted(steps)
+
+
+def _paper_table_step(preset: Preset, arm: Arm) -> Optional[int]:
+    """Total step of the paper's table row for this arm (paper presets only), from figures/paper_numbers.yaml."""
+    f = REPO_ROOT / "figures" / "paper_numbers.yaml"
+    if not f.is_file():
+        return None
+    try:
+        import yaml
+        data = yaml.safe_load(f.read_text()) or {}
+    except Exception:
+        return None
+    steps = ((data.get("presets") or {}).get(preset.name) or {}).get("table_steps") or {}
+    key = {"armor": "dapo_armor"}.get(arm.name, arm.name)
+    if arm.name.startswith("qae_armor"):
+        key = "qae_armor"
+    v = steps.get(key)
+    return int(v) if isinstance(v, (int, float)) else None
+
+
+def eval_benchmarks(preset: Preset) -> list[str]:
+    return list(preset.protocol.eval_benchmarks)
+
+
+def eval_command(preset: Preset, ckpt: Path, out: Path, stage_dir: Optional[Path] = None) -> list[str]:
+    """`--out .../eval/step_NNNNNN`: eval.evaluate writes <bench>__<protocol>__k<k>.json straight into it.
+    With a stage folder, the benchmarks staged from the hub are read from it (NAME=path)."""
+    benchmarks = eval_benchmarks(preset)
+    if stage_dir is not None:
+        benchmarks = stage.staged_benchmarks(benchmarks, stage.plan(preset, stage_dir))
+    argv = entry("eval.evaluate") + ["--checkpoint", str(ckpt), "--benchmarks", ",".join(benchmarks),
+                                     "--protocol", preset.protocol.eval_protocol, "--out", str(out),
+                                     "--preset", str(preset.path), "--engine", preset.cfg.rollout.engine,
+                                     "--no-progress"]
+    if preset.protocol.eval_samples:
+        argv += ["--samples", str(preset.protocol.eval_samples)]
+    if preset.protocol.eval_limit:
+        argv += ["--limit", str(preset.protocol.eval_limit)]
+    # the preset's thread count, when it fixes one, holds under every backend (local, SLURM, any core count):
+    # the CPU sampler's results depend on it
+    threads = preset.cfg.threads or os.environ.get("ARMOR_THREADS")
+    if threads:
+        argv += ["--threads", str(threads)]
+    return argv
+
+
+def write_eval_stamp(preset: Preset, root: Path, arm: Arm, seed: int, steps: list[int]) -> None:
+    """Record that these steps were evaluated on the preset's benchmarks under its evaluation protocol."""
+    write_json_atomic(run_dir(root, preset, arm.run_arm, seed) / "eval" / EVAL_STAMP,
+                      {"steps": steps, "benchmarks": eval_benchmarks(preset),
+                       "protocol": preset.protocol.eval_protocol, "time": time.time()}, **STATE_JSON)
+
+
+def eval_done(preset: Preset, root: Path, arm: Arm, seed: int) -> bool:
+    st = read_json(run_dir(root, preset, arm.run_arm, seed) / "eval" / EVAL_STAMP)
+    return bool(st) and st.get("benchmarks") == eval_benchmarks(preset) and \
+        st.get("protocol") == preset.protocol.eval_protocol

@@ -1,0 +1,184 @@
+"""The job graph of a preset: stage (hub models/datasets, presets that name hub ids) | world (toy presets) ->
+stage 1 -> select peak -> stage 2 -> evaluate (array) -> collect -> figures, as slurm.launcher Jobs.
+
+    jobs = build_jobs(load_preset("tiny"), "runs")        # keys: stage, world, stage1/dapo/seed0,
+                                                         # peak/dapo/seed0, stage2/armor/seed0, eval/armor/seed0,
+                                                         # collect, figures
+
+Every job is a `python -m reproduce.experiments <subcommand>` command that resolves its late-bound inputs (θ*,
+the checkpoints to evaluate) when it runs, and has a `done` check on its outputs, so reruns skip finished
+units. Alias arms (reproduce/arms.py) get no job of their own.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from armor.config import load_config
+from reproduce import stage
+from reproduce.arms import Arm, build_arms, train_overrides
+from reproduce.collect import collect_done, figures_done
+from reproduce.entrypoints import entry
+from reproduce.evalplan import eval_benchmarks, eval_done
+from reproduce.peaks import peak_done, peak_file, start_point
+from reproduce.presets import Preset, ckpt_dir, fixed_peak, preset_root, repo_path, run_dir
+from slurm.launcher import Job
+from slurm.resources import load_resources
+
+JOB_ENV = {"ARMOR_PROGRESS": "0", "TOKENIZERS_PARALLELISM": "false"}
+
+
+@dataclass
+class _Plan:
+    """What the jobs of one plan share: the preset, where its runs go, resources, the stage folder's items."""
+    preset: Preset
+    root: Path
+    seeds: list[int]
+    res: dict
+    stage_dir: Path
+    items: list             # reproduce.stage Items the `stage` job copies (none: no staging)
+    env: dict = field(default_factory=lambda: dict(JOB_ENV))
+
+    def command(self, sub: str, *extra: str) -> list[str]:
+        """`python -m reproduce.experiments SUB --preset P --root R EXTRA...`."""
+        return [sys.executable, "-m", "reproduce.experiments", sub, "--preset", str(self.preset.path),
+                "--root", str(self.root), *extra]
+
+    @property
+    def stage_args(self) -> list[str]:
+        return ["--stage-dir", str(self.stage_dir)] if self.items else []
+
+
+def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = None,
+               only: Optional[list[str]] = None, resources: Optional[dict] = None,
+               stage_dir: Optional[str | Path] = None) -> list[Job]:
+    """The DAG: stage (hub models/datasets, presets that name hub ids) | world (toy presets) -> stage 1 ->
+    select peak -> stage 2 -> evaluate (array) -> collect -> figures."""
+    root = Path(root).resolve()
+    p = preset.protocol
+    sd = Path(stage_dir).resolve() if stage_dir else stage.default_stage_dir(root)
+    plan = _Plan(preset, root, list(seeds if seeds is not None else p.seeds),
+                 resources or load_resources(p.nodes, p.gpus_per_node, procs_per_node=p.procs_per_node),
+                 sd, stage.plan(preset, sd))
+    arms = build_arms(preset, only)
+    jobs = _setup_jobs(plan)
+    first = [j.key for j in jobs]          # what stage-1 training waits for: staging and/or the world build
+    for s in plan.seeds:
+        for arm in arms.values():
+            if not arm.alias_of:
+                jobs += _train_jobs(plan, arms, arm, s, first)
+    staged = ["stage"] if plan.items else []
+    for s in plan.seeds:
+        for arm in arms.values():
+            if arm.evaluate and not arm.alias_of:
+                jobs.append(_eval_job(plan, arm, s, staged))
+    return jobs + _final_jobs(plan, jobs, only)
+
+
+def _setup_jobs(plan: _Plan) -> list[Job]:
+    """Staging of the hub models and datasets the preset names; the toy world's build."""
+    jobs = []
+    if plan.items:
+        items = plan.items
+        jobs.append(Job("stage", plan.command("stage", *plan.stage_args), kind="stage", resources=plan.res["stage"],
+                        env=plan.env, done=lambda items=items: all(it.done() for it in items),
+                        info={"items": [f"{it.kind} {it.label()} -> {it.dest}" for it in items]},
+                        description=f"stage {len(items)} hub model(s)/dataset(s) into {plan.stage_dir}"))
+    w = plan.preset.world()
+    if w is not None:
+        world, quick = w
+        argv = entry("reproduce.toy.build") + ["--out", str(world)] + (["--quick"] if quick else [])
+        jobs.append(Job("world", argv, kind="world", resources=plan.res["world"], env=plan.env,
+                        done=lambda world=world: (repo_path(world) / "world.json").is_file(),
+                        description=f"build the toy world in {world}"))
+    return jobs
+
+
+def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list[str]) -> list[Job]:
+    """The train job of one arm and seed, and for a baseline that others start from (or that is evaluated)
+    the job that chooses its θ*."""
+    preset, root = plan.preset, plan.root
+    if arm.stage == 1:
+        deps = list(first)
+    elif arm.start == "late":
+        deps = [f"stage1/dapo/seed{s}"]
+    else:
+        deps = [f"peak/{arm.baseline}/seed{s}"]
+    run = run_dir(root, preset, arm.name, s)
+    key = f"stage{arm.stage}/{arm.name}/seed{s}"
+    jobs = [Job(key, plan.command("train", "--arm", arm.name, "--seed", str(s), *plan.stage_args), kind="train",
+                deps=deps, resources=plan.res["train"], launch="torchrun", env=plan.env,
+                done=lambda run=run: (run / "DONE").is_file(), info=_train_info(plan, arm, s),
+                description=f"train {arm.name} seed {s}")]
+    starts_others = any(a.baseline == arm.name and a.stage == 2 and a.start == "peak" for a in arms.values())
+    if arm.stage == 1 and (starts_others or arm.evaluate):
+        fixed = fixed_peak(preset, arm.name)
+        pf = peak_file(root, preset, arm.name, s)
+        jobs.append(Job(f"peak/{arm.name}/seed{s}", plan.command("select-peak", "--arm", arm.name, "--seed", str(s)),
+                        kind="select_peak", deps=[key], resources=plan.res["select_peak"], env=plan.env,
+                        done=lambda pf=pf, fixed=fixed: peak_done(pf, fixed),
+                        info={"peak": f"step {fixed} (protocol)" if fixed is not None else
+                              f"argmax of validation (window {preset.protocol.peak_selection_window})"},
+                        description=f"choose θ* of {arm.name} seed {s}"))
+    return jobs
+
+
+def _train_info(plan: _Plan, arm: Arm, s: int) -> dict:
+    """What the dry run shows of a train job: its figures, memory (GPU presets) and the resolved overrides."""
+    preset, root = plan.preset, plan.root
+    start = start_point(preset, root, arm, s) if arm.stage == 2 else None
+    fixed = fixed_peak(preset, arm.baseline)
+    if arm.stage == 2 and start is None and fixed is not None:
+        start = {"step": fixed, "checkpoint": str(ckpt_dir(run_dir(root, preset, arm.baseline, s), fixed))}
+    info = {"arm": arm.name, "figures": ",".join(arm.figures)}
+    if plan.res["train"].gpus_per_node:
+        info["memory"] = train_memory(preset, arm, plan.res["train"])
+    if arm.stage == 1 or start is not None:
+        ov = train_overrides(preset, root, arm, s, start, plan.stage_dir if plan.items else None)
+        info["overrides"] = " ".join(ov)
+    else:
+        info["overrides"] = "θ* of %s seed %d chosen at run time (argmax of validation); " % (
+            arm.baseline, s) + " ".join(arm.overrides)
+    return info
+
+
+def train_memory(preset: Preset, arm: Arm, res) -> str:
+    """The dry run's line for a GPU train job: its ranks and the per-rank memory estimate (armor.memory)."""
+    from armor import memory
+    shape = memory.model_shape(preset.cfg.model.path)
+    ranks = f"{res.world_size} ranks ({res.nodes} node(s) x {res.ranks_per_node})"
+    if shape is None:
+        return f"{ranks}; memory: model shape unknown (stage the model, or add it to armor.memory.KNOWN)"
+    cfg = load_config(preset.path, arm.overrides)
+    return f"{ranks}; " + memory.describe(memory.estimate(cfg, res.world_size, shape), cfg)
+
+
+def _eval_job(plan: _Plan, arm: Arm, s: int, staged: list[str]) -> Job:
+    """Evaluating one arm and seed (one job array on SLURM), after θ* (baselines) or the arm's training."""
+    preset, root = plan.preset, plan.root
+    dep = f"peak/{arm.name}/seed{s}" if arm.stage == 1 else f"stage2/{arm.name}/seed{s}"
+    return Job(f"eval/{arm.name}/seed{s}", plan.command("evaluate", "--arm", arm.name, "--seed", str(s),
+                                                        *plan.stage_args),
+               kind="evaluate", deps=[dep] + staged, resources=plan.res["evaluate"], array="evaluate", env=plan.env,
+               done=lambda arm=arm, s=s: eval_done(preset, root, arm, s),
+               info={"benchmarks": ",".join(stage.staged_benchmarks(eval_benchmarks(preset), plan.items)),
+                     "protocol": preset.protocol.eval_protocol},
+               description=f"evaluate {arm.name} seed {s}")
+
+
+def _final_jobs(plan: _Plan, jobs: list[Job], only: Optional[list[str]]) -> list[Job]:
+    """The results table after every train / select-peak / evaluate job, then the figures and report."""
+    preset, root, seeds = plan.preset, plan.root, plan.seeds
+    seeds_arg = ["--seeds", ",".join(map(str, seeds))]
+    only_arg = ["--only", ",".join(only)] if only else []
+    out = preset_root(root, preset)
+    return [Job("collect", plan.command("collect", *seeds_arg), kind="collect",
+                deps=[j.key for j in jobs if j.kind in ("train", "evaluate", "select_peak")],
+                resources=plan.res["collect"], env=plan.env, done=lambda: collect_done(preset, root, seeds),
+                description=f"results table {out / 'results.parquet'}"),
+            Job("figures", plan.command("figures", *seeds_arg, *only_arg), kind="figures", deps=["collect"],
+                resources=plan.res["figures"], env=plan.env,
+                done=lambda: collect_done(preset, root, seeds) and figures_done(preset, root, only),
+                description=f"figures + report in {out}")]

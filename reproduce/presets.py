@@ -1,0 +1,110 @@
+"""Presets: a preset file as the driver reads it (the trainer's config + its protocol) and where its runs live.
+
+    p = load_preset("qwen25-math-7b")      # or a YAML path; reproduce/presets/<name>.yaml
+    p.cfg                                  # armor.config.RunConfig (what armor.train reads)
+    p.protocol                             # reproduce.protocol.ProtocolConfig (the `protocol:` section)
+    run_dir(root, p, "armor", 0)           # <root>/<preset>/armor/seed0
+
+A preset is validated whole before any job is planned: the trainer's keys by armor.config, the `protocol:`
+section by reproduce/protocol.py, and protocol.eval_samples against the pass@k its evaluation protocol reports.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from armor.config import RunConfig, load_config
+from reproduce.protocol import SECTION, ProtocolConfig, load_protocol
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+STATE_JSON = dict(indent=1, sort_keys=True, default=str)   # how the driver writes its state files
+
+
+class ExperimentError(RuntimeError):
+    """The plan cannot be made or a step of it cannot run (the subcommands exit 2 with its message)."""
+
+
+@dataclass
+class Preset:
+    name: str                 # file stem: runs/<name>, the `preset` column of results
+    path: Path
+    cfg: RunConfig
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+
+    @property
+    def model_name(self) -> str:
+        """The model column of results and tables: model.display_name, else the last part of model.path."""
+        if self.cfg.model.display_name:
+            return self.cfg.model.display_name
+        p = Path(self.cfg.model.path)
+        return p.parent.name if p.name == "base_model" else p.name
+
+    def world(self) -> Optional[tuple[Path, bool]]:
+        """(world dir, quick) when the preset trains the toy world's base model (tiny / smoke)."""
+        mp = Path(self.cfg.model.path)
+        if mp.name != "base_model":
+            return None
+        world = mp.parent
+        data = Path(self.cfg.data.train)
+        if world not in data.parents:
+            return None
+        return world, (self.name == "smoke" or self.cfg.name == "smoke")
+
+
+def load_preset(name_or_path: str | Path) -> Preset:
+    p = Path(name_or_path)
+    if not p.suffix:
+        p = PRESETS_DIR / f"{name_or_path}.yaml"
+    if not p.is_file():
+        known = sorted(x.stem for x in PRESETS_DIR.glob("*.yaml"))
+        raise ExperimentError(f"preset {str(name_or_path)!r} not found (known: {', '.join(known)}; or a YAML path)")
+    cfg = load_config(p)
+    preset = Preset(name=p.stem, path=p.resolve(), cfg=cfg, protocol=load_protocol(cfg.foreign.get(SECTION, {})))
+    _check_eval_samples(preset.protocol)
+    return preset
+
+
+def _check_eval_samples(proto: ProtocolConfig) -> None:
+    """protocol.eval_samples must leave room for the pass@k the evaluation protocol reports (fail at plan time,
+    not in the evaluation jobs after the training is spent)."""
+    from eval.protocols import get_protocol
+    if not proto.eval_samples or not proto.eval_benchmarks:
+        return
+    ev = get_protocol(proto.eval_protocol)
+    for spec in proto.eval_benchmarks:
+        bench = spec.split("=", 1)[0]
+        need = max(ev.setting(bench).pass_ks, default=0)
+        if need > proto.eval_samples:
+            raise ExperimentError(f"protocol.eval_samples={proto.eval_samples}: the {ev.name!r} protocol reports "
+                                  f"pass@{need} on {bench}, which needs at least {need} samples")
+
+
+def repo_path(path: str | Path) -> Path:
+    """Paths in presets are relative to the repository root (where jobs run)."""
+    p = Path(path)
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+# ------------------------------------------------------------------------------------------ locations
+def preset_root(root: str | Path, preset: Preset) -> Path:
+    return Path(root) / preset.name
+
+
+def run_dir(root: Path, preset: Preset, arm: str, seed: int) -> Path:
+    return preset_root(root, preset) / arm / f"seed{seed}"
+
+
+def ckpt_dir(run: Path, step: int) -> Path:
+    return Path(run) / "checkpoints" / f"step_{step:06d}"
+
+
+def stage_steps(preset: Preset) -> tuple[int, int]:
+    p = preset.protocol
+    return (p.stage1_steps or preset.cfg.schedule.total_steps, p.stage2_steps or preset.cfg.schedule.total_steps)
+
+
+def fixed_peak(preset: Preset, baseline: str) -> Optional[int]:
+    p = preset.protocol
+    return p.qae_peak_step if baseline == "qae" else p.peak_step

@@ -1,0 +1,128 @@
+"""The continual-training protocol: the `protocol:` section of a preset, typed and validated (the driver's own).
+
+    proto = load_protocol(read_yaml("reproduce/presets/qwen25-math-7b.yaml").get("protocol", {}))
+    python -m reproduce.protocol                 # every key: type, default, help
+    python -m reproduce.protocol --markdown > docs/protocol.md
+
+Figure sweeps, the stage lengths, θ* selection, the final evaluation, SLURM sizes and seeds. The trainer does
+not own this section (armor.config.FOREIGN_SECTIONS): it keeps it unread and copies it into each run's
+config.yaml; reproduce/presets.py builds it from the preset. Every error names `protocol.<field>` and the value
+(ConfigError), before any job is planned.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from armor import config_doc
+from armor.config import ConfigError, from_mapping
+
+SECTION = "protocol"
+
+
+def _f(default: Any = dataclasses.MISSING, help: str = "", factory: Any = dataclasses.MISSING):
+    """A field with its help text (metadata["help"], as armor/config.py's fields)."""
+    if factory is not dataclasses.MISSING:
+        return field(default_factory=factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class ProtocolConfig:
+    """Numbers of the continual-training protocol, read by reproduce/ (the trainer ignores them)."""
+    stage1_steps: int = _f(0, "RL steps of the stage-1 baselines from the base model (0 = "
+                              "schedule.total_steps)")
+    stage2_steps: int = _f(0, "RL steps of every stage-2 arm from θ* (0 = schedule.total_steps)")
+    peak_step: Optional[int] = _f(None, "fixed θ* step (paper); null = argmax of the validation curve")
+    qae_peak_step: Optional[int] = _f(None, "fixed θ* step of the QAE baseline (paper: 230 for 7B)")
+    late_start_step: Optional[int] = _f(None, "Fig. 3c: ARMOR from a degraded checkpoint")
+    peak_selection_window: int = _f(1, "smooth validation over this many points before the argmax")
+    armor_alpha: float = _f(0.9375, "α of the ARMOR arms' mixed ratio")
+    armor_ref_n: int = _f(4, "reference samples per prompt of the anchor arms")
+    armor_reset_every: Optional[int] = _f(None, "τ of the `armor` arm's reference reset (null = never)")
+    armor_reset_until: Optional[int] = _f(None, "the `armor` arm stops resetting after this step")
+    reset_sweep: list[int] = _f(factory=list, help="Fig. 4: reset periods τ")
+    alpha_sweep: list[float] = _f(factory=list, help="Fig. 3a: α of the mix-only arms")
+    kl_betas: list[float] = _f(factory=list, help="Fig. 2 / 5: β of the KL arms")
+    kl_after_steps: int = _f(100, "Fig. 2b: KLs read after this many steps")
+    qae_reset_sweep: list[int] = _f(factory=list, help="Fig. 6: reset periods of ARMOR from the QAE peak")
+    qwen3_tau1_until: list[int] = _f(factory=list, help="Fig. 7: τ = 1 until these stage-2 steps, then frozen")
+    eval_benchmarks: list[str] = _f(factory=list, help="benchmarks of the final evaluation (registry names "
+                                                       "or NAME=path.jsonl)")
+    eval_protocol: str = _f("paper", "evaluation protocol (eval/protocols.py): samples, pass@k, lengths")
+    eval_every: int = _f(0, "evaluate every N-th saved checkpoint (0 = only the selected ones)")
+    eval_samples: Optional[int] = _f(None, "override the protocol's samples per problem (k)")
+    eval_limit: Optional[int] = _f(None, "score only the first N problems of each benchmark")
+    nodes: int = _f(1, "nodes per training job (SLURM)")
+    gpus_per_node: int = _f(0, "GPUs per training node (0 = a CPU preset)")
+    procs_per_node: int = _f(0, "trainer ranks per training node (torchrun); 0 = one per GPU, or 1 on a CPU "
+                                "preset. A CPU preset with 2 runs 2-rank CPU jobs (gloo), e.g. on a test SLURM")
+    seeds: list[int] = _f(factory=lambda: [0], help="seeds of every arm")
+
+
+def _check(cond: bool, key: str, value: Any, why: str) -> None:
+    if not cond:
+        raise ConfigError(f"{key}: {value!r} {why}")
+
+
+def validate_protocol(p: ProtocolConfig) -> None:
+    """Semantic checks that types cannot express; each failure names protocol.<field> and its value."""
+    c = _check
+    c(0 < p.armor_alpha <= 1, "protocol.armor_alpha", p.armor_alpha, "must be in (0, 1]")
+    c(p.armor_ref_n >= 1, "protocol.armor_ref_n", p.armor_ref_n, "must be >= 1")
+    for i, x in enumerate(p.alpha_sweep):
+        c(0 < x <= 1, f"protocol.alpha_sweep[{i}]", x, "must be in (0, 1]")
+    for i, x in enumerate(p.kl_betas):
+        c(x > 0, f"protocol.kl_betas[{i}]", x, "must be > 0")
+    c(p.peak_selection_window >= 1, "protocol.peak_selection_window", p.peak_selection_window, "must be >= 1")
+    c(p.eval_samples is None or p.eval_samples >= 1, "protocol.eval_samples", p.eval_samples, "must be >= 1")
+    c(p.eval_limit is None or p.eval_limit >= 1, "protocol.eval_limit", p.eval_limit, "must be >= 1")
+    c(p.nodes >= 1, "protocol.nodes", p.nodes, "must be >= 1")
+    c(p.gpus_per_node >= 0, "protocol.gpus_per_node", p.gpus_per_node, "must be >= 0")
+    c(p.procs_per_node >= 0, "protocol.procs_per_node", p.procs_per_node, "must be >= 0")
+    c(len(p.seeds) >= 1, "protocol.seeds", p.seeds, "must list at least one seed")
+
+
+def load_protocol(section: Any) -> ProtocolConfig:
+    """The `protocol:` section of a preset (its mapping; {} for the defaults), typed and validated."""
+    if section is None:
+        raise ConfigError(f"{SECTION}: must not be null")
+    if not isinstance(section, dict):
+        raise ConfigError(f"{SECTION}: expected a mapping, got {section!r}")
+    proto = from_mapping(ProtocolConfig, section, SECTION)
+    validate_protocol(proto)
+    return proto
+
+
+def reference_fields() -> list[config_doc.FieldDoc]:
+    """Every protocol key, as armor.config_doc documents the trainer's."""
+    return list(config_doc.fields(ProtocolConfig, f"{SECTION}."))
+
+
+def markdown() -> str:
+    """docs/protocol.md: the protocol's keys (tests/test_config_help.py checks it is up to date)."""
+    return "\n".join([
+        "<!-- GENERATED FILE: python -m reproduce.protocol --markdown > docs/protocol.md (from ProtocolConfig in "
+        "reproduce/protocol.py; tests/test_config_help.py checks it is up to date) -->", "",
+        "# Protocol reference", "",
+        "The `protocol:` section of a preset (`reproduce/presets/*.yaml`): the numbers of the continual-training "
+        "protocol that the experiment driver (`python reproduce/run_all.py`, `python -m reproduce.experiments`) "
+        "plans from. The trainer does not read it (see the end of [config.md](config.md)); it copies it into each "
+        "run's `config.yaml`.", "",
+        (ProtocolConfig.__doc__ or "").strip(), ""] + config_doc.table(reference_fields()) + [""])
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--markdown" in argv:
+        sys.stdout.write(markdown())
+    else:
+        sys.stdout.write(f"{SECTION}:  {(ProtocolConfig.__doc__ or '').strip()}\n"
+                         + config_doc.text(docs=reference_fields()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
