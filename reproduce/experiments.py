@@ -39,6 +39,7 @@ from reproduce.collect import collect, link_aliases, write_figures_stamp
 from reproduce.entrypoints import entry
 from reproduce.evalplan import eval_command, eval_steps, write_eval_stamp
 from reproduce.peaks import peak_file, select_peak, start_point
+from common.yaml_config import ConfigError
 from reproduce.presets import (REPO_ROOT, STATE_JSON, ExperimentError, Preset, ckpt_dir, load_preset, preset_root,
                                run_dir)
 from slurm import warm
@@ -212,7 +213,7 @@ def main(argv=None) -> int:
             return cmd_collect(preset, root, seeds)
         if a.cmd == "figures":
             return cmd_figures(preset, root, seeds, parse_only(a.only))
-    except (ExperimentError, stage.StageError) as e:
+    except (ExperimentError, ConfigError, stage.StageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 2

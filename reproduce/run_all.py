@@ -35,6 +35,7 @@ from reproduce.experiments import DRIVER_START_ENV, record_driver_run  # noqa: E
 from reproduce.jobs import build_jobs  # noqa: E402
 from reproduce.peaks import read_peak  # noqa: E402
 from reproduce.presets import ExperimentError, fixed_peak, load_preset, preset_root  # noqa: E402
+from common.yaml_config import ConfigError  # noqa: E402
 from slurm.launcher import ACTIVE, DONE, Launcher, LauncherError, topo_order  # noqa: E402
 from slurm.resources import ResourceError, load_resources  # noqa: E402
 
@@ -196,7 +197,7 @@ def main(argv=None) -> int:
             n = sum(1 for s, _ in states.values() if s in ACTIVE)
             print(f"\n{n} job(s) queued or running on {la.cluster}; rerun this command (or add --status) to follow")
         return 0
-    except (ExperimentError, LauncherError, ResourceError, stage.StageError) as e:
+    except (ExperimentError, ConfigError, LauncherError, ResourceError, stage.StageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
