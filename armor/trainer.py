@@ -14,20 +14,19 @@ One RL step:
   5. every τ steps (until a given step): θref <- θ
   6. metrics row (also to TensorBoard / W&B: armor.logging_backends); validation every k steps; checkpoint
      every k steps (atomic, resumable)
-The mathematics lives in armor.objectives / advantages / anchors / rewards; this file orchestrates.
+The mathematics lives in armor.objectives / advantages / anchors / rewards; this file orchestrates. It is
+~800 lines on purpose: Algorithm 1's orchestration in one class (collect, update, reset, validate, save and the
+loop, in that order) reads top to bottom; the step's typed state (armor.step_state), the run folder
+(armor.run_folder), the checkpoint format, the FSDP2 plumbing (armor.parallel, armor.spmd, armor.microbatch) and
+the engines (common.rollout) each live in their own module.
 """
 from __future__ import annotations
 
 import dataclasses
-import enum
-import hashlib
-import json
 import math
 import os
 import time
 import warnings
-from array import array
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -38,20 +37,23 @@ from armor import microbatch
 from armor import parallel
 from armor import faults
 from armor import logging_backends
+from armor import run_folder
 from armor.advantages import group_advantages
 from armor.anchors import anchor_keep, assemble_anchor_groups, dynamic_sampling_keep
-from armor.config import FOREIGN_SECTIONS, RunConfig, dump_config, load_config, to_dict
+from armor.config import RunConfig
 from armor.data import PromptStream, load_prompts
-from common.distributed import Dist
 from armor.objectives import (ADDITIVE_METRICS, RATIOS, kl_forward_estimate, kl_reverse_estimate,
                               logprob_mismatch, masked_mean, mopd_token_advantages, opd_token_advantages,
                               pad_token_values, policy_loss)
 from armor.policy import forward_logprobs, make_token_batch
 from armor.rewards import shaped_reward
 from armor.spmd import global_masked_mean, shard_seed, sharded_map
+from armor.step_state import (FrozenLogprobs, Group, MinibatchPlan, PhaseTimes, RolloutStats, SeedPhase, UpdateBatch,
+                               engine_logprobs, step_seed)
 from common.benchmarks import load_benchmark, register_jsonl
+from common.distributed import Dist
 from common.grading import Grader
-from common.jsonl import append_jsonl, read_jsonl, write_json_atomic, write_jsonl
+from common.jsonl import append_jsonl, write_json_atomic
 from common.metrics import avg_at_k
 from common.models import DTYPES, build_on_meta, check_model_path, load_model, load_skeleton, load_tokenizer
 from common.rollout import SamplingParams, build_engine
@@ -63,139 +65,6 @@ DETERMINISTIC_KEYS = ("reward_mean", "accuracy", "response_length", "entropy", "
 # lazy anchors ask the reference about ceil(ANCHOR_CHUNK_MARGIN x still-needed) passing prompts at a time: a few
 # more than needed, since a prompt whose ref_n samples are all wrong is not kept (a cost knob, not a paper number)
 ANCHOR_CHUNK_MARGIN = 1.5
-# keys of config.yaml that a rerun may change without invalidating the checkpoints
-RESUME_MUTABLE = {"threads", "device", "schedule.total_steps", "schedule.keep_last", "reward.grader_workers",
-                  "validation.max_problems", "output_dir", "model.display_name"}
-# prefixes of such keys: other tools' sections are not the trainer's (FOREIGN_SECTIONS), logging only says where
-# the same rows also go
-RESUME_MUTABLE_PREFIXES = tuple(f"{s}." for s in FOREIGN_SECTIONS) + ("logging.",)
-
-
-class SeedPhase(enum.IntEnum):
-    """What a step's seed is for (its value enters the hash: never renumber)."""
-    ON_POLICY = 1         # a round's on-policy samples
-    ANCHOR = 2            # a chunk of reference samples for anchors
-    MINIBATCH_ORDER = 3   # an epoch's shuffle of the kept prompts into mini-batches
-    VALIDATION = 4        # validation samples after the step
-
-
-def step_seed(seed: int, step: int, phase: SeedPhase, rnd: int = 0, chunk: int = 0) -> int:
-    """A distinct, reproducible sampling seed per (run seed, step, phase, round, chunk): a 62-bit hash."""
-    digest = hashlib.blake2b(repr((seed, step, int(phase), rnd, chunk)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") % (2 ** 62)
-
-
-@dataclass
-class PhaseTimes:
-    """Seconds per phase of one RL step, and the tokens sampled (collect and update add to them)."""
-    generate: float = 0.0
-    score: float = 0.0
-    logprob: float = 0.0
-    update: float = 0.0
-    tokens: int = 0
-
-
-@dataclass
-class RolloutStats:
-    """What collect() counts in one RL step: prompts drawn, rounds, on-policy correctness and lengths, reference
-    samples, and the shortfall below B."""
-    prompts_drawn: int = 0
-    rounds: int = 0
-    correct: list = dataclasses.field(default_factory=list)
-    lengths: list = dataclasses.field(default_factory=list)
-    ref_samples: int = 0
-    shortfall: int = 0
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        out.update(_flatten(v, key + ".") if isinstance(v, dict) else {key: v})
-    return out
-
-
-def _truncate_jsonl(path: Path, max_step: int) -> None:
-    """Drop rows logged after the checkpoint we resume from (they will be recomputed), and a torn last line."""
-    if path.is_file():
-        write_jsonl(path, [r for r in read_jsonl(path) if r["step"] <= max_step])
-
-
-NUMERICS_FILE = "numerics.json"   # what the run computes with (common.cpu_numerics.describe)
-
-
-def _record_numerics(path: Path) -> None:
-    """Write this process's CPU numerics; warn when a resume computes with other ones than the run so far (its
-    results will not be byte-identical to an uninterrupted run's)."""
-    from common import cpu_numerics
-    now = cpu_numerics.describe()
-    if cpu_numerics.unpinned(now):
-        warnings.warn(f"torch computes with {now['cpu_capability']} CPU kernels, not the pinned AVX2 (torch was "
-                      "imported before the suite's packages?): results will not match other machines' "
-                      "byte for byte", stacklevel=2)
-    if path.is_file():
-        before = json.loads(path.read_text())
-        diff = {k: (before.get(k), v) for k, v in now.items() if before.get(k) != v}
-        if diff:
-            warnings.warn(f"{path}: this resume computes with other CPU numerics than the run so far {diff}; "
-                          "its results will not be byte-identical to an uninterrupted run's", stacklevel=2)
-    write_json_atomic(path, now, indent=1, sort_keys=True)
-
-
-@dataclass
-class UpdateBatch:
-    """The kept groups as one batch: N = groups x G response rows, R = the longest response.
-    batch: TokenBatch; mask [N, R] float (response tokens); is_anchor [N] bool; adv [N] (group advantages)."""
-    batch: object
-    mask: torch.Tensor
-    is_anchor: torch.Tensor
-    adv: torch.Tensor
-    group_size: int
-
-
-@dataclass
-class MinibatchPlan:
-    """minibatches: per epoch, each mini-batch's rows (whole groups); micro[i]: this rank's micro-batches of
-    mini-batch i; local[i]: their rows together; need [N] bool: the rows this rank touches; own: the rows it
-    accounts for in token metrics (its parts of the first epoch: each row once)."""
-    minibatches: list
-    micro: list
-    local: list
-    need: torch.Tensor
-    own: torch.Tensor
-
-
-@dataclass
-class FrozenLogprobs:
-    """Per-token values fixed for the step, [N, R]: θold's log-probs and entropy (the first mini-batch's rows are
-    filled in by their own update pass: `todo` marks the rows computed beforehand), πref's (None when nothing
-    reads them) and the token advantages."""
-    old_logp: torch.Tensor
-    entropy: torch.Tensor
-    ref_logp: torch.Tensor | None
-    tok_adv: torch.Tensor
-    todo: torch.Tensor
-
-
-@dataclass
-class Group:
-    """One kept prompt: its |G| responses (on-policy first, the anchor last when present)."""
-    prompt_ids: list[int]
-    gold: str
-    responses: list[list[int]]
-    correct: list[bool]
-    is_anchor: list[bool]
-    # the rollout engine's log-probs of each response's tokens (the sampler's; the anchor's from πref), float32;
-    # empty when the engine gave none. The training/inference mismatch metric compares them with θold's
-    engine_logprobs: list = dataclasses.field(default_factory=list)
-
-
-def _engine_logprobs(ro) -> list:
-    """Each response's engine log-probs as a float32 array (a compact pickle when shards are gathered); empty
-    arrays for a rollout without log-probs."""
-    if len(ro.logprobs) != len(ro.response_ids):
-        return [array("f") for _ in ro.response_ids]
-    return [array("f", lp) for lp in ro.logprobs]
 
 
 class Trainer:
@@ -354,29 +223,8 @@ class Trainer:
         return sets
 
     def _prepare_run_dir(self) -> int | None:
-        """Create the run folder, or find the checkpoint to resume from (None = fresh start)."""
-        rd = self.run_dir
-        rd.mkdir(parents=True, exist_ok=True)
-        cfg_file = rd / "config.yaml"
-        if cfg_file.is_file():
-            old = _flatten(to_dict(load_config(cfg_file)))
-            new = _flatten(to_dict(self.cfg))
-            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUME_MUTABLE
-                          and not k.startswith(RESUME_MUTABLE_PREFIXES))
-            if diff:
-                k = diff[0]
-                raise ValueError(f"{rd}: config differs from the run's config.yaml at {k}: "
-                                 f"{old.get(k)!r} (run) vs {new.get(k)!r} (now); use another output_dir")
-        dump_config(self.cfg, cfg_file)
-        _record_numerics(rd / NUMERICS_FILE)
-        ckpt.clean_partial(rd)
-        last = ckpt.latest_complete(rd)
-        for name in ("metrics.jsonl", "validation.jsonl"):
-            if last is None:
-                (rd / name).unlink(missing_ok=True)
-            else:
-                _truncate_jsonl(rd / name, last)
-        return last
+        """Create the run folder, or find the checkpoint to resume from (None = fresh start): armor.run_folder."""
+        return run_folder.prepare(self.run_dir, self.cfg)
 
     def _restore(self, step: int) -> None:
         state = ckpt.load_state(self.run_dir, step)
@@ -462,14 +310,14 @@ class Trainer:
         if self.shards == 1:
             ro = self._generate(model, pids, n, seed, tm)
             return (ro.response_ids, self._grade(ro.texts, [golds[i] for i in ro.prompt_index], tm),
-                    _engine_logprobs(ro))
+                    engine_logprobs(ro))
         t0 = time.perf_counter()
         self._serve(model)          # a collective on several ranks: every rank, whatever shards it draws
         tm.generate += time.perf_counter() - t0
         def work(idx, s):
             ro = self._generate(model, [pids[i] for i in idx], n, shard_seed(seed, s), tm)
             return (ro.response_ids, self._grade(ro.texts, [golds[idx[j]] for j in ro.prompt_index], tm),
-                    _engine_logprobs(ro))
+                    engine_logprobs(ro))
         parts = [p for p in sharded_map(self.dist, self.shards, len(pids), work) if p is not None]
         return ([x for part in parts for x in part[0]], [x for part in parts for x in part[1]],
                 [x for part in parts for x in part[2]])
@@ -626,7 +474,7 @@ class Trainer:
         tm.update += time.perf_counter() - t1
         return out
 
-    def _update_batch(self, groups: list[Group]) -> "UpdateBatch":
+    def _update_batch(self, groups: list[Group]) -> UpdateBatch:
         """The kept groups as one padded token batch with rewards (+1/-1, overlong shaping) and group advantages."""
         a, L = self.cfg.algo, self.cfg.lengths
         G = len(groups[0].responses)
@@ -639,7 +487,7 @@ class Trainer:
         adv = group_advantages(rewards, a.advantage, k=a.qae_k).reshape(-1)
         return UpdateBatch(batch, batch.response_mask.float(), is_anchor, adv, G)
 
-    def _minibatch_plan(self, n_prompts: int, G: int, seq_lens: torch.Tensor) -> "MinibatchPlan":
+    def _minibatch_plan(self, n_prompts: int, G: int, seq_lens: torch.Tensor) -> MinibatchPlan:
         """The step's mini-batches (each epoch shuffles the kept prompts; a mini-batch holds mini_batch_prompts
         whole groups) and this rank's micro-batches of each. Several ranks: rank r computes its part of every
         mini-batch (armor.spmd), in micro-batches of rows or of tokens (armor.microbatch)."""
@@ -661,7 +509,7 @@ class Trainer:
         # `own`: the rows this rank accounts for in the step's token metrics (its parts of the first epoch)
         return MinibatchPlan(minibatches, micro, local, need, torch.cat(local[:math.ceil(n_prompts / per_mb)]))
 
-    def _frozen_logprobs(self, ub: "UpdateBatch", plan: "MinibatchPlan") -> "FrozenLogprobs":
+    def _frozen_logprobs(self, ub: UpdateBatch, plan: MinibatchPlan) -> FrozenLogprobs:
         """Step 3: θold's log-probs (and entropy), πref's when the loss or the KL monitor reads them, the teacher's
         for OPD/MOPD, and the token advantages. θold = θ until the first optimizer step, so the first mini-batch's
         old log-probs are its own update forward pass, detached (ratio exactly 1, as verl does on-policy): only
@@ -694,7 +542,7 @@ class Trainer:
                        mopd_token_advantages(ub.adv, teacher_logp, old_logp, mask, coef=a.distill.coef))
         return FrozenLogprobs(old_logp, entropy, ref_logp, tok_adv, todo)
 
-    def _optimize(self, ub: "UpdateBatch", plan: "MinibatchPlan", lp: "FrozenLogprobs") -> dict:
+    def _optimize(self, ub: UpdateBatch, plan: MinibatchPlan, lp: FrozenLogprobs) -> dict:
         """Step 4: one optimizer step per mini-batch; returns the mini-batch means of the loss's metrics,
         grad_norm and the number of updates. The loss is normalised by the whole mini-batch's token count (DAPO's
         token-mean over the mini-batch, not per rank or per micro-batch)."""
@@ -744,7 +592,7 @@ class Trainer:
         out["updates"] = n_updates
         return out
 
-    def _token_metrics(self, ub: "UpdateBatch", plan: "MinibatchPlan", lp: "FrozenLogprobs",
+    def _token_metrics(self, ub: UpdateBatch, plan: MinibatchPlan, lp: FrozenLogprobs,
                        groups: list[Group]) -> dict:
         """Token means over the step's on-policy tokens: entropy, |advantage|, the KL monitors (when πref's
         log-probs exist) and the training/inference mismatch (when the engine gave log-probs). Several ranks:

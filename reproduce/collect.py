@@ -128,7 +128,7 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
     arms = arm_definitions(preset.protocol)
     rows = []
     peaks: dict = {}
-    numerics: set[str] = set()   # the distinct CPU numerics the runs computed with (armor.trainer NUMERICS_FILE)
+    numerics: set[str] = set()   # the distinct CPU numerics the runs computed with (armor.run_folder NUMERICS_FILE)
     for arm in arms.values():
         for s in seeds:
             run = run_dir(root, preset, arm.run_arm, s)

@@ -29,6 +29,10 @@ command (SIGTERM, grace period) and returns the same callable, and submitit runs
 job itself (`--requeue`); the wrapper forwards SIGTERM to the command and marks the attempt
 `interrupted`. Either way the batch script runs again and the rerun command resumes from its last
 checkpoint. Locally, an interrupted job is simply rerun by the next driver invocation.
+
+About 750 lines on purpose: the job registry, both backends and the wait loop read and write one state file
+under one lock; kept in one module, that protocol is visible in one place (the job wrapper and the resource
+sizes, which need no lock, are slurm/jobwrap.py and slurm/resources.py).
 """
 from __future__ import annotations
 

@@ -1,0 +1,84 @@
+"""The run folder as the trainer opens it: the config check against the run's config.yaml, the CPU numerics
+record, leftovers of a killed save removed, the resume point found (damaged checkpoints moved aside), and the
+JSONL rows logged after it dropped (they will be recomputed). Rank 0 alone calls `prepare`.
+
+    resume_from = prepare(run_dir, cfg)     # None: a fresh start
+The folder's layout is docs/CONTRACTS.md's; checkpoints are armor.checkpoint's.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+from armor import checkpoint as ckpt
+from armor.config import FOREIGN_SECTIONS, RunConfig, dump_config, load_config, to_dict
+from common.jsonl import read_jsonl, write_json_atomic, write_jsonl
+
+# keys of config.yaml that a rerun may change without invalidating the checkpoints
+RESUME_MUTABLE = {"threads", "device", "schedule.total_steps", "schedule.keep_last", "reward.grader_workers",
+                  "validation.max_problems", "output_dir", "model.display_name"}
+# prefixes of such keys: other tools' sections are not the trainer's (FOREIGN_SECTIONS), logging only says where
+# the same rows also go
+RESUME_MUTABLE_PREFIXES = tuple(f"{s}." for s in FOREIGN_SECTIONS) + ("logging.",)
+
+
+def prepare(rd: Path, cfg: RunConfig) -> int | None:
+    """Create the run folder, or find the checkpoint to resume from (None = fresh start). A config that differs
+    from the run's config.yaml outside RESUME_MUTABLE is an error naming the first differing key."""
+    rd.mkdir(parents=True, exist_ok=True)
+    cfg_file = rd / "config.yaml"
+    if cfg_file.is_file():
+        old = _flatten(to_dict(load_config(cfg_file)))
+        new = _flatten(to_dict(cfg))
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUME_MUTABLE
+                      and not k.startswith(RESUME_MUTABLE_PREFIXES))
+        if diff:
+            k = diff[0]
+            raise ValueError(f"{rd}: config differs from the run's config.yaml at {k}: "
+                             f"{old.get(k)!r} (run) vs {new.get(k)!r} (now); use another output_dir")
+    dump_config(cfg, cfg_file)
+    _record_numerics(rd / NUMERICS_FILE)
+    ckpt.clean_partial(rd)
+    last = ckpt.latest_complete(rd)
+    for name in ("metrics.jsonl", "validation.jsonl"):
+        if last is None:
+            (rd / name).unlink(missing_ok=True)
+        else:
+            _truncate_jsonl(rd / name, last)
+    return last
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out.update(_flatten(v, key + ".") if isinstance(v, dict) else {key: v})
+    return out
+
+
+def _truncate_jsonl(path: Path, max_step: int) -> None:
+    """Drop rows logged after the checkpoint we resume from (they will be recomputed), and a torn last line."""
+    if path.is_file():
+        write_jsonl(path, [r for r in read_jsonl(path) if r["step"] <= max_step])
+
+
+NUMERICS_FILE = "numerics.json"   # what the run computes with (common.cpu_numerics.describe)
+
+
+def _record_numerics(path: Path) -> None:
+    """Write this process's CPU numerics; warn when a resume computes with other ones than the run so far (its
+    results will not be byte-identical to an uninterrupted run's)."""
+    from common import cpu_numerics
+    now = cpu_numerics.describe()
+    if cpu_numerics.unpinned(now):
+        warnings.warn(f"torch computes with {now['cpu_capability']} CPU kernels, not the pinned AVX2 (torch was "
+                      "imported before the suite's packages?): results will not match other machines' "
+                      "byte for byte", stacklevel=2)
+    if path.is_file():
+        before = json.loads(path.read_text())
+        diff = {k: (before.get(k), v) for k, v in now.items() if before.get(k) != v}
+        if diff:
+            warnings.warn(f"{path}: this resume computes with other CPU numerics than the run so far {diff}; "
+                          "its results will not be byte-identical to an uninterrupted run's", stacklevel=2)
+    write_json_atomic(path, now, indent=1, sort_keys=True)
