@@ -27,10 +27,10 @@ class ResultsError(ValueError):
     """A results table that does not have the contract's columns."""
 
 
-def metric_k(metric: str) -> Optional[tuple[str, int]]:
-    """("avg", 32) for "avg@32"; None for a name that is not a table metric."""
+def metric_k(metric: str) -> tuple[str, Optional[int]]:
+    """("avg", 32) for "avg@32"; (the name, None) for a name that is not a table metric."""
     m = METRIC_RE.match(str(metric))
-    return (m.group(1), int(m.group(2))) if m else None
+    return (m.group(1), int(m.group(2))) if m else (str(metric), None)
 
 
 def summary_rows(summary: dict, meta: dict, *, step: Optional[int] = None) -> list[dict]:
@@ -44,12 +44,12 @@ def summary_rows(summary: dict, meta: dict, *, step: Optional[int] = None) -> li
         step = summary["step"] if step is None else step
     rows = []
     for metric, value in summary["metrics"].items():
-        mk = metric_k(metric)
-        if mk is None:
+        kind, k = metric_k(metric)
+        if k is None:
             continue
         rows.append({"preset": str(meta["preset"]), "model": str(meta["model"]), "arm": str(meta["arm"]),
                      "seed": int(meta["seed"]), "step": int(step), "benchmark": summary["benchmark"],
-                     "metric": metric, "k": mk[1], "value": float(value), "n": n, "source": "eval"})
+                     "metric": metric, "k": k, "value": float(value), "n": n, "source": "eval"})
     return rows
 
 

@@ -41,7 +41,7 @@ import pandas as pd
 import yaml
 
 from common.jsonl import read_jsonl
-from common.results import RESULT_COLUMNS
+from common.results import RESULT_COLUMNS, metric_k
 
 PAPER_PRESETS = ("qwen25-math-7b", "qwen3-8b-base")
 PAPER_YAML = Path(__file__).with_name("paper_numbers.yaml")
@@ -127,11 +127,6 @@ def load_results(paths: str | Path | Sequence[str | Path] | pd.DataFrame) -> pd.
         gmax = df.groupby(["benchmark", "metric"])["value"].transform("max")
         df.loc[gmax > 1.0, "value"] = df.loc[gmax > 1.0, "value"] / 100.0
     return df.reset_index(drop=True)
-
-
-def _metric_k(metric: str) -> tuple[str, Optional[int]]:
-    m = re.match(r"^([a-z_]+)@(\d+)$", str(metric))
-    return (m.group(1), int(m.group(2))) if m else (str(metric), None)
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -333,9 +328,9 @@ class Context:
         if b is None:
             return None
         v = self.df[(self.df["source"] == "validation") & (self.df["benchmark"] == b)]
-        avg = [m for m in v["metric"].unique() if _metric_k(m)[0] == "avg"]
+        avg = [m for m in v["metric"].unique() if metric_k(m)[0] == "avg"]
         cands = avg or list(v["metric"].unique())
-        return max(cands, key=lambda m: (_metric_k(m)[1] or 0))
+        return max(cands, key=lambda m: (metric_k(m)[1] or 0))
 
     @property
     def val_label(self) -> str:

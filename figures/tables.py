@@ -26,8 +26,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Sequence
 
+from common.results import metric_k
+
 from . import paper as paper_mod
-from .data import Context, _metric_k
+from .data import Context
 
 DASH = "—"
 MINUS = "−"
@@ -204,13 +206,13 @@ def columns_for(ctx: Context, table: str) -> tuple[str, list[str]]:
 
 
 def _pick_metric(rows, kind: str, col: str) -> Optional[str]:
-    metrics = [m for m in rows["metric"].unique() if _metric_k(m)[0] == kind]
+    metrics = [m for m in rows["metric"].unique() if metric_k(m)[0] == kind]
     if not metrics:
         return None
     want = PAPER_K.get(kind, {}).get(col)
     if want and f"{kind}@{want}" in metrics:
         return f"{kind}@{want}"
-    return max(metrics, key=lambda m: _metric_k(m)[1] or 0)
+    return max(metrics, key=lambda m: metric_k(m)[1] or 0)
 
 
 class _Notes:
