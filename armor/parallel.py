@@ -65,10 +65,14 @@ def load_from_rank0(model, full, device) -> None:
         sd = {k: v.to(local[k].dtype) for k, v in full.state_dict().items()}
     set_model_state_dict(model, sd, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True,
                                                              strict=True))
+    nccl = torch.distributed.get_backend() == "nccl"
     for name, buf in model.named_buffers():
         if rank0:
             buf.copy_(full.get_buffer(name))
-        torch.distributed.broadcast(buf, src=0)
+        t = buf.cuda() if nccl and not buf.is_cuda else buf     # NCCL moves CUDA tensors only (CPU offload)
+        torch.distributed.broadcast(t, src=0)
+        if t is not buf:
+            buf.copy_(t)
 
 
 def is_sharded(model) -> bool:
