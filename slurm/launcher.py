@@ -579,7 +579,6 @@ class Launcher:
         return ex
 
     def _run_slurm(self, order: list[Job], states: dict, wait: bool) -> dict:
-        by_key = {j.key: j for j in order}
         # groups in topological order: a single job, or all not-yet-submitted jobs of one array tag
         groups: list[list[Job]] = []
         array_group: dict[str, list[Job]] = {}
