@@ -268,13 +268,32 @@ class Context:
             return dict(self.paper.get("protocol") or {}), "paper_numbers.yaml"
         return {}, ""
 
+    @property
+    def figure_arms(self) -> Optional[dict]:
+        """{figure: [arms]} as the driver wrote it into results.meta.json (reproduce.arms.figure_arms), or None
+        for a table made without the driver."""
+        if "figure_arms" not in self._cache:
+            meta = self.results_path.with_name("results.meta.json") if self.results_path is not None else None
+            data = json.loads(meta.read_text()) if meta is not None and meta.is_file() else {}
+            fa = data.get("figure_arms") if isinstance(data, dict) else None
+            self._cache["figure_arms"] = fa if isinstance(fa, dict) else None
+        return self._cache["figure_arms"]
+
     def expected_arms(self, family: str) -> list[str]:
-        """Arms of a sweep, in plot order: from the protocol if it names the sweep, plus what the data has."""
+        """Arms of a sweep, in plot order: those the driver listed for the figures (results.meta.json), else the
+        ones the protocol names (a table made without the driver), plus what the data has."""
         spec = FAMILIES[family]
-        expected = list(spec.get("first", []))
-        values = self.protocol.get(spec["proto"]) if self.protocol else None
-        if values:
-            expected += [spec["make"](v) for v in values]
+        listed = self.figure_arms
+        if listed is not None:
+            expected = [a for a in dict.fromkeys(x for arms in listed.values() for x in arms)
+                        if re.match(spec["re"], a) or a in spec.get("first", [])
+                        or (spec.get("extra_re") and re.match(spec["extra_re"], a))]
+            values = expected
+        else:
+            expected = list(spec.get("first", []))
+            values = self.protocol.get(spec["proto"]) if self.protocol else None
+            if values:
+                expected += [spec["make"](v) for v in values]
         found = [a for a in self.all_arms() if re.match(spec["re"], a) or
                  (spec.get("extra_re") and re.match(spec["extra_re"], a))]
         rx = re.compile(spec["re"])

@@ -23,7 +23,7 @@ from armor.config import read_yaml
 from common.jsonl import read_json, read_jsonl, write_json_atomic
 from common.layout import STEP_RE
 from common.results import frame, summary_rows, write_results
-from reproduce.arms import Arm, arm_definitions
+from reproduce.arms import Arm, arm_definitions, figure_arms
 from reproduce.peaks import read_peak, start_point, validation_benchmark
 from reproduce.presets import STATE_JSON, Preset, preset_root, run_dir
 
@@ -150,7 +150,8 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
     meta = {"preset": preset.name, "model": preset.model_name, "protocol": protocol, "peaks": peaks,
             "aliases": {a.name: a.alias_of for a in arms.values() if a.alias_of}, "seeds": seeds,
             "validation_benchmark": validation_benchmark(preset), "inputs": fp, "rows": len(df),
-            "cpu_numerics": [json.loads(n) for n in sorted(numerics) if n != "null"], "time": time.time()}
+            "cpu_numerics": [json.loads(n) for n in sorted(numerics) if n != "null"], "time": time.time(),
+            "figure_arms": figure_arms(preset.protocol)}   # what each figure draws: figures read it here
     write_results(out / "results.parquet", df, metadata={"protocol": protocol})
     write_json_atomic(out / META_NAME, meta, **STATE_JSON)
     return out / "results.parquet"

@@ -472,6 +472,7 @@ def test_pipeline_with_fake_jobs_is_idempotent(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "world" / "world.json").read_text()) == {"quick": False}
     meta = json.loads((pr / "results.meta.json").read_text())
     assert meta["peaks"]["dapo"]["0"] == 4 and meta["aliases"]["armor_reset_2"] == "armor"
+    assert meta["figure_arms"] == figure_arms(load_preset(preset).protocol)   # what figures/ reads back
     # every stage-2 arm started from θ* with πref = θ*
     cfg = load_config(pr / "armor" / "seed0" / "config.yaml")
     assert cfg.model.path == cfg.algo.reference.path == peak["checkpoint"] and cfg.step_offset == 4

@@ -263,6 +263,21 @@ def test_missing_arms_leave_marked_gaps(tmp_path):
     assert verdicts["baseline_collapse"].verdict == "yes"
 
 
+def test_the_drivers_figure_arms_decide_what_a_sweep_expects(tmp_path):
+    """results.meta.json's figure_arms (written by the driver's collect) win over rebuilding names from the
+    protocol: an arm listed there but absent from the data is marked not run; one only the protocol names is not
+    expected."""
+    keep = [a for a in ALL_ARMS if a != "kl_k3_b1"]
+    path = make_synthetic(tmp_path / "runs" / "tiny", arms=keep)
+    assert "kl_k3_b1" in _not_run_texts(_axes(plots.fig2(load_context(path)))["a"])[0]   # protocol: β = 1
+    listed = {"fig2": ["dapo", "dapo_cont", "kl_k3_b1e-2", "kl_k3_b5e-1"]}
+    (path.with_name("results.meta.json")).write_text(json.dumps({"figure_arms": listed}))
+    ctx = load_context(path)
+    assert ctx.expected_arms("kl_k3") == ["kl_k3_b1e-2", "kl_k3_b5e-1"]
+    texts = _not_run_texts(_axes(plots.fig2(ctx))["a"])
+    assert texts and "kl_k3_b5e-1" in texts[0] and "kl_k3_b1," not in texts[0] + ","
+
+
 def test_nearly_empty_results_do_not_crash(tmp_path):
     df = pd.DataFrame([dict(preset="tiny", model="m", arm="dapo", seed=0, step=s, benchmark="v", metric="avg@4",
                             k=4, value=0.1 * s, n=4, source="validation") for s in (0, 5)])
