@@ -269,15 +269,20 @@ class Context:
         return {}, ""
 
     @property
-    def figure_arms(self) -> Optional[dict]:
-        """{figure: [arms]} as the driver wrote it into results.meta.json (reproduce.arms.figure_arms), or None
-        for a table made without the driver."""
-        if "figure_arms" not in self._cache:
+    def driver_meta(self) -> dict:
+        """results.meta.json beside the table, as the driver's collect wrote it ({} for a table made without
+        the driver): the figure arms and the validation benchmark are read from there, not decided again."""
+        if "driver_meta" not in self._cache:
             meta = self.results_path.with_name("results.meta.json") if self.results_path is not None else None
             data = json.loads(meta.read_text()) if meta is not None and meta.is_file() else {}
-            fa = data.get("figure_arms") if isinstance(data, dict) else None
-            self._cache["figure_arms"] = fa if isinstance(fa, dict) else None
-        return self._cache["figure_arms"]
+            self._cache["driver_meta"] = data if isinstance(data, dict) else {}
+        return self._cache["driver_meta"]
+
+    @property
+    def figure_arms(self) -> Optional[dict]:
+        """{figure: [arms]} as the driver listed them (reproduce.arms.figure_arms), or None."""
+        fa = self.driver_meta.get("figure_arms")
+        return fa if isinstance(fa, dict) else None
 
     def expected_arms(self, family: str) -> list[str]:
         """Arms of a sweep, in plot order: those the driver listed for the figures (results.meta.json), else the
@@ -327,10 +332,15 @@ class Context:
         return self._cache["val_benchmark"]
 
     def _val_benchmark(self) -> Optional[str]:
+        """The driver's validation benchmark (reproduce.peaks.validation_benchmark, from results.meta.json);
+        for a table made without the driver, aime24 if it is there, else the most frequent one."""
         v = self.df[self.df["source"] == "validation"]
         if v.empty:
             return None
         benches = v["benchmark"].value_counts()
+        chosen = self.driver_meta.get("validation_benchmark")
+        if chosen in benches.index:
+            return str(chosen)
         for pref in PREFERRED_VALIDATION:
             if pref in benches.index:
                 return pref

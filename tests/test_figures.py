@@ -278,6 +278,17 @@ def test_the_drivers_figure_arms_decide_what_a_sweep_expects(tmp_path):
     assert texts and "kl_k3_b5e-1" in texts[0] and "kl_k3_b1," not in texts[0] + ","
 
 
+def test_the_validation_benchmark_is_the_drivers(tmp_path):
+    """One rule for "the validation benchmark": the driver's (results.meta.json); aime24 first only without it."""
+    df = pd.DataFrame([dict(preset="tiny", model="m", arm="dapo", seed=0, step=s, benchmark=b, metric="avg@4",
+                            k=4, value=0.1, n=4, source="validation") for s in (0, 5) for b in ("aime24", "toy_val")])
+    path = tmp_path / "results.parquet"
+    df.to_parquet(path)
+    assert load_context(path).val_benchmark == "aime24"
+    (tmp_path / "results.meta.json").write_text(json.dumps({"validation_benchmark": "toy_val"}))
+    assert load_context(path).val_benchmark == "toy_val"
+
+
 def test_nearly_empty_results_do_not_crash(tmp_path):
     df = pd.DataFrame([dict(preset="tiny", model="m", arm="dapo", seed=0, step=s, benchmark="v", metric="avg@4",
                             k=4, value=0.1 * s, n=4, source="validation") for s in (0, 5)])
