@@ -127,7 +127,9 @@ class Trainer:
         # rank 0 prepares the run folder (config, resume point, torn lines, damaged checkpoints); all follow it
         resume_from = self.dist.all_gather_object(self._prepare_run_dir() if self.dist.is_main else None)[0]
         init_path = str(ckpt.step_dir(self.run_dir, resume_from)) if resume_from is not None else cfg.model.path
-        ref_path = self._reference_path(resume_from)
+        # trainer_state.pt (the whole optimizer state of a one-rank run) is read once for the resume
+        state = ckpt.load_state(self.run_dir, resume_from) if resume_from is not None else None
+        ref_path = self._reference_path(resume_from, state)
         teacher_path = a.distill.teacher_path if a.distill.mode != "none" else ""
         # several ranks: FSDP2-sharded fp32 masters (policy) and frozen shards (πref, teacher), built on the meta
         # device and filled from the one full copy rank 0 reads. The HF engine samples from a plain replica that
@@ -141,7 +143,7 @@ class Trainer:
             self.reference = self._load(ref_path).requires_grad_(False)
             self.teacher = self._load(teacher_path).requires_grad_(False) if teacher_path else None
         else:
-            pol_src, ref_src = self._sharded_sources(resume_from)
+            pol_src, ref_src = self._sharded_sources(resume_from, state)
             self.policy = self._load_sharded(init_path, sharded=pol_src)
             self.reference = self._load_sharded(ref_path, frozen=True, sharded=ref_src)
             self.teacher = self._load_sharded(teacher_path, frozen=True) if teacher_path else None
@@ -166,7 +168,7 @@ class Trainer:
                                    static_cache=cfg.rollout.static_kv_cache,
                                    max_model_len=cfg.lengths.max_prompt + cfg.lengths.max_response)
         if resume_from is not None:
-            self._restore(resume_from)
+            self._restore(resume_from, state)
         return self
 
     # ------------------------------------------------------------------------------------------ setup
@@ -195,7 +197,7 @@ class Trainer:
             del full
         return model
 
-    def _sharded_sources(self, resume_from: int | None) -> tuple:
+    def _sharded_sources(self, resume_from: int | None, state: dict | None) -> tuple:
         """Where a resume of several ranks reads the policy and πref as shards: (step folder, entry) each, or None
         to read the HF folder on rank 0 (a fresh start, a one-rank checkpoint, πref never reset)."""
         if resume_from is None:
@@ -204,7 +206,7 @@ class Trainer:
         keys = ckpt.sharded_keys(d)
         if "model" not in keys:
             return None, None
-        reference_step = ckpt.load_state(self.run_dir, resume_from)["reference_step"]
+        reference_step = state["reference_step"]
         if reference_step == resume_from:            # πref was reset to this very step's policy
             return (d, "model"), (d, "model")
         return (d, "model"), ((d, "reference") if reference_step is not None and "reference" in keys else None)
@@ -226,8 +228,7 @@ class Trainer:
         """Create the run folder, or find the checkpoint to resume from (None = fresh start): armor.run_folder."""
         return run_folder.prepare(self.run_dir, self.cfg)
 
-    def _restore(self, step: int) -> None:
-        state = ckpt.load_state(self.run_dir, step)
+    def _restore(self, step: int, state: dict) -> None:
         if state["optimizer"] is None:        # written by several ranks: the optimizer's shards
             ckpt.load_sharded_optimizer(ckpt.step_dir(self.run_dir, step), self.policy, self.optimizer)
         else:
@@ -246,12 +247,12 @@ class Trainer:
         own = ckpt.rank_rng_state(ckpt.step_dir(self.run_dir, step), self.dist.rank) if same_world else None
         ckpt.set_rng_state(own or state["rng"])
 
-    def _reference_path(self, resume_from: int | None) -> str:
+    def _reference_path(self, resume_from: int | None, state: dict | None) -> str:
         """Where πref's weights are read: algo.reference.path (or the model), or, resuming a run whose πref was
         reset, the checkpoint (its own weights if the reset was at that step, else its reference/ folder)."""
         if resume_from is None:
             return self.ref_path
-        reference_step = ckpt.load_state(self.run_dir, resume_from)["reference_step"]
+        reference_step = state["reference_step"]
         if reference_step is None:
             return self.ref_path
         d = ckpt.step_dir(self.run_dir, resume_from)
