@@ -35,6 +35,8 @@ alive() {  # alive PIDFILE -> 0 when the recorded process runs
 }
 
 node_state() { sinfo -h -N -o '%T' 2>/dev/null | head -n1 | tr -d '*~#!%$@^-' || true; }
+# the node takes jobs: idle, or running (mixed, allocated) or finishing (completing) some
+usable() { case "$1" in idle|mixed|allocated|completing) return 0 ;; *) return 1 ;; esac; }
 
 # ----------------------------------------------------------------------------------------------- slurm.conf
 HOST=$(hostname -s)
@@ -85,7 +87,7 @@ EOF
 # --------------------------------------------------------------------------------------------- fast path
 if alive "$STATE/slurmctld.pid" && alive "$STATE/slurmd.pid" && command -v sinfo >/dev/null \
    && [ "$(cat "$CONF" 2>/dev/null)" = "$(make_conf 2>/dev/null)" ] \
-   && [ "$(node_state)" = idle -o "$(node_state)" = mixed -o "$(node_state)" = allocated ]; then
+   && usable "$(node_state)"; then
   log "already up (slurmctld pid $(cat "$STATE/slurmctld.pid"), slurmd pid $(cat "$STATE/slurmd.pid")); nothing to do"
   exit 0
 fi
@@ -174,8 +176,8 @@ fi
 deadline=$(( $(date +%s) + TIMEOUT )); resumed=0
 while :; do
   st=$(node_state)
+  usable "$st" && break
   case "$st" in
-    idle|mixed|allocated|completing) break ;;
     down|drained|draining|fail|failing)
       if [ $resumed = 0 ]; then scontrol update NodeName="$HOST" State=RESUME >/dev/null 2>&1 || true; resumed=1; fi ;;
   esac

@@ -184,6 +184,10 @@ def test_cluster_up_is_idempotent(slurm_cluster):
     if os.geteuid() != 0:
         pytest.skip("cluster_up.sh needs root")
     repo = Path(__file__).resolve().parent.parent
+    state = Path(os.environ.get("ARMOR_SLURM_STATE", "/var/run/armor-slurm"))
+    pids = {d: (state / f"{d}.pid").read_text() for d in ("slurmctld", "slurmd")}
+    # a job of an earlier test may still be completing: the node is up all the same (a loop run once failed here)
     out = subprocess.run(["bash", str(repo / "slurm" / "cluster_up.sh")], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "already up" in out.stdout
+    assert "already up" in out.stdout and "started" not in out.stdout, out.stdout
+    assert {d: (state / f"{d}.pid").read_text() for d in pids} == pids        # no daemon was restarted
