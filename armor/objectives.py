@@ -158,7 +158,7 @@ def _offpolicy_anchor_ratio(logp, old_logp, ref_logp, alpha, eps_low, eps_high, 
 # ----------------------------------------------------------------------------- surrogate
 
 def clipped_surrogate(ratio: Tensor, advantages: Tensor, mask: Optional[Tensor], eps_low: float,
-                      eps_high: float, dual_clip_c: Optional[float] = None):
+                      eps_high: float, dual_clip_c: Optional[float] = None, uncertain: Optional[Tensor] = None):
     """PPO clipped surrogate per token, with clip-higher and optional dual-clip (verl semantics).
 
     ratio [B, T]; advantages [B] (broadcast over tokens) or [B, T], treated as constants (detached).
@@ -169,6 +169,11 @@ def clipped_surrogate(ratio: Tensor, advantages: Tensor, mask: Optional[Tensor],
         clipfrac       tokens where the clipped term is active (−clip(r)·A > −r·A), = low + high
         clipfrac_low   r < 1−ε_low and A < 0      clipfrac_high  r > 1+ε_high and A > 0
         dualclip_frac  A < 0 and −c·A < L_t (dual-clip active; 0 without dual-clip)
+    uncertain [B, T] bool (optional): the tokens whose old probability is low (policy_loss: πθold < 0.9); adds
+        uncertain_frac          share of tokens that are uncertain
+        clipfrac_and_uncertain  share of tokens that are uncertain and clipped
+    Both are means over all tokens, so they combine over micro-batches like clipfrac; the clip share among the
+    uncertain tokens is their ratio (clipfrac_and_uncertain / uncertain_frac, summed over the steps of interest).
     """
     adv = advantages.detach().to(device=ratio.device, dtype=ratio.dtype)
     if adv.dim() == ratio.dim() - 1:
@@ -196,6 +201,10 @@ def clipped_surrogate(ratio: Tensor, advantages: Tensor, mask: Optional[Tensor],
             "clipfrac_high": masked_mean(((ratio > 1.0 + eps_high) & (adv > 0)).float(), m),
             "dualclip_frac": masked_mean(dual.float(), m),
         }
+        if uncertain is not None:
+            unc = torch.broadcast_to(uncertain.to(ratio.device), ratio.shape)
+            stats["uncertain_frac"] = masked_mean(unc.float(), m)
+            stats["clipfrac_and_uncertain"] = masked_mean(((pg2 > pg1) & unc).float(), m)
     return loss, stats
 
 
@@ -361,6 +370,9 @@ def mopd_token_advantages(outcome_adv: Tensor, teacher_logp: Tensor, student_log
 # policy_loss metrics aggregated like the loss (global normaliser): a mini-batch's value is the sum over its
 # micro-batches; every other metric is a masked token mean, combined weighted by the micro-batches' token counts
 ADDITIVE_METRICS = ("pg_loss", "kl_penalty")
+# a token is "uncertain" when its old probability is below 0.9: the tokens where a ratio can move (in the tiny world
+# ≈ 97% of tokens are near-deterministic, so the clip fraction over all tokens hides what clipping does)
+UNCERTAIN_LOGP = math.log(0.9)
 
 
 def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
@@ -379,13 +391,15 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
                            kl_coef·kl_penalty and micro-batch values add up); kl_penalty is reported
                            whenever ref_logp is given, else 0
       clipfrac, clipfrac_low, clipfrac_high, dualclip_frac, ratio_mean (masked token means),
+      uncertain_frac, clipfrac_and_uncertain (masked token means; uncertain: πθold < 0.9, see clipped_surrogate),
       ppo_kl               masked token mean of log πθold − log πθ.
     """
     if kl_coef != 0.0 and ref_logp is None:
         raise ValueError("policy_loss with kl_coef != 0 needs ref_logp")
     ratio, el, eh = ratio_and_clip_range(ratio_variant, logp, old_logp, ref_logp=ref_logp, alpha=alpha,
                                          eps_low=eps_low, eps_high=eps_high, is_anchor=is_anchor, clamp=clamp)
-    pg, stats = clipped_surrogate(ratio, advantages, mask, el, eh, dual_clip_c=dual_clip_c)
+    pg, stats = clipped_surrogate(ratio, advantages, mask, el, eh, dual_clip_c=dual_clip_c,
+                                  uncertain=old_logp.detach() < UNCERTAIN_LOGP)
     pg_loss = aggregate_loss(pg, mask, loss_agg, normalizer)
     if kl_coef != 0.0:
         kl = aggregate_loss(kl_penalty(logp, ref_logp, kl_estimator, clamp=clamp), mask, loss_agg, normalizer)

@@ -114,6 +114,24 @@ def test_clipped_surrogate_by_hand():
     assert torch.equal(loss, loss2)
 
 
+def test_clip_share_among_uncertain_tokens_by_hand():
+    adv = torch.tensor([1.0, -1.0])
+    # clipped: (0,2), (0,3), (1,0); uncertain: (0,0), (0,3), (1,0), (1,1); the masked token (1,3) never counts
+    unc = torch.tensor([[True, False, False, True], [True, True, False, True]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+    _, st = clipped_surrogate(RATIOS, adv, mask, 0.2, 0.28, uncertain=unc)
+    assert close(st["uncertain_frac"], 4 / 7) and close(st["clipfrac_and_uncertain"], 2 / 7)
+    assert close(st["clipfrac"], 3 / 7)                    # unchanged by the extra statistics
+    _, st = clipped_surrogate(RATIOS, adv, mask, 0.2, 0.28)
+    assert "uncertain_frac" not in st
+    # policy_loss marks a token uncertain when its old probability is below 0.9
+    old = torch.log(torch.tensor([[0.95, 0.5, 0.89, 0.91]]))
+    logp = old + torch.log(torch.tensor([[1.0, 1.5, 1.0, 1.5]]))     # ratios 1, 1.5, 1, 1.5
+    _, m = policy_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 4))
+    assert close(m["uncertain_frac"], 2 / 4) and close(m["clipfrac_and_uncertain"], 1 / 4)
+    assert close(m["clipfrac"], 2 / 4)
+
+
 def test_dual_clip_by_hand():
     adv = torch.tensor([1.0, -1.0])
     mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
