@@ -6,10 +6,10 @@
 
 The protocol (reproduce/protocol.py) decides which figures a preset runs: a figure whose sweep is empty in the
 protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rules:
-  fig1   dapo, armor (+ anchor_only where the anchor ablations run: alpha_sweep or late_start_step)
+  fig1   dapo, armor (+ anchor_only where the anchor ablations run: alpha_sweep or a late start)
   fig2   dapo_cont + kl_k3_b<β> for β in kl_betas                      (needs kl_betas)
   fig3   mix_a<α> for α in alpha_sweep; anchor_only, anchor_static_clip, anchor_offpolicy, armor;
-         armor_late, dapo_late from late_start_step                    (needs alpha_sweep or late_start_step)
+         armor_late, dapo_late from the late start  (needs alpha_sweep or late_start_step/_fraction)
   fig4   armor_reset_never + armor_reset_<τ> for τ in reset_sweep       (needs reset_sweep)
   fig5   dapo_cont + kl_k2_b<β>                                         (needs kl_betas)
   fig6   qae (stage 1), qae_cont, qae_armor_reset_never, qae_armor_reset_<τ> (needs qae_reset_sweep)
@@ -22,7 +22,8 @@ alias: it is trained once, and its folder is a symlink to the canonical one (rep
 Stage 1 (from the base model): `dapo`, `qae` with schedule.total_steps = stage1_steps. Stage 2: model.path =
 algo.reference.path = θ*'s checkpoint (reproduce/peaks.py), step_offset = θ*'s step, schedule.total_steps =
 stage2_steps, output_dir = runs/<preset>/<arm>/seed<s>; armor_late/dapo_late start from the DAPO checkpoint
-at late_start_step instead (same length).
+at late_start_step, or the one chosen by late_start_fraction (peak.json), instead (same length).
+protocol.single_seed_arms run on the first seed only (`arm_seeds`); every other arm runs every seed.
 """
 from __future__ import annotations
 
@@ -105,11 +106,11 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
         add(f"kl_k2_b{fmt_beta(b)}", 2, "dapo", [f"algo.kl.coef={_val(float(b))}", "algo.kl.estimator=k2"], "peak")
     for al in p.alpha_sweep:
         add(f"mix_a{fmt_alpha(al)}", 2, "dapo", _mixed(al), "peak")
-    if p.alpha_sweep or p.late_start_step is not None:
+    if p.alpha_sweep or p.has_late_start:
         add("anchor_static_clip", 2, "dapo",
             _anchors(p) + ["algo.mix.variant=static_clip", f"algo.mix.alpha={_val(float(p.armor_alpha))}"], "peak")
         add("anchor_offpolicy", 2, "dapo", _anchors(p) + ["algo.mix.variant=offpolicy_anchor"], "peak")
-    if p.late_start_step is not None:
+    if p.has_late_start:
         add("armor_late", 2, "dapo", armor, "late")
         add("dapo_late", 2, "dapo", [], "late")
     if p.reset_sweep:
@@ -156,7 +157,7 @@ def _normalized(overrides: list[str]) -> tuple:
 def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
     """The figures/tables this protocol runs, and the arms each needs (stage-1 baselines included)."""
     arms = arm_definitions(p)
-    ablations = bool(p.alpha_sweep) or p.late_start_step is not None
+    ablations = bool(p.alpha_sweep) or p.has_late_start
     f: dict[str, list[str]] = {}
     f["fig1"] = ["dapo", "armor"] + (["anchor_only"] if ablations else [])
     if p.kl_betas:
@@ -164,7 +165,7 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
     if ablations:
         f["fig3"] = (["dapo", "armor"] + [f"mix_a{fmt_alpha(x)}" for x in p.alpha_sweep]
                      + ["anchor_only", "anchor_static_clip", "anchor_offpolicy"]
-                     + (["armor_late", "dapo_late"] if p.late_start_step is not None else []))
+                     + (["armor_late", "dapo_late"] if p.has_late_start else []))
     if p.reset_sweep:
         f["fig4"] = ["dapo", "armor", "armor_reset_never"] + [f"armor_reset_{int(t)}" for t in p.reset_sweep]
     if p.kl_betas:
@@ -185,6 +186,27 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
         missing = [x for x in lst if x not in arms]
         assert not missing, (name, missing)
     return f
+
+
+def arm_seeds(p: ProtocolConfig, arm: Arm, seeds: list[int]) -> list[int]:
+    """The seeds an arm runs: the first of `seeds` for protocol.single_seed_arms (an alias follows its canonical
+    arm), else all of them."""
+    single = arm.name in p.single_seed_arms or arm.run_arm in p.single_seed_arms
+    return list(seeds[:1]) if single else list(seeds)
+
+
+def _check_single_seed_arms(p: ProtocolConfig, defs: dict[str, Arm], chosen: dict[str, Arm]) -> None:
+    """protocol.single_seed_arms names arms of this protocol, and no baseline runs fewer seeds than an arm that
+    starts from it."""
+    unknown = [n for n in p.single_seed_arms if n not in defs]
+    if unknown:
+        raise ExperimentError(f"protocol.single_seed_arms: {unknown} are not arms of this protocol "
+                              f"(known: {', '.join(defs)})")
+    for arm in chosen.values():
+        base = defs[arm.baseline]
+        if arm.stage == 2 and len(arm_seeds(p, base, p.seeds)) < len(arm_seeds(p, arm, p.seeds)):
+            raise ExperimentError(f"protocol.single_seed_arms: {base.name!r} runs one seed but {arm.name!r}, which "
+                                  f"starts from it, runs all {p.seeds}: add {arm.name!r} or remove {base.name!r}")
 
 
 def parse_only(only: str | list[str] | None) -> Optional[list[str]]:
@@ -226,6 +248,7 @@ def build_arms(preset: Preset, only: Optional[list[str]] = None) -> dict[str, Ar
     for arm in list(out.values()):
         if arm.baseline not in out:
             out[arm.baseline] = defs[arm.baseline]
+    _check_single_seed_arms(preset.protocol, defs, out)
     return {n: defs[n] for n in defs if n in out}
 
 

@@ -34,11 +34,11 @@ from typing import Optional
 
 from common.jsonl import append_jsonl, read_jsonl, write_json_atomic
 from reproduce import stage
-from reproduce.arms import arm_definitions, build_arms, figure_arms, parse_only, train_overrides
+from reproduce.arms import arm_definitions, arm_seeds, build_arms, figure_arms, parse_only, train_overrides
 from reproduce.collect import collect, link_aliases, write_figures_stamp
 from reproduce.entrypoints import entry
 from reproduce.evalplan import eval_command, eval_steps, write_eval_stamp
-from reproduce.peaks import peak_file, select_peak, start_point
+from reproduce.peaks import late_error, peak_file, select_peak, start_point
 from common.yaml_config import ConfigError
 from reproduce.presets import (REPO_ROOT, STATE_JSON, ExperimentError, Preset, ckpt_dir, load_preset, preset_root,
                                run_dir)
@@ -62,6 +62,8 @@ def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: O
     start = None
     if arm.stage == 2:
         start = start_point(preset, root, arm, seed)
+        if start is None and arm.start == "late" and late_error(preset, root, seed):
+            raise ExperimentError(f"{arm.name} seed {seed}: no late start: {late_error(preset, root, seed)}")
         if start is None:
             raise ExperimentError(f"{arm.name} seed {seed}: {peak_file(root, preset, arm.baseline, seed)} is missing "
                                   f"(run select-peak first)")
@@ -76,10 +78,22 @@ def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: O
     return _exec(argv)
 
 
-def cmd_select_peak(preset: Preset, root: Path, arm: str, seed: int) -> int:
-    info = select_peak(preset, root, arm, seed)
+def cmd_select_peak(preset: Preset, root: Path, arm: str, seed: int, seeds: Optional[list[int]] = None) -> int:
+    """peak.json of `arm` seed `seed`; θ* from the mean curve over `seeds` (default: the arm's seeds in the
+    protocol)."""
+    arms = arm_definitions(preset.protocol)
+    if arm not in arms or arms[arm].stage != 1:
+        raise ExperimentError(f"select-peak --arm {arm!r}: not a stage-1 baseline of preset {preset.name} "
+                              f"(those: {', '.join(a for a in arms if arms[a].stage == 1)})")
+    seeds = seeds if seeds is not None else arm_seeds(preset.protocol, arms[arm], preset.protocol.seeds)
+    info = select_peak(preset, root, arm, seed, seeds)
     write_json_atomic(peak_file(root, preset, arm, seed), info, **STATE_JSON)
-    print(f"θ* of {arm} seed {seed}: step {info['step']} ({info['method']}) -> {info['checkpoint']}")
+    over = f" (mean of seeds {info['seeds']})" if "seeds" in info else ""
+    print(f"θ* of {arm} seed {seed}: step {info['step']} ({info['method']}{over}) -> {info['checkpoint']}")
+    late = info.get("late")
+    if late:
+        print(f"late start of {arm} seed {seed}: " + (f"step {late['step']} -> {late['checkpoint']}" if "step" in late
+                                                       else f"none ({late['error']})"))
     return 0
 
 
@@ -186,7 +200,8 @@ def main(argv=None) -> int:
     common(sub.add_parser("stage", help="copy the hub models and datasets the preset needs into the stage "
                                         "folder (reproduce/stage.py)"), staged=True)
     common(sub.add_parser("train", help="train one arm (execs armor.train)"), arm=True, staged=True)
-    common(sub.add_parser("select-peak", help="write peak.json of a stage-1 baseline"), arm=True)
+    common(sub.add_parser("select-peak", help="write peak.json of a stage-1 baseline (θ* from the mean curve over "
+                                              "--seeds; default: the arm's seeds)"), arm=True, seeds=True)
     common(sub.add_parser("evaluate", help="evaluate the selected checkpoints of one run"), arm=True, staged=True)
     common(sub.add_parser("collect", help="write results.parquet"), seeds=True)
     common(sub.add_parser("figures", help="draw figures and the report"), seeds=True, only=True)
@@ -206,7 +221,8 @@ def main(argv=None) -> int:
         if a.cmd == "train":
             return cmd_train(preset, root, a.arm, a.seed, sd)
         if a.cmd == "select-peak":
-            return cmd_select_peak(preset, root, a.arm, a.seed)
+            return cmd_select_peak(preset, root, a.arm, a.seed,
+                                   [int(x) for x in a.seeds.split(",")] if a.seeds else None)
         if a.cmd == "evaluate":
             return cmd_evaluate(preset, root, a.arm, a.seed, sd)
         if a.cmd == "collect":

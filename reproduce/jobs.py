@@ -18,7 +18,7 @@ from typing import Optional
 
 from armor.config import load_config
 from reproduce import stage
-from reproduce.arms import Arm, build_arms, train_overrides
+from reproduce.arms import Arm, arm_seeds, build_arms, train_overrides
 from reproduce.collect import collect_done, figures_done
 from reproduce.entrypoints import entry
 from reproduce.evalplan import eval_benchmarks, eval_done
@@ -46,6 +46,10 @@ class _Plan:
         return [sys.executable, "-m", "reproduce.experiments", sub, "--preset", str(self.preset.path),
                 "--root", str(self.root), *extra]
 
+    def arm_seeds(self, arm: Arm) -> list[int]:
+        """The plan's seeds this arm runs (protocol.single_seed_arms: the first only)."""
+        return arm_seeds(self.preset.protocol, arm, self.seeds)
+
     @property
     def stage_args(self) -> list[str]:
         return ["--stage-dir", str(self.stage_dir)] if self.items else []
@@ -67,12 +71,12 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
     first = [j.key for j in jobs]          # what stage-1 training waits for: staging and/or the world build
     for s in plan.seeds:
         for arm in arms.values():
-            if not arm.alias_of:
+            if not arm.alias_of and s in plan.arm_seeds(arm):
                 jobs += _train_jobs(plan, arms, arm, s, first)
     staged = ["stage"] if plan.items else []
     for s in plan.seeds:
         for arm in arms.values():
-            if arm.evaluate and not arm.alias_of:
+            if arm.evaluate and not arm.alias_of and s in plan.arm_seeds(arm):
                 jobs.append(_eval_job(plan, arm, s, staged))
     return jobs + _final_jobs(plan, jobs, only)
 
@@ -102,7 +106,7 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
     preset, root = plan.preset, plan.root
     if arm.stage == 1:
         deps = list(first)
-    elif arm.start == "late":
+    elif arm.start == "late" and preset.protocol.late_start_step is not None:
         deps = [f"stage1/dapo/seed{s}"]
     else:
         deps = [f"peak/{arm.baseline}/seed{s}"]
@@ -112,16 +116,25 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
                 deps=deps, resources=plan.res["train"], launch="torchrun", env=plan.env,
                 done=lambda run=run: (run / "DONE").is_file(), info=_train_info(plan, arm, s),
                 description=f"train {arm.name} seed {s}")]
-    starts_others = any(a.baseline == arm.name and a.stage == 2 and a.start == "peak" for a in arms.values())
+    late_rule = arm.name == "dapo" and preset.protocol.late_start_fraction is not None
+    starts_others = any(a.baseline == arm.name and a.stage == 2 and (a.start == "peak" or late_rule)
+                        for a in arms.values())
     if arm.stage == 1 and (starts_others or arm.evaluate):
         fixed = fixed_peak(preset, arm.name)
         pf = peak_file(root, preset, arm.name, s)
-        jobs.append(Job(f"peak/{arm.name}/seed{s}", plan.command("select-peak", "--arm", arm.name, "--seed", str(s)),
-                        kind="select_peak", deps=[key], resources=plan.res["select_peak"], env=plan.env,
-                        done=lambda pf=pf, fixed=fixed: peak_done(pf, fixed),
-                        info={"peak": f"step {fixed} (protocol)" if fixed is not None else
-                              f"argmax of validation (window {preset.protocol.peak_selection_window})"},
-                        description=f"choose θ* of {arm.name} seed {s}"))
+        over = plan.arm_seeds(arm)          # θ* from the mean curve of the arm's seeds: every one must be trained
+        how = (f"step {fixed} (protocol)" if fixed is not None else
+               f"argmax of validation (window {preset.protocol.peak_selection_window}"
+               + (f", mean of seeds {','.join(map(str, over))})" if len(over) > 1 else ")"))
+        if late_rule:
+            how += f"; late start at fraction {preset.protocol.late_start_fraction} of the fall"
+        jobs.append(Job(f"peak/{arm.name}/seed{s}",
+                        plan.command("select-peak", "--arm", arm.name, "--seed", str(s),
+                                     "--seeds", ",".join(map(str, over))),
+                        kind="select_peak", deps=[f"stage1/{arm.name}/seed{x}" for x in over],
+                        resources=plan.res["select_peak"], env=plan.env,
+                        done=lambda pf=pf, fixed=fixed: peak_done(pf, fixed, late_rule),
+                        info={"peak": how}, description=f"choose θ* of {arm.name} seed {s}"))
     return jobs
 
 

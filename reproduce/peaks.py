@@ -2,8 +2,12 @@
 
 θ* of a stage-1 baseline = protocol.peak_step (qae_peak_step for QAE) if set, else the argmax of the
 validation curve smoothed over peak_selection_window points, among steps that have a checkpoint; written to
-runs/<preset>/<baseline>/seed<s>/peak.json by `python -m reproduce.experiments select-peak`. A stage-2 arm
-starts from it (`start_point`), armor_late/dapo_late from the DAPO checkpoint at late_start_step.
+runs/<preset>/<baseline>/seed<s>/peak.json by `python -m reproduce.experiments select-peak`. With several seeds
+the curve is the seed mean (steps validated in every seed) and the candidates the steps checkpointed in every
+seed: one θ* for all seeds, so their stage-2 curves share a step axis and the choice averages out the noise of
+one evaluation. A stage-2 arm starts from it (`start_point`). armor_late/dapo_late start from the DAPO checkpoint
+at late_start_step, or, with late_start_fraction f, from the first checkpoint after θ* whose smoothed validation
+is ≤ peak − f·(peak − floor), floor = the lowest smoothed value after θ* (`choose_late`, peak.json's "late").
 """
 from __future__ import annotations
 
@@ -70,12 +74,70 @@ def choose_peak(curve: list[tuple[int, float]], checkpoints: list[int], window: 
             "candidates": len(cands)}
 
 
-def select_peak(preset: Preset, root: Path, baseline: str, seed: int) -> dict:
+def mean_curve(curves: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """The seed-mean curve: the steps validated in every curve, each with the mean of their values."""
+    if not curves:
+        return []
+    maps = [dict(c) for c in curves]
+    steps = sorted(set.intersection(*(set(m) for m in maps)))
+    return [(s, sum(m[s] for m in maps) / len(maps)) for s in steps]
+
+
+def choose_late(curve: list[tuple[int, float]], checkpoints: list[int], peak_step: int, fraction: float,
+                window: int = 1) -> dict:
+    """The late start: the first checkpointed step after θ* whose smoothed value v satisfies
+
+        v ≤ v(θ*) − f · (v(θ*) − floor),   floor = min of the smoothed curve after θ*
+
+    (f = 0: θ* itself would qualify; f = 1: the floor). Raises when the curve has no point after θ* or never
+    falls below θ*'s value (a run that does not degrade has no late start)."""
+    sm = smooth(curve, window)
+    val = dict(sm)
+    if peak_step not in val:
+        raise ExperimentError(f"θ* step {peak_step} has no validation point to measure the fall from")
+    after = [(s, v) for s, v in sm if s > peak_step]
+    if not after:
+        raise ExperimentError(f"no validation after θ* (step {peak_step}) to choose a late start from")
+    peak, floor = val[peak_step], min(v for _, v in after)
+    if floor >= peak:
+        raise ExperimentError(f"validation never falls below θ*'s {peak:.4f} after step {peak_step}")
+    threshold = peak - fraction * (peak - floor)
+    ck, raw = set(checkpoints), dict(curve)
+    for s, v in after:
+        if s in ck and v <= threshold:
+            return {"step": int(s), "value": raw[s], "smoothed": v, "peak_smoothed": peak, "floor": floor,
+                    "fraction": fraction, "threshold": threshold}
+    raise ExperimentError(f"no checkpoint after θ* (step {peak_step}) has smoothed validation ≤ {threshold:.4f} "
+                          f"(peak {peak:.4f}, floor {floor:.4f}, fraction {fraction})")
+
+
+def select_peak(preset: Preset, root: Path, baseline: str, seed: int, seeds: Optional[list[int]] = None) -> dict:
+    """peak.json of one baseline and seed: θ* from the mean curve over `seeds` (default: this seed alone), and
+    for DAPO with protocol.late_start_fraction the late start of this seed's run (an {"error": ...} if none)."""
+    p = preset.protocol
+    seeds = sorted(set(seeds or [seed]) | {seed})
     run = run_dir(root, preset, baseline, seed)
     fixed = fixed_peak(preset, baseline)
     bench = validation_benchmark(preset)
-    info = choose_peak(read_validation(run, bench), list_checkpoints(run), preset.protocol.peak_selection_window,
-                       fixed)
+    runs = [run_dir(root, preset, baseline, x) for x in seeds]
+    curves = [read_validation(r, bench) for r in runs]
+    if len(seeds) > 1:
+        lacking = [x for x, c in zip(seeds, curves) if not c]
+        if lacking:
+            raise ExperimentError(f"θ* of {baseline} is chosen from the mean curve of seeds {seeds}, but seed(s) "
+                                  f"{lacking} have no validation yet ({runs[seeds.index(lacking[0])]})")
+    curve = mean_curve(curves)
+    ckpts = sorted(set.intersection(*(set(list_checkpoints(r)) for r in runs)))
+    info = choose_peak(curve, ckpts, p.peak_selection_window, fixed)
+    if len(seeds) > 1:
+        info["seeds"] = seeds
+    if baseline == "dapo" and p.late_start_fraction is not None:
+        try:
+            late = choose_late(curve, ckpts, info["step"], p.late_start_fraction, p.peak_selection_window)
+            late["checkpoint"] = str(ckpt_dir(run, late["step"]))
+        except ExperimentError as e:
+            late = {"error": str(e)}
+        info["late"] = late
     info.update(baseline=baseline, seed=seed, benchmark=bench, checkpoint=str(ckpt_dir(run, info["step"])),
                 time=time.time())
     return info
@@ -94,16 +156,27 @@ def read_peak(root: Path, preset: Preset, baseline: str, seed: int) -> Optional[
 
 def start_point(preset: Preset, root: Path, arm: Arm, seed: int) -> Optional[dict]:
     """{step, checkpoint} a stage-2 arm starts from, or None while θ* is not chosen yet."""
-    if arm.start == "late":
+    if arm.start == "late" and preset.protocol.late_start_step is not None:
         step = preset.protocol.late_start_step
         return {"step": step, "checkpoint": str(ckpt_dir(run_dir(root, preset, "dapo", seed), step))}
     pk = read_peak(root, preset, arm.baseline, seed)
     if pk is None:
         return None
+    if arm.start == "late":
+        late = pk.get("late") or {}
+        return {"step": int(late["step"]), "checkpoint": late["checkpoint"]} if "step" in late else None
     return {"step": int(pk["step"]), "checkpoint": pk["checkpoint"]}
 
 
-def peak_done(pf: Path, fixed: Optional[int]) -> bool:
-    """peak.json is written, names the fixed step if the protocol fixes one, and its checkpoint exists."""
+def late_error(preset: Preset, root: Path, seed: int) -> Optional[str]:
+    """Why DAPO seed `seed` has no late start by rule (peak.json's late error), or None."""
+    pk = read_peak(root, preset, "dapo", seed) or {}
+    return (pk.get("late") or {}).get("error")
+
+
+def peak_done(pf: Path, fixed: Optional[int], late: bool = False) -> bool:
+    """peak.json is written, names the fixed step if the protocol fixes one, its checkpoint exists, and (late)
+    it holds the late start's verdict."""
     d = read_json(pf)
-    return bool(d) and (fixed is None or int(d.get("step", -1)) == fixed) and Path(d.get("checkpoint", "")).exists()
+    return (bool(d) and (fixed is None or int(d.get("step", -1)) == fixed) and Path(d.get("checkpoint", "")).exists()
+            and (not late or isinstance(d.get("late"), dict)))

@@ -63,6 +63,10 @@ def load_preset(name_or_path: str | Path) -> Preset:
     cfg = load_config(p)
     preset = Preset(name=p.stem, path=p.resolve(), cfg=cfg, protocol=load_protocol(cfg.foreign.get(SECTION, {})))
     _check_eval_samples(preset.protocol)
+    if preset.protocol.late_start_fraction is not None and cfg.schedule.keep_last is not None:
+        raise ExperimentError(f"protocol.late_start_fraction={preset.protocol.late_start_fraction}: the late start is "
+                              f"chosen among stage-1 DAPO's checkpoints after it ends, but schedule.keep_last="
+                              f"{cfg.schedule.keep_last} deletes them; set schedule.keep_last: null")
     return preset
 
 

@@ -37,7 +37,11 @@ class ProtocolConfig:
     stage2_steps: int = _f(0, "RL steps of every stage-2 arm from θ* (0 = schedule.total_steps)")
     peak_step: Optional[int] = _f(None, "fixed θ* step (paper); null = argmax of the validation curve")
     qae_peak_step: Optional[int] = _f(None, "fixed θ* step of the QAE baseline (paper: 230 for 7B)")
-    late_start_step: Optional[int] = _f(None, "Fig. 3c: ARMOR from a degraded checkpoint")
+    late_start_step: Optional[int] = _f(None, "Fig. 3c: ARMOR from a degraded checkpoint, a fixed DAPO step")
+    late_start_fraction: Optional[float] = _f(None, "Fig. 3c by rule (exclusive with late_start_step): the first "
+                                                    "DAPO checkpoint after θ* whose smoothed validation lies this "
+                                                    "fraction of the way from the peak down to the floor (the "
+                                                    "lowest smoothed value after θ*); written with θ* in peak.json")
     peak_selection_window: int = _f(1, "smooth validation over this many points before the argmax")
     armor_alpha: float = _f(0.9375, "α of the ARMOR arms' mixed ratio")
     armor_ref_n: int = _f(4, "reference samples per prompt of the anchor arms")
@@ -60,6 +64,13 @@ class ProtocolConfig:
     procs_per_node: int = _f(0, "trainer ranks per training node (torchrun); 0 = one per GPU, or 1 on a CPU "
                                 "preset. A CPU preset with 2 runs 2-rank CPU jobs (gloo), e.g. on a test SLURM")
     seeds: list[int] = _f(factory=lambda: [0], help="seeds of every arm")
+    single_seed_arms: list[str] = _f(factory=list, help="arms run on the first seed only (no figure claim rests "
+                                                        "on them); the rest run every seed")
+
+    @property
+    def has_late_start(self) -> bool:
+        """armor_late / dapo_late run (Fig. 3c): a late start step or the rule that chooses one."""
+        return self.late_start_step is not None or self.late_start_fraction is not None
 
 
 def _check(cond: bool, key: str, value: Any, why: str) -> None:
@@ -83,6 +94,11 @@ def validate_protocol(p: ProtocolConfig) -> None:
     c(p.gpus_per_node >= 0, "protocol.gpus_per_node", p.gpus_per_node, "must be >= 0")
     c(p.procs_per_node >= 0, "protocol.procs_per_node", p.procs_per_node, "must be >= 0")
     c(len(p.seeds) >= 1, "protocol.seeds", p.seeds, "must list at least one seed")
+    c(len(set(p.seeds)) == len(p.seeds), "protocol.seeds", p.seeds, "must not repeat a seed")
+    f = p.late_start_fraction
+    c(f is None or 0 < f < 1, "protocol.late_start_fraction", f, "must be in (0, 1)")
+    c(f is None or p.late_start_step is None, "protocol.late_start_fraction", f,
+      f"excludes protocol.late_start_step ({p.late_start_step}): set one of them")
 
 
 def load_protocol(section: Any) -> ProtocolConfig:

@@ -61,6 +61,9 @@ BAD_PROTOCOL = [
     ("eval_limit: 0", r"protocol.eval_limit: 0 must be >= 1"),
     ("nodes: 0", r"protocol.nodes: 0 must be >= 1"),
     ("seeds: []", r"protocol.seeds: \[\] must list at least one seed"),
+    ("seeds: [0, 1, 0]", r"protocol.seeds: \[0, 1, 0\] must not repeat a seed"),
+    ("late_start_fraction: 1.5", r"protocol.late_start_fraction: 1.5 must be in \(0, 1\)"),
+    ("late_start_fraction: 0.4", r"protocol.late_start_fraction: 0.4 excludes protocol.late_start_step \(200\)"),
     ("nodes: two", r"protocol.nodes: expected an integer, got 'two'"),
     ("armor_alfa: 0.5", r"protocol.armor_alfa: unknown key \(known: .*armor_alpha"),
 ]

@@ -1,0 +1,135 @@
+"""Seeds as an axis of the matrix (one θ* from the seed-mean curve, single-seed arms) and the late start chosen by
+rule from stage-1 validation (reproduce/peaks.py, reproduce/jobs.py)."""
+import json
+
+import pytest
+
+from reproduce import experiments
+from reproduce.arms import arm_definitions, arm_seeds, build_arms
+from reproduce.jobs import build_jobs
+from reproduce.peaks import choose_late, mean_curve, start_point
+from reproduce.presets import ExperimentError, load_preset, run_dir
+
+from test_experiments import MINI
+
+TWO_SEEDS = MINI.replace("  late_start_step: 6\n", "  late_start_fraction: 0.5\n").replace(
+    "  seeds: [0]\n", "  seeds: [0, 1]\n  single_seed_arms: [qae, qae_cont, qae_armor_reset_never, qae_armor_reset_2]\n")
+
+
+def _preset(tmp_path, text=TWO_SEEDS):
+    f = tmp_path / "presets" / "two.yaml"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(text.format(world=tmp_path / "world"))
+    return f
+
+
+def _fake_run(run, curve, checkpoints):
+    run.mkdir(parents=True, exist_ok=True)
+    with open(run / "validation.jsonl", "w") as f:
+        for s, v in curve:
+            f.write(json.dumps({"step": s, "benchmark": "toy_val", "metric": "avg@2", "k": 2, "value": v}) + "\n")
+    for s in checkpoints:
+        (run / "checkpoints" / f"step_{s:06d}").mkdir(parents=True, exist_ok=True)
+        (run / "checkpoints" / f"step_{s:06d}" / "trainer_state.pt").write_text("")
+
+
+def test_mean_curve_keeps_steps_of_every_seed():
+    a = [(0, 0.2), (2, 0.6), (4, 0.4)]
+    b = [(0, 0.4), (2, 0.2), (4, 0.8), (6, 0.1)]
+    assert mean_curve([a, b]) == [(0, pytest.approx(0.3)), (2, pytest.approx(0.4)), (4, pytest.approx(0.6))]
+    assert mean_curve([a]) == a and mean_curve([]) == []
+
+
+def test_choose_late_by_hand():
+    curve = [(0, 0.3), (10, 0.7), (20, 0.65), (30, 0.5), (40, 0.3), (50, 0.35)]
+    ck = [0, 10, 20, 30, 40, 50]
+    # peak 0.7 at 10, floor 0.3 after it: f = 0.5 -> threshold 0.5 -> first step after 10 with v <= 0.5 is 30
+    late = choose_late(curve, ck, 10, 0.5)
+    assert late["step"] == 30 and late["threshold"] == pytest.approx(0.5) and late["floor"] == 0.3
+    assert choose_late(curve, ck, 10, 0.1)["step"] == 20           # threshold 0.66: 0.65 qualifies
+    assert choose_late(curve, [0, 10, 20, 40, 50], 10, 0.5)["step"] == 40   # 30 has no checkpoint
+    assert choose_late(curve, ck, 10, 0.9)["step"] == 40
+    # smoothed over 3 points: [.5, .55, .617, .483, .383, .325]; peak at 20 -> floor .325, f .5 -> .471 -> 40
+    assert choose_late(curve, ck, 20, 0.5, window=3)["step"] == 40
+    with pytest.raises(ExperimentError, match="never falls"):
+        choose_late([(0, 0.3), (10, 0.7), (20, 0.8)], ck, 10, 0.5)
+    with pytest.raises(ExperimentError, match="no validation after"):
+        choose_late(curve, ck, 50, 0.5)
+    with pytest.raises(ExperimentError, match="no checkpoint after"):
+        choose_late(curve, [0, 10, 20], 10, 0.5)
+
+
+def test_one_peak_from_the_seed_mean_and_the_late_start_in_peak_json(tmp_path, capsys):
+    f = _preset(tmp_path)
+    p, root = load_preset(f), tmp_path / "runs"
+    ck = [2, 4, 6]
+    _fake_run(run_dir(root, p, "dapo", 0), [(0, 0.3), (2, 0.6), (4, 0.5), (6, 0.2)], ck)
+    _fake_run(run_dir(root, p, "dapo", 1), [(0, 0.3), (2, 0.4), (4, 0.7), (6, 0.3)], ck)
+    # seed 1 alone peaks at 4; the mean (.3, .5, .6, .25) peaks at 4 too, seed 0 alone at 2
+    for s in (0, 1):
+        assert experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
+                                 "--seed", str(s)]) == 0
+    out = capsys.readouterr().out
+    assert "mean of seeds [0, 1]" in out and "late start of dapo seed 0: step 6" in out
+    for s in (0, 1):
+        pk = json.loads((run_dir(root, p, "dapo", s) / "peak.json").read_text())
+        assert pk["step"] == 4 and pk["seeds"] == [0, 1] and pk["method"] == "argmax"
+        # peak .6, floor .25 -> threshold .425 at f = .5 -> step 6, this seed's checkpoint
+        assert pk["late"]["step"] == 6 and pk["late"]["checkpoint"] == str(run_dir(root, p, "dapo", s) /
+                                                                           "checkpoints" / "step_000006")
+        late_arm = arm_definitions(p.protocol)["armor_late"]
+        assert start_point(p, root, late_arm, s) == {"step": 6, "checkpoint": pk["late"]["checkpoint"]}
+    # a seed alone (the --seeds override) picks its own argmax
+    assert experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
+                             "--seed", "0", "--seeds", "0"]) == 0
+    assert json.loads((run_dir(root, p, "dapo", 0) / "peak.json").read_text())["step"] == 2
+
+
+def test_a_run_that_never_degrades_has_no_late_start_and_the_late_arm_says_so(tmp_path, capsys):
+    f = _preset(tmp_path)
+    p, root = load_preset(f), tmp_path / "runs"
+    for s in (0, 1):
+        _fake_run(run_dir(root, p, "dapo", s), [(0, 0.3), (2, 0.5), (4, 0.6), (6, 0.6)], [2, 4, 6])
+    for s in (0, 1):
+        assert experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
+                                 "--seed", str(s)]) == 0
+    assert "late start of dapo seed 1: none" in capsys.readouterr().out
+    rc = experiments.main(["train", "--preset", str(f), "--root", str(root), "--arm", "armor_late", "--seed", "0"])
+    assert rc == 2 and "armor_late seed 0: no late start: validation never falls below θ*'s 0.6000 after step 4" in capsys.readouterr().err
+
+
+def test_peak_selection_over_seeds_needs_every_seed(tmp_path, capsys):
+    f = _preset(tmp_path)
+    p, root = load_preset(f), tmp_path / "runs"
+    _fake_run(run_dir(root, p, "dapo", 0), [(0, 0.3), (2, 0.6)], [2])
+    rc = experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo", "--seed", "0"])
+    assert rc == 2 and "seed(s) [1] have no validation yet" in capsys.readouterr().err
+    rc = experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "armor", "--seed", "0"])
+    assert rc == 2 and "not a stage-1 baseline" in capsys.readouterr().err
+
+
+def test_jobs_run_single_seed_arms_once_and_wait_for_every_seed_before_the_peak(tmp_path):
+    p = load_preset(_preset(tmp_path))
+    jobs = {j.key: j for j in build_jobs(p, tmp_path / "runs")}
+    assert "stage1/dapo/seed1" in jobs and "stage2/armor/seed1" in jobs and "stage2/armor_late/seed1" in jobs
+    assert "stage1/qae/seed0" in jobs and "stage1/qae/seed1" not in jobs and "stage2/qae_cont/seed1" not in jobs
+    assert set(jobs["peak/dapo/seed1"].deps) == {"stage1/dapo/seed0", "stage1/dapo/seed1"}
+    assert "--seeds" in jobs["peak/dapo/seed1"].argv and "0,1" in jobs["peak/dapo/seed1"].argv
+    assert jobs["peak/qae/seed0"].deps == ["stage1/qae/seed0"]
+    assert jobs["stage2/armor_late/seed1"].deps == ["peak/dapo/seed1"]   # the rule's step is in peak.json
+    arms = build_arms(p)
+    assert arm_seeds(p.protocol, arms["qae_cont"], [0, 1]) == [0]
+    assert arm_seeds(p.protocol, arms["armor"], [0, 1]) == [0, 1]
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda t: t.replace("single_seed_arms: [qae,", "single_seed_arms: [qea,"),
+     r"protocol.single_seed_arms: \['qea'\] are not arms"),
+    (lambda t: t.replace("single_seed_arms: [qae, qae_cont,", "single_seed_arms: [qae,"),
+     r"protocol.single_seed_arms: 'qae' runs one seed but 'qae_cont'"),
+    (lambda t: t.replace("schedule: {{total_steps: 6,", "schedule: {{total_steps: 6, keep_last: 2,"),
+     r"protocol.late_start_fraction=0.5: .*schedule.keep_last=2"),
+])
+def test_bad_seed_and_late_settings_fail_before_any_work(tmp_path, edit, message):
+    with pytest.raises(ExperimentError, match=message):
+        build_jobs(load_preset(_preset(tmp_path, edit(TWO_SEEDS))), tmp_path / "runs")
