@@ -19,6 +19,11 @@ Thresholds (fractions of avg@k; 0.03 = 3 points):
 - MIX_COLLAPSE_FRACTION = 0.5: mix-only "collapsed" when at least this fraction of the mix_a* arms collapsed.
 - OPD/MOPD "fall below" ARMOR when every run of them scores lower: score = mean eval avg@k over the eval
   benchmarks at the table checkpoint when all three have eval rows, else the best validation value.
+
+Several seeds: each check is decided on every seed alone (`decide_over_seeds`); the verdict is "yes" when it
+holds on every seed that ran the check's arms, "no" when it holds on none, "mixed (k/n seeds)" otherwise. The
+evidence is the seed-mean curves' numbers, and every seed's verdict and numbers are kept (`Verdict.per_seed`,
+the report's per-seed section).
 """
 from __future__ import annotations
 
@@ -51,6 +56,7 @@ class Verdict:
     verdict: str
     evidence: str
     numbers: dict = field(default_factory=dict)
+    per_seed: dict = field(default_factory=dict)     # seed -> {"verdict", "evidence"} (several seeds only)
 
 
 def _f(x: Optional[float], nd: int = 3) -> str:
@@ -252,15 +258,34 @@ CHECKS = [check_baseline_collapse, check_armor_holds, check_beta1_stagnates, che
           check_anchor_only_stable, check_mix_collapses, check_opd_below_armor]
 
 
+def _safe(check, ctx: Context) -> Verdict:
+    try:
+        return check(ctx)
+    except Exception as e:  # noqa: BLE001 - a broken input must not stop the report
+        return Verdict(check.__name__.removeprefix("check_"), check.__doc__ or check.__name__,
+                       NOT_RUN, f"could not be computed: {type(e).__name__}: {e}")
+
+
+def decide_over_seeds(check, ctx: Context) -> Verdict:
+    """One check on several seeds: decided on each seed alone; "yes" if it holds on every seed that ran it, "no"
+    if on none, else "mixed (k/n seeds)". Evidence: the seed-mean curves' numbers. One seed: the check as is."""
+    seeds = ctx.seeds()
+    mean = _safe(check, ctx)
+    if len(seeds) <= 1:
+        return mean
+    per = {s: _safe(check, ctx.for_seed(s)) for s in seeds}
+    ran = {s: v for s, v in per.items() if v.verdict != NOT_RUN}
+    if ran:
+        k = sum(v.verdict == YES for v in ran.values())
+        mean.verdict = YES if k == len(ran) else NO if k == 0 else f"mixed ({k}/{len(ran)} seeds)"
+        mean.evidence = (f"seed mean: {mean.evidence}; per seed: "
+                         + ", ".join(f"s{s} {v.verdict}" for s, v in per.items()))
+    mean.per_seed = {s: {"verdict": v.verdict, "evidence": v.evidence} for s, v in per.items()}
+    return mean
+
+
 def run_checklist(ctx: Context) -> list[Verdict]:
-    out = []
-    for check in CHECKS:
-        try:
-            out.append(check(ctx))
-        except Exception as e:  # noqa: BLE001 - a broken input must not stop the report
-            out.append(Verdict(check.__name__.removeprefix("check_"), check.__doc__ or check.__name__,
-                               NOT_RUN, f"could not be computed: {type(e).__name__}: {e}"))
-    return out
+    return [decide_over_seeds(check, ctx) for check in CHECKS]
 
 
 def checklist_markdown(verdicts: list[Verdict], ctx: Optional[Context] = None) -> str:
@@ -272,6 +297,12 @@ def checklist_markdown(verdicts: list[Verdict], ctx: Optional[Context] = None) -
     lines += ["| # | check | verdict | numbers that decided it |", "|---|---|---|---|"]
     for i, v in enumerate(verdicts, 1):
         lines.append(f"| {i} | {v.question} | **{v.verdict}** | {v.evidence.replace('|', '/')} |")
+    if any(v.per_seed for v in verdicts):
+        lines += ["", "Per seed (each check decided on that seed's curves alone; the verdict above is \"yes\" "
+                      "only if it holds on every seed):", "", "| # | seed | verdict | numbers |", "|---|---|---|---|"]
+        for i, v in enumerate(verdicts, 1):
+            for s, d in v.per_seed.items():
+                lines.append(f"| {i} | {s} | {d['verdict']} | {d['evidence'].replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -191,6 +191,7 @@ class Context:
     results_path: Optional[Path] = None
     protocol_override: Optional[dict] = None
     protocol_source: str = ""
+    only_seed: Optional[int] = None     # a one-seed view (for_seed): its rows and run folders only
     _protocol: dict = field(default_factory=dict)
     _metrics: dict = field(default_factory=dict)
     _configs: dict = field(default_factory=dict)
@@ -229,6 +230,12 @@ class Context:
     def seeds(self, arm: Optional[str] = None) -> list[int]:
         d = self.df if arm is None else self.df[self.df["arm"] == arm]
         return sorted(int(s) for s in d["seed"].unique())
+
+    def for_seed(self, seed: int) -> "Context":
+        """The same preset seen through one seed: its result rows and run folders only (per-seed verdicts)."""
+        return Context(df=self.df[self.df["seed"] == seed].reset_index(drop=True), preset=self.preset,
+                       runs_dir=self.runs_dir, results_path=self.results_path,
+                       protocol_override=self.protocol_override, only_seed=int(seed))
 
     # ---------------------------------------------------------------- protocol
     @property
@@ -385,7 +392,7 @@ class Context:
         out = []
         for d in sorted((self.runs_dir / arm).glob("seed*")):
             m = re.match(r"^seed(\d+)$", d.name)
-            if m and d.is_dir():
+            if m and d.is_dir() and self.only_seed in (None, int(m.group(1))):
                 out.append((int(m.group(1)), d))
         return out
 

@@ -7,7 +7,8 @@
 
 Which checkpoint represents an arm: `Context.select_step` (figures/data.py): the paper's step on the paper
 presets when it was evaluated, else the eval step with the best seed-mean validation score. The cell is the
-seed-mean eval value (source == "eval") at that step, in percent, 2 decimals. When several eval metrics exist
+seed-mean eval value (source == "eval") at that step, in percent, 2 decimals, "± s" with the standard deviation
+over seeds (n − 1) when several seeds were evaluated. When several eval metrics exist
 for a benchmark, the paper's k is used (avg@32 / avg@8 / pass@16) if present, else the largest k. The
 "+ARMOR" row of QAE is the best-by-validation of the `qae_armor_*` arms. The steps column is the total step
 for stage-1 rows ("140") and "+N" steps after the arm's start for continual rows ("+200"). Deltas are
@@ -26,6 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Sequence
 
+import pandas as pd
+
 from common.results import metric_k
 
 from . import paper as paper_mod
@@ -33,6 +36,7 @@ from .data import Context
 
 DASH = "—"
 MINUS = "−"
+PM = "±"
 
 BENCH_ALIASES = {
     "aime24": {"aime24", "aime2024", "aime_2024", "aime-2024"},
@@ -86,11 +90,12 @@ class Cell:
     value: Optional[float] = None   # percent
     delta: Optional[float] = None
     note: Optional[int] = None      # footnote number
+    spread: Optional[float] = None  # standard deviation over seeds (n − 1), percent; None with one seed
 
     def text(self, minus: str = MINUS) -> str:
         if self.value is None:
             return DASH + (f" [{self.note}]" if self.note else "")
-        s = f"{self.value:.2f}"
+        s = f"{self.value:.2f}" + (f" {PM} {self.spread:.2f}" if self.spread is not None else "")
         if self.delta is not None:
             d = f"{abs(self.delta):.2f}"
             s += f" ({'+' if self.delta >= 0 else minus}{d})"
@@ -148,7 +153,7 @@ class Table:
             s = str(s)
             for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"),
                          ("_", r"\_"), ("θ", r"$\theta$"), ("α", r"$\alpha$"), ("τ", r"$\tau$"),
-                         ("β", r"$\beta$")):
+                         ("β", r"$\beta$"), (PM, r"$\pm$")):
                 s = s.replace(a, b)
             return s.replace(DASH, "--").replace(MINUS, "$-$")
 
@@ -270,6 +275,7 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
             arm, step, how = _choose_arm(ctx, spec)
             cells: dict[str, Cell] = {}
             raw: dict[str, Optional[float]] = {}
+            per: dict[str, pd.Series] = {}          # column -> percent value per seed
             seeds: list[int] = []
             if step is None:
                 n = notes.add(f"{ctx.model} {spec.method}: not run: {' / '.join(spec.arms)}" if how == "not run"
@@ -295,7 +301,8 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
                     per_seed = r.groupby("seed")["value"].mean()
                     seeds = sorted(set(seeds) | set(int(s) for s in per_seed.index))
                     raw[c] = float(per_seed.mean()) * 100.0
-                    cells[c] = Cell(round(raw[c], 2))
+                    per[c] = per_seed * 100.0
+                    cells[c] = Cell(round(raw[c], 2), spread=_spread(per[c]))
                     metric_used.setdefault(c, set()).add(metric)
                 for c in cols:  # derived means (math avg, avg)
                     if c in cells:
@@ -303,7 +310,8 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
                     parts = DERIVED[c] if pm else [b for b in cols if b not in DERIVED]
                     vals = [raw.get(p) for p in parts]
                     if vals and all(v is not None for v in vals):
-                        cells[c] = Cell(round(sum(vals) / len(vals), 2))
+                        by_seed = pd.concat([per[p] for p in parts], axis=1).dropna().mean(axis=1)
+                        cells[c] = Cell(round(sum(vals) / len(vals), 2), spread=_spread(by_seed))
                     else:
                         cells[c] = Cell(note=notes.add(f"{HEADERS.get(c, c)} needs all of "
                                                        f"{', '.join(HEADERS.get(p, p) for p in parts)}"))
@@ -330,7 +338,14 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
         caption += " math avg / avg = mean of the benchmark columns (AIME24, AIME25, AMC on paper benchmarks)."
     if any(r.base for c in ctxs for r in row_specs(c, table)):
         caption += " Deltas: difference to the baseline row of the printed values."
+    if any(cell.spread is not None for r in rows for cell in r.cells.values()):
+        caption += f" {PM}: standard deviation over seeds (n − 1) of the per-seed values."
     return Table(table, TITLES[table], columns, rows, notes.items, caption, sel_notes)
+
+
+def _spread(per_seed: "pd.Series") -> Optional[float]:
+    """Standard deviation over seeds (n − 1), rounded as the cell; None with fewer than two seeds."""
+    return round(float(per_seed.std(ddof=1)), 2) if len(per_seed) >= 2 else None
 
 
 def _deltas(row: Row, base: Row) -> None:

@@ -65,12 +65,20 @@ def _parse_md(md: str) -> list[dict]:
     return rows
 
 
+CELL_RE = re.compile(r"^(-?\d+\.\d+)(?: ± (\d+\.\d+))?(?: \(([+−])(\d+\.\d+)\))?$")
+
+
 def _num(cell: str):
-    m = re.match(r"^(-?\d+\.\d+)(?: \(([+−])(\d+\.\d+)\))?$", cell)
+    m = CELL_RE.match(cell)
     if not m:
         return None, None
-    delta = None if m.group(2) is None else float(m.group(3)) * (1 if m.group(2) == "+" else -1)
+    delta = None if m.group(3) is None else float(m.group(4)) * (1 if m.group(3) == "+" else -1)
     return float(m.group(1)), delta
+
+
+def _spread(cell: str):
+    m = CELL_RE.match(cell)
+    return None if not m or m.group(2) is None else float(m.group(2))
 
 
 # ------------------------------------------------------------------------------------------ outputs
@@ -173,6 +181,9 @@ def test_table_numbers_equal_results(ctx, tiny):
                 r = raw[(raw.arm == row.arm) & (raw.step == row.step) & (raw.benchmark == bench)
                         & (raw.metric == metric) & (raw.source == "eval")]
                 assert value == round(r["value"].mean() * 100, 2)
+                # the spread: standard deviation over the seeds (n - 1), the synthetic results have two
+                per_seed = r.groupby("seed")["value"].mean() * 100
+                assert len(per_seed) == 2 and _spread(md[col]) == round(per_seed.std(ddof=1), 2)
                 bench_vals.append(value)
             avg_col = "math avg" if kind == "avg" else "avg"
             assert _num(md[avg_col])[0] == pytest.approx(sum(bench_vals) / 3, abs=0.011)
@@ -188,6 +199,7 @@ def test_table_numbers_equal_results(ctx, tiny):
 
 def test_delta_format():
     assert tables.Cell(43.04, 5.91).text() == "43.04 (+5.91)"
+    assert tables.Cell(43.04, 5.91, spread=1.5).text() == "43.04 ± 1.50 (+5.91)"
     assert tables.Cell(39.02, -1.2).text() == "39.02 (−1.20)"
     assert tables.Cell(None, note=2).text() == "— [2]"
 
@@ -346,6 +358,35 @@ def test_checklist_on_constructed_curves(tmp_path):
     v = checklist.check_baseline_collapse(ctx_for([0.1, 0.3, 0.4, 0.3, 0.3, 0.3], falling))
     assert v.verdict == "no" and "training reward" in v.evidence
     assert checklist.check_armor_holds(ctx_for(up)).verdict == "not run"
+
+
+def test_verdicts_are_decided_on_every_seed(tmp_path):
+    """Two seeds of dapo: the verdict is "yes" only when each seed alone says yes; the per-seed numbers are kept."""
+    drop = checklist.COLLAPSE_DROP
+    falls = [0.1, 0.3, 0.4, 0.4 - drop - 0.02, 0.4 - drop - 0.02, 0.4 - drop - 0.02]
+    holds = [0.1, 0.3, 0.4, 0.4, 0.4, 0.4]
+
+    def ctx_for(curves):
+        rows = [dict(preset="smoke", model="m", arm="dapo", seed=seed, step=5 * i, benchmark="val", metric="avg@4",
+                     k=4, value=v, n=4, source="validation") for seed, vals in curves.items()
+                for i, v in enumerate(vals)]
+        d = tmp_path / f"c{len(list(tmp_path.iterdir()))}"
+        d.mkdir()
+        pd.DataFrame(rows).to_parquet(d / "results.parquet")
+        return load_context(d / "results.parquet")
+
+    both = checklist.decide_over_seeds(checklist.check_baseline_collapse, ctx_for({0: falls, 1: falls}))
+    assert both.verdict == "yes" and set(both.per_seed) == {0, 1}
+    one = checklist.decide_over_seeds(checklist.check_baseline_collapse, ctx_for({0: falls, 1: holds}))
+    # the seed mean still drops by drop + 0.01 (a "yes" on the mean), but seed 1 alone does not collapse
+    assert one.verdict == "mixed (1/2 seeds)" and one.per_seed[0]["verdict"] == "yes"
+    assert one.per_seed[1]["verdict"] == "no" and "per seed: s0 yes, s1 no" in one.evidence
+    none = checklist.decide_over_seeds(checklist.check_baseline_collapse, ctx_for({0: holds, 1: holds}))
+    assert none.verdict == "no"
+    md = checklist.checklist_markdown([one])
+    assert "| 1 | 1 | no | peak 0.400" in md
+    solo = checklist.decide_over_seeds(checklist.check_baseline_collapse, ctx_for({0: falls}))
+    assert solo.verdict == "yes" and solo.per_seed == {} and "per seed" not in checklist.checklist_markdown([solo])
 
 
 # ------------------------------------------------------------------------------------------ report
