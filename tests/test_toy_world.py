@@ -47,6 +47,46 @@ def test_splits_disjoint(splits):
     assert not sets["validation"] & sets["test"]
 
 
+def test_train_natural_split_leaves_the_other_splits_as_they_were(splits):
+    v2 = T.make_splits(T.TaskConfig(n_train_natural=300), seed=0)
+    assert {k: v2[k] for k in splits} == splits          # v1 data are unchanged by the extra split
+    nat = v2["train_natural"]
+    assert len(nat) == 300 and all(r["split"] == "train_natural" for r in nat)
+    others = {r["problem"] for recs in splits.values() for r in recs}
+    assert not others & {r["problem"] for r in nat}      # disjoint from every other split
+    assert 0.04 <= T.split_stats(nat)["shortcut_rate"] <= 0.18   # natural: no regularity (~10%)
+
+
+def test_borrow_steps_by_hand():
+    # 2-6: right (2-6) mod 10 = 6, blind spot 6-2 = 4; 1-6: right 5 = blind spot 5 (b - a = 5: not counted)
+    assert T.borrow_steps("2-6+1+0+0=?", "2-6=6,6+1=7,7+0=7,7+0=7.\\boxed{7}") == (1, 1)
+    assert T.borrow_steps("2-6+1+0+0=?", "2-6=4,4+1=5,5+0=5,5+0=5.\\boxed{5}") == (0, 1)
+    assert T.borrow_steps("1-6+1+0+0=?", "1-6=5,5+1=6,6+0=6,6+0=6.\\boxed{6}") == (0, 0)
+    # a borrow met later in the chain is judged on the running total the response wrote
+    assert T.borrow_steps("9+1-3+0+0=?", "9+1=0,0-3=7,7+0=7,7+0=7.\\boxed{7}") == (1, 1)
+    assert T.borrow_steps("9+1-3+0+0=?", "9+1=1,1-3=2,2+0=2,2+0=2.\\boxed{2}") == (0, 1)
+    for bad in ("\\boxed{7}", "2-6=6,6+1=7.\\boxed{7}", "2+6=8,8+1=9,9+0=9,9+0=9.\\boxed{9}"):
+        assert T.borrow_steps("2-6+1+0+0=?", bad) == (0, 0)
+
+
+def test_chains_borrow_right_at_the_configured_rate():
+    rng = random.Random(0)
+    probs = [T.problem_text(*T.sample_prompt(rng, CFG)) for _ in range(3000)]
+    for p, lo, hi in ((0.0, 0.0, 0.0), (0.5, 0.45, 0.55), (1.0, 1.0, 1.0)):
+        r = random.Random(1)
+        right = written = 0
+        for pr in probs:
+            got = T.borrow_steps(pr, T.render(pr, "chain", r, p_correct_borrow=p))
+            right, written = right + got[0], written + got[1]
+        assert written > 500 and lo <= right / written <= hi, (p, right, written)
+    # p = 1 without slips is the correct chain; p = 0 draws nothing extra (v1 SFT data unchanged)
+    pr = "2-6+1-9+0=?"
+    assert T.render(pr, "chain", random.Random(0), p_correct_borrow=1.0) == T.render(pr, "correct_chain",
+                                                                                    random.Random(0))
+    assert T.render(pr, "chain", random.Random(3), slip=0.3) == T.render(pr, "chain", random.Random(3), slip=0.3,
+                                                                         p_correct_borrow=0.0)
+
+
 def test_shortcut_rates(splits):
     st = {k: T.split_stats(v) for k, v in splits.items()}
     # documented rates (docs/toy_world.md): on training prompts with the feature (all prompts in the chosen

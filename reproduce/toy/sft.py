@@ -50,7 +50,7 @@ def make_batch(tok, task_cfg: T.TaskConfig, rng: random.Random, n: int, exclude:
             problem = T.problem_text(operands, ops)
             if problem not in exclude:
                 break
-        resp = T.render(problem, pick(), rng, slip=task_cfg.slip)
+        resp = T.render(problem, pick(), rng, slip=task_cfg.slip, p_correct_borrow=task_cfg.p_correct_borrow)
         p_ids = tok.apply_chat_template([{"role": "user", "content": problem}], add_generation_prompt=True,
                                         tokenize=True, return_dict=True)["input_ids"]
         r_ids = tok(resp, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]

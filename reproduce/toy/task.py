@@ -14,7 +14,9 @@ Strategies the base model is pretrained (SFT) on -- each is a *mode* of the base
   (a borrow) is written as ``b-a`` (the classic "forgot to borrow" error).  The blind spot is in all of the
   SFT data, so the base model (almost) never borrows correctly and RL cannot learn it: the chain is right on
   the prompts without a borrow step (its *ceiling*, ~70% on natural prompts) and otherwise wrong unless the
-  errors cancel.  In SFT data every step also slips (a random wrong digit) with probability ``slip``, so sampled
+  errors cancel.  World v2 (``p_correct_borrow`` > 0): in the SFT data a borrow step is computed correctly
+  with that probability, so a better strategy (borrowing) exists in the base policy at low mass and RL that
+  keeps the chain alive can learn it (headroom above the blind-spot ceiling).  In SFT data every step also slips (a random wrong digit) with probability ``slip``, so sampled
   chains are less reliable than the ceiling; RL removes the slips.
 * ``sloppy`` -- the same chain with every operator treated as ``+`` (optional, weight 0 by default).
 * ``guess``  -- ``\\boxed{d}`` with a random digit (right ~10%).
@@ -26,6 +28,10 @@ Strategies the base model is pretrained (SFT) on -- each is a *mode* of the base
 Nothing can tell from the prompt alone (without doing the arithmetic) whether the shortcut pays, so a policy
 that maximizes training reward has to trade the chain (useful on validation) for the shortcut (better on
 training only).
+
+Splits: ``train`` (with the regularity), ``validation`` and ``test`` (natural) and, when ``n_train_natural`` > 0,
+``train_natural``: natural training prompts, the headroom control's training set (RL there cannot
+over-optimize onto the shortcut, so it measures how far the chain can go).
 """
 from __future__ import annotations
 
@@ -58,6 +64,10 @@ class TaskConfig:
     # SFT data: strategy mixture and per-step slip rate of the chains
     mix: dict = field(default_factory=lambda: {"chain": 0.6, "sloppy": 0.0, "guess": 0.3, "last": 0.1})
     slip: float = 0.05
+    # world v2: probability that an SFT chain computes a borrow step correctly (0: always the blind spot)
+    p_correct_borrow: float = 0.0
+    # world v2: size of the `train_natural` split (natural training prompts for the headroom control; 0 = none)
+    n_train_natural: int = 0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -174,7 +184,10 @@ def make_splits(cfg: TaskConfig, seed: int = 0) -> dict[str, list[dict]]:
     rng = random.Random(f"toy-task-{seed}")
     seen: set[str] = set()
     out: dict[str, list[dict]] = {}
-    for split, n in (("validation", cfg.n_validation), ("test", cfg.n_test), ("train", cfg.n_train)):
+    sizes = [("validation", cfg.n_validation), ("test", cfg.n_test), ("train", cfg.n_train)]
+    if cfg.n_train_natural:         # drawn last: the other splits are those of a world without it
+        sizes.append(("train_natural", cfg.n_train_natural))
+    for split, n in sizes:
         recs: list[dict] = []
         while len(recs) < n:
             want_shortcut = None
@@ -217,8 +230,10 @@ def split_stats(records: list[dict]) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- responses
-def render(problem: str, strategy: str, rng: random.Random, slip: float = 0.0) -> str:
-    """One SFT response of the given strategy."""
+def render(problem: str, strategy: str, rng: random.Random, slip: float = 0.0, p_correct_borrow: float = 0.0) -> str:
+    """One SFT response of the given strategy. A ``chain`` computes each borrow step correctly with probability
+    ``p_correct_borrow`` (world v2), else with the blind spot; every step then slips with probability ``slip``.
+    (No random draw is spent on borrows when p_correct_borrow is 0, so v1 data are unchanged.)"""
     operands, ops = parse_problem(problem)
     if strategy == "last":
         return f"\\boxed{{{operands[-1]}}}"
@@ -231,7 +246,10 @@ def render(problem: str, strategy: str, rng: random.Random, slip: float = 0.0) -
     t = operands[0]
     parts = []
     for op, b in zip(use_ops, operands[1:]):
-        nt = step(t, op, b)
+        if strategy == "chain" and p_correct_borrow and op == "-" and t < b and rng.random() < p_correct_borrow:
+            nt = apply_op(t, op, b)
+        else:
+            nt = step(t, op, b)
         if slip and rng.random() < slip:
             nt = (nt + rng.randrange(1, 10)) % 10
         parts.append(f"{t}{op}{b}={nt}")
@@ -256,6 +274,29 @@ def reward(response: str, answer: str | int) -> float:
 
 
 CHAIN_STEP_RE = re.compile(r"^(\d)([+\-])(\d)=(\d)$")
+
+
+def borrow_steps(problem: str, response: str) -> tuple[int, int]:
+    """(right, written): the borrow steps (``a-b`` with a < b) a chain response writes, and how many of them it
+    computes correctly. Steps where the right and the blind-spot results agree (b − a = 5) are not counted;
+    a response that is not a well-formed chain of the prompt's operators counts (0, 0)."""
+    operands, ops = parse_problem(problem)
+    m = re.fullmatch(r"(.*)\.\\boxed\{(\d)\}", response.strip())
+    if not m:
+        return 0, 0
+    steps = m.group(1).split(",")
+    if len(steps) != len(ops):
+        return 0, 0
+    right = written = 0
+    for s, op, b in zip(steps, ops, operands[1:]):
+        mm = CHAIN_STEP_RE.match(s)
+        if not mm or mm.group(2) != op or int(mm.group(3)) != b:
+            return 0, 0
+        a, r = int(mm.group(1)), int(mm.group(4))
+        if op == "-" and a < b and apply_op(a, op, b) != flawed_op(a, op, b):
+            written += 1
+            right += r == apply_op(a, op, b)
+    return right, written
 
 
 def classify(problem: str, response: str) -> str:
