@@ -207,3 +207,19 @@ def test_sft_deterministic():
         sft(model, tok, CFG, cfg, seed=0, log=lambda m: None)
         states.append(model.state_dict())
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+def test_borrow_rate_counts_the_sampled_chains_borrow_steps(monkeypatch):
+    """build.borrow_rate over records x samples: the sampled responses' borrow steps, right / written."""
+    from reproduce.toy import build
+    tok = build_tokenizer()
+    recs = [{"problem": "2-6+1+0+0=?"}, {"problem": "9+1-3+0+0=?"}]
+    texts = iter(["2-6=6,6+1=7,7+0=7,7+0=7.\\boxed{7}", "2-6=4,4+1=5,5+0=5,5+0=5.\\boxed{5}",
+                  "9+1=0,0-3=7,7+0=7,7+0=7.\\boxed{7}", "\\boxed{0}"])
+    monkeypatch.setattr(build, "sample", lambda model, prompts, *a, **k: [
+        tok(next(texts), add_special_tokens=False)["input_ids"] for _ in prompts])
+    got = build.borrow_rate(None, tok, recs, samples=2)
+    assert got == {"rate": 2 / 3, "right": 2, "written": 3, "n": 4}
+    assert "borrow_rate_T1" not in build.checks_of(T.TaskConfig())          # v1: no borrow band
+    assert build.checks_of(T.TaskConfig(p_correct_borrow=0.2))["borrow_rate_T1"] == build.BORROW_CHECK[
+        "borrow_rate_T1"]

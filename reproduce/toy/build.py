@@ -47,6 +47,17 @@ CHECKS = {
 }
 
 
+# World v2 (TASK.p_correct_borrow > 0): the base borrows right on a share of its chains' borrow steps inside this
+# band (measured on train_natural[:1024] x 2 samples at T = 1). The race it decides (docs/toy_world.md, "World v2"):
+# at .28 DAPO learned to borrow and never over-optimized; at .10 the shortcut won on every seed.
+BORROW_CHECK = {"borrow_rate_T1": (0.06, 0.16)}
+
+
+def checks_of(task: T.TaskConfig) -> dict:
+    """The acceptance bands of a world with this task (the borrow band only where chains can borrow)."""
+    return {**CHECKS, **(BORROW_CHECK if task.p_correct_borrow > 0 else {})}
+
+
 class WorldCheckError(RuntimeError):
     pass
 
@@ -63,7 +74,7 @@ def world_config(seed: int, quick: bool) -> dict:
         "task": TASK.to_dict(),
         "model": MODEL.to_dict(),
         "sft": (QUICK_SFT if quick else SFT).to_dict(),
-        "checks": {k: list(v) for k, v in CHECKS.items()} if not quick else {},
+        "checks": {k: list(v) for k, v in checks_of(TASK).items()} if not quick else {},
     }
 
 
@@ -95,7 +106,24 @@ def evaluate_model(model, tok, records: list[dict], samples: int = 4, temperatur
             "n": n, "temperature": temperature, "top_p": top_p}
 
 
-def run_checks(model, tok, splits: dict) -> dict:
+@torch.no_grad()
+def borrow_rate(model, tok, records: list[dict], samples: int = 2, seed: int = 4, batch: int = 256) -> dict:
+    """Share of the borrow steps written in sampled (T = 1) chain responses that are computed right
+    (task.borrow_steps), over ``records`` x ``samples``."""
+    gen = torch.Generator().manual_seed(seed)
+    items = [r for r in records for _ in range(samples)]
+    right = written = 0
+    for i in range(0, len(items), batch):
+        chunk = items[i:i + batch]
+        outs = sample(model, [prompt_ids(tok, r["problem"]) for r in chunk], 40, tok.eos_token_id,
+                      tok.pad_token_id, temperature=1.0, top_p=1.0, generator=gen)
+        for r, o in zip(chunk, outs):
+            got = T.borrow_steps(r["problem"], tok.decode(o, skip_special_tokens=True))
+            right, written = right + got[0], written + got[1]
+    return {"rate": right / written if written else 0.0, "right": right, "written": written, "n": len(items)}
+
+
+def run_checks(model, tok, splits: dict, task: T.TaskConfig = TASK) -> dict:
     val = splits["validation"]
     s = evaluate_model(model, tok, val, samples=4, temperature=1.0, seed=1)
     g = evaluate_model(model, tok, val, samples=1, temperature=0.0)
@@ -109,10 +137,14 @@ def run_checks(model, tok, splits: dict) -> dict:
         "well_formed_T1": s["well_formed"],
         "greedy_acc": g["acc"],
     }
-    results = {k: {"value": round(values[k], 4), "range": list(CHECKS[k]),
-                   "ok": CHECKS[k][0] <= values[k] <= CHECKS[k][1]} for k in CHECKS}
-    return {"passed": all(r["ok"] for r in results.values()), "results": results,
-            "eval": {"val_T1": s, "val_greedy": g, "val_T1_top_p0.7": p, "train256_T1": tr}}
+    evals = {"val_T1": s, "val_greedy": g, "val_T1_top_p0.7": p, "train256_T1": tr}
+    bands = checks_of(task)
+    if "borrow_rate_T1" in bands:
+        b = borrow_rate(model, tok, splits.get("train_natural", splits["train"])[:1024])
+        values["borrow_rate_T1"], evals["borrow_T1"] = b["rate"], b
+    results = {k: {"value": round(values[k], 4), "range": list(bands[k]),
+                   "ok": bands[k][0] <= values[k] <= bands[k][1]} for k in bands}
+    return {"passed": all(r["ok"] for r in results.values()), "results": results, "eval": evals}
 
 
 def _complete(out: Path) -> dict | None:
