@@ -17,8 +17,9 @@ from .checklist import write_checklist
 from .data import Context
 from .plots import FIGURES, save
 from .tables import TABLES
+from .world_checks import applies as world_applies, write_world_checks
 
-ITEMS = list(FIGURES) + list(TABLES) + ["checklist"]
+ITEMS = list(FIGURES) + list(TABLES) + ["checklist", "world"]   # world: the tiny world's acceptance checks
 
 
 def parse_only(only: Optional[str | Sequence[str]]) -> list[str]:
@@ -48,6 +49,8 @@ def draw_all(ctx: Context, out_dir, only=None, table_ctxs: Optional[Sequence[Con
     out.mkdir(parents=True, exist_ok=True)
     produced: dict[str, list[Path]] = {}
     for name in parse_only(only):
+        if name == "world" and not only and not world_applies(ctx):
+            continue                      # a preset without the headroom control has no world checks
         try:
             if name in FIGURES:
                 kw = {"n": kl_step} if name == "fig2" and kl_step is not None else {}
@@ -56,6 +59,9 @@ def draw_all(ctx: Context, out_dir, only=None, table_ctxs: Optional[Sequence[Con
             elif name in TABLES:
                 TABLES[name](table_ctxs or ctx, out)
                 produced[name] = [out / f"{name}.md", out / f"{name}.tex"]
+            elif name == "world":
+                write_world_checks(ctx, out)
+                produced[name] = [out / "world_checks.md", out / "world_checks.json"]
             else:
                 write_checklist(ctx, out)
                 produced[name] = [out / "checklist.md", out / "checklist.json"]

@@ -48,7 +48,7 @@ PAPER_YAML = Path(__file__).with_name("paper_numbers.yaml")
 PREFERRED_VALIDATION = ("aime24",)
 
 # Arms that start stage 2 from the DAPO peak θ* (their first step marks θ*).
-STAGE1_ARMS = ("dapo", "qae")
+STAGE1_ARMS = ("dapo", "qae", "dapo_natural")
 THETA_STAR_ARMS = ("dapo_cont", "armor", "anchor_only", "armor_reset_never", "kl_k3_b1", "opd", "mopd")
 
 

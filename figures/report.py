@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 from . import paper as paper_mod
 from .build import draw_all
 from .checklist import checklist_markdown, run_checklist
+from .world_checks import applies as world_applies, run_world_checks, world_checks_markdown
 from .data import Context, load_context
 from .plots import FIGURES
 from .tables import TABLES, build_table, paper_table
@@ -144,6 +145,10 @@ def build_report(ctx: Context, out_md: Path, command: str, seeds, wall_time_s, f
                   "checklist below is the comparison; the paper's tables are shown for reference.", ""]
 
     lines += live_logs(getattr(ctx, "runs_dir", None), base)
+    if world_applies(ctx):
+        lines += ["## The world's acceptance checks", "",
+                  "Can the paper's claims be tested in this world? (figures/world_checks.py: thresholds and rules)", "",
+                  world_checks_markdown(run_world_checks(ctx))]
     lines += ["## Checklist of the paper's qualitative claims", "", checklist_markdown(run_checklist(ctx), ctx)]
 
     lines += ["## Figures", ""]

@@ -16,6 +16,8 @@ protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rules:
   fig7   dapo_cont, armor_tau1, armor_tau1_until<S>, clip_expand        (needs qwen3_tau1_until)
   table1/table2  dapo (θ*), armor; with QAE in the preset also qae (θ*) and the qae_armor_* arms; evaluated
   table3 opd, mopd, armor (evaluated)
+  world  dapo, dapo_cont, dapo_natural (the headroom control: DAPO on protocol.headroom_data for headroom_steps;
+         needs headroom_steps) -- figures/world_checks.py
 An arm whose configuration equals an earlier arm's (e.g. armor_reset_160 = armor on the 7B preset) is an
 alias: it is trained once, and its folder is a symlink to the canonical one (reproduce/collect.py).
 
@@ -40,7 +42,8 @@ from reproduce.protocol import ProtocolConfig
 
 FIGURES = ("fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7")
 TABLES = ("table1", "table2", "table3")
-ITEMS = FIGURES + TABLES
+WORLD = "world"                      # the tiny world's own checks (headroom control, DAPO's dynamics, clipping)
+ITEMS = FIGURES + TABLES + (WORLD,)
 BASELINES = ("dapo", "qae")
 
 
@@ -95,6 +98,8 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
 
     armor = _anchors(p) + _mixed(p.armor_alpha) + _reset(p.armor_reset_every, p.armor_reset_until)
     add("dapo", 1, "dapo", [], "base")
+    if p.headroom_steps:
+        add("dapo_natural", 1, "dapo_natural", [f"data.train={_val(p.headroom_data)}"], "base")
     if p.qae_reset_sweep or p.qae_peak_step is not None:
         add("qae", 1, "qae", ["algo.advantage=qae"], "base")
     add("dapo_cont", 2, "dapo", [], "peak")
@@ -176,6 +181,8 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
     if p.qwen3_tau1_until:
         f["fig7"] = (["dapo", "dapo_cont", "armor_tau1"] + [f"armor_tau1_until{int(s)}" for s in p.qwen3_tau1_until]
                      + ["clip_expand"])
+    if p.headroom_steps:
+        f[WORLD] = ["dapo", "dapo_cont", "dapo_natural"]
     t1 = ["dapo", "armor"]
     if "qae" in arms:
         t1 += ["qae", "qae_armor_reset_never"] + [f"qae_armor_reset_{int(t)}" for t in p.qae_reset_sweep]
@@ -266,7 +273,7 @@ def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Opti
     if arm.stage == 1:
         keep = sorted({x for x in (fixed_peak(preset, arm.name), p.late_start_step if arm.name == "dapo" else None)
                        if x is not None} | set(preset.cfg.schedule.keep_steps))
-        out += [f"schedule.total_steps={s1}"]
+        out += [f"schedule.total_steps={p.headroom_steps if arm.name == 'dapo_natural' else s1}"]
         if keep:
             out += [f"schedule.keep_steps={_val(keep)}"]
     else:

@@ -111,4 +111,4 @@ def stage_steps(preset: Preset) -> tuple[int, int]:
 
 def fixed_peak(preset: Preset, baseline: str) -> Optional[int]:
     p = preset.protocol
-    return p.qae_peak_step if baseline == "qae" else p.peak_step
+    return {"dapo": p.peak_step, "qae": p.qae_peak_step}.get(baseline)

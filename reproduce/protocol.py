@@ -35,6 +35,10 @@ class ProtocolConfig:
     stage1_steps: int = _f(0, "RL steps of the stage-1 baselines from the base model (0 = "
                               "schedule.total_steps)")
     stage2_steps: int = _f(0, "RL steps of every stage-2 arm from θ* (0 = schedule.total_steps)")
+    headroom_steps: int = _f(0, "RL steps of the headroom control `dapo_natural`: stage-1 DAPO on headroom_data, "
+                                "prompts without the training regularity (0 = not run)")
+    headroom_data: Optional[str] = _f(None, "training prompts of the headroom control (the toy world's "
+                                            "train_natural split)")
     peak_step: Optional[int] = _f(None, "fixed θ* step (paper); null = argmax of the validation curve")
     qae_peak_step: Optional[int] = _f(None, "fixed θ* step of the QAE baseline (paper: 230 for 7B)")
     late_start_step: Optional[int] = _f(None, "Fig. 3c: ARMOR from a degraded checkpoint, a fixed DAPO step")
@@ -95,6 +99,9 @@ def validate_protocol(p: ProtocolConfig) -> None:
     c(p.procs_per_node >= 0, "protocol.procs_per_node", p.procs_per_node, "must be >= 0")
     c(len(p.seeds) >= 1, "protocol.seeds", p.seeds, "must list at least one seed")
     c(len(set(p.seeds)) == len(p.seeds), "protocol.seeds", p.seeds, "must not repeat a seed")
+    c(p.headroom_steps >= 0, "protocol.headroom_steps", p.headroom_steps, "must be >= 0")
+    c(not p.headroom_steps or bool(p.headroom_data), "protocol.headroom_data", p.headroom_data,
+      f"must name the control's training prompts (protocol.headroom_steps is {p.headroom_steps})")
     f = p.late_start_fraction
     c(f is None or 0 < f < 1, "protocol.late_start_fraction", f, "must be in (0, 1)")
     c(f is None or p.late_start_step is None, "protocol.late_start_fraction", f,

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from reproduce import experiments
-from reproduce.arms import arm_definitions, arm_seeds, build_arms
+from reproduce.arms import arm_definitions, arm_seeds, build_arms, train_overrides
 from reproduce.jobs import build_jobs
 from reproduce.peaks import choose_late, mean_curve, start_point
 from reproduce.presets import ExperimentError, load_preset, run_dir
@@ -133,3 +133,20 @@ def test_jobs_run_single_seed_arms_once_and_wait_for_every_seed_before_the_peak(
 def test_bad_seed_and_late_settings_fail_before_any_work(tmp_path, edit, message):
     with pytest.raises(ExperimentError, match=message):
         build_jobs(load_preset(_preset(tmp_path, edit(TWO_SEEDS))), tmp_path / "runs")
+
+
+def test_the_headroom_control_is_a_stage1_dapo_on_its_own_prompts(tmp_path):
+    text = TWO_SEEDS.replace("  stage2_steps: 4\n", "  stage2_steps: 4\n  headroom_steps: 9\n"
+                                                    "  headroom_data: {world}/data/train_natural.jsonl\n")
+    p = load_preset(_preset(tmp_path, text))
+    arms = build_arms(p)
+    nat = arms["dapo_natural"]
+    assert nat.stage == 1 and nat.figures == ["world"] and not nat.evaluate
+    ov = train_overrides(p, tmp_path / "runs", nat, 1)
+    assert f"data.train={tmp_path / 'world'}/data/train_natural.jsonl" in ov and "schedule.total_steps=9" in ov
+    jobs = {j.key: j for j in build_jobs(p, tmp_path / "runs")}
+    assert "stage1/dapo_natural/seed1" in jobs and "peak/dapo_natural/seed0" not in jobs
+    assert "world" in build_jobs(p, tmp_path / "runs", only=["world"])[-1].argv  # the figures job draws it
+    with pytest.raises(Exception, match=r"protocol.headroom_data: None must name the control's training prompts"):
+        load_preset(_preset(tmp_path, TWO_SEEDS.replace("  stage2_steps: 4\n", "  stage2_steps: 4\n"
+                                                                                "  headroom_steps: 9\n")))
