@@ -93,7 +93,9 @@ def _setup_jobs(plan: _Plan) -> list[Job]:
     w = plan.preset.world()
     if w is not None:
         world, quick = w
-        argv = entry("reproduce.toy.build") + ["--out", str(world)] + (["--quick"] if quick else [])
+        version = plan.preset.protocol.world_version
+        argv = (entry("reproduce.toy.build") + ["--out", str(world)] + (["--quick"] if quick else [])
+                + (["--version", str(version)] if version != 1 else []))
         jobs.append(Job("world", argv, kind="world", resources=plan.res["world"], env=plan.env,
                         done=lambda world=world: (repo_path(world) / "world.json").is_file(),
                         description=f"build the toy world in {world}"))

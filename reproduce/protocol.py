@@ -35,6 +35,8 @@ class ProtocolConfig:
     stage1_steps: int = _f(0, "RL steps of the stage-1 baselines from the base model (0 = "
                               "schedule.total_steps)")
     stage2_steps: int = _f(0, "RL steps of every stage-2 arm from θ* (0 = schedule.total_steps)")
+    world_version: int = _f(1, "the toy world's design the `world` job builds (reproduce/toy/build.py WORLDS; "
+                               "docs/toy_world.md); toy presets only")
     headroom_steps: int = _f(0, "RL steps of the headroom control `dapo_natural`: stage-1 DAPO on headroom_data, "
                                 "prompts without the training regularity (0 = not run)")
     headroom_data: Optional[str] = _f(None, "training prompts of the headroom control (the toy world's "
@@ -99,6 +101,7 @@ def validate_protocol(p: ProtocolConfig) -> None:
     c(p.procs_per_node >= 0, "protocol.procs_per_node", p.procs_per_node, "must be >= 0")
     c(len(p.seeds) >= 1, "protocol.seeds", p.seeds, "must list at least one seed")
     c(len(set(p.seeds)) == len(p.seeds), "protocol.seeds", p.seeds, "must not repeat a seed")
+    c(p.world_version in (1, 2), "protocol.world_version", p.world_version, "must be 1 or 2 (the world designs)")
     c(p.headroom_steps >= 0, "protocol.headroom_steps", p.headroom_steps, "must be >= 0")
     c(not p.headroom_steps or bool(p.headroom_data), "protocol.headroom_data", p.headroom_data,
       f"must name the control's training prompts (protocol.headroom_steps is {p.headroom_steps})")

@@ -150,3 +150,14 @@ def test_the_headroom_control_is_a_stage1_dapo_on_its_own_prompts(tmp_path):
     with pytest.raises(Exception, match=r"protocol.headroom_data: None must name the control's training prompts"):
         load_preset(_preset(tmp_path, TWO_SEEDS.replace("  stage2_steps: 4\n", "  stage2_steps: 4\n"
                                                                                 "  headroom_steps: 9\n")))
+
+
+def test_the_world_job_builds_the_protocols_world_design(tmp_path):
+    v1 = {j.key: j for j in build_jobs(load_preset(_preset(tmp_path)), tmp_path / "runs")}["world"]
+    assert "--version" not in v1.argv
+    text = TWO_SEEDS.replace("  stage2_steps: 4\n", "  stage2_steps: 4\n  world_version: 2\n")
+    v2 = {j.key: j for j in build_jobs(load_preset(_preset(tmp_path, text)), tmp_path / "runs")}["world"]
+    assert v2.argv[-2:] == ["--version", "2"]
+    with pytest.raises(Exception, match=r"protocol.world_version: 3 must be 1 or 2"):
+        load_preset(_preset(tmp_path, TWO_SEEDS.replace("  stage2_steps: 4\n", "  stage2_steps: 4\n"
+                                                                                "  world_version: 3\n")))

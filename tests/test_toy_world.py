@@ -223,3 +223,15 @@ def test_borrow_rate_counts_the_sampled_chains_borrow_steps(monkeypatch):
     assert "borrow_rate_T1" not in build.checks_of(T.TaskConfig())          # v1: no borrow band
     assert build.checks_of(T.TaskConfig(p_correct_borrow=0.2))["borrow_rate_T1"] == build.BORROW_CHECK[
         "borrow_rate_T1"]
+
+
+def test_world_designs():
+    from reproduce.toy import build
+    v1, v2 = build.world_config(0, False), build.world_config(0, False, version=2)
+    assert v1["version"] == 1 and v1["task"]["p_correct_borrow"] == 0 and "borrow_rate_T1" not in v1["checks"]
+    assert v2["task"]["p_correct_borrow"] == 0.2 and v2["task"]["n_train_natural"] == 4096
+    assert v2["sft"]["steps"] == 800 and v2["checks"]["borrow_rate_T1"] == [0.06, 0.16]
+    assert build.world_config(0, True, version=2)["checks"] == {}          # quick: no acceptance checks
+    assert T.config_hash(v1) != T.config_hash(v2)
+    with pytest.raises(ValueError, match="world version 3"):
+        build.world_config(0, False, version=3)

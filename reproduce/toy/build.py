@@ -32,10 +32,16 @@ from .model import ModelConfig, build_model, n_params, sample
 from .sft import QUICK_SFT, SFTConfig, sft
 from .tokenizer import build_tokenizer
 
-WORLD_VERSION = 1
-TASK = T.TaskConfig()
 MODEL = ModelConfig()
-SFT = SFTConfig()
+# The world designs (docs/toy_world.md). v1: the blind-spot chain never borrows (no headroom above its ceiling).
+# v2 (in design, issue 15): chains borrow right at p_correct_borrow in the SFT data, a train_natural split for the
+# headroom control, a longer SFT (800 steps) so that the arithmetic of the rarer borrow steps is learned.
+WORLDS = {
+    1: (T.TaskConfig(), SFTConfig()),
+    2: (T.TaskConfig(p_correct_borrow=0.2, n_train_natural=4096), SFTConfig(steps=800)),
+}
+WORLD_VERSION = 1                                   # the default design (the tiny and smoke presets' world)
+TASK, SFT = WORLDS[WORLD_VERSION]
 
 # Acceptance checks on the SFT base model (validation split, T = 1 sampling, 4 samples per prompt).
 CHECKS = {
@@ -66,15 +72,18 @@ def _print(msg: str) -> None:
     print(msg, flush=True)
 
 
-def world_config(seed: int, quick: bool) -> dict:
+def world_config(seed: int, quick: bool, version: int = WORLD_VERSION) -> dict:
+    if version not in WORLDS:
+        raise ValueError(f"world version {version!r} is not a world design (known: {sorted(WORLDS)})")
+    task, sft_cfg = WORLDS[version]
     return {
-        "version": WORLD_VERSION,
+        "version": version,
         "seed": seed,
         "quick": quick,
-        "task": TASK.to_dict(),
+        "task": task.to_dict(),
         "model": MODEL.to_dict(),
-        "sft": (QUICK_SFT if quick else SFT).to_dict(),
-        "checks": {k: list(v) for k, v in checks_of(TASK).items()} if not quick else {},
+        "sft": (QUICK_SFT if quick else sft_cfg).to_dict(),
+        "checks": {k: list(v) for k, v in checks_of(task).items()} if not quick else {},
     }
 
 
@@ -123,7 +132,7 @@ def borrow_rate(model, tok, records: list[dict], samples: int = 2, seed: int = 4
     return {"rate": right / written if written else 0.0, "right": right, "written": written, "n": len(items)}
 
 
-def run_checks(model, tok, splits: dict, task: T.TaskConfig = TASK) -> dict:
+def run_checks(model, tok, splits: dict, task: T.TaskConfig) -> dict:
     val = splits["validation"]
     s = evaluate_model(model, tok, val, samples=4, temperature=1.0, seed=1)
     g = evaluate_model(model, tok, val, samples=1, temperature=0.0)
@@ -162,12 +171,13 @@ def _complete(out: Path) -> dict | None:
     return world
 
 
-def build_world(out_dir, seed: int = 0, quick: bool = False, log=None) -> Path:
-    """Build (or reuse) the toy world in ``out_dir``; returns its path. Raises WorldCheckError if the SFT base
-    model fails the acceptance checks (not in quick mode)."""
+def build_world(out_dir, seed: int = 0, quick: bool = False, log=None, version: int = WORLD_VERSION) -> Path:
+    """Build (or reuse) the toy world of design ``version`` (WORLDS) in ``out_dir``; returns its path. Raises
+    WorldCheckError if the SFT base model fails the acceptance checks (not in quick mode)."""
     log = log or _print
     out = Path(out_dir)
-    cfg = world_config(seed, quick)
+    cfg = world_config(seed, quick, version)
+    task, sft_cfg = WORLDS[version]
     h = T.config_hash(cfg)
     world = _complete(out)
     if world is not None and world.get("config_hash") == h:
@@ -184,7 +194,7 @@ def build_world(out_dir, seed: int = 0, quick: bool = False, log=None) -> Path:
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
 
-    splits = T.make_splits(TASK, seed)
+    splits = T.make_splits(task, seed)
     for name, recs in splits.items():
         write_jsonl(tmp / "data" / f"{name}.jsonl", recs)
     stats = {k: T.split_stats(v) for k, v in splits.items()}
@@ -195,11 +205,11 @@ def build_world(out_dir, seed: int = 0, quick: bool = False, log=None) -> Path:
     model = build_model(tok, MODEL, seed=seed)
     log(f"[toy] model: Qwen2ForCausalLM, {n_params(model)} parameters")
     exclude = {r["problem"] for recs in splits.values() for r in recs}
-    sft_stats = sft(model, tok, TASK, QUICK_SFT if quick else SFT, seed=seed, exclude=exclude, log=log)
+    sft_stats = sft(model, tok, task, QUICK_SFT if quick else sft_cfg, seed=seed, exclude=exclude, log=log)
 
     checks = None
     if not quick:
-        checks = run_checks(model, tok, splits)
+        checks = run_checks(model, tok, splits, task)
         for k, r in checks["results"].items():
             log(f"[toy] check {k:20s} {r['value']:.3f} in {r['range']}: {'ok' if r['ok'] else 'FAILED'}")
         log(f"[toy] modes (val, T=1): {checks['eval']['val_T1']['modes']}")
@@ -234,9 +244,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="seconds-long SFT, no acceptance checks")
+    ap.add_argument("--version", type=int, default=WORLD_VERSION, choices=sorted(WORLDS),
+                    help=f"the world design (default {WORLD_VERSION}; docs/toy_world.md)")
     a = ap.parse_args(argv)
     try:
-        build_world(a.out, seed=a.seed, quick=a.quick)
+        build_world(a.out, seed=a.seed, quick=a.quick, version=a.version)
     except WorldCheckError as e:
         print(f"[toy] ERROR: {e}", file=sys.stderr)
         return 1
