@@ -29,7 +29,7 @@ if str(REPO_ROOT) not in sys.path:  # `python reproduce/run_all.py` from anywher
     sys.path.insert(0, str(REPO_ROOT))
 
 from reproduce import stage  # noqa: E402
-from reproduce.arms import build_arms, figure_arms, parse_only  # noqa: E402
+from reproduce.arms import arm_seeds, build_arms, figure_arms, parse_only  # noqa: E402
 from reproduce.entrypoints import missing_entry_points  # noqa: E402
 from reproduce.experiments import DRIVER_START_ENV, record_driver_run  # noqa: E402
 from reproduce.jobs import build_jobs  # noqa: E402
@@ -111,8 +111,14 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
                 how = f"step {fixed} (protocol)"
             else:
                 how = f"argmax of validation smoothed over {preset.protocol.peak_selection_window} point(s)"
+                over = arm_seeds(preset.protocol, arms[b], seeds)
+                if len(over) > 1:
+                    how += f", mean curve of seeds {','.join(map(str, over))}"
             have = ", ".join(f"seed{s}: {g['step']}" for s, g in zip(seeds, got) if g)
             print(f"  θ* of {b}: {how}" + (f"; chosen: {have}" if have else ""))
+            if b == "dapo" and preset.protocol.late_start_fraction is not None:
+                print(f"  late start of dapo: first checkpoint after θ* {preset.protocol.late_start_fraction} of the "
+                      f"way from the peak down to the floor (smoothed validation)")
     aliases = [f"{a.name} = {a.alias_of}" for a in arms.values() if a.alias_of]
     if aliases:
         print(f"  aliases (same configuration, trained once): {'; '.join(aliases)}")

@@ -16,7 +16,7 @@ import pytest
 
 from common.results import RESULT_COLUMNS
 from armor.config import load_config
-from reproduce.arms import arm_definitions, build_arms, figure_arms, parse_only, train_overrides
+from reproduce.arms import arm_definitions, arm_seeds, build_arms, figure_arms, parse_only, train_overrides
 from reproduce.collect import collect, link_aliases
 from reproduce.experiments import DRIVER_START_ENV, driver_wall_time, record_driver_run
 from reproduce.jobs import build_jobs
@@ -136,14 +136,15 @@ def test_every_arm_config_is_valid(name, tmp_path):
         for arm in build_arms(p).values():
             start = None
             if arm.stage == 2:
-                st = p.protocol.late_start_step if arm.start == "late" else (fixed_peak(p, arm.baseline) or 3)
+                st = (p.protocol.late_start_step or 5) if arm.start == "late" else (fixed_peak(p, arm.baseline) or 3)
                 start = {"step": st, "checkpoint": str(ckpt_dir(run_dir(root, p, arm.baseline, seed), st))}
             overrides = train_overrides(p, root, arm, seed, start)
             cfg = load_config(p.path, overrides)  # validates every key and value
             assert cfg.seed == seed
             assert Path(cfg.output_dir) == root / p.name / arm.run_arm / f"seed{seed}"
             if arm.stage == 1:
-                assert cfg.schedule.total_steps == s1 and cfg.step_offset == 0
+                want = p.protocol.headroom_steps if arm.name == "dapo_natural" else s1
+                assert cfg.schedule.total_steps == want and cfg.step_offset == 0
                 assert cfg.model.path == p.cfg.model.path
             else:
                 assert cfg.model.path == cfg.algo.reference.path == start["checkpoint"]
@@ -180,11 +181,12 @@ def test_dag_structure(name, tmp_path):
         assert j.resources.gpus_per_node == p.protocol.gpus_per_node
         if arm.stage == 1:
             assert j.deps == staging + world
-        elif arm.start == "late":
+        elif arm.start == "late" and p.protocol.late_start_step is not None:
             assert j.deps == ["stage1/dapo/seed0"]
-        else:
+        else:                     # θ* (and the late start by rule) from the mean curve of the baseline's seeds
             assert j.deps == [f"peak/{arm.baseline}/seed0"]
-            assert by[f"peak/{arm.baseline}/seed0"].deps == [f"stage1/{arm.baseline}/seed0"]
+            over = arm_seeds(p.protocol, arms[arm.baseline], p.protocol.seeds)
+            assert by[f"peak/{arm.baseline}/seed0"].deps == [f"stage1/{arm.baseline}/seed{s}" for s in over]
         if arm.evaluate:
             e = by[f"eval/{arm.name}/seed0"]
             assert e.array == "evaluate" and e.kind == "evaluate"
