@@ -306,10 +306,15 @@ def checklist_markdown(verdicts: list[Verdict], ctx: Optional[Context] = None) -
     return "\n".join(lines) + "\n"
 
 
-def write_checklist(ctx: Context, out_dir) -> list[Verdict]:
-    verdicts = run_checklist(ctx)
+def write_verdicts(verdicts: list[Verdict], out_dir, stem: str, markdown: str) -> list[Verdict]:
+    """OUT/<stem>.md (the markdown given) and OUT/<stem>.json (every verdict with its numbers)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "checklist.md").write_text(checklist_markdown(verdicts, ctx))
-    (out / "checklist.json").write_text(json.dumps([asdict(v) for v in verdicts], indent=1, default=str))
+    (out / f"{stem}.md").write_text(markdown)
+    (out / f"{stem}.json").write_text(json.dumps([asdict(v) for v in verdicts], indent=1, default=str))
     return verdicts
+
+
+def write_checklist(ctx: Context, out_dir) -> list[Verdict]:
+    verdicts = run_checklist(ctx)
+    return write_verdicts(verdicts, out_dir, "checklist", checklist_markdown(verdicts, ctx))

@@ -19,11 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .checklist import END_WINDOW, _window_mean, collapse_stats, end_value
+from .checklist import END_WINDOW, Verdict as WorldCheck, _window_mean, collapse_stats, end_value, write_verdicts
 from .data import Context, load_context
 
 GAIN_STEPS = 50
@@ -34,15 +33,6 @@ HEADROOM_MIN = 0.10
 CLIP_MIN = 0.05
 
 PASS, FAIL, NOT_RUN = "pass", "FAIL", "not run"
-
-
-@dataclass
-class WorldCheck:
-    key: str
-    question: str
-    verdict: str
-    evidence: str
-    numbers: dict = field(default_factory=dict)
 
 
 def applies(ctx: Context) -> bool:
@@ -158,11 +148,7 @@ def world_checks_markdown(checks: list[WorldCheck]) -> str:
 
 def write_world_checks(ctx: Context, out_dir) -> list[WorldCheck]:
     checks = run_world_checks(ctx)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "world_checks.md").write_text(world_checks_markdown(checks))
-    (out / "world_checks.json").write_text(json.dumps([asdict(c) for c in checks], indent=1, default=str))
-    return checks
+    return write_verdicts(checks, out_dir, "world_checks", world_checks_markdown(checks))
 
 
 def main(argv=None) -> int:
