@@ -232,10 +232,14 @@ class Context:
         return sorted(int(s) for s in d["seed"].unique())
 
     def for_seed(self, seed: int) -> "Context":
-        """The same preset seen through one seed: its result rows and run folders only (per-seed verdicts)."""
-        return Context(df=self.df[self.df["seed"] == seed].reset_index(drop=True), preset=self.preset,
-                       runs_dir=self.runs_dir, results_path=self.results_path,
-                       protocol_override=self.protocol_override, only_seed=int(seed))
+        """The same preset seen through one seed: its result rows and run folders only (per-seed verdicts).
+        Cached: every check asks for the same views, which then read each run's metrics once."""
+        key = ("for_seed", int(seed))
+        if key not in self._cache:
+            self._cache[key] = Context(df=self.df[self.df["seed"] == seed].reset_index(drop=True),
+                                       preset=self.preset, runs_dir=self.runs_dir, results_path=self.results_path,
+                                       protocol_override=self.protocol_override, only_seed=int(seed))
+        return self._cache[key]
 
     # ---------------------------------------------------------------- protocol
     @property

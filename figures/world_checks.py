@@ -8,8 +8,8 @@ Checks (validation values are fractions of avg@k; every DAPO check is decided on
 - fall:      peak − end ≥ FALL_MIN, the peak before the end window (end: mean of the last END_WINDOW points)
 - train acc: training accuracy (metrics.jsonl `accuracy`, mean of REWARD_WINDOW steps nearest the peak)
              ≤ TRAIN_ACC_MAX at the peak, and higher at the end than at the peak (the fall is over-optimization)
-- headroom:  the control `dapo_natural` (DAPO on prompts without the training regularity) ends (best of its last
-             END_WINDOW points' mean) ≥ the highest DAPO peak + HEADROOM_MIN and above the chain's ceiling
+- headroom:  the control `dapo_natural` (DAPO on prompts without the training regularity) ends (the mean of its
+             last END_WINDOW points) ≥ the highest DAPO peak + HEADROOM_MIN and above the chain's ceiling
              (world.json: validation split's blind-spot chain ceiling): room for a better skill
 - clipping:  over dapo_cont (DAPO's stage 2), Σ clipfrac_and_uncertain / Σ uncertain_frac ≥ CLIP_MIN: the share of
              the tokens with old probability < 0.9 that are clipped; the share of all tokens is reported beside it

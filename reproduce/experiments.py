@@ -62,8 +62,9 @@ def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: O
     start = None
     if arm.stage == 2:
         start = start_point(preset, root, arm, seed)
-        if start is None and arm.start == "late" and late_error(preset, root, seed):
-            raise ExperimentError(f"{arm.name} seed {seed}: no late start: {late_error(preset, root, seed)}")
+        why = late_error(preset, root, seed) if start is None and arm.start == "late" else None
+        if why:
+            raise ExperimentError(f"{arm.name} seed {seed}: no late start: {why}")
         if start is None:
             raise ExperimentError(f"{arm.name} seed {seed}: {peak_file(root, preset, arm.baseline, seed)} is missing "
                                   f"(run select-peak first)")
