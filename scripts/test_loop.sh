@@ -2,6 +2,8 @@
 # Run the default test suite N times in a row (default 20) in a fresh clone of this checkout's HEAD, stopping at
 # the first failure; prints one line per run and a tally. Needs the local SLURM (bash slurm/cluster_up.sh).
 #   bash scripts/test_loop.sh [N] [extra pytest args...]
+# The SLURM tests refuse to start behind other queued jobs; two loops side by side need ARMOR_SLURM_SHARED=1
+# (then the test that restarts the cluster is skipped).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20}; shift || true

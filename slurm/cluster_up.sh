@@ -9,6 +9,11 @@
 #   ARMOR_SLURM_TIMEOUT seconds to wait for the node to become idle   default 60
 #   ARMOR_SLURM_OVERWRITE=1  replace an /etc/slurm/slurm.conf that this script did not write
 #   ARMOR_SLURM_PARTITION    partition name                           default debug
+#   ARMOR_SLURM_KEEP_JOBS=1  keep the queue of an earlier slurmctld (see below)
+#
+# A slurmctld that this script starts begins with an empty queue (`slurmctld -c`): the state directory outlives
+# the daemons (and a machine image copies it), and jobs recovered from it would run before, or block, new work
+# on this one node. Runs lose nothing by it: `reproduce/run_all.py` resubmits whatever is not finished.
 #
 # The cluster has no accounting daemon, so `sacct` fails: job states come from squeue/scontrol (finished
 # jobs stay visible for MinJobAge=3600 s) and from the marker files of slurm/launcher.py.
@@ -160,10 +165,11 @@ if alive "$STATE/slurmctld.pid" && [ $CONF_CHANGED = 1 ]; then
   log "configuration changed: scontrol reconfigure"; scontrol reconfigure || true
 fi
 if ! alive "$STATE/slurmctld.pid"; then
-  slurmctld 2>>"$STATE/slurmctld.err" || die "slurmctld failed to start; see $STATE/slurmctld.log and $STATE/slurmctld.err"
+  CLEAR=-c; [ "${ARMOR_SLURM_KEEP_JOBS:-0}" = 1 ] && CLEAR=
+  slurmctld $CLEAR 2>>"$STATE/slurmctld.err" || die "slurmctld failed to start; see $STATE/slurmctld.log and $STATE/slurmctld.err"
   for _ in $(seq 50); do alive "$STATE/slurmctld.pid" && break; sleep 0.1; done
   alive "$STATE/slurmctld.pid" || die "slurmctld exited; see $STATE/slurmctld.log"
-  log "slurmctld started (pid $(cat "$STATE/slurmctld.pid"))"
+  log "slurmctld started (pid $(cat "$STATE/slurmctld.pid"), $([ -n "$CLEAR" ] && echo "empty queue: jobs of an earlier controller dropped" || echo "earlier queue kept"))"
 fi
 if ! alive "$STATE/slurmd.pid"; then
   slurmd 2>>"$STATE/slurmd.err" || die "slurmd failed to start; see $STATE/slurmd.log and $STATE/slurmd.err"

@@ -174,6 +174,16 @@ def slurm_states(job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
     return {i: out[i] for i in ids if i in out}
 
 
+def active_jobs() -> list[str]:
+    """Jobs the scheduler has not finished (pending, running, suspended), all users, one line each:
+    "JOBID STATE NAME WORKDIR". On a one-node cluster new work waits behind every one of them."""
+    r = subprocess.run(["squeue", "-h", "-t", "PENDING,RUNNING,CONFIGURING,SUSPENDED,REQUEUED",
+                        "-o", "%i %T %j %Z"], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise LauncherError(f"squeue failed: {r.stderr.strip()}")
+    return [line.strip() for line in r.stdout.splitlines() if line.strip()]
+
+
 def _user() -> str:
     try:
         import pwd

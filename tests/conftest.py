@@ -1,8 +1,12 @@
 """Shared pytest fixtures. Keep this minimal.
 
 `slurm` marker: tests that need the local SLURM cluster (bash slurm/cluster_up.sh); skipped when `sbatch` is
-not on PATH. The `slurm_cluster` fixture checks that the scheduler answers and returns its default partition.
+not on PATH. The `slurm_cluster` fixture checks that the scheduler answers and that no other work is queued on
+the one node (the tests' jobs would wait behind it: a CI run once timed out behind jobs recovered from an old
+controller state), and returns the default partition. ARMOR_SLURM_SHARED=1 lets the tests share the node (they
+wait their turn; used when two test loops run side by side).
 """
+import os
 import shutil
 import subprocess
 
@@ -31,11 +35,35 @@ def slurm_cluster():
         pytest.skip(f"SLURM does not answer ({r.stderr.strip()}); run: bash slurm/cluster_up.sh")
     parts = [line.split() for line in r.stdout.splitlines() if line.strip()]
     default = next((p[0].rstrip("*") for p in parts if p[0].endswith("*")), parts[0][0])
+    if os.environ.get("ARMOR_SLURM_SHARED") != "1":
+        from slurm.launcher import active_jobs
+        others = active_jobs()
+        if others:
+            pytest.fail(f"the SLURM queue already holds {len(others)} job(s) the tests' jobs would wait behind "
+                        f"(first: {others[0]!r}); scancel them, or restart the test cluster with "
+                        f"bash slurm/cluster_down.sh && bash slurm/cluster_up.sh (it starts with an empty queue), "
+                        f"or set ARMOR_SLURM_SHARED=1 to share the node", pytrace=False)
     return default
 
 
+def _wait_until(cond, what: str, proc=None, poll_s: float = 0.05):
+    """Poll `cond()` until it is true. No deadline of its own (a slow machine only makes it slower): pytest's
+    timeout bounds the test; it fails at once, with the process's output, when `proc` exits first."""
+    import time
+    while not cond():
+        if proc is not None and proc.poll() is not None and not cond():
+            out = proc.stdout.read() if proc.stdout else ""
+            pytest.fail(f"{what}: the process exited (rc {proc.returncode}) first\n{out}")
+        time.sleep(poll_s)
+
+
+@pytest.fixture
+def wait_until():
+    """`wait_until(cond, what, proc=None)`: wait for an event the test controls, never for a wall-clock time."""
+    return _wait_until
+
+
 # ---- the smoke world (quick SFT, seconds), built once per machine and cached (owner: trainer tests) ----
-import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -252,23 +252,20 @@ def _driver(tmp_path):
     return drv
 
 
-def _wait_held(tmp_path):
+def _wait_held(tmp_path, wait_until, proc):
     """Until both counters have checkpointed step HOLD, where they wait for the release file."""
-    deadline = time.time() + 120
-    while time.time() < deadline:
+    def held():
         try:
-            if all(json.loads((tmp_path / f"w{i}" / "ckpt.json").read_text())["step"] == HOLD for i in range(2)):
-                return
+            return all(json.loads((tmp_path / f"w{i}" / "ckpt.json").read_text())["step"] == HOLD for i in range(2))
         except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    pytest.fail("jobs did not start")
+            return False
+    wait_until(held, "both jobs held at step HOLD", proc)
 
 
-def test_killed_driver_jobs_are_adopted_not_duplicated(tmp_path):
+def test_killed_driver_jobs_are_adopted_not_duplicated(tmp_path, wait_until):
     drv = _driver(tmp_path)
     p = subprocess.Popen([PY, str(drv)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    _wait_held(tmp_path)
+    _wait_held(tmp_path, wait_until, p)
     p.send_signal(signal.SIGKILL)  # the jobs survive their driver (held at step HOLD)
     p.wait()
     # a second driver adopts the running jobs; only once it has said so are they released
@@ -279,7 +276,7 @@ def test_killed_driver_jobs_are_adopted_not_duplicated(tmp_path):
         if sum("[adopt] count/" in x for x in seen) == 2:
             break
     (tmp_path / "release").write_text("")
-    rest, _ = p2.communicate(timeout=120)
+    rest, _ = p2.communicate()
     out = "".join(seen) + rest
     assert p2.returncode == 0, out
     assert "[adopt] count/0" in out and "[adopt] count/1" in out
@@ -287,26 +284,26 @@ def test_killed_driver_jobs_are_adopted_not_duplicated(tmp_path):
         assert json.loads((tmp_path / f"w{i}" / "result.json").read_text()) == {"step": 16}
         assert (tmp_path / f"w{i}" / "starts.log").read_text().split() == ["0"]  # ran once
     assert (tmp_path / "after").exists()
-    out = subprocess.run([PY, str(drv)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([PY, str(drv)], capture_output=True, text=True)
     assert "nothing to do: all 3 jobs are done" in out.stdout
 
 
-def test_interrupted_driver_resumes(tmp_path):
+def test_interrupted_driver_resumes(tmp_path, wait_until):
     drv = _driver(tmp_path)
     # Ctrl-C must reach Python even when this test runs in the background of a non-interactive shell, which
     # starts it with SIGINT ignored (and a child inherits that)
     p = subprocess.Popen([PY, str(drv)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    _wait_held(tmp_path)
+    _wait_held(tmp_path, wait_until, p)
     p.send_signal(signal.SIGINT)  # Ctrl-C while the jobs are held: the driver stops them (they are resumable)
-    p.wait(timeout=60)
+    p.wait()
     assert p.returncode != 0
     assert not (tmp_path / "w0" / "result.json").exists()
     (tmp_path / "release").write_text("")
     reg = json.loads((tmp_path / "_jobs" / "state.json").read_text())
     assert reg["count/0"]["state"] == FAILED
     assert not any(jobwrap.process_alive(r["pid"], r.get("pid_start")) for r in reg.values())
-    out = subprocess.run([PY, str(drv)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([PY, str(drv)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     for i in range(2):
         assert json.loads((tmp_path / f"w{i}" / "result.json").read_text()) == {"step": 16}

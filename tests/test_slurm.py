@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm.launcher import DONE, FAILED, Job, Launcher
+from slurm.launcher import DONE, FAILED, Job, Launcher, active_jobs
 from slurm.resources import Resources
 
 pytestmark = pytest.mark.slurm
@@ -59,7 +59,7 @@ def read_out(root, key):
     return [eval(line) for line in (Path(root) / "out" / key.replace("/", "_")).read_text().splitlines()]
 
 
-def test_trivial_job_done_without_sacct(slurm_cluster, tmp_path):
+def test_trivial_job_done_without_sacct(slurm_cluster, tmp_path, wait_until):
     (tmp_path / "out").mkdir()
     la = launcher(tmp_path)
     job = writer(tmp_path, "trivial")
@@ -68,14 +68,11 @@ def test_trivial_job_done_without_sacct(slurm_cluster, tmp_path):
     rec = la.load_registry()["trivial"]
     assert rec["backend"] == "slurm" and rec["job_id"].isdigit()
     # the scheduler itself reports it, without accounting
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        out = subprocess.run(["squeue", "-h", "--states=all", "-j", rec["job_id"], "-o", "%T"],
-                             capture_output=True, text=True).stdout.strip()
-        if out not in ("RUNNING", "COMPLETING"):  # the marker is written before the job ends
-            break
-        time.sleep(0.2)
-    assert out == "COMPLETED"
+    def state():
+        return subprocess.run(["squeue", "-h", "--states=all", "-j", rec["job_id"], "-o", "%T"],
+                              capture_output=True, text=True).stdout.strip()
+    wait_until(lambda: state() not in ("RUNNING", "COMPLETING"), "the job's end")  # the marker comes first
+    assert state() == "COMPLETED"
     assert (la.job_dir("trivial") / "finished").exists()
     assert json.loads((la.job_dir("trivial") / "finished").read_text())["rc"] == 0
     assert read_out(tmp_path, "trivial")[0][1] == rec["job_id"]
@@ -132,7 +129,7 @@ def test_evaluation_job_array(slurm_cluster, tmp_path):
     assert read_out(tmp_path, "collect")[0][0] > max(r[0] for r in rows)
 
 
-def _requeue_roundtrip(tmp_path, interrupt):
+def _requeue_roundtrip(tmp_path, wait_until, interrupt):
     script = tmp_path / "counter.py"
     script.write_text(COUNTER)
     work = tmp_path / "work"
@@ -143,14 +140,12 @@ def _requeue_roundtrip(tmp_path, interrupt):
     la = launcher(tmp_path, signal_delay_s=30, grace_s=10)
     la.run([job], wait=False)
     jid = la.load_registry()["train/counter"]["job_id"]
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        ck = work / "ckpt.json"
-        if ck.exists() and json.loads(ck.read_text())["step"] == HOLD:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("the counter job did not start")
+    def held():
+        try:
+            return json.loads((work / "ckpt.json").read_text())["step"] == HOLD
+        except (OSError, ValueError):
+            return False
+    wait_until(held, "the counter job held at step HOLD")
     interrupt(jid)                       # while it is held at step HOLD
     (work / "release").write_text("")    # the requeued run passes the hold
     states = Launcher(tmp_path, cluster="slurm", progress=False, poll_s=0.5, log=lambda s: None).run([job])
@@ -160,23 +155,21 @@ def _requeue_roundtrip(tmp_path, interrupt):
     assert starts == [0, HOLD]  # resumed, not restarted from 0
     assert la.load_registry()["train/counter"]["job_id"] == jid  # requeued, same job id, no resubmission
     # DONE came from the outputs; the wrapper writes its `finished` marker right after the command exits
-    deadline = time.time() + 30
-    while time.time() < deadline and not (la.job_dir("train/counter") / "finished").exists():
-        time.sleep(0.1)
+    wait_until((la.job_dir("train/counter") / "finished").exists, "the wrapper's finished marker")
     attempts = (la.job_dir("train/counter") / "attempts.jsonl").read_text().splitlines()
     assert len(attempts) == 2
     log = (la.job_dir("train/counter") / "log.out").read_text()
     assert "(interrupted)" in log and "(finished)" in log, log
 
 
-def test_requeued_job_resumes(slurm_cluster, tmp_path):
+def test_requeued_job_resumes(slurm_cluster, tmp_path, wait_until):
     """Preemption-like: `scontrol requeue` kills the running job and queues it again (--requeue)."""
-    _requeue_roundtrip(tmp_path, lambda jid: subprocess.check_call(["scontrol", "requeue", jid]))
+    _requeue_roundtrip(tmp_path, wait_until, lambda jid: subprocess.check_call(["scontrol", "requeue", jid]))
 
 
-def test_timeout_signal_checkpoints_and_requeues(slurm_cluster, tmp_path):
+def test_timeout_signal_checkpoints_and_requeues(slurm_cluster, tmp_path, wait_until):
     """Time-limit-like: the USR2 warning signal -> submitit calls CommandJob.checkpoint() and requeues."""
-    _requeue_roundtrip(tmp_path, lambda jid: subprocess.check_call(["scancel", "--signal=USR2", jid]))
+    _requeue_roundtrip(tmp_path, wait_until, lambda jid: subprocess.check_call(["scancel", "--signal=USR2", jid]))
 
 
 def test_cluster_up_is_idempotent(slurm_cluster):
@@ -191,3 +184,40 @@ def test_cluster_up_is_idempotent(slurm_cluster):
     assert out.returncode == 0, out.stderr
     assert "already up" in out.stdout and "started" not in out.stdout, out.stdout
     assert {d: (state / f"{d}.pid").read_text() for d in pids} == pids        # no daemon was restarted
+
+
+def test_cluster_up_starts_with_an_empty_queue(slurm_cluster, tmp_path):
+    """The state directory outlives the daemons: a restarted cluster must not run (or queue) an old controller's
+    jobs before new work; ARMOR_SLURM_KEEP_JOBS=1 keeps them."""
+    import os
+    if os.geteuid() != 0:
+        pytest.skip("cluster_up.sh needs root")
+    if os.environ.get("ARMOR_SLURM_SHARED") == "1":
+        pytest.skip("restarts the cluster: not while other work shares it (ARMOR_SLURM_SHARED=1)")
+    repo = Path(__file__).resolve().parent.parent
+    up, down = (["bash", str(repo / "slurm" / f"cluster_{w}.sh")] for w in ("up", "down"))
+
+    def held_job_survives_restart(env):
+        jid = subprocess.check_output(["sbatch", "--parsable", "--hold", "-o", str(tmp_path / "held.out"),
+                                       "--wrap", "true"], text=True).strip().split(";")[0]
+        subprocess.run(down, check=True, capture_output=True, timeout=120)
+        out = subprocess.run(up, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+        assert out.returncode == 0, out.stderr
+        q = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%i"], capture_output=True, text=True)
+        subprocess.run(["scancel", jid], capture_output=True)
+        return jid in q.stdout.split()
+
+    assert held_job_survives_restart({"ARMOR_SLURM_KEEP_JOBS": "1"})   # the state does carry the queue over,
+    assert not held_job_survives_restart({})                            # and cluster_up drops it by default
+
+
+def test_active_jobs_lists_queued_work(slurm_cluster, tmp_path):
+    """What the slurm_cluster fixture refuses to wait behind: a held job is listed until cancelled."""
+    jid = subprocess.check_output(["sbatch", "--parsable", "--hold", "-J", "armor-held", "-o", str(tmp_path / "o"),
+                                   "--wrap", "true"], text=True).strip().split(";")[0]
+    try:
+        mine = [line for line in active_jobs() if line.split()[0] == jid]
+        assert len(mine) == 1 and mine[0].split()[1:3] == ["PENDING", "armor-held"], active_jobs()
+    finally:
+        subprocess.run(["scancel", jid], check=True)
+    assert jid not in [line.split()[0] for line in active_jobs()]
