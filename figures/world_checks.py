@@ -104,9 +104,10 @@ def check_headroom(ctx: Context) -> WorldCheck:
     end = end_value(ctl)
     top = max(p.peak for p in peaks.values())
     ceiling = chain_ceiling(ctx)
-    ok = end >= top + HEADROOM_MIN and (ceiling is None or end > ceiling)
+    ok = end >= top + HEADROOM_MIN and ceiling is not None and end > ceiling
     ev = (f"control end {_f(end)} (last {END_WINDOW} points to step {ctl.step[-1]}) vs highest DAPO peak {_f(top)} "
-          f"(+{_f(end - top)}, needs ≥ {HEADROOM_MIN}); chain ceiling {_f(ceiling)}")
+          f"(+{_f(end - top)}, needs ≥ {HEADROOM_MIN}); chain ceiling "
+          + (_f(ceiling) if ceiling is not None else "unknown (no world/world.json beside the runs): not shown"))
     return WorldCheck("headroom", q, PASS if ok else FAIL, ev,
                       {"control_end": end, "dapo_peak_max": top, "chain_ceiling": ceiling})
 

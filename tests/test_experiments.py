@@ -28,6 +28,7 @@ from slurm.launcher import topo_order
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 PRESETS = sorted(p.stem for p in (REPO / "reproduce" / "presets").glob("*.yaml"))
+PROBES = sorted(str(p) for p in (REPO / "reproduce" / "presets" / "probes").glob("*.yaml"))  # world-design probes
 
 CONTRACT_7B = {
     "dapo", "qae", "dapo_cont", "kl_k3_b1e-3", "kl_k3_b1e-2", "kl_k3_b1e-1", "kl_k3_b1", "kl_k2_b1e-3", "kl_k2_b1e-2",
@@ -127,7 +128,7 @@ def test_qwen3_arms_and_figures():
         build_arms(p, ["fig2"])
 
 
-@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize("name", PRESETS + PROBES)
 def test_every_arm_config_is_valid(name, tmp_path):
     p = load_preset(name)
     root = tmp_path / "runs"

@@ -67,6 +67,9 @@ def test_each_check_fails_where_its_rule_says(tmp_path):
     # training accuracy above the bound at the peak
     v = _verdicts(_runs(tmp_path / "b", {0: RISE_FALL}, acc=lambda s: 0.9))
     assert v["dapo_train_acc"].verdict == W.FAIL and v["headroom"].verdict == W.NOT_RUN
+    # headroom above the peak but no world.json: the chain's ceiling is unknown, so the check cannot pass
+    v = _verdicts(_runs(tmp_path / "c", {0: RISE_FALL}, natural=[0.4, 0.6, 0.72, 0.8, 0.85], world=False))
+    assert v["headroom"].verdict == W.FAIL and "unknown" in v["headroom"].evidence
 
 
 def test_the_world_item_is_drawn_only_where_the_control_ran(tmp_path):
