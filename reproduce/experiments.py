@@ -154,7 +154,7 @@ def cmd_figures(preset: Preset, root: Path, seeds: list[int], only: Optional[lis
     argv = entry("figures") + ["--results", str(res), "--out", str(out / "figures"), "--preset", preset.name,
                                "--runs", str(out), "--report", str(out / "REPRODUCTION.md"),
                                "--seeds", ",".join(map(str, seeds)),
-                               "--command", f"python reproduce/run_all.py --preset {preset.name}"
+                               "--command", f"python reproduce/run_all.py --preset {preset.cli_arg}"
                                + (f" --only {','.join(only)}" if only else "")]
     if only:
         argv += ["--only", ",".join(only)]

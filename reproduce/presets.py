@@ -41,6 +41,17 @@ class Preset:
         p = Path(self.cfg.model.path)
         return p.parent.name if p.name == "base_model" else p.name
 
+    @property
+    def cli_arg(self) -> str:
+        """What `run_all.py --preset` takes to load this preset again: the name of a shipped preset, else the
+        YAML's path (relative to the repository where it lies inside it)."""
+        if self.path.parent == PRESETS_DIR.resolve():
+            return self.name
+        try:
+            return str(self.path.relative_to(REPO_ROOT.resolve()))
+        except ValueError:
+            return str(self.path)
+
     def world(self) -> Optional[tuple[Path, bool]]:
         """(world dir, quick) when the preset trains the toy world's base model (tiny / smoke)."""
         mp = Path(self.cfg.model.path)

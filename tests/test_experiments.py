@@ -81,6 +81,14 @@ def test_bad_protocol_values_name_the_key_and_value_before_any_work(line, messag
 
 
 # ------------------------------------------------------------------------------------------ the matrix
+def test_the_report_command_names_a_preset_the_driver_can_load_again(tmp_path):
+    assert load_preset("tiny").cli_arg == "tiny"
+    probe = load_preset(PROBES[0])
+    assert probe.cli_arg == str(Path(PROBES[0]).relative_to(REPO)) and load_preset(probe.cli_arg).path == probe.path
+    (tmp_path / "mine.yaml").write_text(f"base: {PRESETS_DIR / 'smoke.yaml'}\n")
+    assert load_preset(tmp_path / "mine.yaml").cli_arg == str((tmp_path / "mine.yaml").resolve())
+
+
 def test_7b_arms_and_figures():
     p = load_preset("qwen25-math-7b")
     arms = build_arms(p)
