@@ -175,10 +175,11 @@ def slurm_states(job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
 
 
 def active_jobs() -> list[str]:
-    """Jobs the scheduler has not finished (pending, running, suspended), all users, one line each:
-    "JOBID STATE NAME WORKDIR". On a one-node cluster new work waits behind every one of them."""
-    r = subprocess.run(["squeue", "-h", "-t", "PENDING,RUNNING,CONFIGURING,SUSPENDED,REQUEUED",
-                        "-o", "%i %T %j %Z"], capture_output=True, text=True, timeout=60)
+    """Jobs the scheduler has not finished (queued or running; COMPLETING ones end within seconds), all users,
+    one line each: "JOBID STATE NAME WORKDIR". On a one-node cluster new work waits behind every one of them."""
+    states = ",".join(sorted((_SLURM_QUEUED | _SLURM_RUNNING) - {"COMPLETING"}))
+    r = subprocess.run(["squeue", "-h", "-t", states, "-o", "%i %T %j %Z"], capture_output=True, text=True,
+                       timeout=60)
     if r.returncode != 0:
         raise LauncherError(f"squeue failed: {r.stderr.strip()}")
     return [line.strip() for line in r.stdout.splitlines() if line.strip()]

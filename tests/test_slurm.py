@@ -186,6 +186,13 @@ def test_cluster_up_is_idempotent(slurm_cluster):
     assert {d: (state / f"{d}.pid").read_text() for d in pids} == pids        # no daemon was restarted
 
 
+def _held_job(tmp_path) -> str:
+    """A job that stays PENDING (held) until cancelled; its id."""
+    out = subprocess.check_output(["sbatch", "--parsable", "--hold", "-J", "armor-held", "-o",
+                                   str(tmp_path / "held.out"), "--wrap", "true"], text=True)
+    return out.strip().split(";")[0]
+
+
 def test_cluster_up_starts_with_an_empty_queue(slurm_cluster, tmp_path):
     """The state directory outlives the daemons: a restarted cluster must not run (or queue) an old controller's
     jobs before new work; ARMOR_SLURM_KEEP_JOBS=1 keeps them."""
@@ -198,8 +205,7 @@ def test_cluster_up_starts_with_an_empty_queue(slurm_cluster, tmp_path):
     up, down = (["bash", str(repo / "slurm" / f"cluster_{w}.sh")] for w in ("up", "down"))
 
     def held_job_survives_restart(env):
-        jid = subprocess.check_output(["sbatch", "--parsable", "--hold", "-o", str(tmp_path / "held.out"),
-                                       "--wrap", "true"], text=True).strip().split(";")[0]
+        jid = _held_job(tmp_path)
         subprocess.run(down, check=True, capture_output=True, timeout=120)
         out = subprocess.run(up, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
         assert out.returncode == 0, out.stderr
@@ -213,8 +219,7 @@ def test_cluster_up_starts_with_an_empty_queue(slurm_cluster, tmp_path):
 
 def test_active_jobs_lists_queued_work(slurm_cluster, tmp_path):
     """What the slurm_cluster fixture refuses to wait behind: a held job is listed until cancelled."""
-    jid = subprocess.check_output(["sbatch", "--parsable", "--hold", "-J", "armor-held", "-o", str(tmp_path / "o"),
-                                   "--wrap", "true"], text=True).strip().split(";")[0]
+    jid = _held_job(tmp_path)
     try:
         mine = [line for line in active_jobs() if line.split()[0] == jid]
         assert len(mine) == 1 and mine[0].split()[1:3] == ["PENDING", "armor-held"], active_jobs()
