@@ -50,9 +50,12 @@ def toy_world_hint(cfg: RunConfig) -> str | None:
     if world not in Path(cfg.data.train).parents:
         return None
     quick = " --quick" if cfg.name.split("/")[0] == "smoke" else ""
+    # the world design a preset's driver builds (its protocol section, which the trainer otherwise leaves alone)
+    version = int(((cfg.foreign or {}).get("protocol") or {}).get("world_version", 1))
+    flag = f" --version {version}" if version != 1 else ""
     return (f"model.path: {cfg.model.path!r} does not exist: it is the toy world's base model, not built yet. "
-            f"Build it (cached; {'under a minute' if quick else 'about 2 minutes'} on a CPU) with:\n"
-            f"    python -m reproduce.toy.build --out {world}{quick}\n"
+            f"Build it (cached; {'under a minute' if quick else 'a few minutes'} on a CPU) with:\n"
+            f"    python -m reproduce.toy.build --out {world}{flag}{quick}\n"
             f"or let the driver build it: python reproduce/run_all.py --preset "
             f"{cfg.name.split('/')[0]}")
 

@@ -315,6 +315,16 @@ def write_verdicts(verdicts: list[Verdict], out_dir, stem: str, markdown: str) -
     return verdicts
 
 
+def read_verdicts(path) -> list[Verdict]:
+    """The verdicts write_verdicts wrote to `path` (OUT/<stem>.json)."""
+    return [Verdict(**v) for v in json.loads(Path(path).read_text())]
+
+
+def verdict_lines(verdicts: list[Verdict]) -> list[str]:
+    """One line a verdict, for a terminal: `  [verdict] question`."""
+    return [f"  [{v.verdict}] {v.question}" for v in verdicts]
+
+
 def write_checklist(ctx: Context, out_dir) -> list[Verdict]:
     verdicts = run_checklist(ctx)
     return write_verdicts(verdicts, out_dir, "checklist", checklist_markdown(verdicts, ctx))

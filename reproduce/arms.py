@@ -283,4 +283,6 @@ def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Opti
         ck = _val(str(start["checkpoint"]))
         out += [f"model.path={ck}", f"algo.reference.path={ck}", f"step_offset={int(start['step'])}",
                 f"schedule.total_steps={s2}"]
+        if p.stage2_validate_every:
+            out += [f"schedule.validate_every={p.stage2_validate_every}"]
     return out + arm.overrides

@@ -69,16 +69,32 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
     arms = build_arms(preset, only)
     jobs = _setup_jobs(plan)
     first = [j.key for j in jobs]          # what stage-1 training waits for: staging and/or the world build
-    for s in plan.seeds:
-        for arm in arms.values():
-            if not arm.alias_of and s in plan.arm_seeds(arm):
-                jobs += _train_jobs(plan, arms, arm, s, first)
+    for arm, s in _train_order(plan, arms):
+        jobs += _train_jobs(plan, arms, arm, s, first)
     staged = ["stage"] if plan.items else []
     for s in plan.seeds:
         for arm in arms.values():
             if arm.evaluate and not arm.alias_of and s in plan.arm_seeds(arm):
                 jobs.append(_eval_job(plan, arm, s, staged))
     return jobs + _final_jobs(plan, jobs, only)
+
+
+def _train_order(plan: _Plan, arms: dict[str, Arm]) -> list[tuple[Arm, int]]:
+    """(arm, seed) of every train job, in the order they start when ready (local workers take ready jobs in
+    this order; SLURM's FIFO queue is submitted in it): first every seed of the stage-1 baselines that stage 2
+    starts from (θ* waits for all of them), then the other stage-1 runs (the headroom control), then stage 2,
+    seed by seed."""
+    names = list(arms)
+    gating = {a.baseline for a in arms.values() if a.stage == 2}
+    units = [(arm, s) for s in plan.seeds for arm in arms.values()
+             if not arm.alias_of and s in plan.arm_seeds(arm)]
+
+    def key(u: tuple[Arm, int]) -> tuple:
+        arm, s = u
+        if arm.stage == 1:
+            return (0 if arm.name in gating else 1, names.index(arm.name), s)
+        return (2, s, names.index(arm.name))
+    return sorted(units, key=key)
 
 
 def _setup_jobs(plan: _Plan) -> list[Job]:

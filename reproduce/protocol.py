@@ -35,6 +35,8 @@ class ProtocolConfig:
     stage1_steps: int = _f(0, "RL steps of the stage-1 baselines from the base model (0 = "
                               "schedule.total_steps)")
     stage2_steps: int = _f(0, "RL steps of every stage-2 arm from θ* (0 = schedule.total_steps)")
+    stage2_validate_every: int = _f(0, "validate every N steps in stage 2 (0 = schedule.validate_every); "
+                                       "training is the same either way (validation samples with its own seeds)")
     world_version: int = _f(1, "the toy world's design the `world` job builds (reproduce/toy/build.py WORLDS; "
                                "docs/toy_world.md); toy presets only")
     headroom_steps: int = _f(0, "RL steps of the headroom control `dapo_natural`: stage-1 DAPO on headroom_data, "
@@ -103,6 +105,7 @@ def validate_protocol(p: ProtocolConfig) -> None:
     c(len(set(p.seeds)) == len(p.seeds), "protocol.seeds", p.seeds, "must not repeat a seed")
     c(p.world_version in (1, 2), "protocol.world_version", p.world_version, "must be 1 or 2 (the world designs)")
     c(p.headroom_steps >= 0, "protocol.headroom_steps", p.headroom_steps, "must be >= 0")
+    c(p.stage2_validate_every >= 0, "protocol.stage2_validate_every", p.stage2_validate_every, "must be >= 0")
     c(not p.headroom_steps or bool(p.headroom_data), "protocol.headroom_data", p.headroom_data,
       f"must name the control's training prompts (protocol.headroom_steps is {p.headroom_steps})")
     f = p.late_start_fraction

@@ -36,6 +36,7 @@ from reproduce.jobs import build_jobs  # noqa: E402
 from reproduce.peaks import read_peak  # noqa: E402
 from reproduce.presets import ExperimentError, fixed_peak, load_preset, preset_root  # noqa: E402
 from common.yaml_config import ConfigError  # noqa: E402
+from figures.checklist import read_verdicts, verdict_lines  # noqa: E402
 from slurm.launcher import ACTIVE, DONE, Launcher, LauncherError, topo_order  # noqa: E402
 from slurm.resources import ResourceError, load_resources  # noqa: E402
 
@@ -154,6 +155,17 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
           + (f" ({counts.get('failed')} failed before)" if counts.get("failed") else ""))
 
 
+def print_verdicts(figures_dir: Path) -> None:
+    """The world's acceptance checks and the checklist of the paper's claims, one line each, when the figures
+    job wrote them (figures/world_checks.py, figures/checklist.py); the numbers are in REPRODUCTION.md."""
+    for stem, title in (("world_checks", "the world's acceptance checks"),
+                        ("checklist", "the paper's claims on this preset")):
+        path = figures_dir / f"{stem}.json"
+        if path.is_file():
+            print(f"{title} ({path}):")
+            print("\n".join(verdict_lines(read_verdicts(path))))
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
     try:
@@ -197,6 +209,7 @@ def main(argv=None) -> int:
         if all(s == DONE for s, _ in states.values()):
             print(f"\nall {len(states)} jobs done ({time.time() - t0:.0f}s): results {out / 'results.parquet'}, "
                   f"figures {out / 'figures'}, report {out / 'REPRODUCTION.md'}")
+            print_verdicts(out / "figures")
             if any(out.glob("*/seed*/tensorboard")):
                 print(f"live logs: tensorboard --logdir {out}")
         else:

@@ -65,6 +65,7 @@ BAD_PROTOCOL = [
     ("seeds: [0, 1, 0]", r"protocol.seeds: \[0, 1, 0\] must not repeat a seed"),
     ("late_start_fraction: 1.5", r"protocol.late_start_fraction: 1.5 must be in \(0, 1\)"),
     ("late_start_fraction: 0.4", r"protocol.late_start_fraction: 0.4 excludes protocol.late_start_step \(200\)"),
+    ("stage2_validate_every: -1", r"protocol.stage2_validate_every: -1 must be >= 0"),
     ("nodes: two", r"protocol.nodes: expected an integer, got 'two'"),
     ("armor_alfa: 0.5", r"protocol.armor_alfa: unknown key \(known: .*armor_alpha"),
 ]
@@ -158,6 +159,8 @@ def test_every_arm_config_is_valid(name, tmp_path):
             else:
                 assert cfg.model.path == cfg.algo.reference.path == start["checkpoint"]
                 assert cfg.step_offset == start["step"] and cfg.schedule.total_steps == s2
+                v2 = p.protocol.stage2_validate_every
+                assert cfg.schedule.validate_every == (v2 or p.cfg.schedule.validate_every)
             if arm.name in ("anchor_only", "armor"):
                 assert cfg.algo.anchor.enabled and cfg.batch.group_size == p.cfg.batch.group_size
                 assert cfg.algo.anchor.ref_n == p.protocol.armor_ref_n
@@ -202,6 +205,17 @@ def test_dag_structure(name, tmp_path):
             assert e.deps == ([f"peak/{arm.name}/seed0"] if arm.stage == 1 else [key]) + staging
     assert set(by["collect"].deps) == {k for k, j in by.items() if j.kind in ("train", "evaluate", "select_peak")}
     assert by["figures"].deps == ["collect"]
+
+
+def test_train_jobs_start_with_every_seed_of_the_baselines_theta_star_waits_for(tmp_path):
+    """Ready jobs start in submission order (local workers; SLURM's FIFO): every seed of stage-1 DAPO first (θ*
+    is chosen on their mean curve and all of stage 2 waits for it), then QAE's, then the headroom control, then
+    stage 2. (The order of the seed loop used to start the 200-step control before DAPO's last seeds.)"""
+    p = load_preset("tiny")
+    train = [j.key for j in topo_order(build_jobs(p, tmp_path / "runs")) if j.kind == "train"]
+    assert train[:5] == ["stage1/dapo/seed0", "stage1/dapo/seed1", "stage1/dapo/seed2", "stage1/qae/seed0",
+                         "stage1/dapo_natural/seed0"]
+    assert all(k.startswith("stage2/") for k in train[5:]) and len(train) > 40
 
 
 def test_only_selects_items_and_what_they_need(tmp_path):

@@ -2,8 +2,8 @@
 
 Substitution rule (the commands name the tiny preset; a test cannot spend its 200 steps):
   - `reproduce/presets/tiny.yaml` -> a smoke preset whose model, data and validation set are the fixture's
-    world; `runs/tiny/world` -> that world (and `reproduce.toy.build` gets `--quick`, how the smoke world is
-    built: the build is cached, so it finds the fixture's world and returns);
+    world; `runs/tiny/world` -> that world (and `reproduce.toy.build` gets `--quick` and loses `--version N`,
+    how the smoke world is built: the build is cached, so it finds the fixture's world and returns);
   - output folders under `runs/` (`runs/mine`, `runs/figures`) -> the test's tmp folder;
   - `step_000100` (a checkpoint of the 200-step tiny run) -> `step_000002`, the last checkpoint of the short run;
   - `python` -> this interpreter; small limits are appended: `armor.train` runs 2 steps, `eval.evaluate`
@@ -56,6 +56,9 @@ def _substitute(argv: list[str], world: Path, preset: Path, tmp: Path) -> list[s
     if out[0] == "python":
         out[0] = sys.executable
     prog = out[2] if out[1] == "-m" else out[1]
+    if prog == "reproduce.toy.build" and "--version" in out:       # the fixture's world is the smoke (v1) design
+        i = out.index("--version")
+        out = out[:i] + out[i + 2:]
     extra = {"reproduce.toy.build": ["--quick"],
              "eval.evaluate": ["--limit", "2" if "--checkpoint" in out else "4", "--no-progress"]}.get(prog, [])
     if prog == "armor.train" and "--config" in out:
@@ -127,3 +130,15 @@ def test_a_missing_toy_world_says_the_exact_command_that_builds_it(world, tmp_pa
     assert b.returncode == 0, b.stderr[-2000:]
     r = subprocess.run(train, cwd=tmp_path, env=pp, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and (tmp_path / "out" / "DONE").is_file(), r.stderr[-3000:]
+
+
+def test_the_missing_world_hint_names_the_presets_world_design(tmp_path, monkeypatch):
+    """The tiny preset trains in world v2 (protocol.world_version): the hint's build command says so; the smoke
+    preset's world is the quick v1 build."""
+    from armor.config import load_config
+    from armor.train import toy_world_hint
+    monkeypatch.chdir(tmp_path)                     # no runs/ here: neither world is built
+    tiny = toy_world_hint(load_config(ROOT / "reproduce" / "presets" / "tiny.yaml", []))
+    assert "python -m reproduce.toy.build --out runs/tiny/world --version 2\n" in tiny
+    smoke = toy_world_hint(load_config(ROOT / "reproduce" / "presets" / "smoke.yaml", []))
+    assert "python -m reproduce.toy.build --out runs/smoke/world --quick\n" in smoke

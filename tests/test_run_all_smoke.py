@@ -90,7 +90,7 @@ def full_smoke(world, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("full")
     args = ["--preset", str(_preset(tmp, world)), "--cluster", "local", "--root", str(tmp / "runs"),
             "--no-progress", "--poll", "0.5"]
-    _run(args, timeout=900)
+    first = _run(args, timeout=900)
     second = _run(args)                    # a second invocation right after a finished run submits nothing
     results = tmp / "runs" / "smoke" / "results.parquet"
     out = tmp / "figs"
@@ -98,12 +98,17 @@ def full_smoke(world, tmp_path_factory):
                         "--report", str(tmp / "REPRODUCTION.md")], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return {"results": results, "out": out, "second": second, "report": tmp / "REPRODUCTION.md"}
+    return {"results": results, "out": out, "first": first, "second": second, "report": tmp / "REPRODUCTION.md"}
 
 
 def test_full_smoke_matrix_then_figures_produces_every_item(full_smoke):
+    from figures.checklist import read_verdicts
     from reproduce.arms import FIGURES, TABLES
     assert "nothing to do" in full_smoke["second"]
+    # the driver ends with the checklist's verdicts, one line each, as the figures job wrote them
+    verdicts = read_verdicts(full_smoke["results"].parent / "figures" / "checklist.json")
+    assert len(verdicts) >= 5
+    assert all(f"  [{v.verdict}] {v.question}" in full_smoke["first"] for v in verdicts)
     out = full_smoke["out"]
     for name in FIGURES:
         png, pdf = out / f"{name}.png", out / f"{name}.pdf"
