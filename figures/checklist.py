@@ -221,16 +221,17 @@ def check_mix_collapses(ctx: Context) -> Verdict:
                     for a, s in stats.items()})
 
 
-def _eval_score(ctx: Context, arm: str) -> Optional[tuple[int, float]]:
-    step, _ = ctx.select_step(arm)
-    if step is None:
+def _eval_score(ctx: Context, arm: str) -> Optional[float]:
+    """The mean over benchmarks of the arm's eval avg@k at the table checkpoints (each seed's own, averaged)."""
+    steps, _ = ctx.select_steps(arm)
+    if not steps:
         return None
-    ev = ctx.eval_rows(arm)
-    ev = ev[(ev["step"] == step) & ev["metric"].str.startswith("avg@")]
+    ev = ctx.eval_rows_at(arm, steps)
+    ev = ev[ev["metric"].str.startswith("avg@")]
     if ev.empty:
         return None
     per_bench = ev.groupby(["benchmark", "metric"])["value"].mean().groupby(level=0).last()
-    return step, float(per_bench.mean())
+    return float(per_bench.mean())
 
 
 def check_opd_below_armor(ctx: Context) -> Verdict:
@@ -241,7 +242,7 @@ def check_opd_below_armor(ctx: Context) -> Verdict:
         return Verdict("opd_below_armor", q, NOT_RUN, "not run: " + ", ".join(missing))
     evals = {a: _eval_score(ctx, a) for a in arms}
     if all(v is not None for v in evals.values()):
-        scores = {a: v[1] for a, v in evals.items()}
+        scores = dict(evals)
         how = "mean eval avg@k over benchmarks at the table checkpoint"
     else:
         scores = {a: max(ctx.val_curve(a).mean) for a in arms if not ctx.val_curve(a).empty}

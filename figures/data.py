@@ -25,7 +25,9 @@ Checkpoint selection (`Context.select_step`, used by the tables)
    seed-mean validation avg@k (validation benchmark) is highest; ties go to the earliest step.
 3. If no eval step has a validation row: the eval step with the best eval score on the validation
    benchmark if it was evaluated, else the last eval step.
-The tables then report the seed-mean eval numbers (source == "eval") at that step.
+With several seeds each seed is selected on its own rows (`Context.select_steps`: rule 2 on that seed's
+validation, as the evaluation plan chose each seed's checkpoint), and the tables report the mean over seeds of
+each seed's eval numbers at its own step (`Context.eval_rows_at`).
 """
 from __future__ import annotations
 
@@ -518,6 +520,24 @@ class Context:
                 best = max(g.items(), key=lambda t: (t[1], -t[0]))
                 return int(best[0]), note + f"best eval {self.val_benchmark} (no validation at eval steps)"
         return int(eval_steps[-1]), note + "last evaluated step (no validation at eval steps)"
+
+    def select_steps(self, arm: str, paper_step: Optional[int] = None) -> tuple[dict[int, int], str]:
+        """({seed: step}, how): each seed's checkpoint of `arm`, chosen by `select_step` on that seed's rows
+        alone (a seed evaluated at its own best checkpoint is represented by it); {} when none was evaluated."""
+        steps: dict[int, int] = {}
+        hows: list[str] = []
+        for seed in self.seeds(arm):
+            view = self if self.only_seed == seed else self.for_seed(seed)
+            step, how = view.select_step(arm, paper_step)
+            if step is not None:
+                steps[seed] = step
+                hows += [how] if how not in hows else []
+        return steps, "; ".join(hows) if hows else "no eval rows"
+
+    def eval_rows_at(self, arm: str, steps: dict[int, int]) -> pd.DataFrame:
+        """The eval rows of `arm` at each seed's step of `steps` ({seed: step}, as select_steps gives)."""
+        ev = self.eval_rows(arm)
+        return ev[[steps.get(int(seed)) == int(step) for seed, step in zip(ev["seed"], ev["step"])]]
 
 
 def load_context(results: str | Path | Sequence[str | Path] | pd.DataFrame, preset: Optional[str] = None,

@@ -5,10 +5,12 @@
 - Table 2: pass@16 on AIME24, AIME25, AMC and their average.
 - Table 3: OPD / MOPD / ARMOR (teacher-guided continuations from the DAPO peak), Table 1's columns.
 
-Which checkpoint represents an arm: `Context.select_step` (figures/data.py): the paper's step on the paper
-presets when it was evaluated, else the eval step with the best seed-mean validation score. The cell is the
-seed-mean eval value (source == "eval") at that step, in percent, 2 decimals, "± s" with the standard deviation
-over seeds (n − 1) when several seeds were evaluated. When several eval metrics exist
+Which checkpoint represents an arm: `Context.select_steps` (figures/data.py), one per seed: the paper's step on
+the paper presets when it was evaluated, else the seed's eval step with its best validation score (each seed was
+evaluated at its own best checkpoint). The cell is the mean over seeds of each seed's eval value (source ==
+"eval") at its step, in percent, 2 decimals, "± s" with the standard deviation over seeds (n − 1) when several
+seeds were evaluated; the steps column lists each seed's step when they differ ("+10/+60/+60", seed order).
+When several eval metrics exist
 for a benchmark, the paper's k is used (avg@32 / avg@8 / pass@16) if present, else the largest k. The
 "+ARMOR" row of QAE is the best-by-validation of the `qae_armor_*` arms. The steps column is the total step
 for stage-1 rows ("140") and "+N" steps after the arm's start for continual rows ("+200"). Deltas are
@@ -110,7 +112,7 @@ class Row:
     steps: str
     cells: dict
     arm: Optional[str] = None
-    step: Optional[int] = None
+    steps_by_seed: dict = field(default_factory=dict)   # {seed: step} of the checkpoints the cells average
     how: str = ""
     seeds: list = field(default_factory=list)
 
@@ -230,29 +232,45 @@ class _Notes:
         return self.items.index(text) + 1
 
 
-def _bench_rows(ctx: Context, arm: str, step: int, col: str, paper: bool):
-    ev = ctx.eval_rows(arm)
-    ev = ev[ev["step"] == step]
+def _bench_rows(ctx: Context, arm: str, steps: dict[int, int], col: str, paper: bool):
+    ev = ctx.eval_rows_at(arm, steps)
     if paper:
         return ev[ev["benchmark"].map(_bench_key) == col]
     return ev[ev["benchmark"] == col]
 
 
-def _choose_arm(ctx: Context, spec: RowSpec) -> tuple[Optional[str], Optional[int], str]:
+def _choose_arm(ctx: Context, spec: RowSpec) -> tuple[Optional[str], dict[int, int], str]:
+    """(arm, {seed: step}, how): among the row's candidate arms, the one whose seeds' validation at their selected
+    checkpoints is best on average."""
     paper_step = paper_mod.table_step(ctx.preset, spec.step_key or spec.key) if ctx.is_paper else None
     best = None
     for arm in spec.arms:
-        step, how = ctx.select_step(arm, paper_step)
-        if step is None:
+        steps, how = ctx.select_steps(arm, paper_step)
+        if not steps:
             continue
-        val = ctx.val_curve(arm).at(step)
-        score = val if val is not None else -math.inf
+        vals = [ctx.for_seed(seed).val_curve(arm).at(step) for seed, step in steps.items()]
+        score = sum(vals) / len(vals) if all(v is not None for v in vals) else -math.inf
         if best is None or score > best[3]:
-            best = (arm, step, how, score)
+            best = (arm, steps, how, score)
     if best is None:
         present = [a for a in spec.arms if a in ctx.arms]
-        return (present[0] if present else None), None, ("no eval rows" if present else "not run")
+        return (present[0] if present else None), {}, ("no eval rows" if present else "not run")
     return best[0], best[1], best[2]
+
+
+def _steps_text(steps: dict[int, int], start: int) -> str:
+    """The steps column: the total step of a stage-1 row ("140"), "+N" after the start of a continual one; each
+    seed's, in seed order, when the seeds' checkpoints differ ("+10/+60/+60")."""
+    fmt = (lambda s: str(s)) if start == 0 else (lambda s: f"+{s - start}")   # noqa: E731
+    distinct = sorted(set(steps.values()))
+    return fmt(distinct[0]) if len(distinct) == 1 else "/".join(fmt(steps[seed]) for seed in sorted(steps))
+
+
+def _steps_note(steps: dict[int, int]) -> str:
+    distinct = sorted(set(steps.values()))
+    if len(distinct) == 1:
+        return f"step {distinct[0]}"
+    return "steps " + ", ".join(f"{steps[seed]} (seed {seed})" for seed in sorted(steps))
 
 
 def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
@@ -272,12 +290,12 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
         ours: dict[str, Row] = {}
         paper_rows = paper_mod.table_rows(ctx.preset, table) if ctx.is_paper else {}
         for spec in row_specs(ctx, table):
-            arm, step, how = _choose_arm(ctx, spec)
+            arm, steps_by_seed, how = _choose_arm(ctx, spec)
             cells: dict[str, Cell] = {}
             raw: dict[str, Optional[float]] = {}
             per: dict[str, pd.Series] = {}          # column -> percent value per seed
             seeds: list[int] = []
-            if step is None:
+            if not steps_by_seed:
                 n = notes.add(f"{ctx.model} {spec.method}: not run: {' / '.join(spec.arms)}" if how == "not run"
                               else f"{ctx.model} {spec.method}: arm {arm} has no eval rows")
                 for c in cols:
@@ -285,16 +303,16 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
                 steps = DASH
             else:
                 start = ctx.arm_start(arm) or 0
-                steps = str(step) if start == 0 else f"+{step - start}"
-                sel_notes.append(f"{ctx.model} {spec.method}: arm `{arm}` at step {step} ({how})")
+                steps = _steps_text(steps_by_seed, start)
+                sel_notes.append(f"{ctx.model} {spec.method}: arm `{arm}` at {_steps_note(steps_by_seed)} ({how})")
                 for c in cols:
                     if c in DERIVED and c not in all_benches:
                         continue
-                    r = _bench_rows(ctx, arm, step, c, pm)
+                    r = _bench_rows(ctx, arm, steps_by_seed, c, pm)
                     metric = _pick_metric(r, kind, c)
                     if metric is None:
-                        cells[c] = Cell(note=notes.add(
-                            f"{ctx.model} {spec.method}: no {kind}@k eval of {c} for `{arm}` at step {step}"))
+                        cells[c] = Cell(note=notes.add(f"{ctx.model} {spec.method}: no {kind}@k eval of {c} for "
+                                                       f"`{arm}` at {_steps_note(steps_by_seed)}"))
                         raw[c] = None
                         continue
                     r = r[r["metric"] == metric]
@@ -315,7 +333,7 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
                     else:
                         cells[c] = Cell(note=notes.add(f"{HEADERS.get(c, c)} needs all of "
                                                        f"{', '.join(HEADERS.get(p, p) for p in parts)}"))
-            row = Row(ctx.model, spec.method, "ours", steps, cells, arm, step, how, seeds)
+            row = Row(ctx.model, spec.method, "ours", steps, cells, arm, steps_by_seed, how, seeds)
             if spec.base and spec.base in ours:
                 _deltas(row, ours[spec.base])
             ours[spec.key] = row
@@ -330,7 +348,8 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
                                                          if base.get(c) is not None}))
                 rows.append(prow)
         if ctx.seeds():
-            sel_notes.append(f"{ctx.model}: ours = mean over seeds {ctx.seeds()} of the eval values")
+            sel_notes.append(f"{ctx.model}: ours = mean over seeds {ctx.seeds()} of each seed's eval values at "
+                             "its own checkpoint")
     caption = "Percent. Metrics used: " + "; ".join(
         f"{HEADERS.get(c, c)} {'/'.join(sorted(m))}" for c, m in metric_used.items()) + "." if metric_used \
         else "Percent."

@@ -152,10 +152,14 @@ def test_kl_readoff_step(ctx):
 
 
 # ------------------------------------------------------------------------------------------ tables
-def _expected_cell(ctx, arm, step, bench, metric):
-    d = ctx.df
-    r = d[(d.arm == arm) & (d.step == step) & (d.benchmark == bench) & (d.metric == metric) & (d.source == "eval")]
-    return round(r.groupby("seed")["value"].mean().mean() * 100, 2)
+def _at(d, arm, steps, bench, metric):
+    """Rows of `arm`'s eval of `bench`/`metric` at each seed's step of `steps` ({seed: step})."""
+    r = d[(d.arm == arm) & (d.benchmark == bench) & (d.metric == metric) & (d.source == "eval")]
+    return r[[steps.get(int(seed)) == int(step) for seed, step in zip(r.seed, r.step)]]
+
+
+def _expected_cell(ctx, arm, steps, bench, metric):
+    return round(_at(ctx.df, arm, steps, bench, metric).groupby("seed")["value"].mean().mean() * 100, 2)
 
 
 def test_table_numbers_equal_results(ctx, tiny):
@@ -166,20 +170,21 @@ def test_table_numbers_equal_results(ctx, tiny):
         assert [r["method"] for r in md_rows] == ["DAPO", "+ARMOR", "QAE", "+ARMOR"]
         for row, md in zip(t.rows, md_rows):
             assert row.source == md["source"] == "ours"
-            # the selected checkpoint is the best-validation eval step
-            vc = ctx.val_curve(row.arm)
-            eval_steps = set(ctx.eval_rows(row.arm)["step"])
-            best = max((v, -s) for s, v in zip(vc.step, vc.mean) if s in eval_steps)
-            assert row.step == -best[1]
+            # each seed's checkpoint is its own best-validation eval step
+            assert sorted(row.steps_by_seed) == [0, 1]
+            for seed, step in row.steps_by_seed.items():
+                view = ctx.for_seed(seed)
+                vc = view.val_curve(row.arm)
+                eval_steps = set(view.eval_rows(row.arm)["step"])
+                assert step == -max((v, -s) for s, v in zip(vc.step, vc.mean) if s in eval_steps)[1]
             bench_vals = []
             for col, bench in (("AIME24", "aime24"), ("AIME25", "aime25"), ("AMC", "amc")):
                 metric = "avg@32" if kind == "avg" else "pass@16"
                 value, _ = _num(md[col])
-                exp = _expected_cell(ctx, row.arm, row.step, bench, metric)
+                exp = _expected_cell(ctx, row.arm, row.steps_by_seed, bench, metric)
                 assert value == exp, (name, row.method, col)
                 # straight from the parquet file, without our loader
-                r = raw[(raw.arm == row.arm) & (raw.step == row.step) & (raw.benchmark == bench)
-                        & (raw.metric == metric) & (raw.source == "eval")]
+                r = _at(raw, row.arm, row.steps_by_seed, bench, metric)
                 assert value == round(r["value"].mean() * 100, 2)
                 # the spread: standard deviation over the seeds (n - 1), the synthetic results have two
                 per_seed = r.groupby("seed")["value"].mean() * 100
@@ -188,13 +193,34 @@ def test_table_numbers_equal_results(ctx, tiny):
             avg_col = "math avg" if kind == "avg" else "avg"
             assert _num(md[avg_col])[0] == pytest.approx(sum(bench_vals) / 3, abs=0.011)
             if kind == "avg":
-                assert _num(md["GPQA"])[0] == _expected_cell(ctx, row.arm, row.step, "gpqa_diamond", "avg@8")
+                assert _num(md["GPQA"])[0] == _expected_cell(ctx, row.arm, row.steps_by_seed, "gpqa_diamond",
+                                                             "avg@8")
         # deltas are differences of printed values, against the row's baseline
         base, arm_row = md_rows[0], md_rows[1]
         v, d = _num(arm_row["AIME24"])
         assert d == pytest.approx(v - _num(base["AIME24"])[0], abs=1e-9)
-        assert base["steps"] == str(t.rows[0].step)
-        assert arm_row["steps"] == f"+{t.rows[1].step - 30}"
+        steps = t.rows[1].steps_by_seed
+        assert set(t.rows[0].steps_by_seed.values()) == {30}           # θ*: one step for every seed
+        assert base["steps"] == "30"
+        assert arm_row["steps"] == ("/".join(f"+{steps[s] - 30}" for s in (0, 1)) if steps[0] != steps[1]
+                                    else f"+{steps[0] - 30}")
+
+
+def test_seeds_evaluated_at_different_checkpoints_all_count(ctx, tiny):
+    """Each seed is evaluated at its own best checkpoint: a row averages every seed at its own step (an arm whose
+    seeds chose different steps once showed one seed's value, without a spread), and the steps column says so."""
+    d = pd.read_parquet(tiny)
+    ev = (d.source == "eval") & (d.arm == "opd")
+    keep = ~ev | ((d.seed == 0) & (d.step == 40)) | ((d.seed == 1) & (d.step == 60))
+    c = load_context(d[keep].reset_index(drop=True), runs_dir=ctx.runs_dir)
+    t3 = tables.build_table(c, "table3")
+    opd = t3.rows[0]
+    assert (opd.method, opd.steps_by_seed, opd.seeds) == ("OPD", {0: 40, 1: 60}, [0, 1])
+    assert opd.steps == "+10/+30"
+    cell = opd.cells["aime24"]
+    r = _at(d, "opd", {0: 40, 1: 60}, "aime24", "avg@32")
+    assert len(r) == 2 and cell.value == round(r["value"].mean() * 100, 2) and cell.spread is not None
+    assert "arm `opd` at steps 40 (seed 0), 60 (seed 1)" in " ".join(t3.notes)
 
 
 def test_delta_format():
@@ -226,8 +252,8 @@ def test_paper_preset_overlay_and_paper_rows(tmp_path):
     assert prow[1]["steps"] == "+200" and prow[3]["MMLU-Pro"] == "42.15 (−1.15)"
     # paper steps: DAPO 140 and ARMOR 140+200 were evaluated, QAE's 230 was not (eval every 20 from 230)
     ours = [r for r in t1.rows if r.source == "ours"]
-    assert (ours[0].step, ours[0].how) == (140, "paper step") and ours[1].step == 340
-    assert ours[1].cells["aime24"].value == _expected_cell(ctx, "armor", 340, "aime24", "avg@32")
+    assert (ours[0].steps_by_seed, ours[0].how) == ({0: 140}, "paper step") and ours[1].steps_by_seed == {0: 340}
+    assert ours[1].cells["aime24"].value == _expected_cell(ctx, "armor", {0: 340}, "aime24", "avg@32")
     t3 = tables.build_table(ctx, "table3")
     assert [(r.method, r.source) for r in t3.rows] == [("OPD", "ours"), ("OPD", "paper"), ("MOPD", "ours"),
                                                      ("MOPD", "paper"), ("ARMOR", "ours"), ("ARMOR", "paper")]
