@@ -109,6 +109,10 @@ def test_full_smoke_matrix_then_figures_produces_every_item(full_smoke):
     verdicts = read_verdicts(full_smoke["results"].parent / "figures" / "checklist.json")
     assert len(verdicts) >= 5
     assert all(f"  [{v.verdict}] {v.question}" in full_smoke["first"] for v in verdicts)
+    # the smoke preset runs no headroom control: no world checks are written or printed (they would read FAIL)
+    assert not (full_smoke["results"].parent / "figures" / "world_checks.json").exists()
+    assert not (full_smoke["out"] / "world_checks.json").exists()
+    assert "the world's acceptance checks" not in full_smoke["first"]
     out = full_smoke["out"]
     for name in FIGURES:
         png, pdf = out / f"{name}.png", out / f"{name}.pdf"
