@@ -87,7 +87,7 @@ class DataConfig:
 class RolloutConfig:
     """Sampling the on-policy (and reference) responses of each step."""
     engine: Literal["hf", "vllm"] = _f("hf", "hf: in-process transformers sampler (CPU/GPU); vllm: a vLLM "
-                                             "engine (GPU)")
+                                             "engine per rank (GPU; its CPU build runs the tests)")
     temperature: float = _f(1.0, "sampling temperature of training rollouts (log-probs use the same)")
     top_p: float = _f(1.0, "nucleus sampling threshold of training rollouts")
     gen_batch_prompts: int = _f(0, "prompts drawn per generation round (0 = same as batch.prompts_per_step)")
@@ -102,6 +102,16 @@ class RolloutConfig:
     static_kv_cache: bool = _f(True, "hf engine: the preallocated-KV-cache decoder where the model allows")
     gpu_memory_utilization: float = _f(0.6, "vllm only: share of GPU memory the engine may take")
     tensor_parallel_size: int = _f(1, "vllm only: GPUs per engine")
+    enforce_eager: bool = _f(False, "vllm only: no CUDA graphs or torch.compile (start-up in seconds, slower "
+                                    "decoding; the real-vLLM tests set it)")
+    max_logprob_mismatch: Optional[float] = _f(
+        None, "stop the run when logprob_mismatch (mean |log p_engine - log p_trainer| over a step's on-policy "
+              "tokens) exceeds this: the engine is not sampling the weights being trained. null = by the "
+              "engine's compute dtype: 0.1 in bfloat16/float16, 0.001 in float32 (1e9: never). With top_p < 1 "
+              "the engine's log-probs are renormalised over the nucleus, so the gap includes that: raise it")
+    max_steps_without_kept: Optional[int] = _f(
+        5, "stop the run when this many consecutive steps keep no prompt (nothing learnable: every group's "
+           "rewards equal, or no anchor); null = never")
     shards: Optional[int] = _f(
         None, "each generation call is cut into this many shards, each sampled with its own seed and gathered "
               "(armor/spmd.py); a prompt's samples depend on its shard, not on the rank or world size that drew "
@@ -482,6 +492,15 @@ def _registered_choices(cfg, prefix: str = ""):
             yield f"{prefix}{f.name}", value, registry_of(f.metadata["registry"])
 
 
+def needs_reference_logprobs(cfg: RunConfig) -> bool:
+    """Whether a step computes πref's log-probs (the one rule: the trainer, validation and the memory estimate
+    read it): the KL penalty, a ratio that reads πref, the KL monitor, or a distillation from πref."""
+    a = cfg.algo
+    from armor.objectives import RATIOS
+    return (a.kl.coef != 0.0 or "reference" in RATIOS[a.mix.variant].needs or a.reference.kl_monitor
+            or (a.distill.mode != "none" and not a.distill.teacher_path))
+
+
 def validate(cfg: RunConfig) -> None:
     """Semantic checks that types cannot express; each failure names the key and its value."""
     c = _check
@@ -505,6 +524,10 @@ def validate(cfg: RunConfig) -> None:
       "must be in (0, 1]")
     c(r.tensor_parallel_size >= 1, "rollout.tensor_parallel_size", r.tensor_parallel_size, "must be >= 1")
     c(r.shards is None or r.shards >= 1, "rollout.shards", r.shards, "must be >= 1")
+    c(r.max_logprob_mismatch is None or r.max_logprob_mismatch > 0, "rollout.max_logprob_mismatch",
+      r.max_logprob_mismatch, "must be > 0 (null: by the compute dtype)")
+    c(r.max_steps_without_kept is None or r.max_steps_without_kept >= 1, "rollout.max_steps_without_kept",
+      r.max_steps_without_kept, "must be >= 1 (or null: never stop)")
     c(cfg.parallel.timeout_s > 0, "parallel.timeout_s", cfg.parallel.timeout_s, "must be > 0")
     c(not (cfg.parallel.cpu_offload and cfg.device == "cpu"), "parallel.cpu_offload", cfg.parallel.cpu_offload,
       "offloads GPU parameters to the CPU: it needs device cuda (or auto on a GPU machine)")

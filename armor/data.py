@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,3 +90,26 @@ class PromptStream:
     def load_state_dict(self, s: dict) -> None:
         self.epoch, self.offset = s["epoch"], s["offset"]
         self._order = self._permutation(self.epoch)
+
+
+def draw_size(need: int, full: int, kept: int, drawn: int, margin: float | None) -> int:
+    """Prompts to draw in a step's next round: `full`, or after the first round with refill margin m,
+    ceil(m · need / (kept / drawn)) capped at `full` (full again while nothing has been kept).
+    draw_size(need=1, full=16, kept=8, drawn=16, margin=2) = 4."""
+    if margin is None or drawn == 0 or kept == 0:
+        return full
+    return max(1, min(full, math.ceil(margin * need * drawn / kept)))
+
+
+def load_validation_sets(specs: list[str], max_problems: int | None) -> dict:
+    """The validation benchmarks {name: problems}: registry names, or NAME=path.jsonl (registered here)."""
+    from common.benchmarks import load_benchmark, register_jsonl
+    sets = {}
+    for spec in specs or []:
+        name, _, path = spec.partition("=")
+        if path:
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"validation.benchmarks: {spec!r}: file {path!r} does not exist")
+            register_jsonl(name, path)
+        sets[name] = load_benchmark(name, limit=max_problems)
+    return sets

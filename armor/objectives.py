@@ -13,6 +13,7 @@ values and finite gradients.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional, Union
 
 import torch
@@ -25,8 +26,8 @@ Number = Union[float, int]
 __all__ = [
     "masked_sum", "masked_mean", "log_ratio", "importance_ratio", "mixed_log_prob", "mixed_ratio",
     "ratio_and_clip_range", "clipped_surrogate", "aggregate_loss", "kl_penalty", "kl_reverse_estimate",
-    "kl_forward_estimate", "logprob_mismatch", "pad_token_values", "opd_token_advantages",
-    "mopd_token_advantages", "policy_loss",
+    "kl_forward_estimate", "kl_reverse_tokens", "kl_forward_tokens", "logprob_gap_tokens", "logprob_mismatch",
+    "pad_token_values", "opd_token_advantages", "mopd_token_advantages", "LossConfig", "policy_loss",
     "RATIOS", "LOSS_AGGREGATIONS", "KL_ESTIMATORS",
 ]
 
@@ -286,28 +287,34 @@ for _verl, _ours in {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}.items():   # v
     KL_ESTIMATORS.alias(_verl, _ours)
 
 
-def kl_reverse_estimate(logp: Tensor, ref_logp: Tensor, mask: Optional[Tensor], clamp: float = 20.0) -> Tensor:
-    """Scalar estimate of the reverse KL(πθ‖πref) from tokens y_t ~ πθ(·|prefix): mean_t k3_t.
+def kl_reverse_tokens(logp: Tensor, ref_logp: Tensor, clamp: float = 20.0) -> Tensor:
+    """Per-token k3 estimate of the reverse KL(πθ‖πref) for tokens y_t ~ πθ(·|prefix), [B, T]:
+        ρ − log ρ − 1,  ρ = πref/πθ (log ρ clamped to ±clamp; no value clamp).
 
-    Derivation: ρ = πref/πθ.  E_{y~πθ}[−log ρ] = Σ_y πθ log(πθ/πref) = KL(πθ‖πref) and
-    E_{y~πθ}[ρ − 1] = Σ_y πref − 1 = 0, so k3 = ρ − log ρ − 1 is unbiased for the per-token
-    conditional reverse KL and ≥ 0 (x − 1 ≥ log x).  Masked token mean; no value clamp.
-    """
-    return masked_mean(kl_penalty(logp, ref_logp, "k3", clamp=clamp, value_clamp=None), mask)
+    Derivation: E_{y~πθ}[−log ρ] = Σ_y πθ log(πθ/πref) = KL(πθ‖πref) and E_{y~πθ}[ρ − 1] = Σ_y πref − 1 = 0,
+    so k3 is unbiased for the per-token conditional reverse KL and ≥ 0 (x − 1 ≥ log x)."""
+    return kl_penalty(logp, ref_logp, "k3", clamp=clamp, value_clamp=None)
+
+
+def kl_forward_tokens(logp: Tensor, ref_logp: Tensor, clamp: float = 20.0) -> Tensor:
+    """Per-token estimate of the forward KL(πref‖πθ) from the same tokens y_t ~ πθ(·|prefix), [B, T]:
+        ρ·log ρ − ρ + 1,  ρ = πref/πθ (log ρ clamped to ±clamp), clamped at 0.
+
+    Derivation: importance-weight with ρ: KL(πref‖πθ) = Σ_y πref log(πref/πθ) = E_{y~πθ}[ρ log ρ], plus the
+    zero-mean control variate −(ρ − 1) (E_πθ[ρ] = 1): unbiased for the per-token conditional forward KL and
+    ≥ 0 (x log x ≥ x − 1). Valid where πθ covers πref's support."""
+    lr = torch.clamp(ref_logp - logp, min=-clamp, max=clamp)
+    return torch.clamp(torch.exp(lr) * lr - torch.expm1(lr), min=0.0)
+
+
+def kl_reverse_estimate(logp: Tensor, ref_logp: Tensor, mask: Optional[Tensor], clamp: float = 20.0) -> Tensor:
+    """Scalar estimate of the reverse KL(πθ‖πref): the masked token mean of kl_reverse_tokens."""
+    return masked_mean(kl_reverse_tokens(logp, ref_logp, clamp), mask)
 
 
 def kl_forward_estimate(logp: Tensor, ref_logp: Tensor, mask: Optional[Tensor], clamp: float = 20.0) -> Tensor:
-    """Scalar estimate of the forward KL(πref‖πθ) from the same tokens y_t ~ πθ(·|prefix).
-
-    Derivation: importance-weight with ρ = πref/πθ:
-        KL(πref‖πθ) = Σ_y πref log(πref/πθ) = E_{y~πθ}[ρ log ρ],
-    and add the zero-mean control variate −(ρ − 1) (E_πθ[ρ] = 1): per token ρ·log ρ − ρ + 1, unbiased
-    for the per-token conditional forward KL and ≥ 0 (x log x ≥ x − 1).  Valid where πθ covers
-    πref's support.  log ρ clamped to ±clamp; masked token mean.
-    """
-    lr = torch.clamp(ref_logp - logp, min=-clamp, max=clamp)
-    per_tok = torch.clamp(torch.exp(lr) * lr - torch.expm1(lr), min=0.0)
-    return masked_mean(per_tok, mask)
+    """Scalar estimate of the forward KL(πref‖πθ): the masked token mean of kl_forward_tokens."""
+    return masked_mean(kl_forward_tokens(logp, ref_logp, clamp), mask)
 
 
 # ----------------------------------------------------------------------------- training/inference mismatch
@@ -326,6 +333,12 @@ def pad_token_values(rows: list, width: int, device=None) -> tuple[Tensor, Tenso
     return vals, have
 
 
+def logprob_gap_tokens(engine_logp: Tensor, trainer_logp: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """Per-token |log π_engine(y_t) − log π_trainer(y_t)|, [B, T]; 0 at masked positions (even if inf there)."""
+    return torch.where(_mask_like(mask, trainer_logp) != 0, (engine_logp - trainer_logp).abs(),
+                       torch.zeros((), dtype=trainer_logp.dtype, device=trainer_logp.device))
+
+
 def logprob_mismatch(engine_logp: Tensor, trainer_logp: Tensor, mask: Optional[Tensor]) -> Tensor:
     """Training/inference mismatch: mean_t |log π_engine(y_t) − log π_trainer(y_t)| over the masked tokens.
 
@@ -335,9 +348,7 @@ def logprob_mismatch(engine_logp: Tensor, trainer_logp: Tensor, mask: Optional[T
     the two implementations (bf16 kernels, batch shapes) that makes on-policy samples slightly off-policy.
     With top_p < 1 the engine's log-probs are renormalised over the nucleus, the trainer's are not: the gap
     then includes that by design. Masked positions are ignored even if inf there; an all-zero mask gives 0."""
-    diff = torch.where(_mask_like(mask, trainer_logp) != 0, (engine_logp - trainer_logp).abs(),
-                       torch.zeros((), dtype=trainer_logp.dtype, device=trainer_logp.device))
-    return masked_mean(diff, mask)
+    return masked_mean(logprob_gap_tokens(engine_logp, trainer_logp, mask), mask)
 
 
 # ----------------------------------------------------------------------------- distillation
@@ -375,16 +386,30 @@ ADDITIVE_METRICS = ("pg_loss", "kl_penalty")
 UNCERTAIN_LOGP = math.log(0.9)
 
 
-def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-                ratio_variant: str = "plain", ref_logp: Optional[Tensor] = None, alpha: Number = 1.0,
-                is_anchor: Optional[Tensor] = None, eps_low: float = 0.2, eps_high: float = 0.28,
-                dual_clip_c: Optional[float] = None, loss_agg: str = "token-mean",
-                normalizer: Optional[Union[Number, Tensor]] = None, kl_coef: float = 0.0,
-                kl_estimator: str = "k3", clamp: float = 20.0):
+@dataclass(frozen=True)
+class LossConfig:
+    """The objective's settings, fixed for a run (the trainer builds one from algo.*): the ratio variant and its
+    α, the clip range ε_low/ε_high and dual-clip c, the loss aggregation, the KL penalty's β and estimator, and
+    the clamp of every log-ratio."""
+    ratio_variant: str = "plain"
+    alpha: float = 1.0
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    dual_clip_c: Optional[float] = None
+    loss_agg: str = "token-mean"
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    clamp: float = 20.0
+
+
+def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, cfg: LossConfig = LossConfig(),
+                *, ref_logp: Optional[Tensor] = None, is_anchor: Optional[Tensor] = None,
+                normalizer: Optional[Union[Number, Tensor]] = None):
     """Full policy loss: ratio_and_clip_range → clipped_surrogate → + kl_coef·kl_penalty → aggregate_loss.
 
         L = agg_t( PPO_clip(r, A; ε_low_eff, ε_high_eff, c)_t + β · KL_t )
-    logp [B, T] (with grad), old_logp/ref_logp [B, T], advantages [B] or [B, T], mask [B, T].
+    logp [B, T] (with grad), old_logp/ref_logp [B, T], advantages [B] or [B, T], mask [B, T]; `cfg` the
+    objective's settings (LossConfig), `is_anchor` [B] bool (anchor rows), `normalizer` the aggregation's.
     The KL term is the loss-level penalty of the KL baselines (needs ref_logp when kl_coef > 0).
     Returns (loss 0-dim tensor, metrics of python floats):
       pg_loss, kl_penalty  aggregated like the loss (same mode / normalizer, so loss = pg_loss +
@@ -394,11 +419,13 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
       uncertain_frac, clipfrac_and_uncertain (masked token means; uncertain: πθold < 0.9, see clipped_surrogate),
       ppo_kl               masked token mean of log πθold − log πθ.
     """
+    kl_coef, kl_estimator, loss_agg, clamp = cfg.kl_coef, cfg.kl_estimator, cfg.loss_agg, cfg.clamp
     if kl_coef != 0.0 and ref_logp is None:
         raise ValueError("policy_loss with kl_coef != 0 needs ref_logp")
-    ratio, el, eh = ratio_and_clip_range(ratio_variant, logp, old_logp, ref_logp=ref_logp, alpha=alpha,
-                                         eps_low=eps_low, eps_high=eps_high, is_anchor=is_anchor, clamp=clamp)
-    pg, stats = clipped_surrogate(ratio, advantages, mask, el, eh, dual_clip_c=dual_clip_c,
+    ratio, el, eh = ratio_and_clip_range(cfg.ratio_variant, logp, old_logp, ref_logp=ref_logp, alpha=cfg.alpha,
+                                         eps_low=cfg.eps_low, eps_high=cfg.eps_high, is_anchor=is_anchor,
+                                         clamp=clamp)
+    pg, stats = clipped_surrogate(ratio, advantages, mask, el, eh, dual_clip_c=cfg.dual_clip_c,
                                   uncertain=old_logp.detach() < UNCERTAIN_LOGP)
     pg_loss = aggregate_loss(pg, mask, loss_agg, normalizer)
     if kl_coef != 0.0:

@@ -130,3 +130,19 @@ def copy_local_shards(dst, src) -> None:
         raise ValueError("copy_local_shards: the two models have different state-dict keys")
     for k in sd:
         local(sd[k]).copy_(local(ss[k]))
+
+
+def check_world_size(cfg, world_size: int, rollout_shards: int) -> None:
+    """What several ranks need of a run's config (before any work): float32 master weights, mini-batches and
+    rollout shards that divide over the ranks. Each failure names the key and its value."""
+    if world_size > 1 and cfg.model.dtype != "float32":
+        raise ValueError(f"model.dtype: {cfg.model.dtype!r}: with several ranks the policy's sharded parameters "
+                         "are its master weights and must be float32; parallel.compute_dtype: bfloat16 "
+                         "computes in bf16")
+    per_mini = cfg.batch.mini_batch_prompts * cfg.batch.group_size
+    if per_mini % world_size:
+        raise ValueError(f"batch.mini_batch_prompts: {cfg.batch.mini_batch_prompts} prompts x batch.group_size "
+                         f"{cfg.batch.group_size} = {per_mini} responses per mini-batch, not divisible by the "
+                         f"world size {world_size}")
+    if rollout_shards % world_size:
+        raise ValueError(f"rollout.shards: {rollout_shards} is not a multiple of the world size {world_size}")

@@ -12,12 +12,14 @@ import warnings
 from pathlib import Path
 
 from armor import checkpoint as ckpt
+from armor import faults
 from armor.config import FOREIGN_SECTIONS, RunConfig, dump_config, load_config, to_dict
-from common.jsonl import read_jsonl, write_json_atomic, write_jsonl
+from common.jsonl import append_jsonl, read_jsonl, write_json_atomic, write_jsonl
 
 # keys of config.yaml that a rerun may change without invalidating the checkpoints
 RESUME_MUTABLE = {"threads", "device", "schedule.total_steps", "schedule.keep_last", "reward.grader_workers",
-                  "validation.max_problems", "output_dir", "model.display_name"}
+                  "validation.max_problems", "output_dir", "model.display_name", "rollout.enforce_eager",
+                  "rollout.max_logprob_mismatch", "rollout.max_steps_without_kept"}
 # prefixes of such keys: other tools' sections are not the trainer's (FOREIGN_SECTIONS), logging only says where
 # the same rows also go
 RESUME_MUTABLE_PREFIXES = tuple(f"{s}." for s in FOREIGN_SECTIONS) + ("logging.",)
@@ -82,3 +84,35 @@ def _record_numerics(path: Path) -> None:
             warnings.warn(f"{path}: this resume computes with other CPU numerics than the run so far {diff}; "
                           "its results will not be byte-identical to an uninterrupted run's", stacklevel=2)
     write_json_atomic(path, now, indent=1, sort_keys=True)
+
+
+class RunWriter:
+    """The run's files and live metrics as the trainer appends them: metrics.jsonl and validation.jsonl (and
+    TensorBoard / W&B: armor.logging_backends), DONE at the end. Rank 0 writes; on the other ranks (`enabled`
+    False) every call does nothing, so the trainer calls it the same on every rank."""
+
+    def __init__(self, cfg, run_dir: Path, enabled: bool):
+        from armor import logging_backends
+        self.run_dir = run_dir
+        self.backends = logging_backends.Backends(cfg, run_dir) if enabled else None
+
+    def metrics(self, row: dict) -> None:
+        """The step's row, to metrics.jsonl (durable: the fault point `metrics` follows), then live."""
+        if self.backends is not None:
+            append_jsonl(self.run_dir / "metrics.jsonl", row)
+        faults.point("metrics", row["step"])
+        if self.backends is not None:
+            self.backends.metrics(row)
+
+    def validation(self, row: dict) -> None:
+        if self.backends is not None:
+            append_jsonl(self.run_dir / "validation.jsonl", row)
+            self.backends.validation(row)
+
+    def done(self, info: dict) -> None:
+        if self.backends is not None:
+            write_json_atomic(self.run_dir / "DONE", info)
+
+    def close(self) -> None:
+        if self.backends is not None:
+            self.backends.close()

@@ -29,6 +29,12 @@ def shard_seed(seed: int, shard: int) -> int:
     return int.from_bytes(digest, "little") % (2 ** 62)
 
 
+def call_seed(seed: int, shard: int, shards: int) -> int:
+    """The sampling seed of shard `shard` of a call seeded `seed`: the call's own seed when it is one shard (the
+    single-process trainer's generate call), else shard_seed."""
+    return seed if shards == 1 else shard_seed(seed, shard)
+
+
 def sharded_map(dist: Dist, shards: int, n_items: int, work):
     """Run `work(indices, shard)` for this rank's shards of n_items items and gather every shard's result, in
     shard order, on every rank: returns [result of shard 0, result of shard 1, ...] (empty shards included, as

@@ -1,9 +1,12 @@
 """The state of one RL step, typed: what collect() and update() hand each other (no plain dicts).
 
     step_seed(seed, step, SeedPhase.ANCHOR, rnd, chunk) -> a sampling seed (a 62-bit hash)
-    Group            one kept prompt: |G| responses (on-policy first, the anchor last), verdicts, engine log-probs
+    Samples          n graded responses to each of some prompts (a round, or a chunk of reference samples)
+    Group            one kept prompt: |G| responses (on-policy first, the anchor last) with their verdicts,
+                     shaped rewards and engine log-probs
     PhaseTimes       seconds per phase of the step, tokens sampled
-    RolloutStats     what collect() counts: prompts drawn, rounds, correctness and lengths, reference samples
+    RolloutStats     what collect() counts: prompts drawn, rounds, correctness, rewards and lengths, reference
+                     samples, the mismatch probe
     UpdateBatch      the kept groups as one token batch with rewards' advantages (N = groups x G rows)
     MinibatchPlan    the step's mini-batches and this rank's micro-batches of each
     FrozenLogprobs   θold's / πref's log-probs, entropy and token advantages, fixed for the step
@@ -44,15 +47,60 @@ class PhaseTimes:
 
 
 @dataclass
+class Samples:
+    """n responses to each of P prompts, prompt-major (P·n of each field): token ids, verdicts, shaped rewards
+    (+1/-1 and overlong shaping, computed once when graded) and the engine's log-probs of the tokens."""
+    n: int
+    responses: list
+    correct: list
+    rewards: list
+    logprobs: list
+
+    def prompt(self, i: int) -> "Samples":
+        """The n responses to prompt i."""
+        return self._rows(slice(i * self.n, (i + 1) * self.n), self.n)
+
+    def response(self, j: int) -> "Samples":
+        """Response j alone (an anchor)."""
+        return self._rows(slice(j, j + 1), 1)
+
+    def _rows(self, sl: slice, n: int) -> "Samples":
+        return Samples(n, self.responses[sl], self.correct[sl], self.rewards[sl], self.logprobs[sl])
+
+
+@dataclass
 class RolloutStats:
-    """What collect() counts in one RL step: prompts drawn, rounds, on-policy correctness and lengths, reference
-    samples, and the shortfall below B."""
+    """What collect() counts in one RL step: prompts drawn, rounds, on-policy correctness, rewards and lengths,
+    reference samples, the shortfall below B, and the mismatch probe: the first round's first PROBE_ROWS
+    on-policy samples, (prompt ids, response ids, engine log-probs) each, on which a step that keeps nothing
+    still measures logprob_mismatch (armor.health)."""
     prompts_drawn: int = 0
     rounds: int = 0
     correct: list = dataclasses.field(default_factory=list)
+    rewards: list = dataclasses.field(default_factory=list)
     lengths: list = dataclasses.field(default_factory=list)
     ref_samples: int = 0
     shortfall: int = 0
+    probe: list = dataclasses.field(default_factory=list)
+
+    def add(self, on: Samples, prompt_ids: list, probe_rows: int = 0) -> None:
+        """Count a round's on-policy samples (and keep its first `probe_rows` as the probe)."""
+        self.correct += on.correct
+        self.rewards += on.rewards
+        self.lengths += [len(r) for r in on.responses]
+        self.probe += [(prompt_ids[j // on.n], on.responses[j], on.logprobs[j])
+                       for j in range(min(probe_rows, len(on.responses)))]
+
+    def metrics(self) -> dict:
+        """The step's rollout metrics over its on-policy samples (the metrics row's first keys)."""
+        n = len(self.correct)
+        return {"reward_mean": float(torch.tensor(self.rewards, dtype=torch.float32).mean()) if n else 0.0,
+                "accuracy": sum(self.correct) / max(1, n),
+                "response_length": float(torch.tensor(self.lengths, dtype=torch.float32).mean()) if n else 0.0,
+                "prompts_drawn": self.prompts_drawn}
+
+
+PROBE_ROWS = 16
 
 
 @dataclass
@@ -64,6 +112,7 @@ class UpdateBatch:
     is_anchor: torch.Tensor
     adv: torch.Tensor
     group_size: int
+    engine_logprobs: list       # [N] the engine's log-probs of each row's tokens (empty: none given)
 
 
 @dataclass
@@ -78,16 +127,17 @@ class MinibatchPlan:
     own: torch.Tensor
 
 
-@dataclass
+@dataclass(frozen=True)
 class FrozenLogprobs:
-    """Per-token values fixed for the step, [N, R]: θold's log-probs and entropy (the first mini-batch's rows are
-    filled in by their own update pass: `todo` marks the rows computed beforehand), πref's (None when nothing
-    reads them) and the token advantages."""
+    """Per-token values fixed for the step, [N, R]: θold's log-probs and entropy, πref's (None when nothing
+    reads them) and the token advantages. `computed` [N] bool: the rows whose θold values were computed before
+    the update; the first mini-batch's come from its own update pass (θold = θ until the first optimizer step),
+    and the optimizer returns a copy with them added."""
     old_logp: torch.Tensor
     entropy: torch.Tensor
     ref_logp: torch.Tensor | None
     tok_adv: torch.Tensor
-    todo: torch.Tensor
+    computed: torch.Tensor
 
 
 @dataclass
@@ -98,10 +148,19 @@ class Group:
     responses: list[list[int]]
     correct: list[bool]
     is_anchor: list[bool]
+    # the shaped reward of each response (+1/-1 and overlong shaping)
+    rewards: list = dataclasses.field(default_factory=list)
     # the rollout engine's log-probs of each response's tokens (the sampler's; the anchor's from πref), float32;
     # empty when the engine gave none. The training/inference mismatch metric compares them with θold's
     engine_logprobs: list = dataclasses.field(default_factory=list)
 
+    @classmethod
+    def of(cls, prompt_ids: list[int], gold: str, on: Samples, anchor: Samples | None = None) -> "Group":
+        """A kept prompt's group: its on-policy samples, then the anchor (when given)."""
+        parts = [on] + ([anchor] if anchor is not None else [])
+        return cls(prompt_ids, gold, [r for p in parts for r in p.responses], [c for p in parts for c in p.correct],
+                   [False] * len(on.responses) + [True] * (anchor is not None),
+                   [x for p in parts for x in p.rewards], [x for p in parts for x in p.logprobs])
 
 def engine_logprobs(ro) -> list:
     """Each response's engine log-probs as a float32 array (a compact pickle when shards are gathered); empty

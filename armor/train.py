@@ -7,11 +7,18 @@
 """
 from __future__ import annotations
 
+if __name__ == "__main__":   # a process starts here: pin its CPU numerics before torch loads
+    from common import cpu_numerics
+    cpu_numerics.pin()
+
 import argparse
 import sys
 from pathlib import Path
 
+import yaml
+
 from armor.config import ConfigError, RunConfig, load_config
+from common.yaml_config import read_yaml
 
 USAGE = "python -m armor.train --config FILE [KEY=VALUE ...]"
 
@@ -38,26 +45,35 @@ def print_help(section: str | None, out=sys.stdout) -> int:
     return 0
 
 
-def toy_world_hint(cfg: RunConfig) -> str | None:
-    """When model.path is a toy world's base model that is not built yet: the command that builds it.
+HINT = "#hint:"   # a preset's lines `#hint: TEXT`: what to do when its model.path does not exist
 
-    The toy world layout (reproduce/toy/build.py): WORLD/base_model and WORLD/data/train.jsonl; the smoke
-    preset builds it with --quick (a seconds-long SFT)."""
-    mp = Path(cfg.model.path)
-    if mp.exists() or mp.name != "base_model":
+
+def preset_hint(path: str | Path) -> list[str]:
+    """The `#hint:` lines of a preset file (marker and one space removed), else those of its `base:` file."""
+    path = Path(path)
+    text = path.read_text()
+    lines = [line[len(HINT):].removeprefix(" ") for line in text.splitlines() if line.startswith(HINT)]
+    if lines:
+        return lines
+    base = (yaml.safe_load(text) or {}).get("base")
+    return preset_hint(path.parent / base) if isinstance(base, str) else []
+
+
+def missing_model_hint(config: str | Path, cfg: RunConfig) -> str | None:
+    """When model.path does not exist and is the preset's own (not overridden), the preset's `#hint:` lines
+    after the missing path (e.g. the command that builds it); None when it exists or the preset has no hint.
+
+    The trainer knows no preset's layout: the file that sets model.path says how to make it."""
+    if Path(cfg.model.path).exists():
         return None
-    world = mp.parent
-    if world not in Path(cfg.data.train).parents:
+    try:
+        own = (read_yaml(config).get("model") or {}).get("path")
+        hint = preset_hint(config)
+    except (OSError, ValueError, yaml.YAMLError):
         return None
-    quick = " --quick" if cfg.name.split("/")[0] == "smoke" else ""
-    # the world design a preset's driver builds (its protocol section, which the trainer otherwise leaves alone)
-    version = int(((cfg.foreign or {}).get("protocol") or {}).get("world_version", 1))
-    flag = f" --version {version}" if version != 1 else ""
-    return (f"model.path: {cfg.model.path!r} does not exist: it is the toy world's base model, not built yet. "
-            f"Build it (cached; {'under a minute' if quick else 'a few minutes'} on a CPU) with:\n"
-            f"    python -m reproduce.toy.build --out {world}{flag}{quick}\n"
-            f"or let the driver build it: python reproduce/run_all.py --preset "
-            f"{cfg.name.split('/')[0]}")
+    if own != cfg.model.path or not hint:
+        return None
+    return f"model.path: {cfg.model.path!r} does not exist: " + "\n".join(hint)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
-    hint = toy_world_hint(cfg)
+    hint = missing_model_hint(args.config, cfg)
     if hint:
         print(f"error: {hint}", file=sys.stderr)
         return 2

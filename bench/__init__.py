@@ -2,4 +2,6 @@
 throughput, and the GPU check. They use the method packages; nothing in them imports this one."""
 from common import cpu_numerics
 
-cpu_numerics.pin()   # the same CPU kernels as the suite's packages (common/cpu_numerics.py); before torch loads
+# every module here is a command (`python -m bench.step_time` ...): their processes start in this package,
+# so it pins the CPU numerics before torch loads (common/cpu_numerics.py)
+cpu_numerics.pin()

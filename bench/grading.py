@@ -158,6 +158,8 @@ def _timeout_cost(n: int, workers: int) -> None:
 #: a short answer within every plausibility bound on which math-verify (sympy) still runs past a timeout of
 #: seconds: what the per-item timeout, not the plausibility pre-check, is for
 SLOW_IN_BOUNDS = "\\boxed{\\sum_{n=1}^{1000} n^{n}}"
+#: a slow answer within the bounds, as an RL group may repeat it (project issue 28)
+REPEATED_SLOW = "\\int_0^\\infty e^{-x^{x^{x}}} dx"
 
 
 def shipped_golds() -> list[tuple[str, str, str]]:
@@ -418,12 +420,20 @@ def plausibility_report(workers: int, timeout: float, adversarial: bool = True) 
         va = g.grade(adv, ["\\frac{3}{7}"] * len(adv))
         adv_wall = time.perf_counter() - t
         sa = {k: g.stats[k] - s0[k] for k in g.stats}
+        # an RL group repeating one slow answer 12 times: graded once, its timeout every duplicate's
+        rep = [f"Attempt {k}: so $\\boxed{{{REPEATED_SLOW}}}$." for k in range(12)]
+        s0, t = dict(g.stats), time.perf_counter()
+        vr = g.grade(rep, ["\\frac{3}{7}"] * len(rep))
+        rep_wall, rep_calls = time.perf_counter() - t, g.stats["pool"] - s0["pool"]
     ra = Counter(x.reason for x in va)
     print(f"tests' adversarial strings (adversarial_strings(200, distinct_slow=200)): graded in {adv_wall:.2f}s wall "
           f"on {workers} workers (timeout_s={timeout}); target <= 15s: {'met' if adv_wall <= 15 else 'NOT met'}; "
           + ", ".join(f"{k}={ra[k]}" for k in sorted(ra)) + f"; sent to math-verify {sa['pool']}, "
           f"timeouts {sa['timeouts']}, kills {sa['kills']}; correct verdicts {sum(x.correct for x in va)} (expect 0)",
           flush=True)
+    print(f"one slow answer repeated 12 times ({REPEATED_SLOW}): {rep_wall:.2f}s wall, sent to math-verify "
+          f"{rep_calls} time(s), verdicts {dict(Counter(x.reason for x in vr))} (without de-duplication: "
+          f"12 calls, ~{12 * rep_wall / max(1, workers):.0f}s if each costs as much)", flush=True)
     return {**out, "adversarial_wall": adv_wall, "adversarial_reasons": dict(ra)}
 
 

@@ -1,7 +1,8 @@
 """Benchmark registry, loaders and prompt templates (part of the recorded evaluation protocol).
 
-Every benchmark has a local copy shipped in ``eval/data/benchmarks`` (provenance: ``eval/data/SOURCES.md``),
-except GPQA-Diamond (gated; hub or a user-given file only). ``load_benchmark(name, source)`` reads
+Every benchmark has a local copy shipped in ``common/data/benchmarks`` (provenance:
+``common/data/SOURCES.md``), except GPQA-Diamond (gated; hub or a user-given file only).
+``load_benchmark(name, source)`` reads
 
 * ``source="auto"`` (default): the shipped file if there is one, else the hub;
 * ``source="local"``: the shipped file;
@@ -46,10 +47,10 @@ __all__ = [
     "report_name", "build_messages", "default_mode",
 ]
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "eval" / "data"   # the shipped files live with the harness
+DATA_DIR = Path(__file__).resolve().parent / "data"   # the shipped files live with the registry
 BENCHMARK_DIR = DATA_DIR / "benchmarks"
 TRAIN_DIR = DATA_DIR / "train"
-#: the paper's training set (17,917 rows; reward_model.ground_truth are integers); see eval/data/SOURCES.md
+#: the paper's training set (17,917 rows; reward_model.ground_truth are integers); see common/data/SOURCES.md
 DAPO_MATH_17K = TRAIN_DIR / "dapo_math_17k.parquet"
 
 GPQA_SHUFFLE_SEED = 0
@@ -84,7 +85,7 @@ class Problem:
 class BenchmarkSpec:
     """How to load one benchmark.
 
-    local_file: file name inside ``eval/data/benchmarks`` or an absolute path; None if not shipped.
+    local_file: file name inside ``common/data/benchmarks`` or an absolute path; None if not shipped.
     hf_id / hf_split / hf_config: hub location (``datasets.load_dataset(hf_id, hf_config, split=hf_split)``).
     problem_fields / answer_fields: candidate field names, the first present in a row is used.
     gold_kind: "answer" (the field, normalized: "27.0" -> "27"), "last_boxed" (last ``\\boxed{}`` of the

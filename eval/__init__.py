@@ -1,4 +1,4 @@
-"""The benchmark harness: protocols, the evaluation and grading CLIs, lm-eval tasks (on common/)."""
-from common import cpu_numerics
+"""The benchmark harness: protocols, the evaluation and grading CLIs, lm-eval tasks (on common/).
 
-cpu_numerics.pin()   # before torch loads: the same CPU kernels on every x86-64 machine (common/cpu_numerics.py)
+Importing it sets nothing: `python -m eval.evaluate` pins the CPU numerics where it starts
+(common/cpu_numerics.py)."""

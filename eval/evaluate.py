@@ -50,6 +50,10 @@ summaries eval/execute.py, results-row metadata eval/metadata.py.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":   # a process starts here (`python -m` / `torchrun -m`): pin before torch loads
+    from common import cpu_numerics
+    cpu_numerics.pin()
+
 import argparse
 import os
 import sys
@@ -129,10 +133,10 @@ def evaluate_checkpoint(path, benchmarks=None, protocol: str | Protocol | None =
     settings: an EvalSettings; ``options`` are its fields by name (they replace the settings' values, as do the
     positional arguments that are not None): benchmarks ("a,b" or a list of registry names or NAME=path),
     protocol ("paper" (default) | "greedy" | "toy"), samples / pass_ks (override the protocol's k / pass@j),
-    out (output root, default ``path/eval``), results (results parquet to append rows to), preset (a name /
-    path / dict whose lengths.max_response is the response budget), meta ({preset, model, arm, seed} overrides
-    for table rows), ... All inputs are validated before the model is loaded (EvalError). Existing summaries
-    with the same settings are reused; interrupted ones are resumed."""
+    out (output root, default ``path/eval``), results (results parquet to append rows to), preset (a
+    preset's path or dict whose lengths.max_response is the response budget), meta ({preset, model, arm, seed}
+    overrides for table rows), ... All inputs are validated before the model is loaded (EvalError). Existing
+    summaries with the same settings are reused; interrupted ones are resumed."""
     s = _settings(settings, options, benchmarks=benchmarks, protocol=protocol, samples=samples, limit=limit)
     if s.protocol is None:
         s = replace(s, protocol="paper")
@@ -234,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-new-tokens", type=int, help="response budget (default: --preset's "
                     "lengths.max_response, else the protocol's, else the run config's, else "
                     f"{DEFAULT_MAX_NEW_TOKENS})")
-    ap.add_argument("--preset", help="model preset name or YAML path (its lengths.max_response is the budget)")
+    ap.add_argument("--preset", help="model preset's YAML path (its lengths.max_response is the budget)")
     ap.add_argument("--steps", help="--run only: comma-separated checkpoint steps to evaluate")
     ap.add_argument("--step", type=int, help="--checkpoint only: the step to file it under (default: from "
                                              "the folder name step_NNNNNN, else 0)")
@@ -245,6 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, help="torch CPU threads")
     ap.add_argument("--tensor-parallel-size", type=int, help="vllm engine")
     ap.add_argument("--gpu-memory-utilization", type=float, help="vllm engine")
+    ap.add_argument("--enforce-eager", action="store_true",
+                    help="vllm engine: no CUDA graphs or torch.compile (start-up in seconds, slower decoding)")
     ap.add_argument("--grader-workers", type=int, default=2, help="math-verify worker processes (0: in-process)")
     ap.add_argument("--preset-name", help="results: preset column (default from the run)")
     ap.add_argument("--arm", help="results: arm column (default from the run)")
@@ -262,6 +268,8 @@ def _cli_options(a: argparse.Namespace) -> dict:
         ek["tensor_parallel_size"] = a.tensor_parallel_size
     if a.gpu_memory_utilization:
         ek["gpu_memory_utilization"] = a.gpu_memory_utilization
+    if a.enforce_eager:
+        ek["enforce_eager"] = True
     meta = {"preset": a.preset_name, "arm": a.arm, "seed": a.run_seed, "model": a.model_name}
     return dict(samples=a.samples, limit=a.limit, template=a.template, engine=a.engine, seed=a.seed, out=a.out,
                 results=a.results, max_new_tokens=a.max_new_tokens, preset=a.preset, pass_ks=a.pass_k,

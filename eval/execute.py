@@ -208,6 +208,12 @@ def _pick_device(device: str | None) -> str:
     return device
 
 
+def default_dtype(device: str) -> str:
+    """The dtype an evaluation engine computes in when --dtype is not given: bfloat16 on a GPU, float32 on a
+    CPU (where bf16 kernels are slow and round differently from the HF reference)."""
+    return "bfloat16" if device.startswith("cuda") else "float32"
+
+
 def _context_length(jobs: list[Job], tokenizer) -> int:
     """The vLLM engine's context length for `jobs`: their longest encoded prompt plus their largest response
     budget. Without it vLLM takes the model's max_position_embeddings (4096 for Qwen2.5-Math-7B) and silently
@@ -226,8 +232,8 @@ def _loaded_engine(ckpt: Path, engine: str, *, device: str, dtype: str | None, m
     from common.models import load_model, load_tokenizer
     from common.rollout import build_engine
     tok = load_tokenizer(str(ckpt))
+    dt = dtype or default_dtype(device)          # one rule for both engines
     if engine == "hf":
-        dt = dtype or ("bfloat16" if device.startswith("cuda") else "float32")
         model = load_model(str(ckpt), dt, device)
         eng = build_engine("hf", model, tok, max_batch=max_batch)
         try:
@@ -235,9 +241,7 @@ def _loaded_engine(ckpt: Path, engine: str, *, device: str, dtype: str | None, m
         finally:
             del eng, model
     else:
-        kw = dict(engine_kwargs or {})
-        if dtype:
-            kw["dtype"] = dtype
+        kw = dict(engine_kwargs or {}, dtype=dt)
         if context_length is None:
             raise EvalError("engine vllm: the context length (longest prompt + max_new_tokens) is needed")
         eng = build_engine("vllm", None, tok, model_path=str(ckpt), seed=seed, colocate=False,

@@ -2,7 +2,7 @@
 
 Everything `evaluate_checkpoint` / `evaluate_run` take besides what to evaluate (which checkpoint, run, steps)
 lives in it, so the harness passes one object instead of long keyword lists. Construction normalizes
-(``"a,b"`` -> a tuple, a protocol name -> the Protocol, a preset name or path -> its YAML) and checks every field
+(``"a,b"`` -> a tuple, a protocol name -> the Protocol, a preset's path -> its YAML) and checks every field
 before a benchmark file or a model is read; ``dataclasses.replace`` checks again. Also here: EvalError, the
 YAML / preset readers and the comma-list parsers the harness shares.
 """
@@ -17,11 +17,10 @@ from typing import Callable
 from common.benchmarks import TEMPLATES
 from eval.protocols import Protocol, get_protocol
 
-__all__ = ["EvalError", "EvalSettings", "REPO_ROOT", "PRESET_DIR", "split_list", "int_list", "read_yaml_file",
+__all__ = ["EvalError", "EvalSettings", "REPO_ROOT", "split_list", "int_list", "read_yaml_file",
            "read_preset", "stderr_log"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PRESET_DIR = REPO_ROOT / "reproduce" / "presets"
 
 
 class EvalError(ValueError):
@@ -63,14 +62,11 @@ def read_yaml_file(path: Path) -> dict:
 
 
 def read_preset(preset: str | os.PathLike) -> dict:
-    """A preset YAML by path or by name (reproduce/presets/<name>.yaml), with ``base:`` resolved."""
+    """A preset YAML by path, with ``base:`` resolved. The harness knows no folder of presets: whoever names a
+    preset passes its file (the driver passes its presets' paths)."""
     p = Path(preset).expanduser()
     if not p.is_file():
-        cand = PRESET_DIR / f"{preset}.yaml"
-        if not cand.is_file():
-            known = sorted(x.stem for x in PRESET_DIR.glob("*.yaml")) if PRESET_DIR.is_dir() else []
-            raise EvalError(f"preset {str(preset)!r}: no such file, and not a preset name ({', '.join(known)})")
-        p = cand
+        raise EvalError(f"preset {str(preset)!r}: no such file (the preset's YAML path is expected)")
     return read_yaml_file(p)
 
 
@@ -92,7 +88,7 @@ class EvalSettings:
     chunk_size: int = 32                    # problems per generation chunk (the unit of resume)
     max_batch: int = 256                    # hf engine: sequences per forward batch
     max_new_tokens: int | None = None       # None: preset > protocol > run config > default
-    preset: dict | None = None              # a preset name / path / dict: lengths.max_response is the budget
+    preset: dict | None = None              # a preset's path or dict: lengths.max_response is the budget
     out: str | os.PathLike | None = None    # output root (None: CHECKPOINT/eval, RUN/eval)
     results: str | os.PathLike | None = None  # results parquet to append rows to
     meta: dict | None = None                # {preset, model, arm, seed} overrides for the table rows

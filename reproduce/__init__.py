@@ -1,4 +1,6 @@
 """The experiment matrix, the driver (run_all.py) and the tiny world."""
 from common import cpu_numerics
 
-cpu_numerics.pin()   # before torch loads: the same CPU kernels on every x86-64 machine (common/cpu_numerics.py)
+# reproduce's modules run as commands (`python -m reproduce.toy.build`, `reproduce.experiments`, run_all.py):
+# this package is where their processes start, so it pins their CPU numerics before torch loads
+cpu_numerics.pin()

@@ -24,10 +24,13 @@ from reproduce.entrypoints import entry
 from reproduce.evalplan import eval_benchmarks, eval_done
 from reproduce.peaks import peak_done, peak_file, start_point
 from reproduce.presets import Preset, ckpt_dir, fixed_peak, preset_root, repo_path, run_dir
+from reproduce.resources import load_resources
 from slurm.launcher import Job
-from slurm.resources import load_resources
 
 JOB_ENV = {"ARMOR_PROGRESS": "0", "TOKENIZERS_PARALLELISM": "false"}
+# what the local launcher imports once before forking the jobs warm (slurm/warm.py): their heavy modules
+WARM_PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwen2", "armor.trainer",
+                "eval.evaluate", "reproduce.experiments", "figures.plots")
 
 
 @dataclass
@@ -106,12 +109,10 @@ def _setup_jobs(plan: _Plan) -> list[Job]:
                         env=plan.env, done=lambda items=items: all(it.done() for it in items),
                         info={"items": [f"{it.kind} {it.label()} -> {it.dest}" for it in items]},
                         description=f"stage {len(items)} hub model(s)/dataset(s) into {plan.stage_dir}"))
-    w = plan.preset.world()
-    if w is not None:
-        world, quick = w
-        version = plan.preset.protocol.world_version
-        argv = (entry("reproduce.toy.build") + ["--out", str(world)] + (["--quick"] if quick else [])
-                + (["--version", str(version)] if version != 1 else []))
+    args = plan.preset.world_build_args()
+    if args is not None:
+        world = plan.preset.world()[0]
+        argv = entry("reproduce.toy.build") + args
         jobs.append(Job("world", argv, kind="world", resources=plan.res["world"], env=plan.env,
                         done=lambda world=world: (repo_path(world) / "world.json").is_file(),
                         description=f"build the toy world in {world}"))

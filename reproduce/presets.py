@@ -63,6 +63,17 @@ class Preset:
             return None
         return world, (self.name == "smoke" or self.cfg.name == "smoke")
 
+    def world_build_args(self) -> Optional[list[str]]:
+        """The arguments of `python -m reproduce.toy.build` that build this preset's world (the `world` job's;
+        a toy preset's `#hint:` lines print the same command), or None without a toy world."""
+        w = self.world()
+        if w is None:
+            return None
+        world, quick = w
+        version = self.protocol.world_version
+        return (["--out", str(world)] + (["--quick"] if quick else [])
+                + (["--version", str(version)] if version != 1 else []))
+
 
 def load_preset(name_or_path: str | Path) -> Preset:
     p = Path(name_or_path)

@@ -28,17 +28,22 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # `python reproduce/run_all.py` from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
+from common import cpu_numerics  # noqa: E402
+
+cpu_numerics.pin()   # a process starts here: its CPU numerics, before torch loads; its jobs inherit them
+
 from reproduce import stage  # noqa: E402
 from reproduce.arms import arm_seeds, build_arms, figure_arms, parse_only  # noqa: E402
 from reproduce.entrypoints import missing_entry_points  # noqa: E402
 from reproduce.experiments import DRIVER_START_ENV, record_driver_run  # noqa: E402
-from reproduce.jobs import build_jobs  # noqa: E402
+from reproduce.jobs import WARM_PRELOAD, build_jobs  # noqa: E402
 from reproduce.peaks import read_peak  # noqa: E402
 from reproduce.presets import ExperimentError, fixed_peak, load_preset, preset_root  # noqa: E402
 from common.yaml_config import ConfigError  # noqa: E402
 from figures.checklist import read_verdicts, verdict_lines  # noqa: E402
 from slurm.launcher import ACTIVE, DONE, Launcher, LauncherError, topo_order  # noqa: E402
-from slurm.resources import ResourceError, load_resources  # noqa: E402
+from reproduce.resources import load_resources  # noqa: E402
+from slurm.resources import ResourceError  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -60,7 +65,7 @@ def parse_args(argv=None):
     ap.add_argument("--workers", type=int, default=None, help="local: jobs at once (default: CPU cores)")
     ap.add_argument("--poll", type=float, default=None, help="seconds between state checks")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g = ap.add_argument_group("resources (override the preset's protocol; see slurm/resources.py)")
+    g = ap.add_argument_group("resources (override the preset's protocol; see reproduce/resources.py)")
     g.add_argument("--resources", help="YAML file with per-kind resources and cluster options")
     g.add_argument("--partition")
     g.add_argument("--account")
@@ -181,7 +186,7 @@ def main(argv=None) -> int:
         jobs = build_jobs(preset, root, seeds, only, res, stage_dir=stage_dir)
         out = preset_root(root, preset)
         la = Launcher(out, cluster=a.cluster, workers=a.workers, poll_s=a.poll,
-                      progress=False if a.no_progress else None)
+                      progress=False if a.no_progress else None, preload=WARM_PRELOAD)
         if a.dry_run or a.status:
             states = la.states(jobs)
             print_plan(preset, jobs, states, la.cluster, root, seeds, only, show_commands=a.dry_run,

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from common import cpu_numerics
 from common.jsonl import write_json_atomic
 from slurm import warm
 
@@ -139,6 +140,7 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
             install_handlers: bool = True) -> int:
     """Run the job described by JOB_DIR/spec.json; returns the command's exit code (negative: signal)."""
     global _child, _interrupted
+    cpu_numerics.pin()   # a job starts here: its command inherits the pins (common/cpu_numerics.py)
     job_dir = Path(job_dir)
     spec = json.loads((job_dir / "spec.json").read_text())
     sub = spec["submission"]

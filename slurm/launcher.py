@@ -50,7 +50,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Sequence
 
 from common.jsonl import read_json, write_json_atomic
 from slurm import jobwrap, warm
@@ -75,7 +75,7 @@ class Job:
     """One unit of work. `key` is its identity across driver runs (e.g. "stage1/dapo/seed0")."""
     key: str
     argv: list[str]
-    kind: str = "train"
+    kind: str = "job"                             # a label (the caller's kinds; the driver's: reproduce/)
     deps: list[str] = field(default_factory=list)
     env: dict = field(default_factory=dict)
     cwd: Optional[str] = None                     # default: the repository root
@@ -230,7 +230,7 @@ class Launcher:
     def __init__(self, root: str | Path, cluster: str = "auto", workers: Optional[int] = None,
                  poll_s: Optional[float] = None, signal_delay_s: int = 90, max_requeues: int = 100,
                  grace_s: float = 60.0, progress: Optional[bool] = None, log: Callable[[str], None] = None,
-                 retries: int = 0, warm_start: Optional[bool] = None):
+                 retries: int = 0, warm_start: Optional[bool] = None, preload: Sequence[str] = ()):
         self.root = Path(root).resolve()
         self.jobs_dir = self.root / "_jobs"
         self.cluster = detect_cluster(cluster)
@@ -249,6 +249,7 @@ class Launcher:
         self._completed_seen: dict[str, float] = {}
         # local jobs fork from this process with torch & co. imported (slurm/warm.py); ARMOR_WARM=0 turns it off
         self.warm = self.cluster == "local" and (warm.enabled() if warm_start is None else warm_start)
+        self.preload = tuple(preload)   # modules a warm launcher imports before its first fork (the caller's)
         self._preloaded = False
         self._lock_fd: Optional[int] = None
         self.marker_grace_s = 60.0
@@ -540,7 +541,7 @@ class Launcher:
         with open(d / "wrapper.log", "ab") as wlog:
             if self.warm:   # fork the wrapper from this process, which has torch & co. imported
                 if not self._preloaded:
-                    missing = warm.preload()
+                    missing = warm.preload(self.preload)
                     self._preloaded = True
                     if missing:
                         self._emit(f"[warm] could not preload {', '.join(missing)}")

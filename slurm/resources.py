@@ -1,18 +1,15 @@
-"""Resources per job kind, from a preset's protocol (nodes, gpus_per_node), a user YAML file and flags.
+"""A job's resources (`Resources`, what sbatch is asked for) and a table of them per job kind, overlaid with a
+user YAML file and flags.
 
-Kinds: `stage` (copy the hub models and datasets a plan needs into the shared stage folder; reproduce/stage.py),
-`world` (build the tiny world), `train` (one RL run), `select_peak`, `evaluate` (one task of the evaluation job
-array), `collect`, `figures`. Only `train` and `evaluate` use GPUs.
-
+The kinds and their defaults are the caller's (the driver's: reproduce/resources.py); this module knows none.
 A user YAML file (``--resources FILE``) may set cluster-wide keys and per-kind keys:
 
     partition: gpu          # cluster-wide: partition, account, qos, constraint, exclude, extra
     account: my-project
-    train:   {nodes: 2, gpus_per_node: 8, time_min: 2880, mem_gb: 900}
-    evaluate: {gpus_per_node: 1, partition: eval}
-    extra: {reservation: armor}          # any further sbatch option (--reservation=armor)
+    KIND: {nodes: 2, gpus_per_node: 8, time_min: 2880, mem_gb: 900}   # any kind of the table
+    extra: {reservation: x}              # any further sbatch option (--reservation=x)
 
-Precedence (later wins): defaults from the protocol < YAML file < flags.
+Precedence (later wins): the caller's defaults < YAML file < flags.
 """
 from __future__ import annotations
 
@@ -23,7 +20,6 @@ from typing import Any, Optional
 
 import yaml
 
-KINDS = ("stage", "world", "train", "select_peak", "evaluate", "collect", "figures")
 CLUSTER_KEYS = ("partition", "account", "qos", "constraint", "exclude")
 
 
@@ -44,7 +40,7 @@ class Resources:
     qos: Optional[str] = None
     constraint: Optional[str] = None
     exclude: Optional[str] = None
-    array_parallelism: int = 64           # evaluate: array tasks running at once
+    array_parallelism: int = 64           # job arrays: tasks running at once
     extra: dict = field(default_factory=dict)  # further sbatch options, e.g. {"reservation": "x"}
 
     @property
@@ -70,38 +66,11 @@ class Resources:
         return dataclasses.asdict(self)
 
 
-def default_resources(nodes: int = 1, gpus_per_node: int = 0, procs_per_node: int = 0) -> dict[str, Resources]:
-    """Defaults for every kind. CPU presets (gpus_per_node == 0) get one-core jobs (the tiny world), or one
-    core per rank when `procs_per_node` asks for several CPU ranks; GPU presets get full nodes for training
-    (8 CPU cores per GPU) and one GPU per evaluation task."""
-    if gpus_per_node <= 0:
-        return {
-            "stage": Resources(cpus_per_task=1, mem_gb=2, time_min=60),
-            "world": Resources(cpus_per_task=2, mem_gb=4, time_min=60),
-            "train": Resources(nodes=nodes, procs_per_node=procs_per_node, cpus_per_task=max(1, procs_per_node),
-                               mem_gb=4 * max(1, procs_per_node), time_min=240),
-            "select_peak": Resources(cpus_per_task=1, mem_gb=1, time_min=10),
-            "evaluate": Resources(cpus_per_task=1, mem_gb=4, time_min=120),
-            "collect": Resources(cpus_per_task=1, mem_gb=2, time_min=15),
-            "figures": Resources(cpus_per_task=1, mem_gb=2, time_min=15),
-        }
-    return {
-        "stage": Resources(cpus_per_task=4, mem_gb=32, time_min=4 * 60),   # downloads tens of GB once
-        "world": Resources(cpus_per_task=4, mem_gb=16, time_min=60),
-        "train": Resources(nodes=nodes, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,
-                           cpus_per_task=8 * gpus_per_node,
-                           mem_gb=None, time_min=24 * 60),
-        "select_peak": Resources(cpus_per_task=1, mem_gb=2, time_min=10),
-        "evaluate": Resources(nodes=1, gpus_per_node=1, cpus_per_task=8, mem_gb=64, time_min=8 * 60),
-        "collect": Resources(cpus_per_task=2, mem_gb=8, time_min=30),
-        "figures": Resources(cpus_per_task=2, mem_gb=8, time_min=30),
-    }
-
-
 _FIELDS = {f.name for f in dataclasses.fields(Resources)}
 
 
-def _apply(res: Resources, values: dict, where: str) -> Resources:
+def apply(res: Resources, values: dict, where: str) -> Resources:
+    """`res` with `values` (Resources fields) set and checked; ResourceError names `where` and the key."""
     values = dict(values)
     unknown = set(values) - _FIELDS
     if unknown:
@@ -121,29 +90,32 @@ def _apply(res: Resources, values: dict, where: str) -> Resources:
     return out
 
 
-def load_resources(nodes: int = 1, gpus_per_node: int = 0, user_file: str | Path | None = None,
-                   flags: dict[str, Any] | None = None, procs_per_node: int = 0) -> dict[str, Resources]:
-    """Resources per kind. `flags`: cluster-wide keys (partition, account, qos, constraint, exclude) and
-    train overrides (`nodes`, `gpus_per_node`, `time_min` ...) given on the command line; None values
-    are ignored."""
-    table = default_resources(nodes, gpus_per_node, procs_per_node)
+def resolve_resources(defaults: dict[str, Resources], user_file: str | Path | None = None,
+                      flags: dict[str, Any] | None = None,
+                      flags_kind: Optional[str] = None) -> dict[str, Resources]:
+    """Resources per kind: `defaults` (the caller's kinds) < `user_file` (cluster-wide keys, then per-kind
+    keys) < `flags` (cluster-wide keys for every kind; the other keys for the kind `flags_kind`). None values
+    in `flags` are ignored; an unknown kind or key raises ResourceError naming it."""
+    table = dict(defaults)
     if user_file:
         data = yaml.safe_load(Path(user_file).read_text()) or {}
         if not isinstance(data, dict):
             raise ResourceError(f"{user_file}: expected a mapping")
         common = {k: data[k] for k in (*CLUSTER_KEYS, "extra") if k in data}
-        unknown = set(data) - set(common) - set(KINDS)
+        unknown = set(data) - set(common) - set(table)
         if unknown:
             raise ResourceError(f"{user_file}: unknown key(s) {sorted(unknown)} "
-                                f"(cluster-wide: {list(CLUSTER_KEYS) + ['extra']}; kinds: {list(KINDS)})")
-        for kind in KINDS:
-            table[kind] = _apply(table[kind], common, f"{user_file}")
+                                f"(cluster-wide: {list(CLUSTER_KEYS) + ['extra']}; kinds: {list(table)})")
+        for kind in table:
+            table[kind] = apply(table[kind], common, f"{user_file}")
             if kind in data:
-                table[kind] = _apply(table[kind], data[kind] or {}, f"{user_file}: {kind}")
+                table[kind] = apply(table[kind], data[kind] or {}, f"{user_file}: {kind}")
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     common = {k: flags.pop(k) for k in list(flags) if k in CLUSTER_KEYS}
-    for kind in KINDS:
-        table[kind] = _apply(table[kind], common, "flags")
+    for kind in table:
+        table[kind] = apply(table[kind], common, "flags")
     if flags:
-        table["train"] = _apply(table["train"], flags, "flags (train)")
+        if flags_kind not in table:
+            raise ResourceError(f"flags {sorted(flags)}: no kind takes them (flags_kind={flags_kind!r})")
+        table[flags_kind] = apply(table[flags_kind], flags, f"flags ({flags_kind})")
     return table

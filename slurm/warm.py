@@ -1,10 +1,12 @@
 """Warm starts for local jobs: fork a process that already has torch and transformers imported.
 
-On a 2-core CPU a fresh interpreter spends seconds importing torch and transformers (`python -X importtime -c
-"import armor.trainer"`), more than a smoke job's own work. With warm starts the local driver imports them once (`preload`), forks each job's wrapper
-(slurm/jobwrap.py), and the wrapper forks the job's `python -m MODULE ARGS` command, which then runs MODULE
-with runpy in the forked process (`fork_module`): same argv, cwd, environment, log files and exit code as a
-subprocess, without the import time. Nothing has run a torch op in the driver, so no thread pool is copied.
+On a 2-core CPU a fresh interpreter spends seconds importing torch and transformers (`python -X importtime
+-c "import armor.trainer"`), more than a smoke job's own work. With warm starts the local launcher imports the
+modules its caller names once (`preload`: Launcher(preload=...); the driver names its jobs' heavy modules),
+forks each job's wrapper (slurm/jobwrap.py), and the wrapper forks the job's `python -m MODULE ARGS` command,
+which then runs MODULE with runpy in the forked process (`fork_module`): same argv, cwd, environment, log
+files and exit code as a subprocess, without the import time. Nothing has run a torch op in the driver, so no
+thread pool is copied.
 
 Only commands of the form `[sys.executable, "-m", MODULE, ...]` are forked; anything else (a script, another
 program, a replaced entry point) starts as a subprocess, as do all jobs on SLURM. ARMOR_WARM=0 turns warm
@@ -22,8 +24,6 @@ import warnings
 from typing import Optional, Sequence
 
 ENV = "ARMOR_WARM"
-PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwen2", "armor.trainer",
-           "eval.evaluate", "reproduce.experiments", "figures.plots")
 
 
 def enabled() -> bool:
@@ -36,8 +36,8 @@ def active() -> bool:
     return os.environ.get(ENV) == "1" and hasattr(os, "fork")
 
 
-def preload(modules: Sequence[str] = PRELOAD) -> list[str]:
-    """Import the heavy modules once, before forking; returns those that could not be imported."""
+def preload(modules: Sequence[str]) -> list[str]:
+    """Import the caller's heavy modules once, before forking; returns those that could not be imported."""
     import importlib
     missing = []
     for m in modules:

@@ -43,7 +43,7 @@ def test_counts_and_golds(name):
     for p in data:
         assert isinstance(p.problem, str) and p.problem.strip()
         assert isinstance(p.gold, str) and p.gold.strip() and "$" not in p.gold
-    assert Path(data.source).resolve().is_relative_to(ROOT / "eval" / "data")
+    assert Path(data.source).resolve().is_relative_to(ROOT / "common" / "data")
 
 
 def test_specific_golds():
@@ -84,11 +84,11 @@ def test_aliases_and_registry():
 
 
 def test_shipped_files_match_sources_md():
-    text = (ROOT / "eval" / "data" / "SOURCES.md").read_text()
+    text = (ROOT / "common" / "data" / "SOURCES.md").read_text()
     rows = re.findall(r"^\| (benchmarks/\S+|train/\S+) \|.*\| ([0-9a-f]{8})… \|$", text, flags=re.M)
     assert len(rows) == 9
     for rel, prefix in rows:
-        path = ROOT / "eval" / "data" / rel
+        path = ROOT / "common" / "data" / rel
         assert hashlib.sha256(path.read_bytes()).hexdigest().startswith(prefix), rel
     assert DAPO_MATH_17K.exists() and DAPO_MATH_17K.stat().st_size > 2_000_000
 

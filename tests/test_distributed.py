@@ -95,6 +95,21 @@ def test_two_ranks_with_token_micro_batches_and_chunked_logprobs(runs, world):
     _same(runs["one"], out, weight_tol=1e-5)
 
 
+def test_mopd_token_metrics_on_two_ranks_equal_one_process(runs, world):
+    """MOPD's token advantages (outcome + teacher signal) exist only for each rank's own rows: its
+    advantage_abs_mean, entropy and KL monitors are means over all ranks' rows, as one process computes them
+    (they were diluted by the rows another rank holds)."""
+    mopd = ("algo.anchor.enabled=false", "algo.mix.variant=plain", "algo.distill.mode=mopd",
+            "algo.reference.reset.every=null", "schedule.total_steps=2", "schedule.validate_every=0")
+    one, two = runs["tmp"] / "mopd1", runs["tmp"] / "mopd2"
+    _ok(_run(world, one, 1, extra=mopd))
+    _ok(_run(world, two, 2, extra=mopd))
+    for ra, rb in zip(read_jsonl(one / "metrics.jsonl"), read_jsonl(two / "metrics.jsonl"), strict=True):
+        assert ra["prompts_kept"] == rb["prompts_kept"] > 0
+        for k in ("advantage_abs_mean", "entropy", "kl_reverse", "kl_forward", "logprob_mismatch"):
+            assert rb[k] == pytest.approx(ra[k], rel=1e-4, abs=1e-6), (ra["step"], k, ra[k], rb[k])
+
+
 def test_two_rank_kill_then_resume_on_two_ranks(runs, world):
     out = runs["tmp"] / "killed2"
     r = _run(world, out, 2, "update@3")

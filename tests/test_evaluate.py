@@ -79,7 +79,7 @@ def test_max_new_tokens_resolution():
     paper, toy = get_protocol("paper"), get_protocol("toy")
     run_cfg = {"lengths": {"max_response": 40}}
     assert resolve_max_new_tokens(100, None, toy, run_cfg) == (100, "flag")
-    q3 = read_preset("qwen3-8b-base")            # `base:` chain resolved
+    q3 = read_preset(ROOT / "reproduce" / "presets" / "qwen3-8b-base.yaml")   # `base:` chain resolved
     assert resolve_max_new_tokens(None, q3, paper, run_cfg) == (20480, "preset:qwen3-8b-base")
     assert resolve_max_new_tokens(None, None, toy, run_cfg) == (48, "protocol:toy")
     assert resolve_max_new_tokens(None, None, paper, run_cfg) == (40, "run_config")
@@ -98,7 +98,8 @@ def test_run_metadata(tmp_path):
 
 
 def test_settings_are_normalized_and_checked_where_made():
-    s = E.EvalSettings(benchmarks="a, b,", protocol="toy", pass_ks="1,2", preset="tiny")
+    tiny = str(ROOT / "reproduce" / "presets" / "tiny.yaml")     # a path: the harness knows no preset folder
+    s = E.EvalSettings(benchmarks="a, b,", protocol="toy", pass_ks="1,2", preset=tiny)
     assert (s.benchmarks, s.protocol, s.pass_ks, s.preset["name"]) == (("a", "b"), get_protocol("toy"), (1, 2),
                                                                        "tiny")
     assert replace(s, seed=3) == E.EvalSettings(benchmarks=["a", "b"], protocol=get_protocol("toy"),

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from reproduce.resources import load_resources
 from slurm import jobwrap
 from slurm.launcher import (BLOCKED, DONE, FAILED, RUNNING, TODO, Job, Launcher, LauncherError, detect_cluster,
                             topo_order)
-from slurm.resources import ResourceError, Resources, load_resources
+from slurm.resources import ResourceError, Resources, resolve_resources
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -42,6 +43,17 @@ def test_resources_from_protocol_yaml_and_flags(tmp_path):
         load_resources(1, 0, f)
     with pytest.raises(ResourceError, match="nodes"):
         load_resources(1, 0, None, {"nodes": 0})
+
+
+def test_resources_table_is_the_callers():
+    """slurm/resources.py knows no job kinds: the table's keys are the caller's, the YAML file and the flags
+    overlay them (flags other than cluster-wide ones size `flags_kind`)."""
+    table = {"build": Resources(cpus_per_task=2), "run": Resources(gpus_per_node=1)}
+    r = resolve_resources(table, flags={"partition": "p", "time_min": 5}, flags_kind="run")
+    assert set(r) == {"build", "run"} and all(x.partition == "p" for x in r.values())
+    assert (r["run"].time_min, r["build"].time_min) == (5, 60) and table["run"].partition is None
+    with pytest.raises(ResourceError, match="no kind takes them"):
+        resolve_resources(table, flags={"time_min": 5})
 
 
 def test_rank_command():

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from armor.objectives import (aggregate_loss, clipped_surrogate, importance_ratio, kl_forward_estimate,
+from armor.objectives import (LossConfig, aggregate_loss, clipped_surrogate, importance_ratio, kl_forward_estimate,
                               kl_penalty, kl_reverse_estimate, log_ratio, masked_mean, masked_sum, mixed_log_prob,
                               mixed_ratio, mopd_token_advantages, opd_token_advantages, policy_loss,
                               ratio_and_clip_range)
@@ -182,16 +182,15 @@ def _batch(seed=0, B=6, T=7):
 
 def test_token_mean_normalizer_micro_batches_add_up():
     lp, old, ref, adv, mask = _batch()
-    kw = dict(ratio_variant="mixed", ref_logp=None, alpha=0.9, eps_low=0.2, eps_high=0.28, dual_clip_c=10.0,
-              kl_coef=0.1)
+    cfg = LossConfig(ratio_variant="mixed", alpha=0.9, eps_low=0.2, eps_high=0.28, dual_clip_c=10.0, kl_coef=0.1)
     lp_full = lp.clone().requires_grad_(True)
-    full, _ = policy_loss(lp_full, old, adv, mask, **{**kw, "ref_logp": ref})
+    full, _ = policy_loss(lp_full, old, adv, mask, cfg, ref_logp=ref)
     full.backward()
     n = mask.sum()
     lp_mb = lp.clone().requires_grad_(True)
     total = 0.0
     for sl in (slice(0, 2), slice(2, 6)):
-        part, _ = policy_loss(lp_mb[sl], old[sl], adv[sl], mask[sl], **{**kw, "ref_logp": ref[sl]}, normalizer=n)
+        part, _ = policy_loss(lp_mb[sl], old[sl], adv[sl], mask[sl], cfg, ref_logp=ref[sl], normalizer=n)
         part.backward()
         total = total + part.detach()
     assert torch.allclose(total, full.detach(), atol=1e-6)
@@ -295,7 +294,7 @@ def test_policy_loss_by_hand_and_metrics():
     old = torch.tensor([[L(0.25), L(0.5)]])
     ref = torch.tensor([[L(0.25), L(0.5)]])
     adv = torch.tensor([1.0])
-    loss, met = policy_loss(lp, old, adv, torch.ones(1, 2), ref_logp=ref, kl_coef=0.5, kl_estimator="k3")
+    loss, met = policy_loss(lp, old, adv, torch.ones(1, 2), LossConfig(kl_coef=0.5, kl_estimator="k3"), ref_logp=ref)
     # ratios [2, 1] -> pg [-1.28, -1] -> mean -1.14 ; k3 [0.1931, 0] -> mean 0.09657 ; loss -1.14 + .5*.09657
     k3 = (0.5 + L(2) - 1) / 2
     assert close(met["pg_loss"], -1.14) and close(met["kl_penalty"], k3)
@@ -306,7 +305,7 @@ def test_policy_loss_by_hand_and_metrics():
                         "ratio_mean"}
     assert all(isinstance(v, float) for v in met.values())
     with pytest.raises(ValueError):
-        policy_loss(lp, old, adv, torch.ones(1, 2), kl_coef=0.1)
+        policy_loss(lp, old, adv, torch.ones(1, 2), LossConfig(kl_coef=0.1))
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
@@ -315,14 +314,15 @@ def test_alpha_one_reproduces_dapo_exactly(agg):
     outs = []
     for variant, a in (("plain", 1.0), ("mixed", 1.0)):
         x = lp.clone().requires_grad_(True)
-        loss, met = policy_loss(x, old, adv, mask, ratio_variant=variant, ref_logp=ref, alpha=a,
-                                dual_clip_c=10.0, loss_agg=agg)
+        loss, met = policy_loss(x, old, adv, mask, LossConfig(ratio_variant=variant, alpha=a, dual_clip_c=10.0,
+                                                               loss_agg=agg), ref_logp=ref)
         loss.backward()
         outs.append((loss.detach(), x.grad, met))
     assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
     assert outs[0][2] == outs[1][2]
     # and static clip at α = 1 is the plain loss too
-    loss_s, _ = policy_loss(lp, old, adv, mask, ratio_variant="static_clip", alpha=1.0, dual_clip_c=10.0, loss_agg=agg)
+    loss_s, _ = policy_loss(lp, old, adv, mask, LossConfig(ratio_variant="static_clip", alpha=1.0, dual_clip_c=10.0,
+                                                           loss_agg=agg))
     assert torch.equal(loss_s, outs[0][0])
 
 
@@ -375,10 +375,11 @@ def test_no_nan_extreme_logprobs_and_padded_rows():
             for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
                 for est in ("k1", "k2", "k3"):
                     lp = torch.full((B, T), lpv, requires_grad=True)
+                    cfg = LossConfig(ratio_variant=variant, alpha=0.875, dual_clip_c=10.0, loss_agg=agg,
+                                     kl_coef=0.1, kl_estimator=est)
                     loss, met = policy_loss(lp, torch.full((B, T), oldv), torch.tensor([1.0, -1.0, 0.5]), mask,
-                                            ratio_variant=variant, ref_logp=torch.full((B, T), refv), alpha=0.875,
-                                            is_anchor=torch.tensor([False, True, False]), dual_clip_c=10.0,
-                                            loss_agg=agg, kl_coef=0.1, kl_estimator=est)
+                                            cfg, ref_logp=torch.full((B, T), refv),
+                                            is_anchor=torch.tensor([False, True, False]))
                     loss.backward()
                     assert torch.isfinite(loss), (lpv, oldv, refv, variant, agg, est)
                     assert torch.isfinite(lp.grad).all(), (lpv, oldv, refv, variant, agg, est)
@@ -390,8 +391,8 @@ def test_no_nan_extreme_logprobs_and_padded_rows():
         assert torch.isfinite(mixed_log_prob(lp, ref, 0.5)).all()
     # an all-padding batch gives loss 0 and zero gradients
     lp = torch.full((B, T), -80.0, requires_grad=True)
-    loss, _ = policy_loss(lp, torch.zeros(B, T), torch.ones(B), torch.zeros(B, T), ref_logp=torch.zeros(B, T),
-                          kl_coef=1.0)
+    loss, _ = policy_loss(lp, torch.zeros(B, T), torch.ones(B), torch.zeros(B, T), LossConfig(kl_coef=1.0),
+                          ref_logp=torch.zeros(B, T))
     loss.backward()
     assert loss == 0 and (lp.grad == 0).all()
 

@@ -134,11 +134,23 @@ def test_a_missing_toy_world_says_the_exact_command_that_builds_it(world, tmp_pa
 
 def test_the_missing_world_hint_names_the_presets_world_design(tmp_path, monkeypatch):
     """The tiny preset trains in world v2 (protocol.world_version): the hint's build command says so; the smoke
-    preset's world is the quick v1 build."""
+    preset's world is the quick v1 build. The hint is the preset's own (`#hint:` lines, armor/train.py), and
+    for every shipped toy preset it is the command of the driver's `world` job."""
     from armor.config import load_config
-    from armor.train import toy_world_hint
+    from armor.train import missing_model_hint
+    from reproduce.presets import PRESETS_DIR, load_preset
     monkeypatch.chdir(tmp_path)                     # no runs/ here: neither world is built
-    tiny = toy_world_hint(load_config(ROOT / "reproduce" / "presets" / "tiny.yaml", []))
+    tiny = missing_model_hint(PRESETS_DIR / "tiny.yaml", load_config(PRESETS_DIR / "tiny.yaml", []))
     assert "python -m reproduce.toy.build --out runs/tiny/world --version 2\n" in tiny
-    smoke = toy_world_hint(load_config(ROOT / "reproduce" / "presets" / "smoke.yaml", []))
+    smoke = missing_model_hint(PRESETS_DIR / "smoke.yaml", load_config(PRESETS_DIR / "smoke.yaml", []))
     assert "python -m reproduce.toy.build --out runs/smoke/world --quick\n" in smoke
+    toy = [p for p in (*PRESETS_DIR.glob("*.yaml"), *PRESETS_DIR.glob("probes/*.yaml"))
+           if load_preset(p).world_build_args() is not None]
+    assert len(toy) >= 3
+    for path in toy:
+        hint = missing_model_hint(path, load_config(path, [])) or ""
+        cmd = shlex.join(["python", "-m", "reproduce.toy.build", *load_preset(path).world_build_args()])
+        assert f"    {cmd}\n" in hint, (path, hint)
+    # overridden model.path: not the preset's world, no hint of it
+    moved = load_config(PRESETS_DIR / "smoke.yaml", ["model.path=elsewhere/base_model"])
+    assert missing_model_hint(PRESETS_DIR / "smoke.yaml", moved) is None

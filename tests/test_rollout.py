@@ -5,7 +5,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Co
 
 from common.rollout import SamplingParams
 from common.rollout.hf import HFEngine
-from common.rollout.static_decode import HFStepper, StaticStepper, make_stepper
+from common.rollout.static_decode import HFStepper, StaticStepper, cache_arg, make_stepper
 
 SMALL = dict(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
              max_position_embeddings=64, attn_implementation="sdpa")
@@ -116,6 +116,32 @@ def test_unsupported_layouts_fall_back_to_the_generic_stepper():
     assert isinstance(make_stepper(sliding), HFStepper)
     assert isinstance(make_stepper(MODELS["qwen2"](), static=False), HFStepper)
     assert isinstance(make_stepper(MODELS["qwen2"]()), StaticStepper)
+
+
+class _Wrapper(torch.nn.Module):   # torch.compile / DDP style: forward(*args, **kwargs) around `module`
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+
+def test_generic_stepper_passes_the_cache_by_the_name_forward_takes():
+    """`cache` (transformers >= 5.24) or `past_key_values` (before): a wrong name lands in forward's **kwargs
+    and the model silently runs without a cache. Read through a wrapper too; a cache left empty raises."""
+    model = MODELS["qwen2"]()
+    ids, mask, pos = _left_pad([[5, 6, 7], [8, 9]])
+    with torch.inference_mode():
+        for m in (model, _Wrapper(model)):
+            st = HFStepper(m)
+            assert list(st.cache_kw) == [cache_arg(model)]
+            st.prefill(ids, mask, pos, max_new_tokens=2)
+            assert st.cache.get_seq_length() == ids.shape[1]
+        st = HFStepper(model)
+        st.cache_kw = {"not_the_cache": st.cache}
+        with pytest.raises(RuntimeError, match="did not fill the KV cache"):
+            st.prefill(ids, mask, pos, max_new_tokens=2)
 
 
 class _Tok:

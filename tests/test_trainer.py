@@ -83,11 +83,11 @@ def test_reference_reset_on_schedule(world, tmp_path):
     t = Trainer(cfg).start()
     t.fit()
     assert [r["reference_reset"] for r in rows(out / "metrics.jsonl")] == [False, True, False, False, False]
-    assert t.reference_step == 2
+    assert t.models.reference_step == 2
     # πref holds θ_2: the checkpoint of step 2 has the same weights
     from common.models import load_model
     at2 = load_model(str(out / "checkpoints" / "step_000002"))
-    for (k, a), b in zip(at2.state_dict().items(), t.reference.state_dict().values()):
+    for (k, a), b in zip(at2.state_dict().items(), t.models.reference.state_dict().values()):
         assert torch.equal(a, b), k
 
 
@@ -112,7 +112,7 @@ def test_kl_and_mixed_arms_use_the_reference(extra, world, tmp_path, monkeypatch
     real = tr.policy_loss
 
     def spy(*a, **kw):
-        seen.append(kw)
+        seen.append({**kw, "cfg": a[4]})        # (logp, old_logp, advantages, mask, LossConfig)
         return real(*a, **kw)
 
     monkeypatch.setattr(tr, "policy_loss", spy)
@@ -125,9 +125,9 @@ def test_kl_and_mixed_arms_use_the_reference(extra, world, tmp_path, monkeypatch
     m = rows(tmp_path / "o" / "metrics.jsonl")
     assert any(r.get("kl_reverse", 0) > 1e-4 for r in m)   # πref is not the policy
     if "algo.kl.coef=0.5" in extra:
-        assert all(kw["kl_coef"] == 0.5 for kw in seen)
+        assert all(kw["cfg"].kl_coef == 0.5 for kw in seen)
     else:
-        assert all(kw["ratio_variant"] == "mixed" and kw["alpha"] == 0.5 for kw in seen)
+        assert all(kw["cfg"].ratio_variant == "mixed" and kw["cfg"].alpha == 0.5 for kw in seen)
 
 
 def test_old_logprobs_are_the_pre_update_policy(world, tmp_path, monkeypatch):
@@ -135,10 +135,11 @@ def test_old_logprobs_are_the_pre_update_policy(world, tmp_path, monkeypatch):
     mini-batch gets log-probs of the policy as it was before the step's first optimizer update."""
     import copy
 
+    import armor.models as models
     import armor.trainer as tr
     from armor.policy import forward_logprobs
     calls, snapshots = [], []
-    real_loss, real_fwd, real_update = tr.policy_loss, tr.forward_logprobs, tr.Trainer.update
+    real_loss, real_fwd, real_update = tr.policy_loss, models.forward_logprobs, tr.Trainer.update
 
     def fwd(model, batch, *a, **kw):
         out = real_fwd(model, batch, *a, **kw)
@@ -151,10 +152,10 @@ def test_old_logprobs_are_the_pre_update_policy(world, tmp_path, monkeypatch):
         return real_loss(logp, old_logp, *a, **kw)
 
     def update(self, groups, tm):
-        snapshots.append(copy.deepcopy(self.policy))
+        snapshots.append(copy.deepcopy(self.models.policy))
         return real_update(self, groups, tm)
 
-    monkeypatch.setattr(tr, "forward_logprobs", fwd)
+    monkeypatch.setattr(models, "forward_logprobs", fwd)
     monkeypatch.setattr(tr, "policy_loss", loss)
     monkeypatch.setattr(tr.Trainer, "update", update)
     cfg = load_config(SMOKE, smoke(world, tmp_path / "o", "schedule.total_steps=2", "schedule.validate_every=0",
@@ -172,14 +173,14 @@ def test_old_logprobs_are_the_pre_update_policy(world, tmp_path, monkeypatch):
 
 
 def test_dapo_without_kl_monitor_skips_the_reference(world, tmp_path, monkeypatch):
-    import armor.trainer as tr
-    real, models = tr.forward_logprobs, []
-    monkeypatch.setattr(tr, "forward_logprobs", lambda m, *a, **kw: models.append(m) or real(m, *a, **kw))
+    import armor.models as hosting
+    real, models = hosting.forward_logprobs, []
+    monkeypatch.setattr(hosting, "forward_logprobs", lambda m, *a, **kw: models.append(m) or real(m, *a, **kw))
     cfg = load_config(SMOKE, smoke(world, tmp_path / "o", "schedule.total_steps=2", "schedule.validate_every=0",
                                    "validation.benchmarks=[]", "algo.reference.kl_monitor=false"))
     t = Trainer(cfg).start()
     t.fit()
-    assert models and all(m is t.policy for m in models)
+    assert models and all(m is t.models.policy for m in models)
     assert not any("kl_reverse" in r for r in rows(tmp_path / "o" / "metrics.jsonl"))
 
 
@@ -250,8 +251,8 @@ def _oracle_rollouts(monkeypatch):
     from common.rollout import Rollout
     calls = []
 
-    def generate(self, model, prompt_ids, n, seed, tm):
-        kind = "ref" if model is self.reference else "policy"
+    def generate(self, which, prompt_ids, n, seed, tm):
+        kind = "ref" if which == "reference" else "policy"
         calls.append((kind, len(prompt_ids) * n))
         ro = Rollout()
         for i, p in enumerate(prompt_ids):
@@ -303,11 +304,9 @@ def test_rollout_economies_keep_the_same_prompts(anchors, world, tmp_path, monke
 
 
 def test_draw_size():
-    t = Trainer.__new__(Trainer)
-    t.cfg = load_config(SMOKE, ["rollout.refill_margin=2"])
-    assert t._draw_size(need=8, full=16, kept=0, drawn=0) == 16    # the first round draws a full round
-    assert t._draw_size(need=3, full=16, kept=6, drawn=16) == 16   # ceil(2 * 3 * 16 / 6) = 16
-    assert t._draw_size(need=1, full=16, kept=8, drawn=16) == 4    # ceil(2 * 1 * 16 / 8)
-    assert t._draw_size(need=2, full=16, kept=0, drawn=16) == 16   # nothing kept yet: no rate to go by
-    t.cfg = load_config(SMOKE, ["rollout.refill_margin=null"])
-    assert t._draw_size(need=1, full=16, kept=8, drawn=16) == 16   # refill_margin null: always full rounds
+    from armor.data import draw_size
+    assert draw_size(need=8, full=16, kept=0, drawn=0, margin=2) == 16    # the first round draws a full round
+    assert draw_size(need=3, full=16, kept=6, drawn=16, margin=2) == 16   # ceil(2 * 3 * 16 / 6) = 16
+    assert draw_size(need=1, full=16, kept=8, drawn=16, margin=2) == 4    # ceil(2 * 1 * 16 / 8)
+    assert draw_size(need=2, full=16, kept=0, drawn=16, margin=2) == 16   # nothing kept yet: no rate to go by
+    assert draw_size(need=1, full=16, kept=8, drawn=16, margin=None) == 16   # no margin: always full rounds

@@ -86,8 +86,9 @@ class Grader:
         soft_timeout: arm SIGALRM in the workers (default). False leaves only the parent's kill (tests).
 
     Items decided without math-verify (no answer, integer fast path, multiple choice, implausible) are graded in
-    the parent; identical (answer, gold) pairs within one call are graded once. Workers start lazily on the
-    first call that needs them and are reused; call ``close()`` (or use ``with``) to stop them.
+    the parent; each distinct (answer, gold, answer type) among the rest is graded once per call, and its
+    result, a timeout included, is every duplicate's. Workers start lazily on the first call that needs
+    them and are reused; call ``close()`` (or use ``with``) to stop them.
     """
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, mode: str = "boxed", *,
@@ -192,11 +193,15 @@ class Grader:
             if t not in ANSWER_TYPES:
                 raise ValueError(f"unknown answer_type {t!r}; expected one of {ANSWER_TYPES}")
 
+        # De-duplication: math-verify's (correct, reason) depends only on the task (cleaned answer,
+        # normalized gold, answer type), not on the mode or the rest of the response. Each distinct task
+        # is graded once (`tasks`); its result, a timeout included, fans out to the items in `users`,
+        # each keeping its own extracted answer (`$x$` and `x` are one task).
         out: list[Verdict | None] = [None] * n
         extracted_of: dict[int, str] = {}
-        uniq: dict[tuple[str, str, str], int] = {}
+        uniq: dict[tuple[str, str, str], int] = {}  # task -> its index in `tasks`
         tasks: list[tuple[str, str, str]] = []
-        users: list[list[int]] = []
+        users: list[list[int]] = []  # per task: the items that share it
         for i in range(n):
             verdict, work = _prepare(responses[i], golds[i], types[i], mode, self.max_answer_chars)
             if verdict is not None:

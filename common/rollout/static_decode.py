@@ -27,22 +27,56 @@ from transformers import DynamicCache
 _SUPPORTED_TYPES = {"qwen2", "qwen3", "llama"}
 
 
+_CACHE_ARGS = ("cache", "past_key_values")   # transformers >= 5.24 names forward's KV cache `cache`
+
+
+def cache_arg(model) -> str:
+    """The keyword `model.forward` takes its KV cache by. A wrong one is swallowed by forward's **kwargs (the
+    call then silently runs without a cache), so it is read from the signature: of the model, else of a
+    wrapped model (PEFT, torch.compile, DDP), else of this transformers' generation code."""
+    from transformers.generation.utils import GenerationMixin
+
+    m = model
+    for _ in range(4):
+        params = inspect.signature(m.forward).parameters
+        for name in _CACHE_ARGS:
+            if name in params:
+                return name
+        inner = getattr(m, "_orig_mod", None)
+        inner = getattr(m, "module", None) if inner is None else inner
+        if inner is None and hasattr(m, "get_base_model"):
+            inner = m.get_base_model()
+        if not isinstance(inner, torch.nn.Module) or inner is m:
+            break
+        m = inner
+    params = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def check_cache_filled(cache: DynamicCache, n_tokens: int) -> None:
+    """Raise if a prefill of n_tokens left `cache` empty (forward ignored it: decoding would be wrong)."""
+    if n_tokens and cache.get_seq_length() == 0:
+        raise RuntimeError("the model's forward did not fill the KV cache passed to it (cache keyword "
+                           f"{_CACHE_ARGS}?): decoding without it would sample from wrong logits")
+
+
 class HFStepper:
     """Next-token logits from the model's own forward pass and a DynamicCache (works for any causal LM)."""
 
     def __init__(self, model):
         self.model = model
-        name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.cache = DynamicCache()
-        self.cache_kw = {name: self.cache}   # transformers >= 5.2x names the argument `cache`
+        self.cache_kw = {cache_arg(model): self.cache}
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
         """ids, mask, pos: [N, P] (left-padded) -> logits of the next token [N, V]."""
         self.mask = torch.cat([mask, torch.ones(mask.shape[0], max_new_tokens, dtype=mask.dtype,
                                                 device=mask.device)], dim=1)
         self.plen = ids.shape[1]
-        return self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
-                          **self.cache_kw).logits[:, -1, :]
+        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                            **self.cache_kw).logits[:, -1, :]
+        check_cache_filled(self.cache, self.plen)
+        return logits
 
     def decode(self, tok: torch.Tensor, pos: torch.Tensor, t: int) -> torch.Tensor:
         """tok, pos: [N] (the t-th new token of each row, t >= 0) -> logits of the token after it [N, V]."""

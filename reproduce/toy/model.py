@@ -69,6 +69,8 @@ def sample(
     Prompts are left-padded (position ids follow the mask); temperature 0 = greedy."""
     from transformers import DynamicCache
 
+    from common.rollout.static_decode import cache_arg, check_cache_filled
+
     B = len(prompts)
     L = max(len(p) for p in prompts)
     ids = torch.full((B, L), pad_id, dtype=torch.long)
@@ -78,7 +80,9 @@ def sample(
         mask[i, L - len(p):] = 1
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
+    cache_kw = {cache_arg(model): cache}   # `cache` from transformers 5.24, `past_key_values` before
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **cache_kw)
+    check_cache_filled(cache, L)
     logits = out.logits[:, -1, :]
     cur_pos = pos[:, -1]
     done = torch.zeros(B, dtype=torch.bool)
@@ -101,8 +105,8 @@ def sample(
             break
         mask = torch.cat([mask, torch.ones((B, 1), dtype=torch.long)], 1)
         cur_pos = cur_pos + 1
-        out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=cur_pos[:, None], cache=cache,
-                    use_cache=True)
+        out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=cur_pos[:, None],
+                    use_cache=True, **cache_kw)
         logits = out.logits[:, -1, :]
     res = []
     for i in range(B):

