@@ -163,7 +163,7 @@ REPEATED_SLOW = "\\int_0^\\infty e^{-x^{x^{x}}} dx"
 
 
 def shipped_golds() -> list[tuple[str, str, str]]:
-    """(benchmark, gold, answer_type) for every problem of every benchmark file shipped in eval/data/benchmarks,
+    """(benchmark, gold, answer_type) for every problem of every benchmark file shipped in common/data/benchmarks,
     read through the registry (its gold extraction); a file registered under two names is read once."""
     out, seen = [], set()
     for name, spec in BENCHMARKS.items():

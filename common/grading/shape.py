@@ -15,7 +15,7 @@ from functools import lru_cache
 
 __all__ = ["AnswerShape", "BOUNDS", "GOLD_MAXIMA", "MAX_ANSWER_CHARS", "answer_shape", "implausible_bound"]
 
-#: Maxima over the gold answers of every shipped benchmark (1,930 golds of eval/data/benchmarks, read through
+#: Maxima over the gold answers of every shipped benchmark (1,930 golds of common/data/benchmarks, read through
 #: the registry; ``bench.grading.shipped_gold_maxima()`` measures them and prints them, a test checks that
 #: these still hold): length 210 characters (minerva_math), nesting 4 (minerva_math), exponents 7
 #: (``x^8 + x^7 + ... + x^2 + x + 1``), exponent depth 1 (no gold has an exponent inside an exponent), digit
