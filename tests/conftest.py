@@ -84,3 +84,23 @@ def world() -> Path:
     except FileExistsError:   # a cache left by an older world definition: it is only a cache, rebuild it
         shutil.rmtree(out)
         return Path(build_world(out, seed=0, quick=True, log=lambda *a, **k: None))
+
+
+# ---- the fake GPU vLLM (tests/fake_vllm; why a fake: tests/test_vllm_contract.py's docstring) ----
+@pytest.fixture()
+def vllm(monkeypatch):
+    """The fake vllm on sys.path, its call log empty, torchrun's variables set (as one rank of a job)."""
+    import sys
+    fake_dir = Path(__file__).resolve().parent / "fake_vllm"
+    monkeypatch.syspath_prepend(str(fake_dir))
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    import vllm as fake
+    assert fake.__file__.startswith(str(fake_dir))
+    fake.CALLS.clear()
+    monkeypatch.setattr(fake.platforms, "SLEEP_MODE", True)     # the GPU build's platform
+    for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": "29999"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    return fake

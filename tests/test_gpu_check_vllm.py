@@ -18,23 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 FAKE = Path(__file__).resolve().parent / "fake_vllm"
 
 
-@pytest.fixture()
-def vllm(monkeypatch):
-    """The fake vllm on sys.path, its call log empty, torchrun's variables set (as one rank of a job)."""
-    monkeypatch.syspath_prepend(str(FAKE))
-    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-        monkeypatch.delitem(sys.modules, name)
-    import vllm as fake
-    assert fake.__file__.startswith(str(FAKE))
-    fake.CALLS.clear()
-    monkeypatch.setattr(fake.platforms, "SLEEP_MODE", True)     # the GPU build's platform
-    for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                 "MASTER_PORT": "29999"}.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
-    return fake
-
-
 def weights_only(world: Path, tmp_path: Path) -> Path:
     """A copy of the tiny base model's folder without its tokenizer files (as the GPU check's folder)."""
     d = tmp_path / "model"

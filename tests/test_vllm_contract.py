@@ -43,25 +43,7 @@ from common.models import load_model, load_tokenizer
 from common.rollout import SamplingParams, build_engine, prompt_seed
 
 ROOT = Path(__file__).resolve().parents[1]
-FAKE = Path(__file__).resolve().parent / "fake_vllm"
 SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
-
-
-@pytest.fixture()
-def vllm(monkeypatch):
-    """The fake vllm on sys.path, its call log empty, torchrun's variables set (as one rank of a job)."""
-    monkeypatch.syspath_prepend(str(FAKE))
-    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-        monkeypatch.delitem(sys.modules, name)
-    import vllm as fake
-    assert fake.__file__.startswith(str(FAKE))
-    fake.CALLS.clear()
-    monkeypatch.setattr(fake.platforms, "SLEEP_MODE", True)     # the GPU build's platform
-    for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                 "MASTER_PORT": "29999"}.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
-    return fake
 
 
 def calls(fake, since: int = 0) -> list[str]:
