@@ -55,7 +55,9 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
   echo "$WANT" >"$STAMP"
 fi
 [ $setup_only = 1 ] && exit 0
-# the real engine (tests/vllm_real), then the suite's engine, sampler, log-prob, evaluation and resume tests
-# under the GPU set-up's transformers
-exec "$VENV/bin/python" -m pytest -p no:cacheprovider tests/vllm_real tests/test_rollout.py \
-  tests/test_toy_world.py tests/test_logprobs.py tests/test_evaluate.py tests/test_resume.py "${extra[@]}"
+# the real engine (tests/vllm_real), then, in a process of their own (an in-process vLLM CPU engine binds
+# threads and turns torch.set_num_threads into a no-op for the rest of its process), the suite's engine,
+# sampler, log-prob, evaluation and resume tests under the GPU set-up's transformers
+"$VENV/bin/python" -m pytest -p no:cacheprovider tests/vllm_real "${extra[@]}"
+exec "$VENV/bin/python" -m pytest -p no:cacheprovider tests/test_rollout.py tests/test_toy_world.py \
+  tests/test_logprobs.py tests/test_evaluate.py tests/test_resume.py "${extra[@]}"
