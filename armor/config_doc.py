@@ -129,7 +129,7 @@ def _md(s: str, code: bool = False) -> str:
 def markdown() -> str:
     """docs/config.md: one table per section."""
     out = ["<!-- GENERATED FILE: python -m armor.train --help-markdown > docs/config.md "
-           "(from the dataclasses of armor/config.py; tests/test_config_help.py checks it is up to date) -->",
+           "(from the dataclasses of armor/config.py; tests/unit/test_config_help.py checks it is up to date) -->",
            "", "# Config reference", "",
            "Every key of a run config, with its type, default and meaning. Presets (`reproduce/presets/*.yaml`) "
            "set them in YAML; the command line overrides them as dotted `key=value` "

@@ -8,7 +8,7 @@ local-shard copies.
 The parameters `fully_shard` keeps are the module's own dtype: load the policy in float32 and they are the fp32
 master weights, while `MixedPrecisionPolicy(param_dtype=compute_dtype)` all-gathers them in the compute dtype for
 forward and backward and reduces gradients in float32 (verl's layout). Facts this relies on, checked on CPU
-with gloo by tests/test_distributed.py (2 ranks equal one process, weights within 1e-6): FSDP2 averages
+with gloo by tests/integration/test_distributed.py (2 ranks equal one process, weights within 1e-6): FSDP2 averages
 gradients over ranks (a loss normalised by a global token count is multiplied by the world size); a no-grad
 forward leaves the root unsharded (`reshard` after it).
 """

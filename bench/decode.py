@@ -3,7 +3,7 @@
     python -m bench.decode [--world DIR] [--rows 32,64,128,256] [--new-tokens 48] [--reps 5] [--threads 1]
 
 Both decoders sample the same rows from the same prompts with the same seed (so the same tokens, see
-tests/test_rollout.py), interleaved rep by rep so that they see the same machine load; the figure is the median
+tests/integration/test_rollout.py), interleaved rep by rep so that they see the same machine load; the figure is the median
 wall time of a whole `generate` call. Default model: the tiny world's base model (`runs/tiny/world`).
 """
 from __future__ import annotations

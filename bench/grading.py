@@ -298,7 +298,7 @@ def pathological_set(n: int = 200, seed: int = 0) -> list[PathologicalCase]:
 def adversarial_strings(n: int = 1000, seed: int = 0, distinct_slow: int = 2) -> list[str]:
     """Adversarial responses: huge exponents, deep nesting, unbalanced braces, 100 kB texts, boxed garbage.
 
-    The tests' adversarial set (tests/test_grading.py grades it). Templates known to make math-verify slow take
+    The tests' adversarial set (tests/unit/test_grading.py grades it). Templates known to make math-verify slow take
     only ``distinct_slow`` distinct values (the grader grades identical answers once), so the default test stays
     short; the slow test and the benchmark's second pathological figure use all-distinct strings.
     """

@@ -59,5 +59,5 @@ fi
 # threads and turns torch.set_num_threads into a no-op for the rest of its process), the suite's engine,
 # sampler, log-prob, evaluation and resume tests under the GPU set-up's transformers
 "$VENV/bin/python" -m pytest -p no:cacheprovider tests/vllm_real "${extra[@]}"
-exec "$VENV/bin/python" -m pytest -p no:cacheprovider tests/test_rollout.py tests/test_toy_world.py \
-  tests/test_logprobs.py tests/test_evaluate.py tests/test_resume.py "${extra[@]}"
+exec "$VENV/bin/python" -m pytest -p no:cacheprovider tests/integration/test_rollout.py tests/integration/test_toy_world.py \
+  tests/unit/test_logprobs.py tests/integration/test_evaluate.py tests/integration/test_resume.py "${extra[@]}"

@@ -8,7 +8,7 @@ and `keep` only the rows still sampling. Two steppers implement that:
 - `StaticStepper` computes the same decoder layers from the model's own weights, re-laid-out for decoding
   (below). A decode step of the suite's tiny models costs per operation more than per row, so it is built from
   few operations: `python -m bench.decode` measures both steppers. Logits agree with `forward` to float
-  rounding (tests/test_rollout.py).
+  rounding (tests/integration/test_rollout.py).
 
 `StaticStepper.supports(model)` says whether a model has the layout this file knows; anything else falls back
 to `HFStepper`. Neither stepper keeps gradients: sampling runs under `torch.inference_mode`.

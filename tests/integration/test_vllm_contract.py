@@ -42,7 +42,7 @@ from armor.config import load_config
 from common.models import load_model, load_tokenizer
 from common.rollout import SamplingParams, build_engine, prompt_seed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
 
 

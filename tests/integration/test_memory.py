@@ -11,7 +11,7 @@ import torch
 from armor import memory
 from armor.config import load_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_parameter_count_is_the_models():

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-FAKE = Path(__file__).resolve().parent / "fake_vllm"
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = Path(__file__).resolve().parents[1] / "fake_vllm"
 
 
 def weights_only(world: Path, tmp_path: Path) -> Path:

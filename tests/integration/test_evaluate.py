@@ -23,7 +23,7 @@ from eval.plan import resolve_max_new_tokens
 from eval.protocols import DEFAULT_MAX_NEW_TOKENS, get_protocol, resolve_setting
 from eval.settings import read_preset
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAST = dict(grader_workers=0, progress=False, log=lambda *a: None)
 
 

@@ -11,7 +11,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("common", "armor", "eval", "reproduce", "slurm", "figures", "bench")
 ALLOWED = {
     "common": set(),
@@ -155,7 +155,7 @@ def test_the_string_rule_catches_each_kind_of_coupling(tmp_path):
     """The couplings this rule was written against, each as a lower layer would write it."""
     cases = {
         "slurm": 'PRELOAD = ("torch", "armor.trainer", "eval.evaluate")\n',
-        "common": 'from pathlib import Path\nDATA = Path(__file__).resolve().parents[1] / "eval" / "data"\n',
+        "common": 'from pathlib import Path\nDATA = Path(__file__).resolve().parents[2] / "eval" / "data"\n',
         "eval": ('from pathlib import Path\nROOT = Path(__file__).parents[1]\n'
                  'PRESETS = ROOT / "reproduce" / "presets"\n'),
         "armor": 'def hint(w):\n    return f"python -m reproduce.toy.build --out {w}"\n',

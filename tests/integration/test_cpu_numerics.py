@@ -15,7 +15,7 @@ import pytest
 
 from common import cpu_numerics
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHOW = ("import os, torch; print(torch.backends.cpu.get_cpu_capability(), os.environ.get('MKL_CBWR'), "
         "os.environ.get('OMP_WAIT_POLICY'))")
 # `python -m MODULE --help` (or the script) in this process, as the interpreter runs it, then what is in force

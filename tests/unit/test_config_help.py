@@ -11,7 +11,7 @@ import pytest
 from armor import config_doc
 from armor.config import RunConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _all_fields(cls=RunConfig, prefix=""):

@@ -9,7 +9,7 @@ from armor.config import load_config
 from armor.health import HealthMonitor, RunHealthError, mismatch_bound
 from armor.trainer import Trainer
 
-SMOKE = Path(__file__).resolve().parents[1] / "reproduce" / "presets" / "smoke.yaml"
+SMOKE = Path(__file__).resolve().parents[2] / "reproduce" / "presets" / "smoke.yaml"
 
 
 def test_bounds_by_dtype_and_configured():

@@ -15,7 +15,7 @@ import common.grading.verify as V
 from bench.grading import REPEATED_SLOW as SLOW, SLOW_IN_BOUNDS
 from common.grading import Grader, Verdict, extract_boxed, grade_one
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: per mode: (response, gold, answer_type) -- right and wrong via math-verify, one answer in two spellings
 #: (one task, two extracted strings), the same answer against another gold, no answer, the integer fast path,
@@ -98,7 +98,7 @@ def test_repeated_slow_answer_reaches_math_verify_once(monkeypatch):
     assert [x.reason for x in v[12:]] == ["ok", "ok", "no_answer", "ok"] and v[15].correct
 
 
-# In-process timeouts use SIGALRM: run in a child process (as tests/test_grading.py does), so a regression
+# In-process timeouts use SIGALRM: run in a child process (as tests/unit/test_grading.py does), so a regression
 # hangs the child, whose `timeout=` fails the test, not pytest. The fake math-verify never returns on the
 # slow answer, so its timeout is certain.
 _TIMEOUT_CHILD = r"""

@@ -14,7 +14,7 @@ import pytest
 from armor.trainer import DETERMINISTIC_KEYS
 from common.jsonl import read_jsonl, write_jsonl
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
 # one ARMOR run: anchors, the mixed ratio, reference resets every 3 steps, validation and checkpoints every 2
 ARMOR = ["schedule.save_every=2", "schedule.validate_every=2", "validation.max_problems=8",
@@ -123,7 +123,7 @@ TEN_KILLS = ("sample@1", "anchor@2", "update@3", "reset@3", "metrics@3", "valida
 
 @pytest.mark.slow
 def test_ten_kills_of_one_armor_run(world, uninterrupted, tmp_path):
-    """`python -m pytest -m slow tests/test_resume.py`: one 8-step ARMOR run SIGKILLed at ten points in turn,
+    """`python -m pytest -m slow tests/integration/test_resume.py`: one 8-step ARMOR run SIGKILLed at ten points in turn,
     resumed after each, equals the uninterrupted run."""
     out = tmp_path / "run"
     for fault in TEN_KILLS:

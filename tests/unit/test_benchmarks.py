@@ -16,7 +16,7 @@ from common.benchmarks import (BENCHMARK_DIR, DAPO_MATH_17K, DAPO_PROMPT, SYSTEM
                                BenchmarkSpec, Problem, build_messages, default_mode, get_spec, load_benchmark,
                                register_jsonl, report_name)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(autouse=True)
 def _restore_registry():

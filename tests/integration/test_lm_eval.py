@@ -17,7 +17,7 @@ import yaml
 from common.benchmarks import build_messages, load_benchmark
 from common.grading import extract_answer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TASK_DIR = ROOT / "eval" / "lm_eval_tasks"
 SHIPPED = {"armor_aime24": "aime24", "armor_aime25": "aime25", "armor_amc23": "amc23", "armor_amc": "amc",
            "armor_math500": "math500", "armor_minerva_math": "minerva_math",

@@ -21,7 +21,7 @@ from common.grading import (BOUNDS, GOLD_MAXIMA, REASONS, Grader, Verdict, answe
 from common.grading.normalize import _cheap_compare
 from common.grading.verify import _math_verify
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ["aime24", "aime25", "amc23", "amc", "math500", "minerva_math", "olympiadbench", "mmlu_pro"]
 #: benchmarks whose wrong-gold check runs math-verify on symbolic pairs (slow): subset by default
 HEAVY = {"math500": 100, "minerva_math": 50, "olympiadbench": 100}

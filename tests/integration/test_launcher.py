@@ -17,7 +17,7 @@ from slurm.launcher import (BLOCKED, DONE, FAILED, RUNNING, TODO, Job, Launcher,
                             topo_order)
 from slurm.resources import ResourceError, Resources, resolve_resources
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 

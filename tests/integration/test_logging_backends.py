@@ -14,7 +14,7 @@ import pytest
 from armor.config import load_config
 from common.jsonl import read_jsonl
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ROOT / "reproduce" / "presets"
 
 

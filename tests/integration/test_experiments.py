@@ -25,7 +25,7 @@ from reproduce.presets import ExperimentError, PRESETS_DIR, ckpt_dir, fixed_peak
 from reproduce import experiments, run_all
 from slurm.launcher import topo_order
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 PRESETS = sorted(p.stem for p in (REPO / "reproduce" / "presets").glob("*.yaml"))
 PROBES = sorted(str(p) for p in (REPO / "reproduce" / "presets" / "probes").glob("*.yaml"))  # world-design probes

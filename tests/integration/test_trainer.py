@@ -10,7 +10,7 @@ import torch
 from armor.config import load_config
 from armor.trainer import Trainer, PhaseTimes, RolloutStats, train
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
 
 

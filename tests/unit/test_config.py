@@ -5,7 +5,7 @@ import pytest
 
 from armor.config import FOREIGN_SECTIONS, ConfigError, apply_overrides, dump_config, load_config, read_yaml, to_dict
 
-PRESETS = Path(__file__).resolve().parents[1] / "reproduce" / "presets"
+PRESETS = Path(__file__).resolve().parents[2] / "reproduce" / "presets"
 P7B = PRESETS / "qwen25-math-7b.yaml"
 
 
@@ -20,7 +20,7 @@ def test_qwen25_math_7b_preset_carries_appendix_b():
     assert (c.rollout.temperature, c.rollout.top_p) == (1.0, 1.0)
     assert (c.rollout.gen_batch_prompts, c.rollout.max_rounds) == (4 * 512, 10)
     assert (c.validation.benchmarks, c.validation.temperature, c.validation.top_p) == (["aime24"], 1.0, 0.7)
-    assert c.schedule.validate_every == 5     # its protocol: tests/test_experiments.py (reproduce/protocol.py)
+    assert c.schedule.validate_every == 5     # its protocol: tests/integration/test_experiments.py (reproduce/protocol.py)
 
 
 def test_qwen3_preset_inherits_and_overrides():

@@ -176,7 +176,7 @@ def test_cluster_up_is_idempotent(slurm_cluster):
     import os
     if os.geteuid() != 0:
         pytest.skip("cluster_up.sh needs root")
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     state = Path(os.environ.get("ARMOR_SLURM_STATE", "/var/run/armor-slurm"))
     pids = {d: (state / f"{d}.pid").read_text() for d in ("slurmctld", "slurmd")}
     # a job of an earlier test may still be completing: the node is up all the same (a loop run once failed here)
@@ -201,7 +201,7 @@ def test_cluster_up_starts_with_an_empty_queue(slurm_cluster, tmp_path):
         pytest.skip("cluster_up.sh needs root")
     if os.environ.get("ARMOR_SLURM_SHARED") == "1":
         pytest.skip("restarts the cluster: not while other work shares it (ARMOR_SLURM_SHARED=1)")
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     up, down = (["bash", str(repo / "slurm" / f"cluster_{w}.sh")] for w in ("up", "down"))
 
     def held_job_survives_restart(env):

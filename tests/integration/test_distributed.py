@@ -14,7 +14,7 @@ import torch
 from armor.trainer import DETERMINISTIC_KEYS
 from common.jsonl import read_jsonl
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
 ARGS = ["schedule.save_every=2", "schedule.validate_every=2", "validation.max_problems=8",
         "algo.anchor.enabled=true", "algo.mix.variant=mixed", "algo.mix.alpha=0.875", "algo.reference.reset.every=3",
@@ -88,7 +88,7 @@ def test_two_ranks_with_token_micro_batches_and_chunked_logprobs(runs, world):
     """The paper-scale memory path on 2 ranks (rows dealt to ranks by tokens, micro-batches padded to their own
     longest row, the lm_head in chunks through the FSDP2-registered method, activation checkpointing inside the
     FSDP2 layers) equals the one process of the default path: the same kept prompts and anchors, metrics within 1e-5; weights within 1e-5, since the rows
-    meet in other micro-batches and ranks (float rounding: tests/test_trainer.py measures the default path's own)."""
+    meet in other micro-batches and ranks (float rounding: tests/integration/test_trainer.py measures the default path's own)."""
     out = runs["tmp"] / "tokens"
     _ok(_run(world, out, 2, extra=("batch.micro_batch_tokens=80", "batch.logprob_chunk_tokens=16",
                                    "model.gradient_checkpointing=true")))
