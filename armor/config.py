@@ -34,8 +34,7 @@ from common.yaml_config import ConfigError, read_yaml  # noqa: F401  (armor.conf
 # Top-level sections of a preset owned by other tools: the trainer neither reads nor validates them; it keeps
 # them verbatim (RunConfig.foreign) and writes them back into the run's config.yaml. Section -> its owner.
 FOREIGN_SECTIONS: dict[str, str] = {
-    "protocol": "the experiment driver's continual-training protocol (reproduce/protocol.py; its keys: "
-                "`python -m reproduce.protocol`, docs/protocol.md)",
+    "protocol": "the experiment driver's continual-training protocol (its keys: docs/protocol.md)",
 }
 
 # Each field's help lives with the field (metadata["help"]): `python -m armor.train --help` prints it and

@@ -131,9 +131,9 @@ def markdown() -> str:
     out = ["<!-- GENERATED FILE: python -m armor.train --help-markdown > docs/config.md "
            "(from the dataclasses of armor/config.py; tests/unit/test_config_help.py checks it is up to date) -->",
            "", "# Config reference", "",
-           "Every key of a run config, with its type, default and meaning. Presets (`reproduce/presets/*.yaml`) "
-           "set them in YAML; the command line overrides them as dotted `key=value` "
-           "(`python -m armor.train --config reproduce/presets/tiny.yaml algo.mix.alpha=0.875`). "
+           "Every key of a run config, with its type, default and meaning. Presets (YAML files: the driver's "
+           "are listed in the README) set them; the command line overrides them as dotted `key=value` "
+           "(`python -m armor.train --config PRESET.yaml algo.mix.alpha=0.875`). "
            "`python -m armor.train --help [SECTION]` prints the same reference in the terminal.", ""]
     docs = list(fields())
     groups: list[tuple[str, str, list[FieldDoc]]] = [("top level", RunConfig.__doc__ or "", [])]

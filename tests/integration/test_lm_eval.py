@@ -110,7 +110,8 @@ def test_lm_eval_loads_every_task(world, tmp_path, monkeypatch):
 
 def test_toy_data_resolution(utils, world, tmp_path, monkeypatch):
     monkeypatch.delenv("ARMOR_TOY_DATA", raising=False)
-    assert utils.toy_data_file() == ROOT / "runs" / "tiny" / "world" / "data" / "test.jsonl"
+    with pytest.raises(FileNotFoundError, match="ARMOR_TOY_DATA"):      # no default layout of a world
+        utils.toy_data_file()
     monkeypatch.setenv("ARMOR_TOY_DATA", str(world / "data" / "test.jsonl"))
     docs = utils.docs("toy_test", 4, [4], default_template="plain", limit=3)
     assert [d["armor_user"] for d in docs] == [p.problem for p in load_benchmark("toy_test", limit=3)]

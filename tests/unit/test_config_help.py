@@ -57,7 +57,7 @@ def test_help_of_one_section_and_of_an_unknown_one():
     r = _help("--help", "algo.mixx")
     assert r.returncode == 2 and "algo.mixx" in r.stderr and "unknown config key or section" in r.stderr
     r = _help("--help", "protocol")            # another tool's section: says whose it is
-    assert r.returncode == 2 and "not a trainer section" in r.stderr and "reproduce/protocol.py" in r.stderr
+    assert r.returncode == 2 and "not a trainer section" in r.stderr and "docs/protocol.md" in r.stderr
 
 
 def test_docs_config_md_is_the_generated_reference():
