@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Stop what slurm/cluster_netns_up.sh started (by the PIDs it recorded) and remove its network (namespaces, veth
-# pairs, bridge, /etc/netns/<node>); idempotent. Packages, slurm.conf and the state folders stay. The
+# Stop what slurm/cluster_netns_up.sh started (by the PIDs it recorded) and remove its network (namespaces,
+# veth pairs, bridge, /etc/netns/<node>); idempotent. Packages, slurm.conf and the state folders stay. The
 # single-node cluster of slurm/cluster_up.sh is not touched.
 set -uo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Bring up a two-node SLURM cluster on ONE machine: each node is a network namespace (`ip netns`) with its own IP
-# on a bridge, running its own slurmd; slurmctld and a munged of its own run beside them in the root namespace.
+# Bring up a two-node SLURM cluster on ONE machine: each node is a network namespace (`ip netns`) with its own
+# IP on a bridge, running its own slurmd; slurmctld and a munged of its own run beside them in the root
+# namespace.
 #
-#   sudo bash slurm/cluster_netns_up.sh    # installs iproute2 munge slurm if needed, builds the network, starts it
+#   sudo bash slurm/cluster_netns_up.sh    # installs iproute2 munge slurm if needed; network; daemons
 #   export SLURM_CONF=/etc/armor-netns/slurm.conf   # then sbatch/srun/squeue/scontrol talk to this cluster
 #   bash slurm/cluster_netns_down.sh       # stops exactly what this script started, removes the network
 #
@@ -14,8 +15,8 @@
 #     ├─ veth armor-n1h ── netns armor-n1: armor0 10.77.0.1  slurmd -N armor-n1 (port 6918)
 #     └─ veth armor-n2h ── netns armor-n2: armor0 10.77.0.2  slurmd -N armor-n2
 #
-# slurmd runs in its node's namespace through `in_node` below, not `ip netns exec`: that one also mounts a fresh
-# /sys, which hides /sys/fs/cgroup, and SLURM 22.05's slurmd then stops ("No filesystem mounted on
+# slurmd runs in its node's namespace through `in_node` below, not `ip netns exec`: that one also mounts a
+# fresh /sys, which hides /sys/fs/cgroup, and SLURM 22.05's slurmd then stops ("No filesystem mounted on
 # /sys/fs/cgroup ... Unable to initialize cgroup plugin"). Each node sees its own /etc/hosts
 # (/etc/netns/<node>/hosts, bind-mounted in a private mount namespace) naming both nodes, so torchrun's
 # --master_addr=armor-n1 resolves; the interface is `armor0` in every node: GLOO_SOCKET_IFNAME=armor0.
@@ -66,7 +67,8 @@ all_usable() {  # every node idle/mixed/allocated/completing
 }
 in_node() {  # in_node NODE CMD...: CMD in NODE's network namespace, with NODE's /etc/hosts; /sys stays
   local node="$1"; shift
-  unshare --mount --propagation private sh -c 'mount --bind "$1" /etc/hosts && shift && exec nsenter --net="$@"' \
+  unshare --mount --propagation private \
+    sh -c 'mount --bind "$1" /etc/hosts && shift && exec nsenter --net="$@"' \
     sh "/etc/netns/$node/hosts" "/var/run/netns/$node" "$@"
 }
 daemons_alive() {
@@ -123,8 +125,8 @@ echo "PartitionName=netns Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSu
 }
 
 # --------------------------------------------------------------------------------------------- fast path
-if command -v sinfo >/dev/null && daemons_alive && [ "$(cat "$CONF" 2>/dev/null)" = "$(make_conf 2>/dev/null)" ] \
-   && all_usable; then
+if command -v sinfo >/dev/null && daemons_alive \
+   && [ "$(cat "$CONF" 2>/dev/null)" = "$(make_conf 2>/dev/null)" ] && all_usable; then
   log "already up (slurmctld pid $(cat "$STATE/slurmctld.pid"), nodes ${NODES[*]}); nothing to do"
   exit 0
 fi
@@ -139,11 +141,14 @@ if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
   had_policy=0; [ -e /usr/sbin/policy-rc.d ] && had_policy=1   # postinst must not start services
-  if [ $had_policy = 0 ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; fi
+  if [ $had_policy = 0 ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d
+  fi
   if ! apt-get install -y --no-install-recommends "${need[@]}" >/tmp/armor-netns-apt.log 2>&1; then
     apt-get update >>/tmp/armor-netns-apt.log 2>&1 || true
     apt-get install -y --no-install-recommends "${need[@]}" >>/tmp/armor-netns-apt.log 2>&1 \
-      || { [ $had_policy = 0 ] && rm -f /usr/sbin/policy-rc.d; die "apt-get install failed, see /tmp/armor-netns-apt.log"; }
+      || { [ $had_policy = 0 ] && rm -f /usr/sbin/policy-rc.d
+           die "apt-get install failed, see /tmp/armor-netns-apt.log"; }
   fi
   [ $had_policy = 0 ] && rm -f /usr/sbin/policy-rc.d
 fi
@@ -165,11 +170,14 @@ for node in "${NODES[@]}"; do
   fi
   ip link set "${node}h" master "$BR"
   ip link set "${node}h" up
-  ip netns exec "$node" sh -c "ip addr show dev $IFNAME | grep -q 'inet $NET.$i/' || ip addr add $NET.$i/24 dev $IFNAME
-                              ip link set $IFNAME up; ip link set lo up"
+  ip netns exec "$node" ip addr show dev "$IFNAME" | grep -q "inet $NET.$i/" \
+    || ip netns exec "$node" ip addr add "$NET.$i/24" dev "$IFNAME"
+  ip netns exec "$node" ip link set "$IFNAME" up
+  ip netns exec "$node" ip link set lo up
   mkdir -p "/etc/netns/$node"
   { echo "$MARK"; echo "127.0.0.1 localhost"; echo "$NET.$i $HOST"; echo "$NET.254 armor-nsctl"
-    j=0; for other in "${NODES[@]}"; do j=$((j + 1)); echo "$NET.$j $other"; done; } > "/etc/netns/$node/hosts"
+    j=0; for other in "${NODES[@]}"; do j=$((j + 1)); echo "$NET.$j $other"; done
+  } > "/etc/netns/$node/hosts"
 done
 
 # ------------------------------------------------------------------------------------------------- munge
@@ -178,7 +186,8 @@ id munge >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/
 mkdir -p /etc/munge "$STATE/munge"
 if [ ! -s /etc/munge/munge.key ]; then
   log "creating munge key"
-  if command -v mungekey >/dev/null 2>&1; then mungekey --create --keyfile=/etc/munge/munge.key --force >/dev/null
+  if command -v mungekey >/dev/null 2>&1; then
+    mungekey --create --keyfile=/etc/munge/munge.key --force >/dev/null
   else dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none; fi
   chown munge:munge /etc/munge/munge.key; chmod 0400 /etc/munge/munge.key
 fi
@@ -197,7 +206,9 @@ fi
 
 # ----------------------------------------------------------------------------------------------- daemons
 NEW_CONF=$(make_conf)
-if [ -e "$CONF" ] && ! grep -qF "$MARK" "$CONF"; then die "$CONF exists and was not written by this script"; fi
+if [ -e "$CONF" ] && ! grep -qF "$MARK" "$CONF"; then
+  die "$CONF exists and was not written by this script"
+fi
 CONF_CHANGED=0
 if [ ! -e "$CONF" ] || [ "$(cat "$CONF")" != "$NEW_CONF" ]; then
   echo "$NEW_CONF" > "$CONF"; chmod 644 "$CONF"; CONF_CHANGED=1; log "wrote $CONF"
@@ -237,4 +248,5 @@ until all_usable; do
   sleep 0.5
 done
 T1=$(date +%s.%N)
-log "up: $(node_states | tr '\n' ' ')partition netns ($(awk "BEGIN{printf \"%.1f\", $T1-$T0}") s); export SLURM_CONF=$CONF"
+log "up: $(node_states | tr '\n' ' ')partition netns ($(awk "BEGIN{printf \"%.1f\", $T1-$T0}") s)"
+log "clients: export SLURM_CONF=$CONF"

@@ -150,7 +150,7 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
                    if attempts_file.exists() else 0)
     info = {"submission": sub, "attempt": attempt, "host": socket.gethostname(), "pid": os.getpid(),
             "pid_start": pid_start_time(os.getpid()), "time": time.time(), "slurm_job_id": slurm_job_id,
-            "node_rank": node_rank}
+            "node_rank": node_rank, "node": os.environ.get("SLURMD_NODENAME")}
     if leader:
         for name in END_MARKERS:
             (job_dir / name).unlink(missing_ok=True)
@@ -170,7 +170,8 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
     suffix = "" if leader else f".node{node_rank}"
     out = open(job_dir / f"log{suffix}.out", "ab", buffering=0)
     err = open(job_dir / f"log{suffix}.err", "ab", buffering=0)
-    header = (f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} attempt {attempt} on {info['host']} "
+    where = info["host"] + (f" (node {info['node']})" if info["node"] else "")   # nodes may share a hostname
+    header = (f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} attempt {attempt} on {where} "
               f"(submission {sub}{', slurm job ' + slurm_job_id if slurm_job_id else ''}): "
               f"{' '.join(argv)}\n").encode()
     out.write(header)
