@@ -148,9 +148,9 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
     attempts_file = job_dir / "attempts.jsonl"
     attempt = 1 + (sum(1 for line in attempts_file.read_text().splitlines() if sub in line)
                    if attempts_file.exists() else 0)
-    if not leader and os.environ.get("SLURM_RESTART_COUNT", "").isdigit():
+    if not leader and slurm_job_id:
         # another node: the leader may have appended this attempt's line already; SLURM counts requeues
-        attempt = 1 + int(os.environ["SLURM_RESTART_COUNT"])
+        attempt = 1 + int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     info = {"submission": sub, "attempt": attempt, "host": socket.gethostname(), "pid": os.getpid(),
             "pid_start": pid_start_time(os.getpid()), "time": time.time(), "slurm_job_id": slurm_job_id,
             "node_rank": node_rank, "node": os.environ.get("SLURMD_NODENAME")}
