@@ -11,7 +11,7 @@
 
 The DAG (reproduce/jobs.py): staging of the hub models and datasets (presets that name hub ids;
 reproduce/stage.py) or the world build (toy presets) -> stage-1 baselines -> select θ* -> stage-2 arms ->
-evaluate (job array) -> runs/<preset>/results.parquet -> figures + REPRODUCTION.md.
+evaluate (one job per arm) -> runs/<preset>/results.parquet -> figures + REPRODUCTION.md.
 Reruns skip finished units (DONE markers, outputs) and never resubmit a queued or running job, so after an
 interruption (Ctrl-C, SIGKILL, a lost SSH session) rerunning the same command resumes. Bookkeeping and
 per-job logs: runs/<preset>/_jobs/<job key>/ (log.out, log.err); `python -m slurm.launcher status

@@ -324,7 +324,9 @@ def test_dry_run_qwen25_math_7b(tmp_path):
     assert "45 jobs: 0 done, 0 queued, 0 running, 45 to run" in out
     assert not tmp_path.joinpath("qwen25-math-7b").exists()  # a dry run writes nothing
     rc, out = _dry(["--preset", "qwen25-math-7b", "--dry-run", "--cluster", "slurm", "--root", str(tmp_path),
-                    "--nodes", "2", "--gpus-per-node", "4", "--partition", "gpu", "--only", "fig2"])
+                    "--nodes", "2", "--gpus-per-node", "4", "--partition", "gpu", "--only", "fig2",
+                    "--rollout-tokens-per-s", "20000"])   # default: a round on 8 GPUs outlasts parallel.timeout_s
+    assert rc == 0
     row = next(l for l in out.splitlines() if l.startswith("stage2/kl_k3_b1/seed0"))
     assert "2x4gpu" in row and "p=gpu" in row
     keys = [line.split()[0] for line in out.splitlines() if line.strip()]
