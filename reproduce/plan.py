@@ -422,7 +422,7 @@ def check_plan(preset, res: dict, t: Throughput, mem_key: str = "train.mem_gb") 
     """Plan-time errors of a GPU preset, each naming its key and value: a host-memory request below the
     estimate, a collective timeout below one generation round's expected time, a tensor-parallel size that
     does not divide the GPUs per node."""
-    p, cfg = preset.protocol, preset.cfg
+    cfg = preset.cfg
     train = res["train"]
     if not train.gpus_per_node:
         return
