@@ -86,7 +86,7 @@ def parse_args(argv=None):
     s.add_argument("--update-tokens-per-s", type=float, help="trained tokens/s per GPU (throughput assumption)")
     s.add_argument("--response-fill", type=float, help="mean response length / lengths.max_response")
     s.add_argument("--save-s", type=float, help="seconds per checkpoint save")
-    s.add_argument("--gpu-check", help="a bench.gpu_check report (gpu_check.json) to take the throughput from")
+    s.add_argument("--gpu-check", help="a GPU check report (gpu_check.json) to take the throughput from")
     s.add_argument("--budget-gpu-hours", type=float, help="list which --only items this many GPU-hours cover, "
                                                           "in order of cost")
     return ap.parse_args(argv)
