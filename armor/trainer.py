@@ -457,15 +457,17 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ validation
     @torch.no_grad()
-    def validate(self) -> list[dict]:
+    def validate(self, seed: int | None = None) -> list[dict]:
         """avg@k of the policy on each validation set: shard s of the problems seeded on its own, gathered
-        (armor.spmd; one shard: one call with the step's validation seed)."""
+        (armor.spmd; one shard: one call with the step's validation seed, or `seed` when given: the noise
+        floor's re-validations of fixed weights)."""
         v = self.cfg.validation
         rows = []
         for name, problems in self.val_sets.items():
             params = SamplingParams(n=v.samples, temperature=v.temperature, top_p=v.top_p,
                                     max_new_tokens=self.cfg.lengths.max_response,
-                                    seed=step_seed(self.cfg.seed, self.step, SeedPhase.VALIDATION))
+                                    seed=step_seed(self.cfg.seed, self.step, SeedPhase.VALIDATION)
+                                    if seed is None else seed)
             self.models.serve("policy")         # a collective on several ranks: before the shards
 
             def work(idx, s, problems=problems, params=params):
