@@ -244,10 +244,11 @@ def check_beta1_stagnates(ctx: Context) -> Verdict:
             ratios[s] = kl / ref
     if ratios:
         low = [r <= LOW_KL_RATIO for r in ratios.values()]
-        cls = YES if all(low) else NO if not any(low) else INCONCLUSIVE
+        # a condition without an interval: it can hold a "yes" back, never decide a "no"
+        cls = YES if all(low) else INCONCLUSIVE
         klv = Verdict(key, q, cls, f"reverse KL at the end / dapo_cont's (needs ≤ {LOW_KL_RATIO} on every seed): "
                       + ", ".join(f"s{s} {r:.3f}" for s, r in ratios.items()), {"kl_ratio": ratios},
-                      quantity="KL ratio", reason="every seed" if cls != INCONCLUSIVE else "seeds disagree")
+                      quantity="KL ratio", reason="low on every seed" if cls == YES else "not low on every seed")
     else:
         klv = Verdict(key, q, NOT_TESTABLE, "reverse KL not logged", quantity="KL ratio")
     return _merge(key, q, [moved, klv])
