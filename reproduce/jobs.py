@@ -24,6 +24,7 @@ from reproduce.arms import Arm, arm_seeds, build_arms, train_overrides
 from reproduce.collect import collect_done, figures_done
 from reproduce.entrypoints import entry
 from reproduce.evalplan import EVAL_RANKS_ENV, eval_benchmarks, eval_done
+from reproduce import noise
 from reproduce.peaks import peak_done, peak_file, start_point
 from common.layout import list_checkpoints
 from reproduce.presets import Preset, ckpt_dir, fixed_peak, preset_root, repo_path, run_dir
@@ -82,7 +83,20 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
         for arm in arms.values():
             if arm.evaluate and not arm.alias_of and s in plan.arm_seeds(arm):
                 jobs.append(_eval_job(plan, arm, s, staged))
+    if noise.applies(preset, arms):
+        jobs.append(_noise_job(plan, arms[noise.BASE_ARM]))
     return jobs + _final_jobs(plan, jobs, only)
+
+
+def _noise_job(plan: _Plan, arm: Arm) -> Job:
+    """The verdicts' noise floor (reproduce/noise.py): θ* of the first seed validated k times, after θ*."""
+    preset, root, s = plan.preset, plan.root, plan.seeds[0]
+    k = preset.protocol.noise_floor_repeats
+    return Job("noise_floor", plan.command("noise-floor", "--seed", str(s), *plan.stage_args), kind="noise_floor",
+               deps=[f"peak/{arm.baseline}/seed{s}"], resources=plan.res["evaluate"], env=plan.env,
+               done=lambda: noise.noise_done(preset, root, s),
+               info={"benchmarks": "validation", "protocol": f"{k} re-validations of θ*"},
+               description=f"noise floor: θ* of {arm.baseline} seed {s} validated {k} times")
 
 
 def _train_order(plan: _Plan, arms: dict[str, Arm]) -> list[tuple[Arm, int]]:
@@ -270,7 +284,7 @@ def _final_jobs(plan: _Plan, jobs: list[Job], only: Optional[list[str]]) -> list
     only_arg = ["--only", ",".join(only)] if only else []
     out = preset_root(root, preset)
     return [Job("collect", plan.command("collect", *seeds_arg), kind="collect",
-                deps=[j.key for j in jobs if j.kind in ("train", "evaluate", "select_peak")],
+                deps=[j.key for j in jobs if j.kind in ("train", "evaluate", "select_peak", "noise_floor")],
                 resources=plan.res["collect"], env=plan.env, done=lambda: collect_done(preset, root, seeds),
                 description=f"results table {out / 'results.parquet'}"),
             Job("figures", plan.command("figures", *seeds_arg, *only_arg), kind="figures", deps=["collect"],

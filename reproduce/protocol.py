@@ -67,6 +67,9 @@ class ProtocolConfig:
     eval_every: int = _f(0, "evaluate every N-th saved checkpoint (0 = only the selected ones)")
     eval_samples: Optional[int] = _f(None, "override the protocol's samples per problem (k)")
     eval_limit: Optional[int] = _f(None, "score only the first N problems of each benchmark")
+    noise_floor_repeats: int = _f(0, "the verdicts' evaluation noise floor: θ* of dapo (first seed) validated this "
+                                     "many times with different sampling seeds (docs/verdicts.md); 0 = not "
+                                     "measured (every verdict is then inconclusive)")
     nodes: int = _f(1, "nodes per training job (SLURM)")
     gpus_per_node: int = _f(0, "GPUs per training node (0 = a CPU preset)")
     procs_per_node: int = _f(0, "trainer ranks per training node (torchrun); 0 = one per GPU, or 1 on a CPU "
@@ -106,6 +109,8 @@ def validate_protocol(p: ProtocolConfig) -> None:
     c(p.peak_selection_window >= 1, "protocol.peak_selection_window", p.peak_selection_window, "must be >= 1")
     c(p.eval_samples is None or p.eval_samples >= 1, "protocol.eval_samples", p.eval_samples, "must be >= 1")
     c(p.eval_limit is None or p.eval_limit >= 1, "protocol.eval_limit", p.eval_limit, "must be >= 1")
+    c(p.noise_floor_repeats == 0 or p.noise_floor_repeats >= 2, "protocol.noise_floor_repeats",
+      p.noise_floor_repeats, "must be 0 (off) or >= 2 (a standard deviation needs two)")
     c(p.nodes >= 1, "protocol.nodes", p.nodes, "must be >= 1")
     c(p.gpus_per_node >= 0, "protocol.gpus_per_node", p.gpus_per_node, "must be >= 0")
     c(p.procs_per_node >= 0, "protocol.procs_per_node", p.procs_per_node, "must be >= 0")

@@ -211,7 +211,10 @@ def test_dag_structure(name, tmp_path):
             e = by[f"eval/{arm.name}/seed0"]
             assert e.array is None and e.kind == "evaluate"   # its own job: it waits for this arm alone
             assert e.deps == ([f"peak/{arm.name}/seed0"] if arm.stage == 1 else [key]) + staging
-    assert set(by["collect"].deps) == {k for k, j in by.items() if j.kind in ("train", "evaluate", "select_peak")}
+    assert set(by["collect"].deps) == {k for k, j in by.items()
+                                       if j.kind in ("train", "evaluate", "select_peak", "noise_floor")}
+    if p.protocol.noise_floor_repeats:      # the verdicts' noise floor: after θ* of the first seed
+        assert by["noise_floor"].deps == ["peak/dapo/seed0"] and by["noise_floor"].kind == "noise_floor"
     assert by["figures"].deps == ["collect"]
 
 
