@@ -1,11 +1,11 @@
 """How one RL step is split over ranks so that every rank takes the same decisions as one process would.
 
 Rollouts: each generation call (a round of on-policy prompts, a chunk of anchor candidates, a validation set)
-is cut into S contiguous shards (`rollout.shards`, default the world size); shard s is sampled with its own seed
-`shard_seed(seed, s)` by rank s mod W, and the shards' responses and verdicts are gathered, in shard order, on
-every rank. So a prompt's samples depend on its shard, never on the rank or the world size that drew it, and
-every rank computes the same keep rule, the same lazy-anchor chunks and the same kept groups, in stream order.
-With S = 1 a call is one generate with the step's own seed: exactly the single-process trainer.
+is cut into S contiguous shards (`rollout.shards`, default the world size); shard s is sampled with its own
+seed `shard_seed(seed, s)` by rank s mod W, and the shards' responses and verdicts are gathered, in shard
+order, on every rank. So a prompt's samples depend on its shard, never on the rank or the world size that drew
+it, and every rank computes the same keep rule, the same lazy-anchor chunks and the same kept groups, in
+stream order. With S = 1 a call is one generate with the step's own seed: exactly the single-process trainer.
 
 Updates: every rank holds the step's kept groups; each mini-batch's response rows are cut into W contiguous
 parts (`row_parts`) and rank r computes log-probs and gradients of part r only. The loss normaliser stays the
@@ -24,14 +24,15 @@ from common.distributed import Dist, shard_indices
 
 
 def shard_seed(seed: int, shard: int) -> int:
-    """The sampling seed of shard `shard` of a call seeded `seed` (a 62-bit hash; shard 0 of 1 is never asked)."""
+    """The sampling seed of shard `shard` of a call seeded `seed` (a 62-bit hash; shard 0 of 1 is never
+    asked)."""
     digest = hashlib.blake2b(repr(("shard", seed, shard)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") % (2 ** 62)
 
 
 def call_seed(seed: int, shard: int, shards: int) -> int:
-    """The sampling seed of shard `shard` of a call seeded `seed`: the call's own seed when it is one shard (the
-    single-process trainer's generate call), else shard_seed."""
+    """The sampling seed of shard `shard` of a call seeded `seed`: the call's own seed when it is one shard
+    (the single-process trainer's generate call), else shard_seed."""
     return seed if shards == 1 else shard_seed(seed, shard)
 
 

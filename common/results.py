@@ -16,8 +16,10 @@ import re
 from pathlib import Path
 from typing import Iterable, Optional
 
-RESULT_COLUMNS = ["preset", "model", "arm", "seed", "step", "benchmark", "metric", "k", "value", "n", "source"]
-RESULT_KEY = [c for c in RESULT_COLUMNS if c != "value"]           # a row is replaced by a newer one with this key
+RESULT_COLUMNS = ["preset", "model", "arm", "seed", "step", "benchmark", "metric", "k", "value", "n",
+                  "source"]
+# a row is replaced by a newer one with this key
+RESULT_KEY = [c for c in RESULT_COLUMNS if c != "value"]
 INT_COLUMNS = ("seed", "step", "k", "n")
 STR_COLUMNS = ("preset", "model", "arm", "benchmark", "metric", "source")
 METRIC_RE = re.compile(r"^(avg|pass|maj)@(\d+)$")                  # the metrics a table row may hold
@@ -60,7 +62,8 @@ def frame(rows: Iterable[dict]):
 
 
 def typed(df):
-    """`df` with the contract's dtypes (ints int64, value float, names str); ResultsError if a column is missing."""
+    """`df` with the contract's dtypes (ints int64, value float, names str);
+    ResultsError if a column is missing."""
     missing = [c for c in RESULT_COLUMNS if c not in df.columns]
     if missing:
         raise ResultsError(f"results table lacks columns {missing} (docs/CONTRACTS.md)")

@@ -1,8 +1,8 @@
 """The rollout-engine interface: one engine serves the policy and, with swapped weights, the reference.
 
-Weights are versioned: the trainer names what it hands over, ("policy", optimizer steps so far) or ("reference",
-resets so far), and an engine that already holds that version does nothing. So asking before every generate call
-is free, and a round with anchors costs at most one policy -> reference -> policy swap.
+Weights are versioned: the trainer names what it hands over, ("policy", optimizer steps so far) or
+("reference", resets so far), and an engine that already holds that version does nothing. So asking before
+every generate call is free, and a round with anchors costs at most one policy -> reference -> policy swap.
 """
 from __future__ import annotations
 
@@ -89,4 +89,5 @@ class RolloutEngine(abc.ABC):
 
     @abc.abstractmethod
     def _push(self, model: torch.nn.Module) -> None:
-        """Make the engine sample from `model`'s current weights (called by sync_weights when they changed)."""
+        """Make the engine sample from `model`'s current weights (called by sync_weights when they
+        changed)."""

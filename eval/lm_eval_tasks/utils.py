@@ -19,8 +19,8 @@ Options (lm-eval ``--metadata '{"template": "dapo", "data_file": "..."}'``, pass
 ``template`` (prompt template, default: the benchmark's / the toy protocol's ``plain``), ``data_file`` (read
 the benchmark from this file instead of the shipped copy). The tiny world's test split (task
 ``armor_toy_test``) is read from ``data_file``, else the ``ARMOR_TOY_DATA`` environment variable (a world is
-built by the experiment driver, outside this package: the harness assumes no layout of it). Environment: ``ARMOR_GRADER_WORKERS`` (math-verify worker
-processes, default 1).
+built by the experiment driver, outside this package: the harness assumes no layout of it). Environment:
+``ARMOR_GRADER_WORKERS`` (math-verify worker processes, default 1).
 """
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def toy_data_file(benchmark: str = "toy_test", data_file: str | None = None) -> 
     path = data_file or os.environ.get("ARMOR_TOY_DATA")
     if not path:
         raise FileNotFoundError(
-            f"{benchmark}: no data file: set ARMOR_TOY_DATA=<world>/data/{TOY_BENCHMARKS[benchmark]}.jsonl or pass "
-            f"lm-eval --metadata '{{\"data_file\": \"<path>\"}}'")
+            f"{benchmark}: no data file: set ARMOR_TOY_DATA=<world>/data/{TOY_BENCHMARKS[benchmark]}.jsonl "
+            f"or pass lm-eval --metadata '{{\"data_file\": \"<path>\"}}'")
     return Path(path).expanduser()
 
 
@@ -65,8 +65,8 @@ def docs(benchmark: str, samples: int, pass_ks=(), default_template: str | None 
         path = toy_data_file(benchmark, data_file)
         if not path.is_file():
             raise FileNotFoundError(
-                f"{benchmark}: data file not found: {path} (build the tiny world, or set ARMOR_TOY_DATA=<path> or "
-                f"lm-eval --metadata '{{\"data_file\": \"<path>\"}}')")
+                f"{benchmark}: data file not found: {path} (build the tiny world, or set "
+                f"ARMOR_TOY_DATA=<path> or lm-eval --metadata '{{\"data_file\": \"<path>\"}}')")
         register_jsonl(benchmark, path)
         data = load_benchmark(benchmark, limit=limit)
     else:
@@ -85,7 +85,8 @@ def docs(benchmark: str, samples: int, pass_ks=(), default_template: str | None 
 
 def load_docs(benchmark: str, samples: int, pass_ks=(), default_template: str | None = None,
               template: str | None = None, data_file: str | None = None, **_ignored):
-    """``custom_dataset`` entry point: {"test": datasets.Dataset} (extra lm-eval metadata keys are ignored)."""
+    """``custom_dataset`` entry point: {"test": datasets.Dataset} (extra lm-eval metadata keys are
+    ignored)."""
     import datasets
     rows = docs(benchmark, samples, pass_ks, default_template, template, data_file)
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
@@ -109,8 +110,9 @@ def process_results(doc: dict, results: list) -> dict:
     responses = results[0] if results and isinstance(results[0], (list, tuple)) else results
     k = int(doc["armor_k"])
     if len(responses) != k:
-        raise ValueError(f"{doc.get('armor_benchmark')} doc {doc.get('armor_index')}: got {len(responses)} responses, "
-                         f"expected {k} (the task needs repeats: {k} and a take_first_k filter with k: {k})")
+        raise ValueError(f"{doc.get('armor_benchmark')} doc {doc.get('armor_index')}: got {len(responses)} "
+                         f"responses, expected {k} (the task needs repeats: {k} and a take_first_k filter "
+                         f"with k: {k})")
     verdicts = grade(doc, responses)
     correct = [bool(v.correct) for v in verdicts]
     c = sum(correct)

@@ -1,5 +1,6 @@
 """Self-documenting config: every field carries its help (dataclass metadata), `python -m armor.train --help
-[SECTION]` prints keys, types, defaults and help, and docs/config.md is the generated reference, up to date."""
+[SECTION]` prints keys, types, defaults and help, and docs/config.md is the generated reference, up to
+date."""
 import dataclasses
 import subprocess
 import sys
@@ -31,8 +32,8 @@ def test_every_field_has_help():
 
 
 def _help(*args):
-    return subprocess.run([sys.executable, "-m", "armor.train", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-m", "armor.train", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
 
 
 def test_help_lists_every_key_with_type_default_and_help():
