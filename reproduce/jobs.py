@@ -25,6 +25,7 @@ from reproduce.evalplan import eval_benchmarks, eval_done
 from reproduce.peaks import peak_done, peak_file, start_point
 from reproduce.presets import Preset, ckpt_dir, fixed_peak, preset_root, repo_path, run_dir
 from reproduce.resources import load_resources
+from reproduce.retention import check_retention
 from slurm.launcher import Job
 
 JOB_ENV = {"ARMOR_PROGRESS": "0", "TOKENIZERS_PARALLELISM": "false"}
@@ -70,6 +71,7 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
                  resources or load_resources(p.nodes, p.gpus_per_node, procs_per_node=p.procs_per_node),
                  sd, stage.plan(preset, sd))
     arms = build_arms(preset, only)
+    check_retention(preset, arms, plan.seeds)       # schedule.keep_last deletes nothing θ* or an evaluation needs
     jobs = _setup_jobs(plan)
     first = [j.key for j in jobs]          # what stage-1 training waits for: staging and/or the world build
     for arm, s in _train_order(plan, arms):
