@@ -202,7 +202,8 @@ def save_sharded_state(tmp: Path, model, optimizer, rank: int, reference=None) -
     dcp.save(state, checkpoint_id=str(d), no_dist=not torch.distributed.is_initialized())
     (d / "rng").mkdir(parents=True, exist_ok=True)
     torch.save(rng_state(), d / "rng" / f"rank_{rank}.pt")
-    own = sorted(d.glob(f"__{rank}_*.distcp")) + [d / "rng" / f"rank_{rank}.pt"] + ([d / ".metadata"] if rank == 0 else [])
+    own = sorted(d.glob(f"__{rank}_*.distcp")) + [d / "rng" / f"rank_{rank}.pt"]
+    own += [d / ".metadata"] if rank == 0 else []
     return _manifest(tmp, only=own)
 
 
