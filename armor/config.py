@@ -264,12 +264,25 @@ class RewardConfig:
 
 @dataclass
 class ScheduleConfig:
-    """Steps, checkpoints, validation."""
+    """Steps, checkpoints, validation, and stopping for a requeue."""
     total_steps: int = _f(100, "RL steps of this run")
-    save_every: int = _f(10, "checkpoint every N steps (and at the last step)")
+    save_every: int = _f(10, "checkpoint every N steps (and at the last step and at keep_steps)")
     validate_every: int = _f(5, "validate every N steps (0 = never)")
-    keep_last: Optional[int] = _f(None, "keep only the N newest checkpoints (plus the protected ones)")
-    keep_steps: list[int] = _f(factory=list, help="never deleted (peak, reset points, eval points)")
+    keep_last: Optional[int] = _f(None, "retention: keep the N newest complete checkpoints (resumable states) "
+                                        "plus the protected ones (keep_steps, keep_best_window's, πref's); older "
+                                        "ones are deleted once a newer checkpoint is complete; null = keep all")
+    keep_steps: list[int] = _f(factory=list, help="steps always saved and never deleted (θ*, a late start, the "
+                                                  "steps evaluation needs; the experiment driver sets them)")
+    keep_best_window: int = _f(1, "never delete a checkpoint that may still be the argmax of the first "
+                                  "validation benchmark smoothed over this many points (centred, as "
+                                  "protocol.peak_selection_window); 0 = protect none")
+    export_dtype: Literal["model", "float32", "bfloat16", "float16"] = _f(
+        "model", "dtype of a checkpoint's Hugging Face export (what evaluation loads); model = model.dtype. "
+                 "Another dtype keeps the float32 master weights only in the sharded state (sharded/)")
+    stop_signals: list[str] = _f(factory=lambda: ["SIGUSR2", "SIGTERM"],
+                                 help="signals that ask the run to stop for a requeue (SLURM's time-limit "
+                                      "warning, preemption): the step in flight finishes, is saved, and the "
+                                      "process exits with 128 + the signal's number; [] = none")
 
 
 @dataclass
@@ -605,6 +618,13 @@ def validate(cfg: RunConfig) -> None:
     c(s.save_every >= 1, "schedule.save_every", s.save_every, "must be >= 1")
     c(s.validate_every >= 0, "schedule.validate_every", s.validate_every, "must be >= 0 (0 = never)")
     c(s.keep_last is None or s.keep_last >= 1, "schedule.keep_last", s.keep_last, "must be >= 1 (or null)")
+    c(s.keep_best_window >= 0, "schedule.keep_best_window", s.keep_best_window, "must be >= 0")
+    for i, k in enumerate(s.keep_steps):
+        c(k >= 1, f"schedule.keep_steps[{i}]", k, "must be >= 1 (a step of this run)")
+    import signal as _signal
+    for i, name in enumerate(s.stop_signals):
+        c(isinstance(getattr(_signal, str(name), None), _signal.Signals) and str(name) not in ("SIGKILL", "SIGSTOP"),
+          f"schedule.stop_signals[{i}]", name, "must name a catchable signal, e.g. SIGUSR2 or SIGTERM")
 
     v = cfg.validation
     c(v.samples >= 1, "validation.samples", v.samples, "must be >= 1")

@@ -12,7 +12,8 @@ One RL step (`train_step`):
   4. `_optimize`: μ mini-batch updates of the objective (armor.objectives.policy_loss: plain / mixed /
      static-clip / off-policy ratio, clip-higher + dual-clip, optional β·KL), AdamW, warm-up, gradient clipping
   5. `maybe_reset_reference`: every τ steps (until a given step) θref <- θ
-  6. the metrics row (armor.health stops a run computing garbage); validation and a checkpoint every k steps
+  6. the metrics row (armor.health stops a run computing garbage); validation and a checkpoint every k steps;
+     a stop signal (armor.stop: SLURM's time-limit warning, preemption) saves the step and leaves for a requeue
 The mathematics lives in armor.objectives / advantages / anchors / rewards; the models, the engine and the
 checkpoints in armor.models; how a step splits over ranks in armor.spmd (every call here is the same on any
 world size). This file orchestrates.
@@ -28,7 +29,7 @@ import warnings
 import torch
 
 from armor import checkpoint as ckpt
-from armor import faults, health, microbatch, parallel, run_folder
+from armor import faults, health, microbatch, parallel, run_folder, stop
 from armor.advantages import group_advantages
 from armor.anchors import anchor_keep, assemble_anchor_groups, dynamic_sampling_keep
 from armor.config import RunConfig, needs_reference_logprobs
@@ -84,6 +85,8 @@ class Trainer:
         self.classify = mode_classifier(cfg.logging.answer_modes) if cfg.logging.answer_modes else None
         self.step = 0
         self.best_val: tuple[float, int] | None = None
+        self.val_curve: list[tuple[int, float]] = []     # (step, value) of the first validation set
+        self.stopped: int | None = None                  # the signal that stopped the run for a requeue
         self._prompt_cache: dict[int, list[int]] = {}
         self._started = False
 
@@ -127,6 +130,7 @@ class Trainer:
         self.stream.load_state_dict(state["data"])
         self.step = state["step"]
         self.best_val = state.get("best_val")
+        self.val_curve = [tuple(x) for x in state.get("val_curve", [])]
         self.health.load_state_dict(state.get("health", {}))
         if state.get("shards", 1) != self.shards:
             warnings.warn(f"{self.run_dir}: the run sampled in {state.get('shards', 1)} rollout shard(s) and now "
@@ -485,21 +489,34 @@ class Trainer:
                          "response_length": sum(n for _, n in recs) / len(recs)})
         if rows:
             score = rows[0]["value"]
+            self.val_curve.append((self.step, score))
             if self.best_val is None or score > self.best_val[0]:
                 self.best_val = (score, self.step)
         return rows
 
     # ------------------------------------------------------------------------------------ checkpoints
+    def scheduled(self, step: int) -> bool:
+        """Whether the schedule saves `step`: every save_every steps, the last step and schedule.keep_steps."""
+        s = self.cfg.schedule
+        return step % s.save_every == 0 or step == s.total_steps or step in s.keep_steps
+
     def protected_steps(self) -> set[int]:
-        """Checkpoints never pruned: schedule.keep_steps and the best validation's (armor.models keeps πref's)."""
-        return set(self.cfg.schedule.keep_steps) | ({self.best_val[1]} if self.best_val is not None else set())
+        """Checkpoints never pruned: schedule.keep_steps, and every saved step that may still be the best
+        validation (smoothed over schedule.keep_best_window points; armor.models keeps πref's)."""
+        s = self.cfg.schedule
+        saved = {x for x, _ in self.val_curve if x >= 1 and self.scheduled(x)}     # step 0: no checkpoint
+        best = ckpt.best_candidates(self.val_curve, saved, s.keep_best_window)
+        if s.keep_best_window and self.best_val is not None:
+            best.add(self.best_val[1])
+        return set(s.keep_steps) | best
 
     def save(self) -> None:
         """The step's checkpoint (armor.models.Models.save) with the trainer's state beside the weights."""
         state = {"scheduler": self.scheduler.state_dict(), "data": self.stream.state_dict(),
-                 "best_val": self.best_val, "shards": self.shards, "health": self.health.state_dict()}
+                 "best_val": self.best_val, "val_curve": self.val_curve, "shards": self.shards,
+                 "health": self.health.state_dict()}
         self.models.save(self.run_dir, self.step, self.optimizer, state, self.cfg.schedule.keep_last,
-                         self.protected_steps())
+                         self.protected_steps(), self.scheduled)
 
     # ------------------------------------------------------------------------------------------- loop
     def fit(self):
@@ -510,17 +527,22 @@ class Trainer:
         self.start()
         # metrics.jsonl, validation.jsonl, TensorBoard / W&B and DONE: rank 0 writes, the others do nothing
         out = run_folder.RunWriter(cfg, rd, enabled=self.dist.is_main)
+        stopper = stop.StopRequest(cfg.schedule.stop_signals)
         try:
-            self._fit(out)
+            self._fit(out, stopper)
         finally:
+            stopper.close()
             out.close()
         self.grader.close()
+        if self.stopped is not None:            # saved for a requeue: not DONE
+            self.dist.barrier()
+            return rd
         faults.point("done", self.step)
         out.done({"steps": self.step, "best_validation": self.best_val})
         self.dist.barrier()
         return rd
 
-    def _fit(self, out: "run_folder.RunWriter") -> None:
+    def _fit(self, out: "run_folder.RunWriter", stopper: "stop.StopRequest") -> None:
         from tqdm.auto import tqdm
         cfg, s = self.cfg, self.cfg.schedule
         if self.step == 0 and s.validate_every > 0 and cfg.validation.at_start:
@@ -536,8 +558,13 @@ class Trainer:
                 for r in self.validate():
                     out.validation(r)
                     last_val = r["value"]
-            if self.step % s.save_every == 0 or self.step == s.total_steps:
+            self.stopped = stopper.agreed(self.dist)      # a stop signal on any rank: save this step, leave
+            if self.scheduled(self.step) or self.stopped is not None:
                 self.save()
+            if self.stopped is not None:
+                print(f"{self.run_dir}: stopped by signal {self.stopped} after saving step {self.step}; "
+                      "rerun to resume", flush=True)
+                break
             bar.update(1)
             bar.set_postfix(acc=f"{row['accuracy']:.3f}", val="-" if last_val is None else f"{last_val:.3f}",
                             kept=row["prompts_kept"])

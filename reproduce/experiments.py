@@ -73,8 +73,9 @@ def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: O
             raise ExperimentError(f"{arm.name} seed {seed}: start checkpoint {start['checkpoint']} does not exist")
     overrides = train_overrides(preset, root, arm, seed, start, stage_dir)
     run.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run / "arm.json", {"arm": arm.name, "preset": preset.name, "seed": seed, "start": start,
-                                         "overrides": overrides, "config": str(preset.path)}, **STATE_JSON)
+    if int(os.environ.get("RANK", "0")) == 0:       # every torchrun rank runs this; one writes the run's files
+        write_json_atomic(run / "arm.json", {"arm": arm.name, "preset": preset.name, "seed": seed, "start": start,
+                                             "overrides": overrides, "config": str(preset.path)}, **STATE_JSON)
     argv = entry("armor.train") + ["--config", str(preset.path)] + overrides
     print("exec:", " ".join(shlex.quote(a) for a in argv), flush=True)
     return _exec(argv)

@@ -29,6 +29,7 @@ from reproduce.peaks import peak_done, peak_file, start_point
 from common.layout import list_checkpoints
 from reproduce.presets import Preset, ckpt_dir, fixed_peak, preset_root, repo_path, run_dir
 from reproduce.resources import preset_resources
+from reproduce.retention import check_retention
 from slurm.launcher import Job
 
 JOB_ENV = {"ARMOR_PROGRESS": "0", "TOKENIZERS_PARALLELISM": "false"}
@@ -74,6 +75,7 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
                  resources or preset_resources(preset),
                  sd, stage.plan(preset, sd))
     arms = build_arms(preset, only)
+    check_retention(preset, arms, plan.seeds)       # schedule.keep_last deletes nothing θ* or an evaluation needs
     jobs = _setup_jobs(plan)
     first = [j.key for j in jobs]          # what stage-1 training waits for: staging and/or the world build
     for arm, s in _train_order(plan, arms):
