@@ -55,3 +55,58 @@ def test_gpu_check_runs_on_cpu(tmp_path):
     assert rep["vllm"]["vllm"].startswith("skipped: ") and "update" in r.stdout
     assert rep["ok"] is None and "result: no pass/fail check ran" in r.stdout
     assert (tmp_path / "model" / "config.json").is_file()
+
+
+MEASURE = r"""
+import gc, json, sys, torch
+from armor import memory
+from armor.config import load_config
+from armor.step_state import Group, PhaseTimes
+from armor.trainer import Trainer
+cfg = load_config(sys.argv[1], sys.argv[2:])
+t = Trainer(cfg).start()
+b, L = cfg.batch, cfg.lengths
+g = torch.Generator().manual_seed(0)
+ids = lambda n: torch.randint(3, 100, (n,), generator=g).tolist()     # noqa: E731  (the toy vocabulary: 103)
+groups = [Group(ids(L.max_prompt), "1", [ids(L.max_response) for _ in range(b.group_size)],
+                [j % 2 == 0 for j in range(b.group_size)], [False] * b.group_size,
+                [1.0 if j % 2 == 0 else -1.0 for j in range(b.group_size)]) for _ in range(b.prompts_per_step)]
+gc.collect()
+status = lambda key: int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith(key))) * 1024  # noqa
+open("/proc/self/clear_refs", "w").write("5")            # the peak resident size restarts from here
+base = status("VmRSS")
+t.update(groups, PhaseTimes())
+peak = status("VmHWM")
+est = memory.estimate(cfg, 1, memory.model_shape(cfg.model.path))
+print(json.dumps({"measured": peak - base, "estimate": {k: v * memory.GIB for k, v in est.items()}}))
+t.grader.close()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc/self/clear_refs")
+def test_estimate_bounds_the_measured_peak_of_a_cpu_update(world, tmp_path):
+    """The estimate against the measured peak of one CPU update (Trainer.update, the trainer's own, on 128
+    prompts x 16 responses of the longest lengths, 32 + 96 tokens, the toy world's model): the resident size's
+    growth from just before the update to its peak (/proc/self/status VmHWM after clear_refs), in a process
+    whose allocator returns large blocks to the system (MALLOC_MMAP_THRESHOLD_), against the parts the update
+    allocates: grads + optimizer + activations + logprobs + step (params and πref are resident before).
+    Tolerance rule: the estimate is an upper bound up to 25% + 4 MiB of allocator and Python overhead it does not
+    model (measured <= 1.25 x estimate + 4 MiB), and not more than 2x pessimistic (measured >= estimate / 2).
+    At these widths the whole step's tensors are most of it: the estimate without them breaks the bound."""
+    out = tmp_path / "run"
+    overrides = ["model.path=" + str(world / "base_model"), "data.train=" + str(world / "data" / "train.jsonl"),
+                 "schedule.validate_every=0", "validation.benchmarks=[]", f"output_dir={out}",
+                 "batch.prompts_per_step=128",
+                 "batch.group_size=16", "batch.mini_batch_prompts=128", "batch.micro_batch_responses=4",
+                 "lengths.max_prompt=32", "lengths.max_response=96", "lengths.overlong_buffer=8"]
+    r = subprocess.run([sys.executable, "-c", MEASURE, str(ROOT / "reproduce" / "presets" / "smoke.yaml"),
+                        *overrides], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(r.stdout.strip().splitlines()[-1])
+    est, measured, MiB = rep["estimate"], rep["measured"], 2 ** 20
+    update = sum(est[k] for k in ("grads", "optimizer", "activations", "logprobs", "step"))
+    print(f"measured {measured / MiB:.1f} MiB, estimate {update / MiB:.1f} MiB "
+          f"(step {est['step'] / MiB:.1f}, activations {est['activations'] / MiB:.1f})")
+    assert update / 2 <= measured <= 1.25 * update + 4 * MiB
+    assert measured > 1.25 * (update - est["step"]) + 4 * MiB          # the whole-step part is needed
