@@ -118,8 +118,8 @@ class RolloutConfig:
     shards: Optional[int] = _f(
         None, "each generation call is cut into this many shards, each sampled with its own seed and gathered "
               "(armor/spmd.py); a prompt's samples depend on its shard, not on the rank or world size that drew "
-              "it. null = the number of engines: the world size / rollout.tensor_parallel_size (1 on one process: one "
-              "generate call per round, as before)")
+              "it. null = the number of engines: the world size / rollout.tensor_parallel_size (1 on one "
+              "process: one generate call per round, as before)")
 
 
 @dataclass
@@ -129,8 +129,8 @@ class ParallelConfig:
         "float32", "dtype FSDP2 gathers parameters in for forward and backward (bf16 on GPU); the sharded "
                    "parameters stay model.dtype (float32: the master weights) and gradients reduce in float32")
     cpu_offload: bool = _f(False, "keep parameter shards in CPU memory (FSDP2 CPUOffloadPolicy)")
-    timeout_s: float = _f(1800.0, "collective timeout (s): a rank that failed makes the others error, not hang; "
-                                  "must outlast the longest wait, a rollout round or rank 0's save")
+    timeout_s: float = _f(1800.0, "collective timeout (s): a rank that failed makes the others error, not "
+                                  "hang; must outlast the longest wait, a rollout round or rank 0's save")
 
 
 @dataclass
@@ -528,8 +528,8 @@ def validate(cfg: RunConfig) -> None:
     c(0 < r.gpu_memory_utilization <= 1, "rollout.gpu_memory_utilization", r.gpu_memory_utilization,
       "must be in (0, 1]")
     c(r.tensor_parallel_size >= 1, "rollout.tensor_parallel_size", r.tensor_parallel_size, "must be >= 1")
-    c(r.tensor_parallel_size == 1 or r.engine == "vllm", "rollout.tensor_parallel_size", r.tensor_parallel_size,
-      "needs rollout.engine=vllm (the hf engine is one process)")
+    c(r.tensor_parallel_size == 1 or r.engine == "vllm", "rollout.tensor_parallel_size",
+      r.tensor_parallel_size, "needs rollout.engine=vllm (the hf engine is one process)")
     c(r.shards is None or r.shards >= 1, "rollout.shards", r.shards, "must be >= 1")
     c(r.max_logprob_mismatch is None or r.max_logprob_mismatch > 0, "rollout.max_logprob_mismatch",
       r.max_logprob_mismatch, "must be > 0 (null: by the compute dtype)")

@@ -110,7 +110,7 @@ def step_tensor_bytes(cfg) -> int:
     b, L, a = cfg.batch, cfg.lengths, cfg.algo
     N, R = b.prompts_per_step * b.group_size, L.max_response
     S = L.max_prompt + R
-    n_float = 5                                    # float mask; θold's log-probs and entropy, and their copies
+    n_float = 5                          # float mask; θold's log-probs and entropy, and their copies
     n_float += needs_reference_logprobs(cfg)
     if a.distill.mode != "none":
         n_float += 1 + bool(a.distill.teacher_path)   # token advantages; a separate teacher's log-probs

@@ -129,8 +129,9 @@ class Trainer:
         self.health.load_state_dict(state.get("health", {}))
         if state.get("shards", 1) != self.shards:
             warnings.warn(f"{self.run_dir}: the run sampled in {state.get('shards', 1)} rollout shard(s) and now "
-                          f"samples in {self.shards} (rollout.shards, default the number of engines): from here on its "
-                          "samples differ from an uninterrupted run's; set rollout.shards to keep them",
+                          f"samples in {self.shards} (rollout.shards, default the number of engines): from "
+                          "here on its samples differ from an uninterrupted run's; set rollout.shards to "
+                          "keep them",
                           stacklevel=2)
 
     def prompt_ids(self, p) -> list[int]:

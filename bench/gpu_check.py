@@ -20,7 +20,7 @@ peak memory (CUDA: max_memory_allocated, reset per phase; CPU: the process's pea
   resume            the trainer's own resume from it (Models._load_sharded from the step's shards,
                     Models.restore_optimizer); `resume_exact`: the weights and AdamW state read back equal
                     the saved ones (a pass/fail check)
-  vllm              bench.vllm_check on the saved HF export, on a GPU platform only (torch.cuda.is_available()),
+  vllm              bench.vllm_check on the saved HF export, on a GPU platform only (torch.cuda.is_available),
                     in bfloat16: dummy load, push, generate, swap to the reference and back, sleep/wake;
                     tokens/s, push seconds, log-prob mismatch to HF and its bound, `vllm_ok`. `--vllm-cpu`
                     runs its CPU form (vLLM's CPU build: float32, enforce_eager; tests/vllm_real). Else (no
@@ -152,7 +152,7 @@ def run(a) -> dict:
     model.train()
     adv = torch.randn(a.rows, device=device)[:, None].expand_as(mask)
 
-    def update():
+    def update(model=model, opt=opt, batch=batch, old=old):     # (bound now: the names are deleted below)
         opt.zero_grad(set_to_none=True)
         logp, _ = forward_logprobs(model, batch, 1.0, chunk_tokens=a.chunk)
         loss, _ = policy_loss(logp, old, adv, mask, normalizer=mask.sum())
@@ -175,7 +175,8 @@ def run(a) -> dict:
     report["phases"], report["checks"] = phases, checks
     u, sv, rs = phases["update"], phases["save"], phases["resume"]
     report["figures"] = {"device": report["device"], "widths": report["model"]["widths"], "layers": layers,
-                         "params": n_params, "sequence_tokens": seq, "tokens_per_s_per_gpu": u["tokens_per_s"],
+                         "params": n_params, "sequence_tokens": seq,
+                         "tokens_per_s_per_gpu": u["tokens_per_s"],
                          "mfu": u["mfu"], "save_seconds": sv["seconds"], "save_gib": sv["gib_written"],
                          "resume_seconds": rs["seconds"]}
     del model, opt, batch, old, chunked       # the GPU back for the engine
@@ -204,16 +205,17 @@ def save_and_resume(model, opt, out: Path, device: torch.device, compute: str, p
     from armor.config import load_config
     from armor.models import Models
     from common.models import load_skeleton
-    folder, run_dir = out / "model", out / "run"     # the model's config.json: what the trainer's skeleton reads
+    folder, run_dir = out / "model", out / "run"   # model/config.json: what the trainer's skeleton reads
     folder.mkdir(parents=True, exist_ok=True)
     model.config.save_pretrained(folder)
     cfg = load_config(Path(__file__).resolve().parents[1] / "reproduce" / "presets" / "qwen25-math-7b.yaml",
                       [f"model.path={folder}", f"parallel.compute_dtype={compute}", f"device={device.type}"])
     models = Models(cfg, _OneRankGroup(device=device), None)
     models.policy, models.skeleton = model, load_skeleton(str(folder))
-    full = lambda m, o: ({k: v.detach().cpu().clone() for k, v in parallel.full_state_dict(m).items()},  # noqa
-                         get_optimizer_state_dict(m, o, options=StateDictOptions(full_state_dict=True,
-                                                                                 cpu_offload=True)))
+    def full(m, o):
+        return ({k: v.detach().cpu().clone() for k, v in parallel.full_state_dict(m).items()},
+                get_optimizer_state_dict(m, o, options=StateDictOptions(full_state_dict=True,
+                                                                        cpu_offload=True)))
     before = full(model, opt)
     with Phase(device) as p:
         models.save(run_dir, 1, opt, {}, None, set())
@@ -232,7 +234,8 @@ def save_and_resume(model, opt, out: Path, device: torch.device, compute: str, p
                                                          for k in before[0])
     flat = lambda sd: {(k, n): v for k, st in sd["state"].items() for n, v in st.items()}   # noqa: E731
     b, a = flat(before[1]), flat(after[1])
-    same_o = b.keys() == a.keys() and all(torch.equal(torch.as_tensor(b[k]), torch.as_tensor(a[k])) for k in b)
+    same_o = b.keys() == a.keys() and all(torch.equal(torch.as_tensor(b[k]), torch.as_tensor(a[k]))
+                                          for k in b)
     del resumed, opt2, before, after
     return step, {"resume_exact": bool(same_w and same_o)}
 

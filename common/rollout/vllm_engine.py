@@ -6,28 +6,30 @@ memory are checked against the source only (tests/integration/test_vllm_contract
 
 * colocated (the trainer): one in-process engine per rank or per tensor-parallel group of ranks,
   `distributed_executor_backend="external_launcher"`, on this rank's GPU `cuda:{LOCAL_RANK}`. vLLM joins the
-  trainer's process group (every rank builds its engine at the same time: start-up all-reduces the free memory)
-  and cuts it into tensor-parallel groups of `tensor_parallel_size` consecutive ranks ([0, 1], [2, 3], ...:
-  vllm/distributed/parallel_state.py initialize_model_parallel, "ExternalDP x DP x PP x TP"); the ranks of one
-  group are one engine and must make the same generate calls with the same prompts and seeds (the executor's
-  docstring: "all these engines work together to process the same prompts"), which armor.spmd.sharded_map does
-  when told `ranks_per_engine`; groups sample their own prompts. The engine starts from random weights
-  (`load_format="dummy"`, only config.json is read) and is given the real ones by `sync_weights`, which streams
-  (HF name, full tensor) pairs, one tensor at a time and in the same order on every rank, into vLLM's in-place
-  reload (`collective_rpc("reload_weights", ...)`: a worker method called in this process, so nothing is
-  serialised; with tensor parallelism each rank's loader keeps its slice of the full tensor), then resets the
-  prefix cache: anchors sample the same prompts from the reference, and a stale cache would serve the other
-  model's keys and values. Each FSDP2 shard is cast to the engine's dtype before it is gathered (bf16: half the
-  traffic of the fp32 masters). Every state-dict entry is pushed, tied ones included: the reload is layer-wise,
-  and a layer that receives nothing keeps the dummy start's random weights (vLLM says nothing). Outside a
-  generate call the engine sleeps (level 1: weights to CPU, KV cache freed), so training gets the GPU back:
-      sync_weights: wake_up(["weights"]) -> push -> reset_prefix_cache -> sleep   (only when the version changed)
+  trainer's process group (every rank builds its engine at the same time: start-up all-reduces the free
+  memory) and cuts it into tensor-parallel groups of `tensor_parallel_size` consecutive ranks ([0, 1], [2, 3],
+  ...: vllm/distributed/parallel_state.py initialize_model_parallel, "ExternalDP x DP x PP x TP"); the ranks
+  of one group are one engine and must make the same generate calls with the same prompts and seeds (the
+  executor's docstring: "all these engines work together to process the same prompts"), which
+  armor.spmd.sharded_map does when told `ranks_per_engine`; groups sample their own prompts. The engine starts
+  from random weights (`load_format="dummy"`, only config.json is read) and is given the real ones by
+  `sync_weights`, which streams (HF name, full tensor) pairs, one tensor at a time and in the same order on
+  every rank, into vLLM's in-place reload (`collective_rpc("reload_weights", ...)`: a worker method called in
+  this process, so nothing is serialised; with tensor parallelism each rank's loader keeps its slice of the
+  full tensor), then resets the prefix cache: anchors sample the same prompts from the reference, and a stale
+  cache would serve the other model's keys and values. Each FSDP2 shard is cast to the engine's dtype before
+  it is gathered (bf16: half the traffic of the fp32 masters). Every state-dict entry is pushed, tied ones
+  included: the reload is layer-wise, and a layer that receives nothing keeps the dummy start's random weights
+  (vLLM says nothing). Outside a generate call the engine sleeps (level 1: weights to CPU, KV cache freed), so
+  training gets the GPU back:
+      sync_weights: wake_up(["weights"]) -> push -> reset_prefix_cache -> sleep (when the version changed)
       generate:     wake_up(["weights", "kv_cache"]) -> generate -> sleep(level=1)
   A push no generate follows on this rank (an anchor chunk or validation shard drawn by other ranks) so leaves
   nothing awake. vLLM's executor ignores sleep() while any part sleeps (v1/executor/abstract.py: "Executor is
   already sleeping"), so `sleep` first wakes what still sleeps (the KV cache: mapping memory, no copy). The
-  price is one host-to-device copy of the weights per push. Sleep mode exists only on the platforms vLLM says
-  have it (CUDA, ROCm, XPU); elsewhere (its CPU build) the engine stays awake and the rest is the same.
+  price: one more copy of the weights to the host and back per push. Sleep mode exists only on the platforms
+  vLLM says have it (CUDA, ROCm, XPU); elsewhere (its CPU build) the engine stays awake and the rest is the
+  same.
 * standalone (evaluation): the checkpoint's own weights are loaded from its folder, vLLM's default executor, no
   sleep and no push.
 
@@ -126,13 +128,14 @@ def launcher_env() -> int:
 
 
 def check_tensor_parallel(tp: int, world_size: int, ranks_per_node: int) -> None:
-    """A colocated tensor-parallel engine is `tp` consecutive ranks: `tp` must divide the ranks per node (a group
-    never spans two nodes) and the world size. Errors name rollout.tensor_parallel_size and its value."""
+    """A colocated tensor-parallel engine is `tp` consecutive ranks: `tp` must divide the ranks per node (a
+    group never spans two nodes) and the world size. Errors name rollout.tensor_parallel_size and its
+    value."""
     for n, what in ((ranks_per_node, "ranks per node"), (world_size, "world size")):
         if n % tp:
-            raise ValueError(f"rollout.tensor_parallel_size: {tp} does not divide the {what} {n}: the colocated "
-                             f"engine is {tp} consecutive ranks (vLLM's tensor-parallel groups under "
-                             "external_launcher), which must lie on one node")
+            raise ValueError(f"rollout.tensor_parallel_size: {tp} does not divide the {what} {n}: the "
+                             f"colocated engine is {tp} consecutive ranks (vLLM's tensor-parallel groups "
+                             "under external_launcher), which must lie on one node")
 
 
 def named_full_tensors(model: torch.nn.Module, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
@@ -159,8 +162,8 @@ class VLLMEngine(RolloutEngine):
     context length (prompt + response tokens). colocate: the trainer's in-process engine per rank (dummy start,
     pushes, sleep mode); False: evaluation (the folder's weights, no push). gpu_memory_utilization: the share of
     each GPU vLLM takes (weights + KV cache; rollout.gpu_memory_utilization); tensor_parallel_size: GPUs per
-    engine; colocated, `ranks_per_engine` consecutive ranks form one engine (it must divide the ranks per node,
-    so that a group never spans two nodes, and the world size)."""
+    engine; colocated, `ranks_per_engine` consecutive ranks form one engine (it must divide the ranks per
+    node, so that a group never spans two nodes, and the world size)."""
 
     # sync_weights takes a sharded (FSDP2) module and gathers its full tensors itself, one at a time: the trainer
     # needs no gathered copy of the weights for it (a collective: every rank syncs together)
@@ -214,8 +217,9 @@ class VLLMEngine(RolloutEngine):
         t0 = time.perf_counter()
         self._wake(["weights"])
         try:
-            self.llm.collective_rpc("reload_weights", kwargs={
-                "weights_iterator": named_full_tensors(model, self.torch_dtype), "is_checkpoint_format": True})
+            weights = named_full_tensors(model, self.torch_dtype)
+            self.llm.collective_rpc("reload_weights",
+                                    kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
             self.llm.reset_prefix_cache()
         finally:
             self.sleep()
@@ -229,8 +233,8 @@ class VLLMEngine(RolloutEngine):
 
     def sleep(self) -> None:
         """Free the GPU for training: weights to CPU memory, KV cache discarded (level 1); nothing without sleep
-        mode or when all of it sleeps already. Partly awake (weights woken for a push), the rest is woken first:
-        vLLM's executor ignores sleep() while any part sleeps."""
+        mode or when all of it sleeps already. Partly awake (weights woken for a push), the rest is woken
+        first: vLLM's executor ignores sleep() while any part sleeps."""
         if not self.sleep_mode or self._asleep == {"weights", "kv_cache"}:
             return
         self._wake(sorted(self._asleep))

@@ -93,12 +93,14 @@ t = Trainer(cfg).start()
 b, L = cfg.batch, cfg.lengths
 g = torch.Generator().manual_seed(0)
 ids = lambda n: torch.randint(3, 100, (n,), generator=g).tolist()     # noqa: E731  (the toy vocabulary: 103)
-groups = [Group(ids(L.max_prompt), "1", [ids(L.max_response) for _ in range(b.group_size)],
-                [j % 2 == 0 for j in range(b.group_size)], [False] * b.group_size,
-                [1.0 if j % 2 == 0 else -1.0 for j in range(b.group_size)]) for _ in range(b.prompts_per_step)]
+G = b.group_size
+groups = [Group(ids(L.max_prompt), "1", [ids(L.max_response) for _ in range(G)],
+                [j % 2 == 0 for j in range(G)], [False] * G, [1.0 if j % 2 == 0 else -1.0 for j in range(G)])
+          for _ in range(b.prompts_per_step)]
 t.update(groups[:1], PhaseTimes())       # warm-up: lazy imports, the first step's AdamW state
 gc.collect()
-status = lambda key: int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith(key))) * 1024  # noqa
+def status(key):
+    return int(next(x.split()[1] for x in open("/proc/self/status") if x.startswith(key))) * 1024
 open("/proc/self/clear_refs", "w").write("5")            # the peak resident size restarts from here
 base = status("VmRSS")
 t.update(groups, PhaseTimes())
@@ -118,11 +120,13 @@ def test_estimate_bounds_the_measured_peak_of_a_cpu_update(world, tmp_path):
     VmHWM after clear_refs), in a process whose allocator returns large blocks to the system
     (MALLOC_MMAP_THRESHOLD_), against the parts the update allocates: grads + activations + logprobs + step
     (params, πref and, after the warm-up, AdamW's moments are resident before).
-    Tolerance rule: the estimate is an upper bound up to 25% + 4 MiB of allocator and Python overhead it does not
-    model (measured <= 1.25 x estimate + 4 MiB), and not more than 2x pessimistic (measured >= estimate / 2).
+    Tolerance rule: the estimate is an upper bound up to 25% + 4 MiB of allocator and Python overhead it does
+    not model (measured <= 1.25 x estimate + 4 MiB), and not more than 2x pessimistic (measured >= estimate
+    / 2).
     At these widths the whole step's tensors are most of it: the estimate without them breaks the bound."""
     out = tmp_path / "run"
-    overrides = ["model.path=" + str(world / "base_model"), "data.train=" + str(world / "data" / "train.jsonl"),
+    overrides = ["model.path=" + str(world / "base_model"),
+                 "data.train=" + str(world / "data" / "train.jsonl"),
                  "schedule.validate_every=0", "validation.benchmarks=[]", f"output_dir={out}",
                  "batch.prompts_per_step=128",
                  "batch.group_size=16", "batch.mini_batch_prompts=128", "batch.micro_batch_responses=4",

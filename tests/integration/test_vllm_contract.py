@@ -116,9 +116,10 @@ def test_each_rank_takes_its_local_gpu(vllm, world, monkeypatch):
 
 
 def test_colocated_tensor_parallel_groups(vllm, world, monkeypatch):
-    """The 8B preset's engine: 0.8 of each GPU, tensor parallel 2. Under external_launcher vLLM cuts the trainer's
-    world into groups of 2 consecutive ranks (rank 3 of 8 is in [2, 3]); the engine says so (ranks_per_engine),
-    and a size that does not divide the ranks per node or the world is refused, naming the key and value."""
+    """The 8B preset's engine: 0.8 of each GPU, tensor parallel 2. Under external_launcher vLLM cuts the
+    trainer's world into groups of 2 consecutive ranks (rank 3 of 8 is in [2, 3]); the engine says so
+    (ranks_per_engine), and a size that does not divide the ranks per node or the world is refused, naming the
+    key and value."""
     r = load_config(ROOT / "reproduce" / "presets" / "qwen3-8b-base.yaml").rollout
     assert (r.gpu_memory_utilization, r.tensor_parallel_size) == (0.8, 2)
     for k, v in {"RANK": "3", "LOCAL_RANK": "3", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8"}.items():
@@ -126,12 +127,13 @@ def test_colocated_tensor_parallel_groups(vllm, world, monkeypatch):
     eng = engine(world / "base_model", tensor_parallel_size=r.tensor_parallel_size,
                  gpu_memory_utilization=r.gpu_memory_utilization)
     args = vllm.CALLS[-1][1]
-    assert (args["tensor_parallel_size"], args["gpu_memory_utilization"], args["tp_group"]) == (2, 0.8, [2, 3])
+    assert (args["tensor_parallel_size"], args["gpu_memory_utilization"]) == (2, 0.8)
+    assert args["tp_group"] == [2, 3]
     assert args["distributed_executor_backend"] == "external_launcher" and eng.ranks_per_engine == 2
     n = len(vllm.CALLS)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "6")
     monkeypatch.setenv("WORLD_SIZE", "12")
-    with pytest.raises(ValueError, match="rollout.tensor_parallel_size: 4 does not divide the ranks per node 6"):
+    with pytest.raises(ValueError, match="tensor_parallel_size: 4 does not divide the ranks per node 6"):
         engine(world / "base_model", tensor_parallel_size=4)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setenv("WORLD_SIZE", "3")
@@ -178,8 +180,8 @@ def test_call_order_and_versioned_pushes(vllm, world):
     assert eng.sync_weights(reference, ("reference", 0)) is True     # the swap: one push
     assert eng.sync_weights(reference, ("reference", 0)) is False
     eng.generate([[5, 6]], p)
-    assert calls(vllm, n) == ["wake_up", "reload_weights", "reset_prefix_cache", "wake_up", "sleep", "wake_up",
-                              "generate", "sleep"]
+    assert calls(vllm, n) == ["wake_up", "reload_weights", "reset_prefix_cache", "wake_up", "sleep",
+                              "wake_up", "generate", "sleep"]
     assert [vllm.CALLS[n + i][1] for i in (0, 3, 5)] == [{"tags": ["weights"]}, {"tags": ["kv_cache"]},
                                                         {"tags": ["weights", "kv_cache"]}]
     assert eng.sync_weights(policy, ("policy", 1)) is True           # back, at the next optimizer step
@@ -189,10 +191,10 @@ def test_call_order_and_versioned_pushes(vllm, world):
 
 
 def test_nothing_stays_awake_after_a_push_or_a_generate(vllm, world):
-    """Awake states counted after every engine call, on every path: a push no generate follows (an anchor chunk
-    or validation shard other ranks draw), a push then a generate, a swap, a generate alone, two pushes in a
-    row. The fake plays vLLM's executor, which ignores sleep() while any part sleeps: the old adapter (sleep
-    only after generate, and a plain llm.sleep after a push) left the weights awake here."""
+    """Awake states counted after every engine call, on every path: a push no generate follows (an anchor
+    chunk or validation shard other ranks draw), a push then a generate, a swap, a generate alone, two pushes
+    in a row. The fake plays vLLM's executor, which ignores sleep() while any part sleeps: the old adapter
+    (sleep only after generate, and a plain llm.sleep after a push) left the weights awake here."""
     eng = engine(world / "base_model")
     policy, reference = load_model(str(world / "base_model")), _perturbed(world / "base_model")
     p = SamplingParams(n=1, max_new_tokens=4, seed=1)
@@ -249,10 +251,10 @@ def test_a_closure_would_be_refused(vllm):
 
 
 def test_sharded_model_is_pushed_as_full_tensors(world, tmp_path):
-    """An FSDP2-sharded model (1 gloo rank, in a child process) streams the same HF names and full values as the
-    plain one: what each rank's engine receives from `named_full_tensors`. For a bf16 engine each shard is cast
-    before the gather (the gather moves bf16: half the bytes of the fp32 masters); for an fp32 engine (the CPU
-    worlds) the fp32 shards are gathered as they are, values unchanged."""
+    """An FSDP2-sharded model (1 gloo rank, in a child process) streams the same HF names and full values as
+    the plain one: what each rank's engine receives from `named_full_tensors`. For a bf16 engine each shard is
+    cast before the gather (the gather moves bf16: half the bytes of the fp32 masters); for an fp32 engine
+    (the CPU worlds) the fp32 shards are gathered as they are, values unchanged."""
     code = f"""
 import os, torch, torch.distributed as dist
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)   # in-process: binds no port

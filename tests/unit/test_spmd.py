@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class ThreadDist:
-    """One rank of a W-rank world played by a thread: all_gather_object meets the other threads at a barrier."""
+    """One rank of a W-rank world played by a thread: all_gather_object meets the others at a barrier."""
 
     def __init__(self, rank: int, world_size: int, board: list, barrier: threading.Barrier):
         self.rank, self.world_size, self.board, self.barrier = rank, world_size, board, barrier
@@ -61,11 +61,12 @@ def test_world_checks_of_a_tensor_parallel_engine():
     """Engines of rollout.tensor_parallel_size consecutive ranks must divide the ranks per node and the world;
     rollout shards must divide over the engines. Each error names the key and value."""
     cfg = load_config(ROOT / "reproduce" / "presets" / "smoke.yaml",
-                      ["rollout.engine=vllm", "rollout.tensor_parallel_size=2", "batch.prompts_per_step=6", "batch.mini_batch_prompts=6"])
+                      ["rollout.engine=vllm", "rollout.tensor_parallel_size=2", "batch.prompts_per_step=6",
+                       "batch.mini_batch_prompts=6"])
     check_world_size(cfg, 8, 4, ranks_per_node=8)           # 4 engines, 4 shards
     with pytest.raises(ValueError, match="rollout.shards: 3 is not a multiple of the number of engines 4"):
         check_world_size(cfg, 8, 3, ranks_per_node=8)
-    with pytest.raises(ValueError, match="rollout.tensor_parallel_size: 2 does not divide the ranks per node 3"):
+    with pytest.raises(ValueError, match="tensor_parallel_size: 2 does not divide the ranks per node 3"):
         check_world_size(cfg, 12, 6, ranks_per_node=3)
     with pytest.raises(ValueError, match="rollout.tensor_parallel_size: 2 needs rollout.engine=vllm"):
         load_config(ROOT / "reproduce" / "presets" / "smoke.yaml", ["rollout.tensor_parallel_size=2"])

@@ -135,7 +135,8 @@ class LLM:
             self.weights = "discarded"
 
     def wake_up(self, tags: list[str] | None = None) -> bool:                # entrypoints/llm.py:872
-        """Executor.wake_up: nothing (a warning) when nothing sleeps, or when a tag asked for is not asleep."""
+        """Executor.wake_up: nothing (a warning) when nothing sleeps, or when a tag asked for is not
+        asleep."""
         for t in tags or []:                                                  # v1/executor/abstract.py:412
             if t not in ("weights", "kv_cache", "scheduling"):
                 raise ValueError(f"wake_up tag {t!r}")
