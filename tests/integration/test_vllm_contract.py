@@ -203,7 +203,6 @@ def test_nothing_stays_awake_after_a_push_or_a_generate(vllm, world):
     def after(call, *a):
         call(*a)
         awake.append((call.__name__, sorted({"weights", "kv_cache"} - eng.llm.sleeping)))
-        assert eng.awake == {"weights", "kv_cache"} - eng.llm.sleeping         # the adapter's view is vLLM's
     after(eng.sync_weights, policy, ("policy", 0))                  # dummy start -> push, no generate
     after(eng.sync_weights, reference, ("reference", 0))            # a swap no generate follows
     after(eng.sync_weights, policy, ("policy", 1))
@@ -212,6 +211,7 @@ def test_nothing_stays_awake_after_a_push_or_a_generate(vllm, world):
     after(eng.generate, [[5, 6]], p)
     after(eng.sleep)
     assert [a for a in awake if a[1]] == [] and len(awake) == 7
+    assert eng.awake == set()                                      # the adapter's view is vLLM's
     assert not [c for n, c in vllm.CALLS if c.get("ignored")]       # every sleep and wake_up took effect
     assert calls(vllm).count("reload_weights") == 4
 
@@ -336,7 +336,8 @@ def _smoke(world, out, *extra):
 @pytest.mark.parametrize("kind", ["hf", "vllm"])
 def test_trainer_swaps_at_most_once_per_round(kind, world, tmp_path, monkeypatch, request):
     """Every generate call samples the weights it asks for; a round with anchors is at most one policy ->
-    reference -> policy swap, and a version the engine holds is never pushed again. The engine's log-probs
+    reference -> policy swap, and a version the engine holds is never pushed again; nothing of the engine is
+    awake while the update computes. The engine's log-probs
     travel with each kept group, one per response token."""
     import hashlib
 
@@ -376,6 +377,10 @@ def test_trainer_swaps_at_most_once_per_round(kind, world, tmp_path, monkeypatch
         asked.append(((which, self.models.versions[which]), self.models.model(which)))
         return real(self, which, *a)
     monkeypatch.setattr(Trainer, "_generate", traced)
+    awake = []                  # the engine's parts awake whenever the update computes (vLLM: none may be)
+    for name in ("logprobs", "policy_forward"):
+        monkeypatch.setattr(t.models, name, lambda *a, _m=getattr(t.models, name), **k:
+                            awake.append(sorted(getattr(engine, "awake", set()))) or _m(*a, **k))
     rows = [t.train_step() for _ in range(2)]
     t.validate()
     assert served and all(want == version and held == expected for want, version, expected, held in served)
@@ -385,6 +390,7 @@ def test_trainer_swaps_at_most_once_per_round(kind, world, tmp_path, monkeypatch
     rounds = sum(r["rounds"] for r in rows)
     assert sum(v[0] == "reference" for v in pushed) <= rounds
     assert len(pushed) <= 2 * rounds + 1                                  # + validation after the last step
+    assert awake and not any(awake)
     groups = t.collect(PhaseTimes(), RolloutStats())
     assert groups and all(len(g.engine_logprobs) == len(g.responses) for g in groups)
     assert all(len(lp) == len(r) for g in groups for r, lp in zip(g.responses, g.engine_logprobs))
