@@ -305,6 +305,12 @@ class LoggingConfig:
     wandb_mode: Literal["online", "offline"] = _f("online", "online: stream to the W&B server; offline: write "
                                                             "under <run folder>/wandb (sync later with "
                                                             "`wandb sync`)")
+    answer_modes: str = _f("", "\"module:function\" of a classifier (problem text, response text) -> the name "
+                               "of the mode that produced the response, with a `modes` attribute listing every "
+                               "name it returns (the toy presets name the world's); each step then logs "
+                               "mode_<name> (share among its on-policy samples) and, with anchors, "
+                               "anchor_mode_<name> (share among its kept anchors); logging only: no draw, no "
+                               "weight changes. \"\" = none")
 
 
 @dataclass
@@ -620,3 +626,9 @@ def validate(cfg: RunConfig) -> None:
     lg = cfg.logging
     dup = sorted({x for x in lg.backends if lg.backends.count(x) > 1})
     c(not dup, "logging.backends", lg.backends, f"names {dup} more than once")
+    if lg.answer_modes:
+        from armor.step_state import mode_classifier
+        try:
+            mode_classifier(lg.answer_modes)
+        except (ImportError, AttributeError, ValueError) as e:
+            raise ConfigError(f"logging.answer_modes: {lg.answer_modes!r} {e}") from None

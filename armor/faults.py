@@ -14,6 +14,9 @@ for the points after it). The points, in the order one step reaches them:
     saved         after the checkpoint folder is renamed into place, before pruning
     done          after the last step, before DONE is written
 
+`ARMOR_HOLD=POINT@STEP:DIR` instead pauses the process there: it writes DIR/held and waits until DIR/release
+exists, so a test can act on a run stopped at a known moment (e.g. `scontrol requeue` it) without racing it.
+
 Unset (the normal case), `point()` is a dictionary lookup. This is test machinery only: no config key
 enables it.
 """
@@ -21,8 +24,11 @@ from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
 ENV = "ARMOR_FAULT"
+HOLD_ENV = "ARMOR_HOLD"
 POINTS = ("sample", "anchor", "update", "reset", "metrics", "validate", "checkpoint", "saved", "done")
 
 
@@ -36,14 +42,34 @@ def _parse(spec: str) -> set[tuple[str, int]]:
     return out
 
 
+def _hold(spec: str) -> tuple[tuple[str, int], Path]:
+    where, _, folder = spec.partition(":")
+    try:
+        at = _parse(where)
+    except ValueError:
+        at = set()
+    if len(at) != 1 or not folder:
+        raise ValueError(f"{HOLD_ENV}={spec!r} is not POINT@STEP:DIR with POINT in {', '.join(POINTS)}")
+    return at.pop(), Path(folder)
+
+
 def check_env() -> None:
-    """Refuse a malformed ARMOR_FAULT before any work is spent (called at trainer start)."""
+    """Refuse a malformed ARMOR_FAULT or ARMOR_HOLD before any work is spent (called at trainer start)."""
     if os.environ.get(ENV):
         _parse(os.environ[ENV])
+    if os.environ.get(HOLD_ENV):
+        _hold(os.environ[HOLD_ENV])
 
 
 def point(name: str, step: int) -> None:
-    """SIGKILL this process if ARMOR_FAULT names (name, step)."""
+    """SIGKILL this process if ARMOR_FAULT names (name, step); pause it if ARMOR_HOLD does."""
     spec = os.environ.get(ENV)
     if spec and (name, step) in _parse(spec):
         os.kill(os.getpid(), signal.SIGKILL)
+    hold = os.environ.get(HOLD_ENV)
+    if hold:
+        at, folder = _hold(hold)
+        if at == (name, step):
+            (folder / "held").write_text(f"{os.getpid()}\n")
+            while not (folder / "release").exists():
+                time.sleep(0.05)

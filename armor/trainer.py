@@ -41,6 +41,7 @@ from armor.policy import make_token_batch
 from armor.rewards import shaped_reward
 from armor.spmd import call_seed, global_masked_mean, sharded_map
 from armor.step_state import (PROBE_ROWS, FrozenLogprobs, Group, MinibatchPlan, PhaseTimes, RolloutStats, Samples,
+                              mode_classifier, mode_shares,
                               SeedPhase, UpdateBatch, engine_logprobs, step_seed)
 from common.distributed import Dist
 from common.grading import Grader
@@ -81,6 +82,8 @@ class Trainer:
         self.tokenizer = load_tokenizer(cfg.model.path)
         self.pad_id = self.tokenizer.pad_token_id
         self.stream = PromptStream(self.prompts, cfg.seed, cfg.data.shuffle)
+        # logging.answer_modes: the modes of the step's samples and anchors (decoded text; no draw, no update)
+        self.classify = mode_classifier(cfg.logging.answer_modes) if cfg.logging.answer_modes else None
         self.step = 0
         self.best_val: tuple[float, int] | None = None
         self._prompt_cache: dict[int, list[int]] = {}
@@ -203,6 +206,8 @@ class Trainer:
             on = self._sample_round("policy", pids, [p.answer for p in prompts], n_on, seed, tm)
             faults.point("sample", self.step + 1)
             stats.add(on, pids, probe_rows=PROBE_ROWS if rnd == 0 else 0)
+            if self.classify is not None:
+                stats.modes += self._modes([prompts[j // n_on] for j in range(len(on.responses))], on.responses)
             on_correct = torch.tensor(on.correct, dtype=torch.float32).view(len(prompts), n_on)
             anchors = [None] * len(prompts)
             if a.distill.mode == "opd":
@@ -216,6 +221,8 @@ class Trainer:
             for i in range(len(prompts)):
                 if keep[i] and len(kept) < B:
                     kept.append(Group.of(pids[i], prompts[i].answer, on.prompt(i), anchors[i]))
+                    if self.classify is not None and anchors[i] is not None:
+                        stats.anchor_modes += self._modes([prompts[i]], anchors[i].responses)
         if len(kept) < B:
             msg = (f"step {self.step}: kept {len(kept)} of {B} prompts after rollout.max_rounds="
                    f"{cfg.rollout.max_rounds} rounds ({stats.prompts_drawn} drawn)")
@@ -223,6 +230,11 @@ class Trainer:
                 raise RuntimeError(msg + "; raise rollout.max_rounds or set rollout.on_shortfall=proceed")
             stats.shortfall = B - len(kept)
         return kept
+
+    def _modes(self, prompts: list, responses: list) -> list[str]:
+        """The mode (logging.answer_modes) of each response to the prompt beside it, on the decoded text."""
+        texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        return [self.classify(p.problem, t) for p, t in zip(prompts, texts)]
 
     def _anchor_rollout(self, prompts, pids, on_correct: torch.Tensor, need: int, rnd: int, tm: PhaseTimes,
                         stats: RolloutStats) -> tuple[torch.Tensor, list]:
@@ -267,6 +279,10 @@ class Trainer:
         row = {"step": self.step + 1, **stats.metrics(), "prompts_kept": len(groups), "rounds": stats.rounds,
                "anchors": sum(sum(g.is_anchor) for g in groups), "ref_samples": stats.ref_samples,
                "shortfall": stats.shortfall}
+        if self.classify is not None:
+            row.update(mode_shares(stats.modes, self.classify.modes, "mode_"))
+            if self.cfg.algo.anchor.enabled:
+                row.update(mode_shares(stats.anchor_modes, self.classify.modes, "anchor_mode_"))
         row.update(self.update(groups, tm) if groups else self._probe_mismatch(stats.probe))
         row["lr"] = self.scheduler.get_last_lr()[0]
         with warnings.catch_warnings():   # a step that kept no prompt made no optimizer.step(): still one RL step
@@ -445,15 +461,17 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ validation
     @torch.no_grad()
-    def validate(self) -> list[dict]:
+    def validate(self, seed: int | None = None) -> list[dict]:
         """avg@k of the policy on each validation set: shard s of the problems seeded on its own, gathered
-        (armor.spmd; one shard: one call with the step's validation seed)."""
+        (armor.spmd; one shard: one call with the step's validation seed, or `seed` when given: the noise
+        floor's re-validations of fixed weights)."""
         v = self.cfg.validation
         rows = []
         for name, problems in self.val_sets.items():
             params = SamplingParams(n=v.samples, temperature=v.temperature, top_p=v.top_p,
                                     max_new_tokens=self.cfg.lengths.max_response,
-                                    seed=step_seed(self.cfg.seed, self.step, SeedPhase.VALIDATION))
+                                    seed=step_seed(self.cfg.seed, self.step, SeedPhase.VALIDATION)
+                                    if seed is None else seed)
             self.models.serve("policy")         # a collective on several ranks: before the shards
 
             def work(idx, s, problems=problems, params=params):

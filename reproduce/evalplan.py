@@ -21,6 +21,7 @@ from reproduce.peaks import choose_peak, read_peak, read_validation, start_point
 from reproduce.presets import REPO_ROOT, STATE_JSON, ExperimentError, Preset, run_dir
 
 EVAL_STAMP = ".armor_evaluated.json"
+EVAL_RANKS_ENV = "ARMOR_EVAL_RANKS"   # set by the driver on a several-GPU evaluate job: ranks of eval.evaluate
 
 
 def eval_steps(preset: Preset, root: Path, arm: Arm, seed: int) -> list[int]:
@@ -94,6 +95,9 @@ def eval_command(preset: Preset, ckpt: Path, out: Path, stage_dir: Optional[Path
     threads = preset.cfg.threads or os.environ.get("ARMOR_THREADS")
     if threads:
         argv += ["--threads", str(threads)]
+    ranks = int(os.environ.get(EVAL_RANKS_ENV) or 1)
+    if ranks > 1:   # README "Evaluation at scale": one engine per GPU, the benchmarks' chunks split over ranks
+        argv = [argv[0], "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", *argv[1:]]
     return argv
 
 

@@ -4,6 +4,7 @@
     python -m reproduce.experiments train       --preset P --root R --arm A --seed S   (execs armor.train)
     python -m reproduce.experiments select-peak --preset P --root R --arm dapo --seed S
     python -m reproduce.experiments evaluate    --preset P --root R --arm A --seed S   (runs eval.evaluate)
+    python -m reproduce.experiments noise-floor --preset P --root R --seed S           (θ* validated k times)
     python -m reproduce.experiments collect     --preset P --root R                    (results.parquet)
     python -m reproduce.experiments figures     --preset P --root R [--only ...]       (python -m figures)
     python -m reproduce.experiments show        --preset P                             (the matrix)
@@ -114,6 +115,16 @@ def cmd_evaluate(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir
     return 0
 
 
+def cmd_noise_floor(preset: Preset, root: Path, seed: int, stage_dir: Optional[Path] = None) -> int:
+    """The verdicts' noise floor (reproduce/noise.py)."""
+    from reproduce.noise import measure
+    r = measure(preset, root, seed, stage_dir)
+    print(f"noise floor: {r['arm']} seed {seed} step {r['step']} validated {r['repeats']} times: "
+          f"{r['benchmark']} {r['metric']} sd {r['sd']:.4f}, range {r['range']:.4f}, values "
+          + ", ".join(f"{v:.3f}" for v in r["values"]))
+    return 0
+
+
 def cmd_collect(preset: Preset, root: Path, seeds: list[int]) -> int:
     """Link the alias arms' folders to their canonical runs, then write the results table."""
     link_aliases(preset, root, seeds)
@@ -204,6 +215,9 @@ def main(argv=None) -> int:
     common(sub.add_parser("select-peak", help="write peak.json of a stage-1 baseline (θ* from the mean curve over "
                                               "--seeds; default: the arm's seeds)"), arm=True, seeds=True)
     common(sub.add_parser("evaluate", help="evaluate the selected checkpoints of one run"), arm=True, staged=True)
+    common(sub.add_parser("noise-floor", help="validate θ* of dapo k times (the verdicts' noise floor)"),
+           arm=False, staged=True)
+    sub.choices["noise-floor"].add_argument("--seed", type=int, default=0)
     common(sub.add_parser("collect", help="write results.parquet"), seeds=True)
     common(sub.add_parser("figures", help="draw figures and the report"), seeds=True, only=True)
     common(sub.add_parser("show", help="print the matrix"), only=True)
@@ -226,6 +240,8 @@ def main(argv=None) -> int:
                                    [int(x) for x in a.seeds.split(",")] if a.seeds else None)
         if a.cmd == "evaluate":
             return cmd_evaluate(preset, root, a.arm, a.seed, sd)
+        if a.cmd == "noise-floor":
+            return cmd_noise_floor(preset, root, a.seed, sd)
         if a.cmd == "collect":
             return cmd_collect(preset, root, seeds)
         if a.cmd == "figures":
