@@ -142,3 +142,21 @@ def test_estimate_bounds_the_measured_peak_of_a_cpu_update(world, tmp_path):
           f"(step {est['step'] / MiB:.1f}, activations {est['activations'] / MiB:.1f})")
     assert update / 2 <= measured <= 1.25 * update + 4 * MiB
     assert measured > 1.25 * (update - est["step"]) + 4 * MiB          # the whole-step part is needed
+
+
+def test_gpu_check_resume_check_fails_on_a_wrong_read(tmp_path):
+    """resume_exact can fail: a resume that reads one weight wrong (the trainer's shard loader patched to
+    perturb what it read) makes the report FAIL and the command exit 1."""
+    code = ("import runpy, sys, torch; import armor.checkpoint as C; load = C.load_sharded_weights\n"
+            "def wrong(folder, model, key='model'):\n"
+            "    load(folder, model, key)\n"
+            "    with torch.no_grad(): next(model.parameters()).add_(1.0)\n"
+            "C.load_sharded_weights = wrong\n"
+            f"sys.argv = ['gpu_check', '--out', {str(tmp_path)!r}, '--tiny', '--device', 'cpu', '--prompt', '8',"
+            " '--response', '24', '--chunk', '16', '--steps', '1']\n"
+            "runpy.run_module('bench.gpu_check', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    rep = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert r.returncode == 1 and rep["checks"] == {"resume_exact": False} and rep["ok"] is False
+    assert "result: FAIL (resume_exact; failed: resume_exact)" in r.stdout
