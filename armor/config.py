@@ -99,8 +99,12 @@ class RolloutConfig:
               "prompts are the first B that pass in stream order either way, so this changes what a step "
               "costs, not what it trains on")
     static_kv_cache: bool = _f(True, "hf engine: the preallocated-KV-cache decoder where the model allows")
-    gpu_memory_utilization: float = _f(0.6, "vllm only: share of GPU memory the engine may take")
-    tensor_parallel_size: int = _f(1, "vllm only: GPUs per engine")
+    gpu_memory_utilization: float = _f(0.6, "vllm only: share of each GPU's memory the engine takes while it "
+                                            "generates (weights + KV cache; it sleeps during the update)")
+    tensor_parallel_size: int = _f(
+        1, "vllm only: GPUs per engine; the trainer's engine is this many consecutive ranks (vLLM's tensor-"
+           "parallel groups under external_launcher), which sample the same shards together; must divide the "
+           "ranks per node and the world size")
     enforce_eager: bool = _f(False, "vllm only: no CUDA graphs or torch.compile (start-up in seconds, slower "
                                     "decoding; the real-vLLM tests set it)")
     max_logprob_mismatch: Optional[float] = _f(
@@ -114,7 +118,8 @@ class RolloutConfig:
     shards: Optional[int] = _f(
         None, "each generation call is cut into this many shards, each sampled with its own seed and gathered "
               "(armor/spmd.py); a prompt's samples depend on its shard, not on the rank or world size that drew "
-              "it. null = the world size (1 on one process: one generate call per round, as before)")
+              "it. null = the number of engines: the world size / rollout.tensor_parallel_size (1 on one "
+              "process: one generate call per round, as before)")
 
 
 @dataclass
@@ -124,7 +129,8 @@ class ParallelConfig:
         "float32", "dtype FSDP2 gathers parameters in for forward and backward (bf16 on GPU); the sharded "
                    "parameters stay model.dtype (float32: the master weights) and gradients reduce in float32")
     cpu_offload: bool = _f(False, "keep parameter shards in CPU memory (FSDP2 CPUOffloadPolicy)")
-    timeout_s: float = _f(1800.0, "collective timeout: a rank that failed makes the others error, not hang")
+    timeout_s: float = _f(1800.0, "collective timeout (s): a rank that failed makes the others error, not "
+                                  "hang; must outlast the longest wait, a rollout round or rank 0's save")
 
 
 @dataclass
@@ -541,6 +547,8 @@ def validate(cfg: RunConfig) -> None:
     c(0 < r.gpu_memory_utilization <= 1, "rollout.gpu_memory_utilization", r.gpu_memory_utilization,
       "must be in (0, 1]")
     c(r.tensor_parallel_size >= 1, "rollout.tensor_parallel_size", r.tensor_parallel_size, "must be >= 1")
+    c(r.tensor_parallel_size == 1 or r.engine == "vllm", "rollout.tensor_parallel_size",
+      r.tensor_parallel_size, "needs rollout.engine=vllm (the hf engine is one process)")
     c(r.shards is None or r.shards >= 1, "rollout.shards", r.shards, "must be >= 1")
     c(r.max_logprob_mismatch is None or r.max_logprob_mismatch > 0, "rollout.max_logprob_mismatch",
       r.max_logprob_mismatch, "must be > 0 (null: by the compute dtype)")

@@ -76,8 +76,10 @@ class Trainer:
             torch.set_num_threads(cfg.threads or int(os.environ["ARMOR_THREADS"]))
         self.dist = Dist.from_env(cfg.device, timeout_s=cfg.parallel.timeout_s)   # world size 1 without torchrun
         self.device = self.dist.device
-        self.shards = cfg.rollout.shards or self.dist.world_size
-        parallel.check_world_size(cfg, self.dist.world_size, self.shards)
+        self.ranks_per_engine = parallel.ranks_per_engine(cfg)    # > 1: a tensor-parallel vLLM engine
+        self.shards = cfg.rollout.shards or self.dist.world_size // self.ranks_per_engine
+        parallel.check_world_size(cfg, self.dist.world_size, self.shards,
+                                  int(os.environ.get("LOCAL_WORLD_SIZE", self.dist.world_size)))
         self.tokenizer = load_tokenizer(cfg.model.path)
         self.pad_id = self.tokenizer.pad_token_id
         self.stream = PromptStream(self.prompts, cfg.seed, cfg.data.shuffle)
@@ -134,8 +136,9 @@ class Trainer:
         self.health.load_state_dict(state.get("health", {}))
         if state.get("shards", 1) != self.shards:
             warnings.warn(f"{self.run_dir}: the run sampled in {state.get('shards', 1)} rollout shard(s) and now "
-                          f"samples in {self.shards} (rollout.shards, default the world size): from here on its "
-                          "samples differ from an uninterrupted run's; set rollout.shards to keep them",
+                          f"samples in {self.shards} (rollout.shards, default the number of engines): from "
+                          "here on its samples differ from an uninterrupted run's; set rollout.shards to "
+                          "keep them",
                           stacklevel=2)
 
     def prompt_ids(self, p) -> list[int]:
@@ -158,7 +161,8 @@ class Trainer:
             ro = self._generate(which, [pids[i] for i in idx], n, call_seed(seed, s, self.shards), tm)
             correct = self._grade(ro.texts, [golds[idx[j]] for j in ro.prompt_index], tm)
             return ro.response_ids, correct, engine_logprobs(ro)
-        parts = [p for p in sharded_map(self.dist, self.shards, len(pids), work) if p is not None]
+        parts = [p for p in sharded_map(self.dist, self.shards, len(pids), work, self.ranks_per_engine)
+                 if p is not None]
         responses, correct = [x for p in parts for x in p[0]], [x for p in parts for x in p[1]]
         # the shaped reward of every response, once: +1/-1 and DAPO's overlong shaping
         rewards = shaped_reward(torch.tensor(correct, dtype=torch.bool),
@@ -479,7 +483,8 @@ class Trainer:
                 return [(r.correct, r.length) for r in sample_and_grade(
                     self.models.engine, self.tokenizer, [problems[i] for i in idx], self.cfg.data.prompt_template,
                     sp, self.grader)]
-            recs = [x for part in sharded_map(self.dist, self.shards, len(problems), work) if part for x in part]
+            parts = sharded_map(self.dist, self.shards, len(problems), work, self.ranks_per_engine)
+            recs = [x for part in parts if part for x in part]
             correct = torch.tensor([c for c, _ in recs], dtype=torch.float32).view(len(problems), v.samples)
             value = float(avg_at_k(correct))
             faults.point("validate", self.step)

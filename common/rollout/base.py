@@ -69,6 +69,8 @@ class RolloutEngine(abc.ABC):
     tokenizer = None
     version: Hashable | None = None   # the weights held: what the last sync was told (None: unknown)
     pushes: int = 0                   # syncs that moved weights (the others found the version held already)
+    ranks_per_engine: int = 1         # consecutive ranks that are one engine (tensor parallel): they make the
+                                      # same generate calls together (armor.spmd.sharded_map)
 
     @abc.abstractmethod
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout: ...

@@ -317,7 +317,7 @@ def test_dry_run_qwen25_math_7b(tmp_path):
         assert frag in cmd
     mem = lines[lines.index(row) + 2]        # ranks and the per-rank memory estimate (armor.memory)
     assert mem.strip().startswith("128 ranks (16 node(s) x 8); update memory/rank ~")
-    assert "context 10240 tokens" in mem and "0.6 of the GPU" in mem
+    assert "context 10240 tokens" in mem and "0.6 of each GPU" in mem and " + step 3.9)" in mem  # whole-step
     late = lines[lines.index(next(l for l in lines if l.startswith("stage2/armor_late/seed0"))) + 1]
     assert "step_000200" in late and "step_offset=200" in late
     assert next(l for l in lines if l.startswith("eval/armor/seed0")).split()[2] == "1x8gpu"
