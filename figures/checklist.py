@@ -107,9 +107,10 @@ def _window_mean(c: Curve, center: Optional[int] = None) -> Optional[float]:
 
 # ------------------------------------------------------------------------------------- per-seed numbers
 def floor_of(ctx: Context) -> Optional[float]:
-    """The evaluation noise floor: noise_floor.json's sd (one validation of fixed weights), or None."""
+    """The evaluation noise floor: noise_floor.json's sd (one validation of fixed weights), at least the score's
+    resolution (1 / (problems x samples): a floor measured as 0 would let any interval decide), or None."""
     nf = ctx.noise_floor
-    return float(nf["sd"]) if nf else None
+    return max(float(nf["sd"]), float(nf.get("resolution") or 0.0)) if nf else None
 
 
 def _seed_curve(ctx: Context, arm: str, seed: int) -> Curve:
@@ -394,8 +395,9 @@ def _noise_line(ctx: Context) -> str:
                 "every verdict that needs it is inconclusive.")
     return (f"Noise floor: {nf.get('arm')} seed {nf.get('seed')} at step {nf.get('step')} (θ*) validated "
             f"{len(nf['values'])} times with different sampling seeds on {nf.get('benchmark')} {nf.get('metric')}: "
-            f"sd {nf['sd']:.4f}, range {nf['range']:.4f}, mean {nf['mean']:.4f}; an effect counts from "
-            f"{S.NOISE_MULTIPLE:g} x sd = {S.NOISE_MULTIPLE * nf['sd']:.4f}.")
+            f"sd {nf['sd']:.4f}, range {nf['range']:.4f}, mean {nf['mean']:.4f}, resolution "
+            f"{nf.get('resolution') or 0:.4f}; an effect counts from {S.NOISE_MULTIPLE:g} x floor = "
+            f"{S.NOISE_MULTIPLE * floor_of(ctx):.4f}.")
 
 
 def checklist_markdown(verdicts: list[Verdict], ctx: Optional[Context] = None) -> str:

@@ -65,15 +65,17 @@ def measure(preset: Preset, root: Path, seed: int, stage_dir: Optional[Path] = N
                                                             f"name={preset.name}/noise_floor"]
     tr = Trainer(load_config(preset.path, ov)).start()
     bench = metric = None
-    values = []
+    values, resolution = [], None
     for i in range(k):
         row = tr.validate(seed=SEED_BASE + i)[0]
         bench, metric = row["benchmark"], row["metric"]
         values.append(float(row["value"]))
+        # the smallest change the score can show: one sample of one problem
+        resolution = 1.0 / (int(row["n_problems"]) * int(row["k"]))
     result = {"arm": arm.baseline, "seed": seed, "step": int(start["step"]),
               "checkpoint": os.path.relpath(start["checkpoint"], preset_root(root, preset)),
               "benchmark": bench, "metric": metric, "repeats": k, "seeds": [SEED_BASE + i for i in range(k)],
-              "values": values, **summarize(values)}
+              "values": values, "resolution": resolution, **summarize(values)}
     write_json_atomic(out / NOISE_NAME, result, **STATE_JSON)
     return result
 

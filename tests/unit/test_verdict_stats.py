@@ -72,3 +72,13 @@ def test_combine():
     assert S.combine([S.YES, S.INCONCLUSIVE]) == S.INCONCLUSIVE
     assert S.combine([S.YES, S.NO]) == S.NO
     assert S.combine([S.NOT_TESTABLE]) == S.NOT_TESTABLE
+
+
+def test_a_floor_measured_as_zero_is_the_scores_resolution():
+    from types import SimpleNamespace
+    from figures.checklist import floor_of
+    zero = {"sd": 0.0, "resolution": 1 / 1024, "values": [0.5, 0.5]}
+    assert floor_of(SimpleNamespace(noise_floor=zero)) == 1 / 1024
+    assert floor_of(SimpleNamespace(noise_floor={**zero, "sd": 0.011})) == 0.011
+    assert floor_of(SimpleNamespace(noise_floor={"sd": 0.02, "values": [0.1]})) == 0.02   # older files
+    assert floor_of(SimpleNamespace(noise_floor=None)) is None
