@@ -1,20 +1,21 @@
 """Checkpoints: Hugging Face model folders plus the training state beside them, written atomically.
 
     run_dir/checkpoints/step_000040/
-        config.json, model.safetensors, tokenizer files      <- save_pretrained: vLLM/lm-eval load it as is
-        trainer_state.pt                                     <- optimizer, scheduler, RNG, data position, step
-        reference/model.safetensors                          <- πref's weights, only when they are neither the
-                                                                initial model nor this checkpoint's own
-        checkpoint.json                                      <- manifest: size and sha256 of every file above,
-                                                                written last
-That is the one-rank layout with the export in the model's dtype (the tiny and smoke worlds). Several ranks, or
-an export dtype other than the masters' (schedule.export_dtype: bf16 for the paper presets), write instead:
-        config.json, tokenizer files, trainer_state.pt       <- rank 0
-        model-0000R-of-0000N.safetensors                     <- the HF export in the export dtype, one part per
-        model.safetensors.index.json                            rank that holds entries, each written by its rank
-        sharded/                                             <- torch.distributed.checkpoint (any world size
-                                                                resumes from it): the fp32 masters, optimizer,
-                                                                a differing πref, buffers; rng/rank_N.pt
+        config.json, model.safetensors, tokenizer files   <- save_pretrained: vLLM/lm-eval load it as is
+        trainer_state.pt                                  <- optimizer, scheduler, RNG, data position, step
+        reference/model.safetensors                       <- πref's weights, only when they are neither the
+                                                             initial model nor this checkpoint's own
+        checkpoint.json                                   <- manifest: size and sha256 of every file above,
+                                                             written last
+That is the one-rank layout with the export in the model's dtype (the tiny and smoke worlds). Several ranks,
+or an export dtype other than the masters' (schedule.export_dtype: bf16 for the paper presets), write instead:
+        config.json, tokenizer files, trainer_state.pt    <- rank 0
+        model-0000R-of-0000N.safetensors                  <- the HF export in the export dtype, one part per
+        model.safetensors.index.json                         rank that holds entries, each written by its
+                                                             rank
+        sharded/                                          <- torch.distributed.checkpoint (any world size
+                                                             resumes from it): the fp32 masters, optimizer,
+                                                             a differing πref, buffers; rng/rank_N.pt
 Each rank hashes only the files it wrote; rank 0 merges the lists into the manifest.
 A checkpoint is written into `step_NNNNNN.tmp` and renamed when complete, so a folder without the
 suffix was whole when written; leftovers of a killed save are removed on the next start. A resume checks
@@ -34,7 +35,8 @@ from pathlib import Path
 from armor import faults
 from common.hashing import sha256_file
 from common.jsonl import write_json_atomic
-from common.layout import list_checkpoints, step_dir  # noqa: F401  (re-exported for the trainer and its tests)
+# re-exported for the trainer and its tests
+from common.layout import list_checkpoints, step_dir  # noqa: F401
 
 # torch and numpy are imported inside the functions that need them: the layout helpers (list_checkpoints,
 # step_dir) serve the experiment driver, which should not pay for loading torch.
@@ -82,8 +84,9 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, ref
                     reference_weights=None, tmp: Path | None = None) -> Path:
     """Write model (HF format), tokenizer, `state` (+ RNG) and optionally the reference's weights.
 
-    weights / reference_weights: full tensors to write instead of the modules' own (gathered from FSDP2 shards;
-    the module then only supplies its config). tmp: a begun folder that already holds the ranks' shards."""
+    weights / reference_weights: full tensors to write instead of the modules' own (gathered from FSDP2
+    shards; the module then only supplies its config). tmp: a begun folder that already holds the ranks'
+    shards."""
     tmp = tmp or begin_checkpoint(run_dir, step)
     model.save_pretrained(tmp, state_dict=weights)
     if tokenizer is not None:
@@ -101,7 +104,8 @@ def _commit(run_dir: Path, step: int, tmp: Path, hashed: dict) -> Path:
     then the rename that makes the checkpoint complete."""
     final = step_dir(run_dir, step)
     files = {**_manifest(tmp, skip=set(hashed)), **hashed}
-    write_json_atomic(tmp / MANIFEST, {"step": step, "files": dict(sorted(files.items()))}, indent=1, sort_keys=True)
+    write_json_atomic(tmp / MANIFEST, {"step": step, "files": dict(sorted(files.items()))}, indent=1,
+                      sort_keys=True)
     if final.exists():  # a rerun of a step whose checkpoint survived a crash before `DONE`
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -133,8 +137,9 @@ INDEX = "model.safetensors.index.json"   # the HF sharded export's index (weight
 
 
 def _export_entries(model) -> list[tuple[str, object]]:
-    """(HF name, tensor or DTensor) of every state-dict entry the HF export holds: a tied alias (lm_head.weight =
-    embed_tokens.weight) is left out, as save_pretrained does. The same list on every rank."""
+    """(HF name, tensor or DTensor) of every state-dict entry the HF export holds: a tied alias
+    (lm_head.weight = embed_tokens.weight) is left out, as save_pretrained does. The same list on every
+    rank."""
     first: dict[int, str] = {}
     alias = {}
     for name, prm in model.named_parameters(remove_duplicate=False):
@@ -187,10 +192,11 @@ SHARDED = "sharded"   # the step folder's torch.distributed.checkpoint (several 
 def save_sharded_state(tmp: Path, model, optimizer, rank: int, reference=None) -> dict:
     """Every rank writes its shards into tmp/sharded/ with torch.distributed.checkpoint: the policy ("model":
     the fp32 masters), the optimizer state (keyed by parameter name), πref's when it differs from both the
-    initial model and this step's policy ("reference"), and the buffers (the non-persistent ones, e.g. the rotary
-    inv_freq, are in no state dict); and its RNG into tmp/sharded/rng/rank_N.pt. A collective: all ranks.
-    Returns {file: {size, sha256}} of the files this rank wrote (torch.distributed.checkpoint's file writer names
-    rank r's data files `__r_*.distcp`; the coordinator, rank 0, writes `.metadata`), hashed by this rank."""
+    initial model and this step's policy ("reference"), and the buffers (the non-persistent ones, e.g. the
+    rotary inv_freq, are in no state dict); and its RNG into tmp/sharded/rng/rank_N.pt. A collective: all
+    ranks. Returns {file: {size, sha256}} of the files this rank wrote (torch.distributed.checkpoint's file
+    writer names rank r's data files `__r_*.distcp`; the coordinator, rank 0, writes `.metadata`), hashed by
+    this rank."""
     import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
@@ -255,7 +261,8 @@ def rank_rng_state(folder: Path, rank: int) -> dict | None:
 def _manifest(folder: Path, only: list[Path] | None = None, skip: set[str] = frozenset()) -> dict:
     """{relative path: {"size", "sha256"}} of the files `only` (default: every file under `folder` but the
     manifest itself and the relative paths `skip`, which other ranks hashed)."""
-    files = only if only is not None else [p for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST]
+    files = only if only is not None else [p for p in sorted(folder.rglob("*")) if p.is_file()
+                                           and p.name != MANIFEST]
     out = {}
     for p in files:
         rel = str(Path(p).relative_to(folder))
@@ -328,7 +335,8 @@ def load_optimizer_state(model, optimizer, saved: dict) -> None:
     if by_index:                       # name the entries: the optimizer's order is model.parameters()'
         names = [n for n, _ in model.named_parameters()]
         saved = {"state": {names[i]: v for i, v in saved["state"].items()},
-                 "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in saved["param_groups"]]}
+                 "param_groups": [{**g, "params": [names[i] for i in g["params"]]}
+                                  for g in saved["param_groups"]]}
     set_optimizer_state_dict(model, optimizer, optim_state_dict=saved,
                              options=StateDictOptions(full_state_dict=True))
 
@@ -338,11 +346,13 @@ def load_state(run_dir: Path, step: int) -> dict:
     return torch.load(step_dir(run_dir, step) / "trainer_state.pt", weights_only=False)
 
 
-def prune(run_dir: Path, keep_last: int | None, protected: set[int], scheduled=lambda step: True) -> list[int]:
+def prune(run_dir: Path, keep_last: int | None, protected: set[int],
+          scheduled=lambda step: True) -> list[int]:
     """Retention, called after a checkpoint is complete: delete every checkpoint but the newest `keep_last`
-    (null: all), the `protected` steps and the newest one (never deleted: it is the resume point). A checkpoint
-    off the schedule (`scheduled(step)` False: a save on a stop signal) is a resumable state only, deleted once a
-    newer one is complete, so the checkpoints that stay are those an uninterrupted run keeps."""
+    (null: all), the `protected` steps and the newest one (never deleted: it is the resume point). A
+    checkpoint off the schedule (`scheduled(step)` False: a save on a stop signal) is a resumable state only,
+    deleted once a newer one is complete, so the checkpoints that stay are those an uninterrupted run
+    keeps."""
     steps = list_checkpoints(run_dir)
     if not steps:
         return []

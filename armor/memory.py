@@ -11,8 +11,9 @@ lengths.max_response, R = lengths.max_response):
   grads       P/W x 4                              reduced in float32 into the shards
   optimizer   P/W x 8                              AdamW's two moments in float32
   reference   P/W x bytes(compute dtype)           the frozen πref shards (and a teacher's, when separate)
-  gathered    (root + 2 layers) x bytes(compute)   the root's embeddings, norm and lm_head stay gathered through
-                                                   forward and backward; a decoder layer and the prefetched next
+  gathered    (root + 2 layers) x bytes(compute)   the root's embeddings, norm and lm_head stay gathered
+                                                   through forward and backward; a decoder layer and the
+                                                   prefetched next
   activations T x H x b x L (+ one layer's ~T x (10H + 4I) x b to recompute) with gradient checkpointing,
               else L x T x (10H + 4I) x b
   logprobs    C x V x (b + 12)  with C = batch.logprob_chunk_tokens (the logits, their fp32 copy, log-softmax
@@ -23,9 +24,9 @@ lengths.max_response, R = lengths.max_response):
               reads them (armor.config.needs_reference_logprobs), a separate teacher's and the token
               advantages with distillation
 The rollout engine (vLLM, colocated) sleeps during the update (weights to CPU, KV cache freed) and takes
-`rollout.gpu_memory_utilization` of the GPU while it generates, beside the shards above (not the gradients, the
-activations or the log-prob block). A rough estimate, to see before submitting whether a job can fit: allocator
-fragmentation, NCCL buffers and CUDA context (~1-3 GiB) are not in it.
+`rollout.gpu_memory_utilization` of the GPU while it generates, beside the shards above (not the gradients,
+the activations or the log-prob block). A rough estimate, to see before submitting whether a job can fit:
+allocator fragmentation, NCCL buffers and CUDA context (~1-3 GiB) are not in it.
 """
 from __future__ import annotations
 
@@ -71,8 +72,8 @@ class ModelShape:
     @classmethod
     def from_config(cls, c: dict) -> "ModelShape":
         heads = c["num_attention_heads"]
-        return cls(hidden=c["hidden_size"], intermediate=c["intermediate_size"], layers=c["num_hidden_layers"],
-                   heads=heads, kv_heads=c.get("num_key_value_heads", heads),
+        return cls(hidden=c["hidden_size"], intermediate=c["intermediate_size"],
+                   layers=c["num_hidden_layers"], heads=heads, kv_heads=c.get("num_key_value_heads", heads),
                    head_dim=c.get("head_dim") or c["hidden_size"] // heads, vocab=c["vocab_size"],
                    tied=bool(c.get("tie_word_embeddings", False)),
                    max_positions=c.get("max_position_embeddings", 0))

@@ -1,7 +1,7 @@
 """Model hosting: the policy, the frozen πref and teacher, the rollout engine that samples them, checkpoints.
 
     models = Models(cfg, dist, tokenizer).load(run_dir, resume_from, state)
-    ro = models.generate("policy" | "reference", prompts, params)       # the engine serves that model's weights
+    ro = models.generate("policy" | "reference", prompts, params)    # the engine serves that model's weights
     logp, ent = models.logprobs("policy" | "reference" | "teacher", batch, rows, temperature)   # no grad
     logp, ent = models.policy_forward(batch, rows, temperature)          # with grad, one micro-batch
     models.reset_reference(step)                                         # θref <- θ
@@ -9,9 +9,10 @@
 
 One process: plain modules. Several ranks (torchrun): the policy's FSDP2 shards are its fp32 master weights,
 πref and a teacher are frozen shards, all built on the meta device and filled from the one full copy rank 0
-reads (or, on a resume, from each rank's own shards); the HF engine samples from a plain replica given the full
-weights of whichever model it serves, vLLM gathers the shards itself. The trainer sees none of this: every call
-above is the same on every world size (each is a collective on several ranks: all ranks call it together).
+reads (or, on a resume, from each rank's own shards); the HF engine samples from a plain replica given the
+full weights of whichever model it serves, vLLM gathers the shards itself. The trainer sees none of this:
+every call above is the same on every world size (each is a collective on several ranks: all ranks call it
+together).
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from common.rollout import Rollout, SamplingParams, build_engine
 
 
 def check_paths(cfg) -> str:
-    """Check every model folder the run reads before any work; returns πref's source (its path, or the model)."""
+    """Check every model folder the run reads before any work; returns πref's source (its path, or the
+    model)."""
     a = cfg.algo
     check_model_path(cfg.model.path, "model.path")
     ref_path = a.reference.path or cfg.model.path
@@ -49,11 +51,13 @@ class Models:
         self.ref_path = check_paths(cfg)
         self.reference_step: int | None = None
         self.versions = {"policy": 0, "reference": 0}
-        self._replica_holds: tuple | None = None      # several ranks, HF engine: the weights the replica holds
+        # several ranks, HF engine: the weights the replica holds
+        self._replica_holds: tuple | None = None
 
     # ------------------------------------------------------------------------------------------ loading
     def load(self, run_dir: Path, resume_from: int | None, state: dict | None) -> "Models":
-        """Load the policy (the model, or the resume point's), πref, the teacher and the engine; returns self."""
+        """Load the policy (the model, or the resume point's), πref, the teacher and the engine; returns
+        self."""
         cfg, a = self.cfg, self.cfg.algo
         init_path = str(ckpt.step_dir(run_dir, resume_from)) if resume_from is not None else cfg.model.path
         ref_path = self._reference_path(run_dir, resume_from, state)
@@ -69,7 +73,8 @@ class Models:
             self.policy = self._load_sharded(init_path, sharded=pol_src)
             self.reference = self._load_sharded(ref_path, frozen=True, sharded=ref_src)
             self.teacher = self._load_sharded(teacher_path, frozen=True) if teacher_path else None
-            if cfg.rollout.engine == "hf":          # the HF engine samples from a plain copy of the served weights
+            # the HF engine samples from a plain copy of the served weights
+            if cfg.rollout.engine == "hf":
                 self.replica = self._load(init_path).eval().requires_grad_(False)
             self.skeleton = load_skeleton(init_path, cfg.model.trust_remote_code)   # the HF export's config
         self.policy.train()
@@ -79,8 +84,9 @@ class Models:
         if state is not None:
             self.reference_step = state["reference_step"]
         r = cfg.rollout
-        self.engine = build_engine(r.engine, self.replica or self.policy, self.tokenizer, model_path=init_path,
-                                   dtype=self.compute_dtype, gpu_memory_utilization=r.gpu_memory_utilization,
+        self.engine = build_engine(r.engine, self.replica or self.policy, self.tokenizer,
+                                   model_path=init_path, dtype=self.compute_dtype,
+                                   gpu_memory_utilization=r.gpu_memory_utilization,
                                    tensor_parallel_size=r.tensor_parallel_size, seed=cfg.seed,
                                    enforce_eager=r.enforce_eager, static_cache=r.static_kv_cache,
                                    max_model_len=cfg.lengths.max_prompt + cfg.lengths.max_response)
@@ -102,10 +108,10 @@ class Models:
 
     def _load_sharded(self, path: str, frozen: bool = False, sharded: tuple[Path, str] | None = None):
         """An FSDP2-sharded model (armor.parallel), built on the meta device on every rank and sharded, then
-        filled either from a checkpoint's sharded state (`sharded` = (step folder, "model" | "reference"): each
-        rank reads its own shards) or from the full copy of `path` that rank 0 alone reads into CPU memory. The
-        policy's shards keep model.dtype (float32: the master weights); a frozen reference or teacher is stored in
-        the compute dtype, which FSDP2 would gather it in anyway."""
+        filled either from a checkpoint's sharded state (`sharded` = (step folder, "model" | "reference"):
+        each rank reads its own shards) or from the full copy of `path` that rank 0 alone reads into CPU
+        memory. The policy's shards keep model.dtype (float32: the master weights); a frozen reference or
+        teacher is stored in the compute dtype, which FSDP2 would gather it in anyway."""
         m, pc = self.cfg.model, self.cfg.parallel
         dtype = pc.compute_dtype if frozen else m.dtype
         model = build_on_meta(path, dtype, m.gradient_checkpointing and not frozen, m.trust_remote_code)
@@ -122,17 +128,19 @@ class Models:
         return model
 
     def _reference_path(self, run_dir: Path, resume_from: int | None, state: dict | None) -> str:
-        """Where πref's weights are read: algo.reference.path (or the model), or, resuming a run whose πref was
-        reset, the checkpoint (its own weights if the reset was at that step, else its reference/ folder)."""
+        """Where πref's weights are read: algo.reference.path (or the model), or, resuming a run whose πref
+        was reset, the checkpoint (its own weights if the reset was at that step, else its reference/
+        folder)."""
         if resume_from is None or state["reference_step"] is None:
             return self.ref_path
         d = ckpt.step_dir(run_dir, resume_from)
         # a sharded checkpoint holds a differing πref in sharded/ (its HF config: the step folder's)
-        return str(d if state["reference_step"] == resume_from or not (d / "reference").is_dir() else d / "reference")
+        return str(d if state["reference_step"] == resume_from or not (d / "reference").is_dir()
+                   else d / "reference")
 
     def _sharded_sources(self, run_dir: Path, resume_from: int | None, state: dict | None) -> tuple:
-        """Where a resume reads the policy and πref as shards: (step folder, entry) each, or None to read the HF
-        folder (a fresh start, a one-rank checkpoint in the model's dtype, πref never reset)."""
+        """Where a resume reads the policy and πref as shards: (step folder, entry) each, or None to read the
+        HF folder (a fresh start, a one-rank checkpoint in the model's dtype, πref never reset)."""
         if resume_from is None:
             return None, None
         d = ckpt.step_dir(run_dir, resume_from)
@@ -142,7 +150,8 @@ class Models:
         reference_step = state["reference_step"]
         if reference_step == resume_from:            # πref was reset to this very step's policy
             return (d, "model"), (d, "model")
-        return (d, "model"), ((d, "reference") if reference_step is not None and "reference" in keys else None)
+        return (d, "model"), ((d, "reference") if reference_step is not None and "reference" in keys
+                              else None)
 
     def model(self, which: str):
         return {"policy": self.policy, "reference": self.reference, "teacher": self.teacher}[which]
@@ -151,14 +160,16 @@ class Models:
     def serve(self, which: str) -> bool:
         """Have the engine serve `which`'s current weights ("policy" | "reference"), versioned: a version the
         engine holds already costs nothing, so this runs before every generate call and a round with anchors
-        swaps policy -> reference -> policy at most once. Returns whether weights moved. One process: the engine
-        is given the module. Several ranks: a collective; an engine that gathers shards itself (vLLM) streams
-        the sharded model's full tensors, the HF engine samples from the replica, given the full weights."""
+        swaps policy -> reference -> policy at most once. Returns whether weights moved. One process: the
+        engine is given the module. Several ranks: a collective; an engine that gathers shards itself (vLLM)
+        streams the sharded model's full tensors, the HF engine samples from the replica, given the full
+        weights."""
         model, version = self.model(which), (which, self.versions[which])
         if self.replica is None:
             if self.engine.version == version:
                 return False
-            parallel.reshard(model)             # its state dict must hold the shards (DTensors), not gathered weights
+            # its state dict must hold the shards (DTensors), not gathered weights
+            parallel.reshard(model)
             return self.engine.sync_weights(model, version)
         if self._replica_holds != version:
             self.replica.load_state_dict(parallel.full_state_dict(model))
@@ -181,7 +192,8 @@ class Models:
         b = self.cfg.batch
         sub = batch.rows(rows)
         if b.micro_batch_tokens is None:
-            return forward_logprobs(model, sub, temp, with_entropy=with_entropy, chunk_tokens=b.logprob_chunk_tokens)
+            return forward_logprobs(model, sub, temp, with_entropy=with_entropy,
+                                    chunk_tokens=b.logprob_chunk_tokens)
         logp, ent = forward_logprobs(model, sub.trim(), temp, with_entropy=with_entropy,
                                      chunk_tokens=b.logprob_chunk_tokens)
         pad = (0, batch.response_mask.shape[1] - logp.shape[1])
@@ -227,20 +239,21 @@ class Models:
         e = self.cfg.schedule.export_dtype
         return self.cfg.model.dtype if e == "model" else e
 
-    def save(self, run_dir: Path, step: int, optimizer, state: dict, keep_last: int | None, protected: set[int],
-             scheduled=lambda step: True) -> None:
-        """The step's checkpoint (armor.checkpoint), then retention (checkpoint.prune: the newest `keep_last`, the
-        `protected` steps and πref's are kept; off-schedule saves go once a newer one is complete). `state`: the
-        trainer's part of trainer_state.pt. One process exporting in the model's dtype: the HF folder and the
-        whole optimizer state (the tiny and smoke worlds). Otherwise every rank writes its shards of the policy
-        (the fp32 masters), the optimizer and a differing πref (torch.distributed.checkpoint, what a resume of
-        any world size reads), its RNG, and its part of the HF export in schedule.export_dtype (sharded
-        safetensors with their index: it loads as it is in transformers, vLLM, lm-eval); each rank hashes its own
-        files and rank 0 writes the manifest."""
+    def save(self, run_dir: Path, step: int, optimizer, state: dict, keep_last: int | None,
+             protected: set[int], scheduled=lambda step: True) -> None:
+        """The step's checkpoint (armor.checkpoint), then retention (checkpoint.prune: the newest `keep_last`,
+        the `protected` steps and πref's are kept; off-schedule saves go once a newer one is complete).
+        `state`: the trainer's part of trainer_state.pt. One process exporting in the model's dtype: the HF
+        folder and the whole optimizer state (the tiny and smoke worlds). Otherwise every rank writes its
+        shards of the policy (the fp32 masters), the optimizer and a differing πref
+        (torch.distributed.checkpoint, what a resume of any world size reads), its RNG, and its part of the HF
+        export in schedule.export_dtype (sharded safetensors with their index: it loads as it is in
+        transformers, vLLM, lm-eval); each rank hashes its own files and rank 0 writes the manifest."""
         dist = self.dist
         keep_ref = self.reference_step is not None and self.reference_step != step
         state = {**state, "step": step, "world_size": dist.world_size, "reference_step": self.reference_step,
-                 "reference_source": self.ref_path if self.reference_step is None else f"step {self.reference_step}"}
+                 "reference_source": self.ref_path if self.reference_step is None
+                 else f"step {self.reference_step}"}
         if not dist.distributed and self.export_dtype == self.cfg.model.dtype:
             state["optimizer"] = optimizer.state_dict()
             ckpt.save_checkpoint(run_dir, step, self.policy, self.tokenizer, state,
@@ -249,22 +262,24 @@ class Models:
             tmp = dist.all_gather_object(ckpt.begin_checkpoint(run_dir, step) if dist.is_main else None)[0]
             own = ckpt.save_sharded_state(tmp, self.policy, optimizer, dist.rank,
                                           reference=self.reference if keep_ref else None)
-            index, part = ckpt.export_parts(tmp, self.policy, DTYPES[self.export_dtype], dist.rank, dist.world_size)
+            index, part = ckpt.export_parts(tmp, self.policy, DTYPES[self.export_dtype], dist.rank,
+                                            dist.world_size)
             hashed = {k: v for d in dist.all_gather_object({**own, **part}) for k, v in d.items()}
             if dist.is_main:
                 src = self.skeleton or self.policy
-                ckpt.finish_checkpoint(run_dir, step, tmp, src.config, self.tokenizer, {**state, "optimizer": None},
-                                       DTYPES[self.export_dtype], index, hashed,
+                ckpt.finish_checkpoint(run_dir, step, tmp, src.config, self.tokenizer,
+                                       {**state, "optimizer": None}, DTYPES[self.export_dtype], index, hashed,
                                        getattr(src, "generation_config", None))
         if dist.is_main:
             faults.point("saved", step)
-            protected = protected | {step} | ({self.reference_step} if self.reference_step is not None else set())
+            protected = protected | {step} | ({self.reference_step} if self.reference_step is not None
+                                              else set())
             ckpt.prune(run_dir, keep_last, protected, scheduled)
         dist.barrier()
 
     def restore_optimizer(self, run_dir: Path, step: int, state: dict, optimizer) -> None:
-        """The optimizer's state from a checkpoint of any world size; and this rank's RNG (its own when the world
-        size is the one that wrote it, else the saved one)."""
+        """The optimizer's state from a checkpoint of any world size; and this rank's RNG (its own when the
+        world size is the one that wrote it, else the saved one)."""
         if state["optimizer"] is None:        # written by several ranks: the optimizer's shards
             ckpt.load_sharded_optimizer(ckpt.step_dir(run_dir, step), self.policy, optimizer)
         else:

@@ -5,12 +5,12 @@ local-shard copies.
     load_from_rank0(model, full_or_None, device)       # a meta-device build filled from rank 0's copy
     full_state_dict(model)                             # {HF name: full tensor} on every rank, same order
     copy_local_shards(dst, src)                        # θref <- θ without communication (same mesh)
-The parameters `fully_shard` keeps are the module's own dtype: load the policy in float32 and they are the fp32
-master weights, while `MixedPrecisionPolicy(param_dtype=compute_dtype)` all-gathers them in the compute dtype for
-forward and backward and reduces gradients in float32 (verl's layout). Facts this relies on, checked on CPU
-with gloo by tests/integration/test_distributed.py (2 ranks equal one process, weights within 1e-6): FSDP2 averages
-gradients over ranks (a loss normalised by a global token count is multiplied by the world size); a no-grad
-forward leaves the root unsharded (`reshard` after it).
+The parameters `fully_shard` keeps are the module's own dtype: load the policy in float32 and they are the
+fp32 master weights, while `MixedPrecisionPolicy(param_dtype=compute_dtype)` all-gathers them in the compute
+dtype for forward and backward and reduces gradients in float32 (verl's layout). Facts this relies on, checked
+on CPU with gloo by tests/integration/test_distributed.py (2 ranks equal one process, weights within 1e-6):
+FSDP2 averages gradients over ranks (a loss normalised by a global token count is multiplied by the world
+size); a no-grad forward leaves the root unsharded (`reshard` after it).
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def decoder_layers(model) -> list[torch.nn.Module]:
     return list(layers)
 
 
-def shard_model(model, compute_dtype: torch.dtype = torch.float32, offload: bool = False, frozen: bool = False):
+def shard_model(model, compute_dtype: torch.dtype = torch.float32, offload: bool = False,
+                frozen: bool = False):
     """fully_shard each decoder layer, then the root (in place; returns the model).
 
     compute_dtype: the dtype parameters are gathered in for compute (bf16 on GPU); gradients are reduced in
@@ -35,25 +36,28 @@ def shard_model(model, compute_dtype: torch.dtype = torch.float32, offload: bool
     if frozen:
         model.requires_grad_(False)
     kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32),
-          "offload_policy": CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if offload else OffloadPolicy()}
+          "offload_policy": CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if offload
+          else OffloadPolicy()}
     from torch.distributed.fsdp import register_fsdp_forward_method
 
     from armor.policy import attach_chunked_logprobs
     for layer in decoder_layers(model):
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
-    # the chunked log-probs call the backbone and the lm_head, not forward: FSDP2 must gather the root's weights
+    # the chunked log-probs call the backbone and the lm_head, not forward: FSDP2 must gather the root's
+    # weights
     register_fsdp_forward_method(model, attach_chunked_logprobs(model))
     return model
 
 
 @torch.no_grad()
 def load_from_rank0(model, full, device) -> None:
-    """Materialise a sharded meta-device `model` on `device` and fill it from `full`: the same architecture with
-    its weights, held by rank 0 alone (None on the other ranks). Every state-dict entry is broadcast from rank 0
-    one tensor at a time (cast to the shard's dtype first) and each rank keeps its shard; so are the buffers,
-    whose non-persistent ones (the rotary inv_freq) are not in the state dict and hold garbage after to_empty.
-    No rank but 0 ever holds the full model: at 7B that is one fp32 copy per node instead of one per GPU."""
+    """Materialise a sharded meta-device `model` on `device` and fill it from `full`: the same architecture
+    with its weights, held by rank 0 alone (None on the other ranks). Every state-dict entry is broadcast from
+    rank 0 one tensor at a time (cast to the shard's dtype first) and each rank keeps its shard; so are the
+    buffers, whose non-persistent ones (the rotary inv_freq) are not in the state dict and hold garbage after
+    to_empty. No rank but 0 ever holds the full model: at 7B that is one fp32 copy per node instead of one per
+    GPU."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     rank0 = torch.distributed.get_rank() == 0
     if rank0 and full is None:
@@ -88,11 +92,11 @@ def reshard(model) -> None:
 
 def full_state_dict(model, rank0_cpu: bool = False) -> dict[str, torch.Tensor]:
     """Every state-dict entry as a full tensor, gathered in the same order (a collective: all ranks must call
-    it). rank0_cpu: only rank 0 receives them, in CPU memory (others get {}), as a checkpoint export needs; else
-    every rank gets them on its device. For a plain module, its own state dict."""
+    it). rank0_cpu: only rank 0 receives them, in CPU memory (others get {}), as a checkpoint export needs;
+    else every rank gets them on its device. For a plain module, its own state dict."""
     from torch.distributed.tensor import DTensor
-    # tied entries (lm_head.weight = embed_tokens.weight) are one parameter: gathered once and kept one tensor,
-    # so save_pretrained writes it once, as it does for the unsharded model
+    # tied entries (lm_head.weight = embed_tokens.weight) are one parameter: gathered once and kept one
+    # tensor, so save_pretrained writes it once, as it does for the unsharded model
     first_name: dict[int, str] = {}
     alias = {}
     for name, prm in model.named_parameters(remove_duplicate=False):
@@ -108,7 +112,8 @@ def full_state_dict(model, rank0_cpu: bool = False) -> dict[str, torch.Tensor]:
                 out[k] = out[src]
             continue
         full = v.full_tensor() if isinstance(v, DTensor) else v
-        if rank0_cpu:                  # one entry at a time: no rank holds more than one full tensor on device
+        # one entry at a time: no rank holds more than one full tensor on device
+        if rank0_cpu:
             if rank0:
                 out[k] = full.detach().cpu()
             del full
@@ -121,8 +126,8 @@ def full_state_dict(model, rank0_cpu: bool = False) -> dict[str, torch.Tensor]:
 
 @torch.no_grad()
 def copy_local_shards(dst, src) -> None:
-    """dst's parameters and buffers <- src's, shard by shard (both sharded alike, or both plain): the reference
-    reset θref <- θ, with no communication."""
+    """dst's parameters and buffers <- src's, shard by shard (both sharded alike, or both plain): the
+    reference reset θref <- θ, with no communication."""
     from torch.distributed.tensor import DTensor
     local = lambda t: t.to_local() if isinstance(t, DTensor) else t   # noqa: E731
     sd, ss = dst.state_dict(), src.state_dict()
@@ -143,14 +148,14 @@ def check_world_size(cfg, world_size: int, rollout_shards: int, ranks_per_node: 
     the ranks per node and the world, rollout shards that divide over the engines. Each failure names the key
     and its value."""
     if world_size > 1 and cfg.model.dtype != "float32":
-        raise ValueError(f"model.dtype: {cfg.model.dtype!r}: with several ranks the policy's sharded parameters "
-                         "are its master weights and must be float32; parallel.compute_dtype: bfloat16 "
-                         "computes in bf16")
+        raise ValueError(f"model.dtype: {cfg.model.dtype!r}: with several ranks the policy's sharded "
+                         "parameters are its master weights and must be float32; parallel.compute_dtype: "
+                         "bfloat16 computes in bf16")
     per_mini = cfg.batch.mini_batch_prompts * cfg.batch.group_size
     if per_mini % world_size:
-        raise ValueError(f"batch.mini_batch_prompts: {cfg.batch.mini_batch_prompts} prompts x batch.group_size "
-                         f"{cfg.batch.group_size} = {per_mini} responses per mini-batch, not divisible by the "
-                         f"world size {world_size}")
+        raise ValueError(f"batch.mini_batch_prompts: {cfg.batch.mini_batch_prompts} prompts x "
+                         f"batch.group_size {cfg.batch.group_size} = {per_mini} responses per mini-batch, "
+                         f"not divisible by the world size {world_size}")
     k = ranks_per_engine(cfg)
     from common.rollout.vllm_engine import check_tensor_parallel     # no vllm import: a plain check
     check_tensor_parallel(k, world_size, world_size if ranks_per_node is None else ranks_per_node)

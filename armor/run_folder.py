@@ -22,14 +22,14 @@ RESUME_MUTABLE = {"threads", "device", "schedule.total_steps", "schedule.keep_la
                   "reward.grader_workers",
                   "validation.max_problems", "output_dir", "model.display_name", "rollout.enforce_eager",
                   "rollout.max_logprob_mismatch", "rollout.max_steps_without_kept"}
-# prefixes of such keys: other tools' sections are not the trainer's (FOREIGN_SECTIONS), logging only says where
-# the same rows also go
+# prefixes of such keys: other tools' sections are not the trainer's (FOREIGN_SECTIONS), logging only says
+# where the same rows also go
 RESUME_MUTABLE_PREFIXES = tuple(f"{s}." for s in FOREIGN_SECTIONS) + ("logging.",)
 
 
 def prepare(rd: Path, cfg: RunConfig) -> int | None:
-    """Create the run folder, or find the checkpoint to resume from (None = fresh start). A config that differs
-    from the run's config.yaml outside RESUME_MUTABLE is an error naming the first differing key."""
+    """Create the run folder, or find the checkpoint to resume from (None = fresh start). A config that
+    differs from the run's config.yaml outside RESUME_MUTABLE is an error naming the first differing key."""
     rd.mkdir(parents=True, exist_ok=True)
     cfg_file = rd / "config.yaml"
     if cfg_file.is_file():
@@ -62,7 +62,8 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 
 def _truncate_jsonl(path: Path, max_step: int) -> None:
-    """Drop rows logged after the checkpoint we resume from (they will be recomputed), and a torn last line."""
+    """Drop rows logged after the checkpoint we resume from (they will be recomputed), and a torn last
+    line."""
     if path.is_file():
         write_jsonl(path, [r for r in read_jsonl(path) if r["step"] <= max_step])
 
@@ -76,8 +77,8 @@ def _record_numerics(path: Path) -> None:
     from common import cpu_numerics
     now = cpu_numerics.describe()
     if cpu_numerics.unpinned(now):
-        warnings.warn(f"torch computes with {now['cpu_capability']} CPU kernels, not the pinned AVX2 (torch was "
-                      "imported before the suite's packages?): results will not match other machines' "
+        warnings.warn(f"torch computes with {now['cpu_capability']} CPU kernels, not the pinned AVX2 (torch "
+                      "was imported before the suite's packages?): results will not match other machines' "
                       "byte for byte", stacklevel=2)
     if path.is_file():
         before = json.loads(path.read_text())

@@ -72,10 +72,10 @@ class Samples:
 
 @dataclass
 class RolloutStats:
-    """What collect() counts in one RL step: prompts drawn, rounds, on-policy correctness, rewards and lengths,
-    reference samples, the shortfall below B, and the mismatch probe: the first round's first PROBE_ROWS
-    on-policy samples, (prompt ids, response ids, engine log-probs) each, on which a step that keeps nothing
-    still measures logprob_mismatch (armor.health)."""
+    """What collect() counts in one RL step: prompts drawn, rounds, on-policy correctness, rewards and
+    lengths, reference samples, the shortfall below B, and the mismatch probe: the first round's first
+    PROBE_ROWS on-policy samples, (prompt ids, response ids, engine log-probs) each, on which a step that
+    keeps nothing still measures logprob_mismatch (armor.health)."""
     prompts_drawn: int = 0
     rounds: int = 0
     correct: list = dataclasses.field(default_factory=list)
@@ -84,7 +84,8 @@ class RolloutStats:
     ref_samples: int = 0
     shortfall: int = 0
     probe: list = dataclasses.field(default_factory=list)
-    modes: list = dataclasses.field(default_factory=list)          # on-policy samples' modes (logging.answer_modes)
+    # on-policy samples' modes (logging.answer_modes)
+    modes: list = dataclasses.field(default_factory=list)
     anchor_modes: list = dataclasses.field(default_factory=list)   # kept anchors' modes
 
     def add(self, on: Samples, prompt_ids: list, probe_rows: int = 0) -> None:
@@ -100,7 +101,8 @@ class RolloutStats:
         n = len(self.correct)
         return {"reward_mean": float(torch.tensor(self.rewards, dtype=torch.float32).mean()) if n else 0.0,
                 "accuracy": sum(self.correct) / max(1, n),
-                "response_length": float(torch.tensor(self.lengths, dtype=torch.float32).mean()) if n else 0.0,
+                "response_length": float(torch.tensor(self.lengths, dtype=torch.float32).mean()) if n
+                else 0.0,
                 "prompts_drawn": self.prompts_drawn}
 
 
@@ -158,8 +160,8 @@ class MinibatchPlan:
 class FrozenLogprobs:
     """Per-token values fixed for the step, [N, R]: θold's log-probs and entropy, πref's (None when nothing
     reads them) and the token advantages. `computed` [N] bool: the rows whose θold values were computed before
-    the update; the first mini-batch's come from its own update pass (θold = θ until the first optimizer step),
-    and the optimizer returns a copy with them added."""
+    the update; the first mini-batch's come from its own update pass (θold = θ until the first optimizer
+    step), and the optimizer returns a copy with them added."""
     old_logp: torch.Tensor
     entropy: torch.Tensor
     ref_logp: torch.Tensor | None
@@ -177,15 +179,17 @@ class Group:
     is_anchor: list[bool]
     # the shaped reward of each response (+1/-1 and overlong shaping)
     rewards: list = dataclasses.field(default_factory=list)
-    # the rollout engine's log-probs of each response's tokens (the sampler's; the anchor's from πref), float32;
-    # empty when the engine gave none. The training/inference mismatch metric compares them with θold's
+    # the rollout engine's log-probs of each response's tokens (the sampler's; the anchor's from πref),
+    # float32; empty when the engine gave none. The training/inference mismatch metric compares them with
+    # θold's
     engine_logprobs: list = dataclasses.field(default_factory=list)
 
     @classmethod
     def of(cls, prompt_ids: list[int], gold: str, on: Samples, anchor: Samples | None = None) -> "Group":
         """A kept prompt's group: its on-policy samples, then the anchor (when given)."""
         parts = [on] + ([anchor] if anchor is not None else [])
-        return cls(prompt_ids, gold, [r for p in parts for r in p.responses], [c for p in parts for c in p.correct],
+        return cls(prompt_ids, gold, [r for p in parts for r in p.responses],
+                   [c for p in parts for c in p.correct],
                    [False] * len(on.responses) + [True] * (anchor is not None),
                    [x for p in parts for x in p.rewards], [x for p in parts for x in p.logprobs])
 

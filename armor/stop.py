@@ -1,14 +1,15 @@
-"""Stopping for a requeue: SLURM's time-limit warning (`--signal=USR2@T`) or a preemption (SIGTERM) asks the run
-to stop; the trainer finishes the step in flight, saves it and exits, so a requeue loses at most that step.
+"""Stopping for a requeue: SLURM's time-limit warning (`--signal=USR2@T`) or a preemption (SIGTERM) asks the
+run to stop; the trainer finishes the step in flight, saves it and exits, so a requeue loses at most that
+step.
 
     stop = StopRequest(["SIGUSR2", "SIGTERM"])     # handlers installed (schedule.stop_signals)
     signum = stop.agreed(dist)                      # at a step boundary: a collective, the same on every rank
     stop.close()                                    # the previous handlers back
 
-A handler only records the signal; the decision is taken at the step boundary by every rank together (the first
-signal any rank got, gathered with Dist.all_gather_object: identity at world size 1), so all ranks save the same
-step and leave together. The process then exits with 128 + the signal's number (armor.train), as a process
-killed by it would report, so a job wrapper counts the attempt interrupted, not finished.
+A handler only records the signal; the decision is taken at the step boundary by every rank together (the
+first signal any rank got, gathered with Dist.all_gather_object: identity at world size 1), so all ranks save
+the same step and leave together. The process then exits with 128 + the signal's number (armor.train), as a
+process killed by it would report, so a job wrapper counts the attempt interrupted, not finished.
 """
 from __future__ import annotations
 

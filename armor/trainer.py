@@ -8,12 +8,15 @@ One RL step (`train_step`):
        correct reference sample; the first correct one is the anchor)
   2. `update`: group advantages (GRPO / QAE); OPD/MOPD token signals
   3. `_frozen_logprobs`: θold's log-probs (the first mini-batch's come from its own update forward pass, since
-     θold = θ until the first optimizer step), θref's (armor.config.needs_reference_logprobs) and the teacher's
+     θold = θ until the first optimizer step), θref's (armor.config.needs_reference_logprobs) and the
+     teacher's
   4. `_optimize`: μ mini-batch updates of the objective (armor.objectives.policy_loss: plain / mixed /
-     static-clip / off-policy ratio, clip-higher + dual-clip, optional β·KL), AdamW, warm-up, gradient clipping
+     static-clip / off-policy ratio, clip-higher + dual-clip, optional β·KL), AdamW, warm-up, gradient
+     clipping
   5. `maybe_reset_reference`: every τ steps (until a given step) θref <- θ
   6. the metrics row (armor.health stops a run computing garbage); validation and a checkpoint every k steps;
-     a stop signal (armor.stop: SLURM's time-limit warning, preemption) saves the step and leaves for a requeue
+     a stop signal (armor.stop: SLURM's time-limit warning, preemption) saves the step and leaves for a
+     requeue
 The mathematics lives in armor.objectives / advantages / anchors / rewards; the models, the engine and the
 checkpoints in armor.models; how a step splits over ranks in armor.spmd (every call here is the same on any
 world size). This file orchestrates.
@@ -35,14 +38,14 @@ from armor.anchors import anchor_keep, assemble_anchor_groups, dynamic_sampling_
 from armor.config import RunConfig, needs_reference_logprobs
 from armor.data import PromptStream, draw_size, load_prompts, load_validation_sets
 from armor.models import Models, check_paths
-from armor.objectives import (ADDITIVE_METRICS, LossConfig, kl_forward_tokens, kl_reverse_tokens, logprob_gap_tokens,
-                              logprob_mismatch, mopd_token_advantages, opd_token_advantages, pad_token_values,
-                              policy_loss)
+from armor.objectives import (ADDITIVE_METRICS, LossConfig, kl_forward_tokens, kl_reverse_tokens,
+                              logprob_gap_tokens, logprob_mismatch, mopd_token_advantages,
+                              opd_token_advantages, pad_token_values, policy_loss)
 from armor.policy import make_token_batch
 from armor.rewards import shaped_reward
 from armor.spmd import call_seed, global_masked_mean, sharded_map
-from armor.step_state import (PROBE_ROWS, FrozenLogprobs, Group, MinibatchPlan, PhaseTimes, RolloutStats, Samples,
-                              mode_classifier, mode_shares,
+from armor.step_state import (PROBE_ROWS, FrozenLogprobs, Group, MinibatchPlan, PhaseTimes, RolloutStats,
+                              Samples, mode_classifier, mode_shares,
                               SeedPhase, UpdateBatch, engine_logprobs, step_seed)
 from common.distributed import Dist
 from common.grading import Grader
@@ -54,8 +57,9 @@ from common.sampling import encode_prompt, sample_and_grade
 # the metric keys that must agree between an interrupted-and-resumed run and an uninterrupted one
 DETERMINISTIC_KEYS = ("reward_mean", "accuracy", "response_length", "entropy", "clipfrac", "kl_reverse",
                       "kl_forward", "prompts_drawn", "prompts_kept", "anchors", "lr", "grad_norm", "loss")
-# lazy anchors ask the reference about ceil(ANCHOR_CHUNK_MARGIN x still-needed) passing prompts at a time: a few
-# more than needed, since a prompt whose ref_n samples are all wrong is not kept (a cost knob, not a paper number)
+# lazy anchors ask the reference about ceil(ANCHOR_CHUNK_MARGIN x still-needed) passing prompts at a time: a
+# few more than needed, since a prompt whose ref_n samples are all wrong is not kept (a cost knob, not a paper
+# number)
 ANCHOR_CHUNK_MARGIN = 1.5
 
 
@@ -74,7 +78,8 @@ class Trainer:
         self.val_sets = load_validation_sets(cfg.validation.benchmarks, cfg.validation.max_problems)
         if cfg.threads or os.environ.get("ARMOR_THREADS"):
             torch.set_num_threads(cfg.threads or int(os.environ["ARMOR_THREADS"]))
-        self.dist = Dist.from_env(cfg.device, timeout_s=cfg.parallel.timeout_s)   # world size 1 without torchrun
+        # world size 1 without torchrun
+        self.dist = Dist.from_env(cfg.device, timeout_s=cfg.parallel.timeout_s)
         self.device = self.dist.device
         self.ranks_per_engine = parallel.ranks_per_engine(cfg)    # > 1: a tensor-parallel vLLM engine
         self.shards = cfg.rollout.shards or self.dist.world_size // self.ranks_per_engine
@@ -93,10 +98,11 @@ class Trainer:
         self._started = False
 
     def start(self) -> "Trainer":
-        """Open the run: rank 0 prepares the run folder (config.yaml, the resume point, torn JSONL lines, damaged
-        checkpoints), then every rank loads the models and the engine (armor.models), the optimizer and the
-        grader's workers, and restores the resume point's state. The constructor only checks and reads inputs;
-        `fit` calls this, and so may a caller that wants to drive steps itself. Idempotent; returns self."""
+        """Open the run: rank 0 prepares the run folder (config.yaml, the resume point, torn JSONL lines,
+        damaged checkpoints), then every rank loads the models and the engine (armor.models), the optimizer
+        and the grader's workers, and restores the resume point's state. The constructor only checks and reads
+        inputs; `fit` calls this, and so may a caller that wants to drive steps itself. Idempotent; returns
+        self."""
         if self._started:
             return self
         self._started = True
@@ -120,7 +126,8 @@ class Trainer:
                                eps_high=a.clip.eps_high, dual_clip_c=a.clip.dual_clip_c, loss_agg=a.loss_agg,
                                kl_coef=a.kl.coef, kl_estimator=a.kl.estimator)
         # stops a run whose engine samples other weights than it trains, or that keeps nothing (armor.health)
-        self.health = health.HealthMonitor(health.mismatch_bound(r.max_logprob_mismatch, self.models.compute_dtype),
+        self.health = health.HealthMonitor(health.mismatch_bound(r.max_logprob_mismatch,
+                                                                 self.models.compute_dtype),
                                            r.max_steps_without_kept, r.engine)
         if resume_from is not None:
             self._restore(resume_from, state)
@@ -135,10 +142,10 @@ class Trainer:
         self.val_curve = [tuple(x) for x in state.get("val_curve", [])]
         self.health.load_state_dict(state.get("health", {}))
         if state.get("shards", 1) != self.shards:
-            warnings.warn(f"{self.run_dir}: the run sampled in {state.get('shards', 1)} rollout shard(s) and now "
-                          f"samples in {self.shards} (rollout.shards, default the number of engines): from "
-                          "here on its samples differ from an uninterrupted run's; set rollout.shards to "
-                          "keep them",
+            warnings.warn(f"{self.run_dir}: the run sampled in {state.get('shards', 1)} rollout shard(s) and "
+                          f"now samples in {self.shards} (rollout.shards, default the number of engines): "
+                          "from here on its samples differ from an uninterrupted run's; set rollout.shards "
+                          "to keep them",
                           stacklevel=2)
 
     def prompt_ids(self, p) -> list[int]:
@@ -149,9 +156,9 @@ class Trainer:
 
     # --------------------------------------------------------------------------------------- rollout
     def _sample_round(self, which: str, pids, golds, n: int, seed: int, tm: PhaseTimes) -> Samples:
-        """n responses to each prompt from `which` ("policy" | "reference"), graded and rewarded, prompt-major:
-        the call is cut into rollout.shards shards, each seeded on its own and gathered on every rank
-        (armor.spmd; one shard: one generate call seeded `seed`)."""
+        """n responses to each prompt from `which` ("policy" | "reference"), graded and rewarded,
+        prompt-major: the call is cut into rollout.shards shards, each seeded on its own and gathered on every
+        rank (armor.spmd; one shard: one generate call seeded `seed`)."""
         L = self.cfg.lengths
         t0 = time.perf_counter()
         self.models.serve(which)         # a collective on several ranks: every rank, whatever shards it draws
@@ -166,15 +173,17 @@ class Trainer:
         responses, correct = [x for p in parts for x in p[0]], [x for p in parts for x in p[1]]
         # the shaped reward of every response, once: +1/-1 and DAPO's overlong shaping
         rewards = shaped_reward(torch.tensor(correct, dtype=torch.bool),
-                                torch.tensor([len(r) for r in responses], dtype=torch.float32), L.max_response,
-                                L.overlong_buffer, L.overlong_factor, enable=L.overlong_buffer > 0)
+                                torch.tensor([len(r) for r in responses], dtype=torch.float32),
+                                L.max_response, L.overlong_buffer, L.overlong_factor,
+                                enable=L.overlong_buffer > 0)
         return Samples(n, responses, correct, rewards.tolist(), [x for p in parts for x in p[2]])
 
     def _generate(self, which: str, prompt_ids: list[list[int]], n: int, seed: int, tm: PhaseTimes):
         r = self.cfg.rollout
         t0 = time.perf_counter()
         ro = self.models.generate(which, prompt_ids, SamplingParams(
-            n=n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=self.cfg.lengths.max_response, seed=seed))
+            n=n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=self.cfg.lengths.max_response,
+            seed=seed))
         tm.generate += time.perf_counter() - t0
         tm.tokens += ro.num_tokens
         return ro
@@ -211,7 +220,8 @@ class Trainer:
             faults.point("sample", self.step + 1)
             stats.add(on, pids, probe_rows=PROBE_ROWS if rnd == 0 else 0)
             if self.classify is not None:
-                stats.modes += self._modes([prompts[j // n_on] for j in range(len(on.responses))], on.responses)
+                stats.modes += self._modes([prompts[j // n_on] for j in range(len(on.responses))],
+                                           on.responses)
             on_correct = torch.tensor(on.correct, dtype=torch.float32).view(len(prompts), n_on)
             anchors = [None] * len(prompts)
             if a.distill.mode == "opd":
@@ -245,10 +255,10 @@ class Trainer:
         """ARMOR's Anchor Rollout for one round: ref_n samples from πref per candidate prompt, the keep rule,
         and each kept prompt's anchor (its first correct reference sample, as a one-response Samples).
 
-        Lazy (the default): candidates are the prompts whose on-policy rewards are not all equal, taken in draw
-        order in chunks of ceil(ANCHOR_CHUNK_MARGIN · still needed), until `need` prompts are kept or none is
-        left; the prompts behind them could not be kept this step anyway. Returns keep [P] bool and each
-        prompt's anchor (None if not kept)."""
+        Lazy (the default): candidates are the prompts whose on-policy rewards are not all equal, taken in
+        draw order in chunks of ceil(ANCHOR_CHUNK_MARGIN · still needed), until `need` prompts are kept or
+        none is left; the prompts behind them could not be kept this step anyway. Returns keep [P] bool and
+        each prompt's anchor (None if not kept)."""
         a = self.cfg.algo.anchor
         P = len(prompts)
         passing = dynamic_sampling_keep(on_correct)
@@ -263,8 +273,8 @@ class Trainer:
             take = len(order) if not a.lazy else math.ceil(ANCHOR_CHUNK_MARGIN * (need - n_keep))
             cand, order = order[:take], order[take:]
             seed = step_seed(self.cfg.seed, self.step, SeedPhase.ANCHOR, rnd, chunk_no)
-            drawn = self._sample_round("reference", [pids[i] for i in cand], [prompts[i].answer for i in cand],
-                                       a.ref_n, seed, tm)
+            drawn = self._sample_round("reference", [pids[i] for i in cand],
+                                       [prompts[i].answer for i in cand], a.ref_n, seed, tm)
             faults.point("anchor", self.step + 1)
             stats.ref_samples += len(drawn.correct)
             for j, i in enumerate(cand):
@@ -289,7 +299,8 @@ class Trainer:
                 row.update(mode_shares(stats.anchor_modes, self.classify.modes, "anchor_mode_"))
         row.update(self.update(groups, tm) if groups else self._probe_mismatch(stats.probe))
         row["lr"] = self.scheduler.get_last_lr()[0]
-        with warnings.catch_warnings():   # a step that kept no prompt made no optimizer.step(): still one RL step
+        # a step that kept no prompt made no optimizer.step(): still one RL step
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             self.scheduler.step()
         self.step += 1
@@ -299,7 +310,8 @@ class Trainer:
         row.update(time_generate=tm.generate, time_score=tm.score, time_logprob=tm.logprob,
                    time_update=tm.update, tokens_generated=tm.tokens,
                    time_step=time.perf_counter() - t_start, total_step=self.cfg.step_offset + self.step)
-        self.health.check(row)          # garbage (engine and trainer disagree, nothing kept) stops the run here
+        # garbage (engine and trainer disagree, nothing kept) stops the run here
+        self.health.check(row)
         return row
 
     def update(self, groups: list[Group], tm: PhaseTimes) -> dict:
@@ -311,7 +323,8 @@ class Trainer:
         frozen = self._frozen_logprobs(ub, plan)
         tm.logprob += time.perf_counter() - t0
         t1 = time.perf_counter()
-        means, frozen = self._optimize(ub, plan, frozen)     # θold complete: the first mini-batch's pass added
+        # θold complete: the first mini-batch's pass added
+        means, frozen = self._optimize(ub, plan, frozen)
         out = {**self._token_metrics(ub, plan, frozen), **means}
         tm.update += time.perf_counter() - t1
         return out
@@ -321,20 +334,23 @@ class Trainer:
         G = len(groups[0].responses)
         batch = make_token_batch([g.prompt_ids for g in groups for _ in g.responses],
                                  [r for g in groups for r in g.responses], self.pad_id).to(self.device)
-        rewards = torch.tensor([x for g in groups for x in g.rewards], device=self.device).view(len(groups), G)
+        rewards = torch.tensor([x for g in groups for x in g.rewards],
+                               device=self.device).view(len(groups), G)
         adv = group_advantages(rewards, self.cfg.algo.advantage, k=self.cfg.algo.qae_k).reshape(-1)
         is_anchor = torch.tensor([x for g in groups for x in g.is_anchor], device=self.device)
         engine_lp = [x for g in groups for x in g.engine_logprobs]
         return UpdateBatch(batch, batch.response_mask.float(), is_anchor, adv, G, engine_lp)
 
     def _minibatch_plan(self, n_prompts: int, G: int, seq_lens: torch.Tensor) -> MinibatchPlan:
-        """The step's mini-batches (each epoch shuffles the kept prompts; a mini-batch holds mini_batch_prompts
-        whole groups) and this rank's micro-batches of each, in rows or tokens (armor.microbatch, armor.spmd)."""
+        """The step's mini-batches (each epoch shuffles the kept prompts; a mini-batch holds
+        mini_batch_prompts whole groups) and this rank's micro-batches of each, in rows or tokens
+        (armor.microbatch, armor.spmd)."""
         cfg = self.cfg
         per_mb = cfg.batch.mini_batch_prompts
         minibatches = []
         for epoch in range(cfg.batch.epochs):
-            g = torch.Generator().manual_seed(step_seed(cfg.seed, self.step, SeedPhase.MINIBATCH_ORDER, epoch))
+            g = torch.Generator().manual_seed(step_seed(cfg.seed, self.step, SeedPhase.MINIBATCH_ORDER,
+                                                        epoch))
             order = torch.randperm(n_prompts, generator=g).tolist()
             minibatches += [torch.tensor([p * G + j for p in order[s:s + per_mb] for j in range(G)],
                                          device=self.device) for s in range(0, n_prompts, per_mb)]
@@ -345,13 +361,15 @@ class Trainer:
         for rows in local:
             need[rows] = True
         # `own`: the rows this rank accounts for in the step's token metrics (its parts of the first epoch)
-        return MinibatchPlan(minibatches, micro, local, need, torch.cat(local[:math.ceil(n_prompts / per_mb)]))
+        return MinibatchPlan(minibatches, micro, local, need,
+                             torch.cat(local[:math.ceil(n_prompts / per_mb)]))
 
     def _frozen_logprobs(self, ub: UpdateBatch, plan: MinibatchPlan) -> FrozenLogprobs:
         """Step 3: θold's log-probs (and entropy) of this rank's rows, πref's when a step reads them, the
         teacher's for OPD/MOPD, and the token advantages; [N, R], 0 on rows this rank does not touch. θold = θ
-        until the first optimizer step, so the first mini-batch's θold log-probs are its own update forward pass
-        (ratio exactly 1, as verl does on-policy): `_optimize` adds them. OPD/MOPD need every row's first."""
+        until the first optimizer step, so the first mini-batch's θold log-probs are its own update forward
+        pass (ratio exactly 1, as verl does on-policy): `_optimize` adds them. OPD/MOPD need every row's
+        first."""
         a, temp, mask = self.cfg.algo, self.cfg.rollout.temperature, ub.mask
         computed = plan.need.clone()
         if a.distill.mode == "none":
@@ -375,17 +393,20 @@ class Trainer:
                        mopd_token_advantages(ub.adv, teacher_logp, old_logp, mask, coef=a.distill.coef))
         return FrozenLogprobs(old_logp, entropy, ref_logp, tok_adv, computed)
 
-    def _optimize(self, ub: UpdateBatch, plan: MinibatchPlan, frozen: FrozenLogprobs) -> tuple[dict, FrozenLogprobs]:
+    def _optimize(self, ub: UpdateBatch, plan: MinibatchPlan,
+                  frozen: FrozenLogprobs) -> tuple[dict, FrozenLogprobs]:
         """Step 4: one optimizer step per mini-batch. The loss is normalised by the whole mini-batch's token
-        count (DAPO's token-mean over the mini-batch, not per rank or per micro-batch); FSDP2's mean over ranks
-        is undone by scaling each rank's loss by the world size. Returns the mini-batch means of the loss's
-        metrics, grad_norm and the number of updates; and θold's log-probs with the first mini-batch's own."""
+        count (DAPO's token-mean over the mini-batch, not per rank or per micro-batch); FSDP2's mean over
+        ranks is undone by scaling each rank's loss by the world size. Returns the mini-batch means of the
+        loss's metrics, grad_norm and the number of updates; and θold's log-probs with the first mini-batch's
+        own."""
         mask, temp, W = ub.mask, self.cfg.rollout.temperature, self.dist.world_size
         old_logp, entropy = frozen.old_logp.clone(), frozen.entropy.clone()
         sums: dict[str, float] = {}
         for i, rows in enumerate(plan.minibatches):
             mb_mask = mask[rows]            # the whole mini-batch's tokens: the normaliser is global
-            normalizer = mb_mask.sum() if self.loss.loss_agg == "token-mean" else torch.tensor(float(len(rows)))
+            normalizer = (mb_mask.sum() if self.loss.loss_agg == "token-mean"
+                          else torch.tensor(float(len(rows))))
             self.optimizer.zero_grad(set_to_none=True)
             mstats: dict[str, float] = {}
             for r in plan.micro[i]:
@@ -400,7 +421,8 @@ class Trainer:
                     logp, old_logp[r], frozen.tok_adv[r], mask[r], self.loss, is_anchor=ub.is_anchor[r],
                     ref_logp=None if frozen.ref_logp is None else frozen.ref_logp[r], normalizer=normalizer)
                 (loss * (W * weight)).backward()
-                # token means weighted by this micro-batch's share of the mini-batch's tokens, sums as they are
+                # token means weighted by this micro-batch's share of the mini-batch's tokens, sums as they
+                # are
                 share = weight * float(mask[r].sum() / mb_mask.sum().clamp(min=1.0))
                 for k, v in metrics.items():
                     mstats[k] = mstats.get(k, 0.0) + (weight if k in ADDITIVE_METRICS else share) * float(v)
@@ -408,11 +430,13 @@ class Trainer:
             keys = sorted(mstats)           # the mini-batch's metrics: every rank's parts summed
             mstats = dict(zip(keys, self.dist.all_reduce_sum(
                 torch.tensor([mstats[k] for k in keys], dtype=torch.float64)).tolist()))
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.models.policy.parameters(), self.cfg.optim.grad_clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.models.policy.parameters(),
+                                                       self.cfg.optim.grad_clip)
             self.optimizer.step()
             self.models.versions["policy"] += 1
             faults.point("update", self.step + 1)
-            mstats["grad_norm"] = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+            mstats["grad_norm"] = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor")
+                                        else grad_norm)
             for k, v in mstats.items():
                 sums[k] = sums.get(k, 0.0) + v
         self.optimizer.zero_grad(set_to_none=True)
@@ -430,7 +454,8 @@ class Trainer:
 
         def mean(x, m):
             return global_masked_mean(self.dist, x, m, plan.own)
-        out = {"entropy": mean(frozen.entropy, on_mask), "advantage_abs_mean": mean(frozen.tok_adv.abs(), mask)}
+        out = {"entropy": mean(frozen.entropy, on_mask),
+               "advantage_abs_mean": mean(frozen.tok_adv.abs(), mask)}
         if frozen.ref_logp is not None:
             out.update(kl_reverse=mean(kl_reverse_tokens(frozen.old_logp, frozen.ref_logp), on_mask),
                        kl_forward=mean(kl_forward_tokens(frozen.old_logp, frozen.ref_logp), on_mask))
@@ -446,7 +471,8 @@ class Trainer:
         probe = [x for x in probe if len(x[1]) and len(x[2])]
         if not probe:
             return {}
-        batch = make_token_batch([p for p, _, _ in probe], [r for _, r, _ in probe], self.pad_id).to(self.device)
+        batch = make_token_batch([p for p, _, _ in probe], [r for _, r, _ in probe],
+                                 self.pad_id).to(self.device)
         mask = batch.response_mask.float()
         logp = self.models.logprobs("policy", batch, torch.arange(len(probe), device=self.device),
                                     self.cfg.rollout.temperature)[0]
@@ -481,16 +507,16 @@ class Trainer:
             def work(idx, s, problems=problems, params=params):
                 sp = dataclasses.replace(params, seed=call_seed(params.seed, s, self.shards))
                 return [(r.correct, r.length) for r in sample_and_grade(
-                    self.models.engine, self.tokenizer, [problems[i] for i in idx], self.cfg.data.prompt_template,
-                    sp, self.grader)]
+                    self.models.engine, self.tokenizer, [problems[i] for i in idx],
+                    self.cfg.data.prompt_template, sp, self.grader)]
             parts = sharded_map(self.dist, self.shards, len(problems), work, self.ranks_per_engine)
             recs = [x for part in parts if part for x in part]
             correct = torch.tensor([c for c, _ in recs], dtype=torch.float32).view(len(problems), v.samples)
             value = float(avg_at_k(correct))
             faults.point("validate", self.step)
             rows.append({"step": self.step, "total_step": self.cfg.step_offset + self.step, "benchmark": name,
-                         "metric": f"avg@{v.samples}", "k": v.samples, "value": value, "n_problems": len(problems),
-                         "temperature": v.temperature, "top_p": v.top_p,
+                         "metric": f"avg@{v.samples}", "k": v.samples, "value": value,
+                         "n_problems": len(problems), "temperature": v.temperature, "top_p": v.top_p,
                          "response_length": sum(n for _, n in recs) / len(recs)})
         if rows:
             score = rows[0]["value"]
@@ -501,7 +527,8 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ checkpoints
     def scheduled(self, step: int) -> bool:
-        """Whether the schedule saves `step`: every save_every steps, the last step and schedule.keep_steps."""
+        """Whether the schedule saves `step`: every save_every steps, the last step and
+        schedule.keep_steps."""
         s = self.cfg.schedule
         return step % s.save_every == 0 or step == s.total_steps or step in s.keep_steps
 

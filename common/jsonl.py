@@ -93,7 +93,8 @@ def append_text(path: str | os.PathLike, text: str) -> None:
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` through a temporary file and a rename: readers see the old or the new file.
-    The parent folder is created; the temporary name is hidden (`.<name>.<host>.<pid>.tmp`), so globs skip it."""
+    The parent folder is created; the temporary name is hidden (`.<name>.<host>.<pid>.tmp`), so globs skip
+    it."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.{socket.gethostname()}.{os.getpid()}.tmp")   # unique across nodes too

@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
-STATE_FILE = "trainer_state.pt"          # written last but the manifest: its presence marks a whole checkpoint
+# written last but the manifest: its presence marks a whole checkpoint
+STATE_FILE = "trainer_state.pt"
 
 
 def step_dir(run_dir: Path, step: int) -> Path:
@@ -17,7 +18,8 @@ def step_dir(run_dir: Path, step: int) -> Path:
 
 
 def list_checkpoints(run_dir: Path) -> list[int]:
-    """The steps of the run's complete checkpoints (folders step_NNNNNN holding trainer_state.pt), ascending."""
+    """The steps of the run's complete checkpoints (folders step_NNNNNN holding trainer_state.pt),
+    ascending."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []

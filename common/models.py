@@ -35,7 +35,8 @@ def load_tokenizer(path: str):
 
 def load_model(path: str, dtype: str = "float32", device: str | torch.device = "cpu",
                gradient_checkpointing: bool = False, trust_remote_code: bool = False):
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype],
+                                                 trust_remote_code=trust_remote_code)
     model.to(device)
     if gradient_checkpointing:
         enable_activation_checkpointing(model)
@@ -58,7 +59,8 @@ def build_on_meta(path: str, dtype: str | None = None, gradient_checkpointing: b
 
 def load_skeleton(path: str, trust_remote_code: bool = False):
     """The model's architecture without weights (meta device) and its generation config: what save_pretrained
-    needs to write full tensors gathered elsewhere as an HF folder (`save_pretrained(dir, state_dict=...)`)."""
+    needs to write full tensors gathered elsewhere as an HF folder (`save_pretrained(dir,
+    state_dict=...)`)."""
     from transformers import GenerationConfig
     model = build_on_meta(path, trust_remote_code=trust_remote_code)
     try:

@@ -123,18 +123,21 @@ def append_results(path: str | os.PathLike, rows: list[dict]) -> Path:
 # driver's collect beside results.parquet; `step` is the total step, `local_step` the run's own.
 STEPS_NAME = "steps.parquet"
 STEP_ID_COLUMNS = ["arm", "seed", "step", "local_step"]
-STEP_METRICS = ["anchors", "prompts_kept", "prompts_drawn", "shortfall", "ref_samples", "clipfrac", "clipfrac_low",
-                "clipfrac_high", "uncertain_frac", "clipfrac_and_uncertain", "kl_reverse", "kl_forward", "accuracy",
-                "reward_mean", "response_length", "grad_norm", "entropy", "reference_reset"]
+STEP_METRICS = ["anchors", "prompts_kept", "prompts_drawn", "shortfall", "ref_samples", "clipfrac",
+                "clipfrac_low", "clipfrac_high", "uncertain_frac", "clipfrac_and_uncertain", "kl_reverse",
+                "kl_forward", "accuracy", "reward_mean", "response_length", "grad_norm", "entropy",
+                "reference_reset"]
 STEP_PREFIXES = ("mode_", "anchor_mode_")          # logging.answer_modes' shares, where a run logged them
 # noise_floor.json: one checkpoint validated k times with different sampling seeds (the verdicts' floor)
 NOISE_NAME = "noise_floor.json"
 
 
 def step_columns(keys: Iterable[str]) -> list[str]:
-    """The metrics.jsonl keys the per-step table keeps, in its column order: STEP_METRICS, then the mode shares."""
+    """The metrics.jsonl keys the per-step table keeps, in its column order: STEP_METRICS, then the mode
+    shares."""
     keys = list(keys)
-    return [k for k in STEP_METRICS if k in keys] + [k for p in STEP_PREFIXES for k in keys if k.startswith(p)]
+    return [k for k in STEP_METRICS if k in keys] + [k for p in STEP_PREFIXES for k in keys
+                                                     if k.startswith(p)]
 
 
 def steps_frame(rows: Iterable[dict]):

@@ -1,4 +1,5 @@
-"""Figures, tables, checklist and REPRODUCTION.md of the ARMOR reproduction, from runs/<preset>/results.parquet.
+"""Figures, tables, checklist and REPRODUCTION.md of the ARMOR reproduction, from
+runs/<preset>/results.parquet.
 
     python -m figures --results runs/<preset>/results.parquet --out DIR [--only fig4,table1] [--preset NAME]
                       [--report REPRODUCTION.md --command "..." --seeds 0,1 --wall-time-s S]

@@ -23,7 +23,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--only", help=f"comma-separated subset of {','.join(ITEMS)}")
     ap.add_argument("--preset", help="preset to draw (default: every preset in the results)")
-    ap.add_argument("--runs", help="runs/<preset> folder with metrics.jsonl (default: the results file's folder)")
+    ap.add_argument("--runs", help="runs/<preset> folder with metrics.jsonl (default: the results file's "
+                                   "folder)")
     ap.add_argument("--kl-step", type=int, help="Fig. 2b: stage-2 step N of the KL read-off")
     ap.add_argument("--report", help="also write REPRODUCTION.md here")
     ap.add_argument("--command", default="", help="for the report: the command that produced the runs")
@@ -52,10 +53,13 @@ def main(argv=None) -> int:
         ctx = load_context(results, preset=preset, runs_dir=a.runs if a.runs else None)
         if len(a.results) > 1 and a.runs is None:  # the runs folder of the file that holds this preset
             ctx.runs_dir = next((c.runs_dir for c in all_ctxs if c.preset == preset), ctx.runs_dir)
-            ctx.results_path = next((c.results_path for c in all_ctxs if c.preset == preset), ctx.results_path)
+            ctx.results_path = next((c.results_path for c in all_ctxs if c.preset == preset),
+                                    ctx.results_path)
         d = out / preset if len(presets) > 1 else out
-        # the world's acceptance checks only where the preset runs them (its headroom control), unless asked for
-        fig_items = [n for n in only if not n.startswith("table") and (n != "world" or a.only or world_applies(ctx))]
+        # the world's acceptance checks only where the preset runs them (its headroom control), unless asked
+        # for
+        fig_items = [n for n in only
+                     if not n.startswith("table") and (n != "world" or a.only or world_applies(ctx))]
         produced = draw_all(ctx, d, fig_items, kl_step=a.kl_step) if fig_items else {}
         for name, paths in produced.items():
             print(f"{preset} {name}: " + " ".join(str(p) for p in paths))

@@ -2,8 +2,8 @@
 
 Each claim names the quantity it compares, per seed (the unit: a paired difference of two arms that start from
 the same θ* on that seed, or one arm's change from θ*), Student's t interval of its mean over seeds
-(figures/stats.py) and the evaluation noise floor (noise_floor.json beside the table: one checkpoint validated k
-times with different sampling seeds; reproduce/noise.py). Its class is figures.stats.classify's:
+(figures/stats.py) and the evaluation noise floor (noise_floor.json beside the table: one checkpoint validated
+k times with different sampling seeds; reproduce/noise.py). Its class is figures.stats.classify's:
 - yes / no only when the interval excludes 0 and |mean| >= stats.NOISE_MULTIPLE x the floor (a "no change"
   claim: yes when the interval lies inside ± that);
 - inconclusive otherwise, with its numbers (always without a measured floor, or with one seed);
@@ -13,18 +13,19 @@ times with different sampling seeds; reproduce/noise.py). Its class is figures.s
 Quantities (fractions of the validation benchmark's avg@k; "end" = mean of a seed's last END_WINDOW points,
 "start" = the stage-2 start's validation, at θ*):
 1. baseline_collapse   start - end of stage-1 DAPO (its value at θ* minus its end), and the training reward's
-                       rise (end - at θ*, REWARD_WINDOW steps each; interval only: the floor is the validation's)
+                       rise (end - at θ*, REWARD_WINDOW steps each; interval only: the floor is the
+                       validation's)
 2. armor_holds         end(armor) - end(dapo_cont)
 3. beta1_stagnates     end(kl_k3_b1) - start ("no change"), and its reverse KL at the end <= LOW_KL_RATIO x
                        dapo_cont's on every seed
-4. resets_raise_ceiling  per reset arm τ: peak after its first reset (steps > θ* + τ) minus armor_reset_never's
-                       peak on the same steps; yes when some τ says yes
+4. resets_raise_ceiling  per reset arm τ: peak after its first reset (steps > θ* + τ) minus
+                       armor_reset_never's peak on the same steps; yes when some τ says yes
 5. anchor_only_stable  end(anchor_only) - start ("no drop")
-6. mix_collapses       start - end(mix_a*) for each mix arm with >= 2 seeds; end(mix) - end(dapo_cont) is shown
-                       beside it (every unregularised arm collapses in this world: the control)
-7. opd_below_armor     score(armor) - score(opd | mopd), score = mean eval avg@k over the eval benchmarks at each
-                       seed's table checkpoint (else the best validation value); OPD whose eval rows equal θ*'s
-                       (its teacher is its start) is not testable
+6. mix_collapses       start - end(mix_a*) for each mix arm with >= 2 seeds; end(mix) - end(dapo_cont) is
+                       shown beside it (every unregularised arm collapses in this world: the control)
+7. opd_below_armor     score(armor) - score(opd | mopd), score = mean eval avg@k over the eval benchmarks at
+                       each seed's table checkpoint (else the best validation value); OPD whose eval rows
+                       equal θ*'s (its teacher is its start) is not testable
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ from typing import Optional
 from . import stats as S
 from .data import Context, Curve
 
-COLLAPSE_DROP = 0.03      # collapse_stats (the world checks): a peak this far above the end, before the end window
+# collapse_stats (the world checks): a peak this far above the end, before the end window
+COLLAPSE_DROP = 0.03
 END_WINDOW = 3            # validation points averaged for a seed's end value
 REWARD_WINDOW = 5         # metrics steps averaged for the training reward (and KL) at a point
 LOW_KL_RATIO = 0.2        # β = 1's reverse KL at the end, at most this x dapo_cont's, on every seed
@@ -107,8 +109,9 @@ def _window_mean(c: Curve, center: Optional[int] = None) -> Optional[float]:
 
 # ------------------------------------------------------------------------------------- per-seed numbers
 def floor_of(ctx: Context) -> Optional[float]:
-    """The evaluation noise floor: noise_floor.json's sd (one validation of fixed weights), at least the score's
-    resolution (1 / (problems x samples): a floor measured as 0 would let any interval decide), or None."""
+    """The evaluation noise floor: noise_floor.json's sd (one validation of fixed weights), at least the
+    score's resolution (1 / (problems x samples): a floor measured as 0 would let any interval decide), or
+    None."""
     nf = ctx.noise_floor
     return max(float(nf["sd"]), float(nf.get("resolution") or 0.0)) if nf else None
 
@@ -118,7 +121,8 @@ def _seed_curve(ctx: Context, arm: str, seed: int) -> Curve:
 
 
 def _by_seed(ctx: Context, arm: str, fn) -> dict[int, float]:
-    """{seed: fn(that seed's validation curve of arm)} over the arm's seeds with a curve (None results dropped)."""
+    """{seed: fn(that seed's validation curve of arm)} over the arm's seeds with a curve (None results
+    dropped)."""
     out = {}
     for s in ctx.seeds(arm):
         c = _seed_curve(ctx, arm, s)
@@ -147,10 +151,12 @@ def _decide(key: str, question: str, quantity: str, per_seed: dict[int, float], 
     """One quantity's verdict: its t interval over seeds, classified against the floor (interval_only: a
     training metric, whose noise is not the validation's: decided on the interval alone)."""
     if not per_seed:
-        return Verdict(key, question, NOT_RUN, f"not run: no seed has {quantity}", quantity=quantity, floor=floor)
+        return Verdict(key, question, NOT_RUN, f"not run: no seed has {quantity}", quantity=quantity,
+                       floor=floor)
     iv = S.t_interval(list(per_seed.values()))
     cls, why = S.classify(iv, 0.0 if interval_only else floor, kind)
-    desc = describe(iv, None).split(", noise floor")[0] + " (interval only)" if interval_only else describe(iv, floor)
+    desc = (describe(iv, None).split(", noise floor")[0] + " (interval only)" if interval_only
+            else describe(iv, floor))
     ev = f"{quantity}: {desc}; per seed {_seeds_str(per_seed)}" + (f"; {extra}" if extra else "")
     return Verdict(key, question, cls, ev, {"per_seed": per_seed, **(numbers or {})}, quantity=quantity,
                    stat=iv.asdict(), floor=floor, reason=why)
@@ -160,7 +166,8 @@ def describe(iv: S.Interval, floor: Optional[float]) -> str:
     """`mean +0.052, 95% t interval [-0.079, +0.182], 3 seeds, p 0.23, noise floor 0.011 (x2 = 0.022)`."""
     ci = (f"{iv.level:.0%} t interval [{iv.lo:+.3f}, {iv.hi:+.3f}]" if iv.lo is not None else "no interval")
     p = f", p {iv.p:.2g}" if iv.p is not None else ""
-    fl = (f"noise floor {floor:.3f} (x{S.NOISE_MULTIPLE:g} = {S.NOISE_MULTIPLE * floor:.3f})" if floor is not None
+    fl = (f"noise floor {floor:.3f} (x{S.NOISE_MULTIPLE:g} = {S.NOISE_MULTIPLE * floor:.3f})"
+          if floor is not None
           else "noise floor not measured")
     return f"mean {iv.mean:+.3f}, {ci}, {iv.n} seed{'s' if iv.n != 1 else ''}{p}, {fl}"
 
@@ -174,7 +181,8 @@ def _merge(key: str, question: str, parts: list[Verdict], how=S.combine) -> Verd
     main = next((p for p in ran if p.verdict == cls and p.stat), next((p for p in ran if p.stat), ran[0]))
     return Verdict(key, question, cls, " | ".join(f"[{p.verdict}] {p.evidence}" for p in parts),
                    {p.quantity or p.key: p.numbers for p in parts}, quantity=main.quantity, stat=main.stat,
-                   floor=main.floor, reason="; ".join(f"{p.quantity or p.key}: {p.reason}" for p in ran if p.reason))
+                   floor=main.floor,
+                   reason="; ".join(f"{p.quantity or p.key}: {p.reason}" for p in ran if p.reason))
 
 
 def _any_yes(classes: list[str]) -> str:
@@ -211,7 +219,8 @@ def check_baseline_collapse(ctx: Context) -> Verdict:
     if rise:
         rv = _decide(key, q, "dapo training reward end − at θ*", rise, 0.0, interval_only=True)
     else:
-        rv = Verdict(key, q, NOT_TESTABLE, "training reward not logged (no metrics rows)", quantity="reward rise")
+        rv = Verdict(key, q, NOT_TESTABLE, "training reward not logged (no metrics rows)",
+                     quantity="reward rise")
     return _merge(key, q, [fall, rv])
 
 
@@ -247,9 +256,11 @@ def check_beta1_stagnates(ctx: Context) -> Verdict:
         low = [r <= LOW_KL_RATIO for r in ratios.values()]
         # a condition without an interval: it can hold a "yes" back, never decide a "no"
         cls = YES if all(low) else INCONCLUSIVE
-        klv = Verdict(key, q, cls, f"reverse KL at the end / dapo_cont's (needs ≤ {LOW_KL_RATIO} on every seed): "
+        klv = Verdict(key, q, cls,
+                      f"reverse KL at the end / dapo_cont's (needs ≤ {LOW_KL_RATIO} on every seed): "
                       + ", ".join(f"s{s} {r:.3f}" for s, r in ratios.items()), {"kl_ratio": ratios},
-                      quantity="KL ratio", reason="low on every seed" if cls == YES else "not low on every seed")
+                      quantity="KL ratio",
+                      reason="low on every seed" if cls == YES else "not low on every seed")
     else:
         klv = Verdict(key, q, NOT_TESTABLE, "reverse KL not logged", quantity="KL ratio")
     return _merge(key, q, [moved, klv])
@@ -308,7 +319,8 @@ def check_mix_collapses(ctx: Context) -> Verdict:
             parts.append(_decide(key, q, f"θ* − end({arm})", drop, floor_of(ctx)))
             continue
         vs = S.paired_differences(ends(ctx, arm), dc)
-        ctl = (f"control end({arm}) − end(dapo_cont): {describe(S.t_interval(list(vs.values())), floor_of(ctx))}"
+        ctl = (f"control end({arm}) − end(dapo_cont): "
+               f"{describe(S.t_interval(list(vs.values())), floor_of(ctx))}"
                if len(vs) >= MIN_SEEDS else "")
         parts.append(_decide(key, q, f"θ* − end({arm})", drop, floor_of(ctx), extra=ctl))
     several = [p for p in parts if p.stat and p.stat.get("n", 0) >= MIN_SEEDS]
@@ -329,8 +341,8 @@ def _eval_scores(ctx: Context, arm: str) -> dict[int, float]:
 
 def theta_star_copy(ctx: Context, arm: str) -> Optional[str]:
     """Why `arm`'s weights are θ*'s (so no comparison with it tests anything), or None: its eval rows equal
-    dapo's at θ* on every seed (the same evaluation seed gives the same numbers only for the same weights), or its
-    config's teacher is its start checkpoint."""
+    dapo's at θ* on every seed (the same evaluation seed gives the same numbers only for the same weights), or
+    its config's teacher is its start checkpoint."""
     for s, d in ctx.run_dirs(arm):
         cfg = ctx.config(arm, s)
         teacher = ((cfg.get("algo") or {}).get("distill") or {}).get("teacher_path")
@@ -344,8 +356,8 @@ def theta_star_copy(ctx: Context, arm: str) -> Optional[str]:
     m = ctx.eval_rows_at(arm, steps)[cols].sort_values(cols[:3]).reset_index(drop=True)
     b = base[base["seed"].isin(list(steps))][cols].sort_values(cols[:3]).reset_index(drop=True)
     if len(m) and len(m) == len(b) and (m == b).all().all():
-        return (f"{arm}'s eval rows equal θ*'s (dapo at its peak) on every seed, bit for bit: its weights are θ* "
-                f"(its teacher is its start), so the check would be ARMOR vs θ*")
+        return (f"{arm}'s eval rows equal θ*'s (dapo at its peak) on every seed, bit for bit: its weights "
+                f"are θ* (its teacher is its start), so the check would be ARMOR vs θ*")
     return None
 
 
@@ -367,7 +379,8 @@ def check_opd_below_armor(ctx: Context) -> Verdict:
         if why:
             parts.append(Verdict(key, q, NOT_TESTABLE, f"{other}: {why}", quantity=quantity))
         else:
-            parts.append(_decide(key, q, quantity, S.paired_differences(score(ctx, "armor"), score(ctx, other)),
+            parts.append(_decide(key, q, quantity,
+                                 S.paired_differences(score(ctx, "armor"), score(ctx, other)),
                                  floor_of(ctx)))
     return _merge(key, q, parts)
 
@@ -391,23 +404,25 @@ def run_checklist(ctx: Context) -> list[Verdict]:
 def _noise_line(ctx: Context) -> str:
     nf = ctx.noise_floor
     if not nf:
-        return ("Noise floor: not measured (no noise_floor.json beside the results; protocol.noise_floor_repeats): "
-                "every verdict that needs it is inconclusive.")
+        return ("Noise floor: not measured (no noise_floor.json beside the results; "
+                "protocol.noise_floor_repeats): every verdict that needs it is inconclusive.")
     return (f"Noise floor: {nf.get('arm')} seed {nf.get('seed')} at step {nf.get('step')} (θ*) validated "
-            f"{len(nf['values'])} times with different sampling seeds on {nf.get('benchmark')} {nf.get('metric')}: "
-            f"sd {nf['sd']:.4f}, range {nf['range']:.4f}, mean {nf['mean']:.4f}, resolution "
-            f"{nf.get('resolution') or 0:.4f}; an effect counts from {S.NOISE_MULTIPLE:g} x floor = "
-            f"{S.NOISE_MULTIPLE * floor_of(ctx):.4f}.")
+            f"{len(nf['values'])} times with different sampling seeds on {nf.get('benchmark')} "
+            f"{nf.get('metric')}: sd {nf['sd']:.4f}, range {nf['range']:.4f}, mean {nf['mean']:.4f}, "
+            f"resolution {nf.get('resolution') or 0:.4f}; an effect counts from {S.NOISE_MULTIPLE:g} x floor "
+            f"= {S.NOISE_MULTIPLE * floor_of(ctx):.4f}.")
 
 
 def checklist_markdown(verdicts: list[Verdict], ctx: Optional[Context] = None) -> str:
     lines = []
     if ctx is not None:
-        lines += [f"Checklist — preset `{ctx.preset}`, validation {ctx.val_label}. The rule (docs/verdicts.md): "
-                  f"yes / no only when the {S.LEVEL:.0%} t interval over seeds of the per-seed quantity excludes 0 "
-                  f"and |mean| ≥ {S.NOISE_MULTIPLE:g} x the noise floor; otherwise inconclusive; not testable here "
-                  "when the world or protocol cannot test it.", "", _noise_line(ctx), ""]
-    lines += ["| # | claim | class | quantity (per seed) | mean | interval | seeds | p | noise floor | numbers |",
+        lines += [f"Checklist — preset `{ctx.preset}`, validation {ctx.val_label}. The rule "
+                  f"(docs/verdicts.md): yes / no only when the {S.LEVEL:.0%} t interval over seeds of the "
+                  f"per-seed quantity excludes 0 and |mean| ≥ {S.NOISE_MULTIPLE:g} x the noise floor; "
+                  "otherwise inconclusive; not testable here when the world or protocol cannot test it.", "",
+                  _noise_line(ctx), ""]
+    lines += ["| # | claim | class | quantity (per seed) | mean | interval | seeds | p | noise floor | "
+              "numbers |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for i, v in enumerate(verdicts, 1):
         st = v.stat or {}

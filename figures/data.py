@@ -244,11 +244,13 @@ class Context:
         key = ("for_seed", int(seed))
         if key not in self._cache:
             self._cache[key] = Context(df=self.df[self.df["seed"] == seed].reset_index(drop=True),
-                                       preset=self.preset, runs_dir=self.runs_dir, results_path=self.results_path,
+                                       preset=self.preset, runs_dir=self.runs_dir,
+                                       results_path=self.results_path,
                                        protocol_override=self.protocol_override, only_seed=int(seed))
             if "steps" in self._cache:        # the per-step table is read once, then filtered per seed
                 st = self._cache["steps"]
-                self._cache[key]._cache["steps"] = st[st["seed"] == seed].reset_index(drop=True) if len(st) else st
+                self._cache[key]._cache["steps"] = (st[st["seed"] == seed].reset_index(drop=True) if len(st)
+                                                    else st)
         return self._cache[key]
 
     # ---------------------------------------------------------------- protocol
@@ -306,8 +308,8 @@ class Context:
         return fa if isinstance(fa, dict) else None
 
     def expected_arms(self, family: str) -> list[str]:
-        """Arms of a sweep, in plot order: those the driver listed for the figures (results.meta.json), else the
-        ones the protocol names (a table made without the driver), plus what the data has."""
+        """Arms of a sweep, in plot order: those the driver listed for the figures (results.meta.json), else
+        the ones the protocol names (a table made without the driver), plus what the data has."""
         spec = FAMILIES[family]
         listed = self.figure_arms
         if listed is not None:
@@ -437,12 +439,13 @@ class Context:
 
     @property
     def noise_floor(self) -> Optional[dict]:
-        """noise_floor.json beside the table ({values, sd, range, repeats, arm, seed, step, benchmark, metric}),
-        or None when the floor was not measured (then no verdict is decided)."""
+        """noise_floor.json beside the table ({values, sd, range, repeats, arm, seed, step, benchmark,
+        metric}), or None when the floor was not measured (then no verdict is decided)."""
         if "noise_floor" not in self._cache:
             p = self._sibling(NOISE_NAME)
             data = json.loads(p.read_text()) if p is not None else None
-            ok = isinstance(data, dict) and isinstance(data.get("sd"), (int, float)) and len(data.get("values", [])) > 1
+            ok = (isinstance(data, dict) and isinstance(data.get("sd"), (int, float))
+                  and len(data.get("values", [])) > 1)
             self._cache["noise_floor"] = data if ok else None
         return self._cache["noise_floor"]
 
@@ -451,7 +454,8 @@ class Context:
         """steps.parquet beside the table (this view's seed only), or an empty frame."""
         if "steps" not in self._cache:
             p = self._sibling(STEPS_NAME)
-            df = pd.read_parquet(p) if p is not None else pd.DataFrame(columns=["arm", "seed", "step", "local_step"])
+            df = (pd.read_parquet(p) if p is not None
+                  else pd.DataFrame(columns=["arm", "seed", "step", "local_step"]))
             if self.only_seed is not None and len(df):
                 df = df[df["seed"] == self.only_seed].reset_index(drop=True)
             self._cache["steps"] = df
@@ -564,7 +568,8 @@ class Context:
 
     def select_steps(self, arm: str, paper_step: Optional[int] = None) -> tuple[dict[int, int], str]:
         """({seed: step}, how): each seed's checkpoint of `arm`, chosen by `select_step` on that seed's rows
-        alone (a seed evaluated at its own best checkpoint is represented by it); {} when none was evaluated."""
+        alone (a seed evaluated at its own best checkpoint is represented by it); {} when none was
+        evaluated."""
         steps: dict[int, int] = {}
         hows: list[str] = []
         for seed in self.seeds(arm):

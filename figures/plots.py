@@ -187,7 +187,8 @@ def kl_readoff(ctx: Context, arms: Sequence[str], n: Optional[int] = None) -> tu
         row = m[m["local_step"] == n]
         if row.empty:
             continue
-        vals[arm] = {d: (float(row[f"kl_{d}"].mean()), float(row[f"kl_{d}"].min()), float(row[f"kl_{d}"].max()))
+        vals[arm] = {d: (float(row[f"kl_{d}"].mean()), float(row[f"kl_{d}"].min()),
+                         float(row[f"kl_{d}"].max()))
                      for d in ("reverse", "forward")}
     return n, how, vals
 
@@ -308,8 +309,8 @@ FIGURES: dict[str, Callable] = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4"
 
 # ------------------------------------------------------------------------------------- per-step evidence
 # the toy world's modes grouped for the plot (common.results' mode_* columns; reproduce/toy/task.py: classify)
-MODE_GROUPS = {"chain (all forms)": ("chain", "correct_chain", "sloppy", "chain_other"), "direct": ("direct",),
-               "shortcut": ("shortcut",), "malformed": ("malformed",)}
+MODE_GROUPS = {"chain (all forms)": ("chain", "correct_chain", "sloppy", "chain_other"),
+               "direct": ("direct",), "shortcut": ("shortcut",), "malformed": ("malformed",)}
 MODE_COLORS = {"chain (all forms)": "C0", "direct": "C2", "shortcut": "C3", "malformed": "0.5"}
 
 
@@ -335,8 +336,8 @@ def _ratio_curve(ctx: Context, arm: str, num: str, den: str) -> Curve:
 
 
 def fig_steps(ctx: Context, out_dir=None) -> Figure:
-    """Per-step evidence, DAPO continued from θ* (dapo_cont; dapo when it did not run) beside ARMOR: anchors and
-    prompts kept; the answer modes' shares among on-policy samples (solid) and among ARMOR's kept anchors
+    """Per-step evidence, DAPO continued from θ* (dapo_cont; dapo when it did not run) beside ARMOR: anchors
+    and prompts kept; the answer modes' shares among on-policy samples (solid) and among ARMOR's kept anchors
     (dashed); clip fractions (low, high, and the clipped share of the uncertain tokens). Seed means per step
     (bands: min-max over seeds), from the runs' metrics (steps.parquet for committed results)."""
     base = "dapo_cont" if not ctx.metrics("dapo_cont").empty else "dapo"
@@ -348,7 +349,8 @@ def fig_steps(ctx: Context, out_dir=None) -> Figure:
     fig.armor_info = {"panels": [], "missing": {}, "series": {}}
     for j, arm in enumerate(cols):
         has = not ctx.metrics(arm).empty
-        rows = [("counts", "prompts per step", [("anchors", "anchors", "C3"), ("prompts_kept", "prompts kept", "C0"),
+        rows = [("counts", "prompts per step",
+                 [("anchors", "anchors", "C3"), ("prompts_kept", "prompts kept", "C0"),
                                                  ("shortfall", "shortfall", "0.5")]),
                 ("clip", "fraction of tokens", [("clipfrac_low", "clipped low", "C0"),
                                                 ("clipfrac_high", "clipped high", "C1")])]
@@ -370,7 +372,8 @@ def fig_steps(ctx: Context, out_dir=None) -> Figure:
                     fig.armor_info["series"][name].append("clipped among uncertain")
                     plotted += 1
             _missing_note(fig, ax, name, [] if plotted else [arm], plotted, "(no per-step metrics)")
-            _finish(ax, ylabel, f"{arm}: {'anchors and kept prompts' if panel == 'counts' else 'clip fractions'}")
+            _finish(ax, ylabel, f"{arm}: "
+                                f"{'anchors and kept prompts' if panel == 'counts' else 'clip fractions'}")
         ax = grid[1][j]
         name = f"modes-{arm}"
         _register(fig, ax, "steps", name)
@@ -379,11 +382,13 @@ def fig_steps(ctx: Context, out_dir=None) -> Figure:
             for prefix, ls, tag in (("mode_", "-", "on-policy"), ("anchor_mode_", "--", "anchors")):
                 c = _mode_curve(ctx, arm, prefix, modes)
                 if not c.empty:
-                    plot_curve(ax, c, f"{group} ({tag})", color=MODE_COLORS[group], ls=ls, band=prefix == "mode_")
+                    plot_curve(ax, c, f"{group} ({tag})", color=MODE_COLORS[group], ls=ls,
+                               band=prefix == "mode_")
                     fig.armor_info["series"][name].append(f"{group} ({tag})")
                     plotted += 1
         _missing_note(fig, ax, name, [] if plotted else [arm], plotted,
-                      "(no answer-mode shares: logging.answer_modes not set, or runs older than it)" if has else "")
+                      "(no answer-mode shares: logging.answer_modes not set, or runs older than it)" if has
+                      else "")
         ax.set_ylim(-0.02, 1.02)
         _finish(ax, "share", f"{arm}: answer modes (solid: on-policy samples, dashed: kept anchors)")
     save(fig, out_dir, "steps")

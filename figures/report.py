@@ -8,9 +8,9 @@
     python -m figures --results runs/tiny/results.parquet --out artifacts/figures --report REPRODUCTION.md
 
 The file is generated, never hand-edited (its header says so): rerun the command to refresh it. Figures are
-embedded by path relative to the report; missing figure files are drawn first (draw=True redraws all). Every path
-it prints is relative (to the report's folder, else to the repository), so the report reads the same on any
-machine; its "Live logs" section links each run's TensorBoard folder and W&B run (logging.backends).
+embedded by path relative to the report; missing figure files are drawn first (draw=True redraws all). Every
+path it prints is relative (to the report's folder, else to the repository), so the report reads the same on
+any machine; its "Live logs" section links each run's TensorBoard folder and W&B run (logging.backends).
 """
 from __future__ import annotations
 
@@ -105,8 +105,9 @@ def live_logs(runs_dir, base: Path) -> list[str]:
     if not rows:
         return []
     return ["## Live logs", "",
-            f"TensorBoard: `tensorboard --logdir {_portable(runs_dir, REPO_ROOT)}` (from the repository root; "
-            "x = total RL steps). W&B: the runs below, one per training run (resumes continue the same run).", "",
+            f"TensorBoard: `tensorboard --logdir {_portable(runs_dir, REPO_ROOT)}` (from the repository "
+            "root; x = total RL steps). W&B: the runs below, one per training run (resumes continue the same "
+            "run).", "",
             "| run | TensorBoard | W&B |", "|---|---|---|", *rows, ""]
 
 
@@ -138,8 +139,8 @@ def build_report(ctx: Context, out_md: Path, command: str, seeds, wall_time_s, f
              f"| arms in results | {', '.join(f'`{a}`' for a in sorted(ctx.arms)) or 'none'} |",
              f"| generated | {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} |", ""]
     if ctx.is_paper:
-        lines += ["Paper preset: the figures carry the paper's read-offs as grey `paper:` marks and the tables a "
-                  "`paper` row under each of ours (figures/paper_numbers.yaml).", ""]
+        lines += ["Paper preset: the figures carry the paper's read-offs as grey `paper:` marks and the "
+                  "tables a `paper` row under each of ours (figures/paper_numbers.yaml).", ""]
     else:
         lines += ["Not a paper preset: the paper's numbers do not apply to this model, so the qualitative "
                   "checklist below is the comparison; the paper's tables are shown for reference.", ""]
@@ -147,16 +148,19 @@ def build_report(ctx: Context, out_md: Path, command: str, seeds, wall_time_s, f
     lines += live_logs(getattr(ctx, "runs_dir", None), base)
     if world_applies(ctx):
         lines += ["## The world's acceptance checks", "",
-                  "Can the paper's claims be tested in this world? (figures/world_checks.py: thresholds and rules)", "",
+                  "Can the paper's claims be tested in this world? (figures/world_checks.py: thresholds and "
+                  "rules)", "",
                   world_checks_markdown(run_world_checks(ctx))]
-    lines += ["## Checklist of the paper's qualitative claims", "", checklist_markdown(run_checklist(ctx), ctx)]
+    lines += ["## Checklist of the paper's qualitative claims", "",
+              checklist_markdown(run_checklist(ctx), ctx)]
 
     steps_png = figures_dir / "steps.png"
     if draw or not steps_png.exists():
         draw_all(ctx, figures_dir, only=["steps"])
     lines += ["## Per-step evidence", "",
-              "Anchors and kept prompts, the answer modes' shares (on-policy samples; ARMOR's kept anchors) and "
-              "the clip fractions per step, seed means (the runs' metrics; `steps.parquet` beside the results).", "",
+              "Anchors and kept prompts, the answer modes' shares (on-policy samples; ARMOR's kept anchors) "
+              "and the clip fractions per step, seed means (the runs' metrics; `steps.parquet` beside the "
+              "results).", "",
               f"![steps]({_rel(steps_png, base)})", "",
               f"PDF: [steps.pdf]({_rel(figures_dir / 'steps.pdf', base)})", ""]
     lines += ["## Figures", ""]
@@ -187,11 +191,13 @@ def build_report(ctx: Context, out_md: Path, command: str, seeds, wall_time_s, f
             lines += [f"### {name}", "", f"_could not be built: {type(e).__name__}: {e}_", ""]
 
     lines += ["## Method notes", "",
-              "- Curves: seed mean, shaded band = min–max over seeds; x = total RL steps since the base model.",
-              "- Table checkpoints: the paper's step on paper presets when evaluated; otherwise the eval step with "
-              "the best seed-mean validation score (validation benchmark above); cells = seed-mean eval values "
-              "(source = eval) at that step, in percent.",
-              "- Missing arms leave a red `not run:` note on a figure panel and a `—` cell with a footnote in a table.",
+              "- Curves: seed mean, shaded band = min–max over seeds; x = total RL steps since the base "
+              "model.",
+              "- Table checkpoints: the paper's step on paper presets when evaluated; otherwise the eval "
+              "step with the best seed-mean validation score (validation benchmark above); cells = seed-mean "
+              "eval values (source = eval) at that step, in percent.",
+              "- Missing arms leave a red `not run:` note on a figure panel and a `—` cell with a footnote "
+              "in a table.",
               ""]
     return "\n".join(lines)
 

@@ -167,8 +167,8 @@ def classify(iv: Optional[Interval], floor: Optional[float], kind: str = GREATER
             return NO, excl
     else:
         raise ValueError(f"unknown claim kind {kind!r}")
-    return INCONCLUSIVE, (f"interval [{iv.lo:+.3f}, {iv.hi:+.3f}] and mean {iv.mean:+.3f} vs {multiple:g} x floor "
-                          f"{m:.3f}: not decided")
+    return INCONCLUSIVE, (f"interval [{iv.lo:+.3f}, {iv.hi:+.3f}] and mean {iv.mean:+.3f} vs {multiple:g} x "
+                          f"floor {m:.3f}: not decided")
 
 
 def combine(classes: Sequence[str]) -> str:

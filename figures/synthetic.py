@@ -1,11 +1,12 @@
 """A synthetic but realistic runs folder (results.parquet + metrics.jsonl + config.yaml per run), for the
 tests of this package and for trying the figures without GPU runs:
 
-    python -m figures.synthetic /tmp/demo/runs/tiny && python -m figures --results /tmp/demo/runs/tiny/results.parquet --out /tmp/demo/fig
+    python -m figures.synthetic /tmp/demo/runs/tiny && python -m figures --results
+    /tmp/demo/runs/tiny/results.parquet --out /tmp/demo/fig
 
 Shapes follow the paper's story: DAPO rises, peaks at θ* and (collapse=True) falls while its training reward
-keeps rising; ARMOR rises past the peak; anchor-only and β = 1 stay flat; mix-only peaks higher then collapses;
-resets beat "never"; OPD/MOPD stay below ARMOR. Nothing here is a measurement.
+keeps rising; ARMOR rises past the peak; anchor-only and β = 1 stay flat; mix-only peaks higher then
+collapses; resets beat "never"; OPD/MOPD stay below ARMOR. Nothing here is a measurement.
 """
 from __future__ import annotations
 
@@ -67,9 +68,10 @@ def make_synthetic(root, preset: str = "tiny", model: str = "tiny-lm", arms: Opt
     arms = list(ALL_ARMS if arms is None else arms)
     late = late if late is not None else theta + 15
     qae_theta = qae_theta if qae_theta is not None else theta + 5
-    protocol = {"peak_step": None, "late_start_step": late, "qae_peak_step": None, "kl_after_steps": kl_after_steps,
-                "kl_betas": [1e-2, 1.0], "alpha_sweep": [0.9, 0.8], "reset_sweep": [20, 40],
-                "qae_reset_sweep": [20], "qwen3_tau1_until": [40], "stage1_steps": stage1, "stage2_steps": stage2}
+    protocol = {"peak_step": None, "late_start_step": late, "qae_peak_step": None,
+                "kl_after_steps": kl_after_steps, "kl_betas": [1e-2, 1.0], "alpha_sweep": [0.9, 0.8],
+                "reset_sweep": [20, 40], "qae_reset_sweep": [20], "qwen3_tau1_until": [40],
+                "stage1_steps": stage1, "stage2_steps": stage2}
     rows = []
     for arm in arms:
         if arm in ("dapo", "qae"):
@@ -96,9 +98,10 @@ def make_synthetic(root, preset: str = "tiny", model: str = "tiny-lm", arms: Opt
                 return at_start + _shape(arm, (step - start) / n_steps, collapse) + bias
 
             for step in range(start, start + n_steps + 1, every):
-                rows.append(dict(preset=preset, model=model, arm=arm, seed=seed, step=step, benchmark=val_bench,
-                                 metric=f"avg@{val_k}", k=val_k, value=round(val(step) + rng.gauss(0, 0.002), 5),
-                                 n=val_k, source="validation"))
+                rows.append(dict(preset=preset, model=model, arm=arm, seed=seed, step=step,
+                                 benchmark=val_bench, metric=f"avg@{val_k}", k=val_k,
+                                 value=round(val(step) + rng.gauss(0, 0.002), 5), n=val_k,
+                                 source="validation"))
             for step in range(start, start + n_steps + 1, eval_every):
                 for b in eval_benches:
                     v = min(0.99, max(0.01, val(step) + BENCH_OFFSET.get(b, 0.0)))
@@ -106,9 +109,9 @@ def make_synthetic(root, preset: str = "tiny", model: str = "tiny-lm", arms: Opt
                     rows.append(dict(preset=preset, model=model, arm=arm, seed=seed, step=step, benchmark=b,
                                      metric=f"avg@{k}", k=k, value=round(v, 5), n=k, source="eval"))
                     if b in MATH:
-                        rows.append(dict(preset=preset, model=model, arm=arm, seed=seed, step=step, benchmark=b,
-                                         metric="pass@16", k=16, value=round(min(0.99, v + 0.2), 5), n=32,
-                                         source="eval"))
+                        rows.append(dict(preset=preset, model=model, arm=arm, seed=seed, step=step,
+                                         benchmark=b, metric="pass@16", k=16,
+                                         value=round(min(0.99, v + 0.2), 5), n=32, source="eval"))
             if not write_metrics:
                 continue
             d = root / arm / f"seed{seed}"
@@ -127,8 +130,9 @@ def make_synthetic(root, preset: str = "tiny", model: str = "tiny-lm", arms: Opt
                     kl_f = (0.025 * kl_scale + 1e-4) / (1 + 20 * beta)
                     f.write(json.dumps({"step": s, "reward_mean": reward, "accuracy": (reward + 1) / 2,
                                         "response_length": 300 + 150 * total / (stage1 + stage2),
-                                        "entropy": 0.5, "clipfrac": 0.01, "kl_reverse": kl_r, "kl_forward": kl_f,
-                                        "prompts_drawn": 64, "prompts_kept": 32, "time_step": 1.0}) + "\n")
+                                        "entropy": 0.5, "clipfrac": 0.01, "kl_reverse": kl_r,
+                                        "kl_forward": kl_f, "prompts_drawn": 64, "prompts_kept": 32,
+                                        "time_step": 1.0}) + "\n")
     df = pd.DataFrame(rows)
     root.mkdir(parents=True, exist_ok=True)
     path = root / "results.parquet"

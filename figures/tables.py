@@ -5,12 +5,12 @@
 - Table 2: pass@16 on AIME24, AIME25, AMC and their average.
 - Table 3: OPD / MOPD / ARMOR (teacher-guided continuations from the DAPO peak), Table 1's columns.
 
-Which checkpoint represents an arm: `Context.select_steps` (figures/data.py), one per seed: the paper's step on
-the paper presets when it was evaluated, else the seed's eval step with its best validation score (each seed was
-evaluated at its own best checkpoint). The cell is the mean over seeds of each seed's eval value (source ==
-"eval") at its step, in percent, 2 decimals, "± s" with the standard deviation over seeds (n − 1) when several
-seeds were evaluated; the steps column lists each seed's step when they differ ("+10/+60/+60", seed order).
-When several eval metrics exist
+Which checkpoint represents an arm: `Context.select_steps` (figures/data.py), one per seed: the paper's step
+on the paper presets when it was evaluated, else the seed's eval step with its best validation score (each
+seed was evaluated at its own best checkpoint). The cell is the mean over seeds of each seed's eval value
+(source == "eval") at its step, in percent, 2 decimals, "± s" with the standard deviation over seeds (n − 1)
+when several seeds were evaluated; the steps column lists each seed's step when they differ ("+10/+60/+60",
+seed order). When several eval metrics exist
 for a benchmark, the paper's k is used (avg@32 / avg@8 / pass@16) if present, else the largest k. The
 "+ARMOR" row of QAE is the best-by-validation of the `qae_armor_*` arms. The steps column is the total step
 for stage-1 rows ("140") and "+N" steps after the arm's start for continual rows ("+200"). Deltas are
@@ -135,7 +135,8 @@ class Table:
         lines = [f"**{self.title}**", ""] if title else []
         if self.caption:
             lines += [self.caption, ""]
-        lines += ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] * 4 + ["---:"] * len(self.columns)) + "|"]
+        lines += ["| " + " | ".join(cols) + " |",
+                  "|" + "|".join(["---"] * 4 + ["---:"] * len(self.columns)) + "|"]
         prev_model = None
         for r in self.rows:
             model = r.model if r.model != prev_model else ""
@@ -162,7 +163,8 @@ class Table:
         out = [r"\begin{table}[t]", r"\centering", r"\small", f"\\caption{{{esc(self.title)}}}",
                f"\\label{{tab:{self.name}}}", r"\begin{tabular}{llll" + "r" * len(self.columns) + "}",
                r"\toprule",
-               " & ".join(["model", "method", "source", "steps"] + [esc(self.header(c)) for c in self.columns])
+               " & ".join(["model", "method", "source",
+                           "steps"] + [esc(self.header(c)) for c in self.columns])
                + r" \\", r"\midrule"]
         prev_model = None
         for r in self.rows:
@@ -171,7 +173,8 @@ class Table:
             model = r.model if r.model != prev_model else ""
             prev_model = r.model
             cells = [r.cells.get(c, Cell()).text() for c in self.columns]
-            out.append(" & ".join(esc(x) for x in [model, r.method, r.source, r.steps or ""] + cells) + r" \\")
+            out.append(" & ".join(esc(x) for x in [model, r.method, r.source,
+                                                   r.steps or ""] + cells) + r" \\")
         out += [r"\bottomrule", r"\end{tabular}"]
         if self.caption or self.footnotes:
             out.append(r"\par\vspace{2pt}\footnotesize " + esc(self.caption))
@@ -240,8 +243,8 @@ def _bench_rows(ctx: Context, arm: str, steps: dict[int, int], col: str, paper: 
 
 
 def _choose_arm(ctx: Context, spec: RowSpec) -> tuple[Optional[str], dict[int, int], str]:
-    """(arm, {seed: step}, how): among the row's candidate arms, the one whose seeds' validation at their selected
-    checkpoints is best on average."""
+    """(arm, {seed: step}, how): among the row's candidate arms, the one whose seeds' validation at their
+    selected checkpoints is best on average."""
     paper_step = paper_mod.table_step(ctx.preset, spec.step_key or spec.key) if ctx.is_paper else None
     best = None
     for arm in spec.arms:
@@ -259,8 +262,8 @@ def _choose_arm(ctx: Context, spec: RowSpec) -> tuple[Optional[str], dict[int, i
 
 
 def _steps_text(steps: dict[int, int], start: int) -> str:
-    """The steps column: the total step of a stage-1 row ("140"), "+N" after the start of a continual one; each
-    seed's, in seed order, when the seeds' checkpoints differ ("+10/+60/+60")."""
+    """The steps column: the total step of a stage-1 row ("140"), "+N" after the start of a continual one;
+    each seed's, in seed order, when the seeds' checkpoints differ ("+10/+60/+60")."""
     fmt = (lambda s: str(s)) if start == 0 else (lambda s: f"+{s - start}")   # noqa: E731
     distinct = sorted(set(steps.values()))
     return fmt(distinct[0]) if len(distinct) == 1 else "/".join(fmt(steps[seed]) for seed in sorted(steps))
@@ -296,7 +299,8 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
             per: dict[str, pd.Series] = {}          # column -> percent value per seed
             seeds: list[int] = []
             if not steps_by_seed:
-                n = notes.add(f"{ctx.model} {spec.method}: not run: {' / '.join(spec.arms)}" if how == "not run"
+                n = notes.add(f"{ctx.model} {spec.method}: not run: {' / '.join(spec.arms)}"
+                              if how == "not run"
                               else f"{ctx.model} {spec.method}: arm {arm} has no eval rows")
                 for c in cols:
                     cells[c] = Cell(note=n)
@@ -304,15 +308,16 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
             else:
                 start = ctx.arm_start(arm) or 0
                 steps = _steps_text(steps_by_seed, start)
-                sel_notes.append(f"{ctx.model} {spec.method}: arm `{arm}` at {_steps_note(steps_by_seed)} ({how})")
+                sel_notes.append(f"{ctx.model} {spec.method}: arm `{arm}` at {_steps_note(steps_by_seed)} "
+                                 f"({how})")
                 for c in cols:
                     if c in DERIVED and c not in all_benches:
                         continue
                     r = _bench_rows(ctx, arm, steps_by_seed, c, pm)
                     metric = _pick_metric(r, kind, c)
                     if metric is None:
-                        cells[c] = Cell(note=notes.add(f"{ctx.model} {spec.method}: no {kind}@k eval of {c} for "
-                                                       f"`{arm}` at {_steps_note(steps_by_seed)}"))
+                        cells[c] = Cell(note=notes.add(f"{ctx.model} {spec.method}: no {kind}@k eval of {c} "
+                                                       f"for `{arm}` at {_steps_note(steps_by_seed)}"))
                         raw[c] = None
                         continue
                     r = r[r["metric"] == metric]
@@ -348,13 +353,14 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
                                                          if base.get(c) is not None}))
                 rows.append(prow)
         if ctx.seeds():
-            sel_notes.append(f"{ctx.model}: ours = mean over seeds {ctx.seeds()} of each seed's eval values at "
-                             "its own checkpoint")
+            sel_notes.append(f"{ctx.model}: ours = mean over seeds {ctx.seeds()} of each seed's eval values "
+                             "at its own checkpoint")
     caption = "Percent. Metrics used: " + "; ".join(
         f"{HEADERS.get(c, c)} {'/'.join(sorted(m))}" for c, m in metric_used.items()) + "." if metric_used \
         else "Percent."
     if any(c in columns for c in DERIVED):
-        caption += " math avg / avg = mean of the benchmark columns (AIME24, AIME25, AMC on paper benchmarks)."
+        caption += (" math avg / avg = mean of the benchmark columns (AIME24, AIME25, AMC on paper "
+                    "benchmarks).")
     if any(r.base for c in ctxs for r in row_specs(c, table)):
         caption += " Deltas: difference to the baseline row of the printed values."
     if any(cell.spread is not None for r in rows for cell in r.cells.values()):
@@ -389,7 +395,8 @@ def paper_table(table: str, presets: Optional[Sequence[str]] = None) -> Table:
                       {c: Cell(float(p[c])) for c in cols if p.get(c) is not None})
             if key in bases and bases[key] in data:
                 b = data[bases[key]]
-                _deltas(row, Row("", "", "", "", {c: Cell(float(b[c])) for c in cols if b.get(c) is not None}))
+                _deltas(row, Row("", "", "", "", {c: Cell(float(b[c])) for c in cols
+                                                  if b.get(c) is not None}))
             rows.append(row)
     return Table(table, TITLES[table] + " (paper)", cols, rows, [], "Percent, as printed in the paper.")
 

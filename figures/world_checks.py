@@ -1,18 +1,20 @@
 """The tiny world's acceptance checks, read from the main job's runs: is this a world in which the paper's claims
 can be tested? Stage-1 DAPO's dynamics on every seed, the headroom control, clipping in DAPO's stage 2.
 
-    python -m figures.world_checks runs/tiny          # prints the table; --out DIR writes world_checks.md/.json
+    python -m figures.world_checks runs/tiny       # prints the table; --out DIR writes world_checks.md/.json
 
 Checks (validation values are fractions of avg@k; every DAPO check is decided on each seed alone):
 - gain:      max validation within the first GAIN_STEPS steps − the base's (step 0) ≥ GAIN_MIN
 - fall:      peak − end ≥ FALL_MIN, the peak before the end window (end: mean of the last END_WINDOW points)
 - train acc: training accuracy (metrics.jsonl `accuracy`, mean of REWARD_WINDOW steps nearest the peak)
-             ≤ TRAIN_ACC_MAX at the peak, and higher at the end than at the peak (the fall is over-optimization)
-- headroom:  the control `dapo_natural` (DAPO on prompts without the training regularity) ends (the mean of its
-             last END_WINDOW points) ≥ the highest DAPO peak + HEADROOM_MIN and above the chain's ceiling
+             ≤ TRAIN_ACC_MAX at the peak, and higher at the end than at the peak (the fall is
+             over-optimization)
+- headroom:  the control `dapo_natural` (DAPO on prompts without the training regularity) ends (the mean of
+             its last END_WINDOW points) ≥ the highest DAPO peak + HEADROOM_MIN and above the chain's ceiling
              (world.json: validation split's blind-spot chain ceiling): room for a better skill
-- clipping:  over dapo_cont (DAPO's stage 2), Σ clipfrac_and_uncertain / Σ uncertain_frac ≥ CLIP_MIN: the share of
-             the tokens with old probability < 0.9 that are clipped; the share of all tokens is reported beside it
+- clipping:  over dapo_cont (DAPO's stage 2), Σ clipfrac_and_uncertain / Σ uncertain_frac ≥ CLIP_MIN: the
+             share of the tokens with old probability < 0.9 that are clipped; the share of all tokens is
+             reported beside it
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .checklist import END_WINDOW, Verdict as WorldCheck, _window_mean, collapse_stats, end_value, write_verdicts
+from .checklist import (END_WINDOW, Verdict as WorldCheck, _window_mean, collapse_stats, end_value,
+                        write_verdicts)
 from .data import Context, load_context
 
 GAIN_STEPS = 50
@@ -82,7 +85,8 @@ def _train_acc(c: Context):
 
 
 def chain_ceiling(ctx: Context) -> Optional[float]:
-    """The blind-spot chain's ceiling on the validation split, from the world's world.json (runs/<preset>/world)."""
+    """The blind-spot chain's ceiling on the validation split, from the world's world.json
+    (runs/<preset>/world)."""
     if ctx.runs_dir is None:
         return None
     try:
@@ -93,8 +97,8 @@ def chain_ceiling(ctx: Context) -> Optional[float]:
 
 
 def check_headroom(ctx: Context) -> WorldCheck:
-    q = (f"Does the headroom control end ≥ {HEADROOM_MIN:.2f} above stage-1 DAPO's peak and above the chain's "
-         f"ceiling?")
+    q = (f"Does the headroom control end ≥ {HEADROOM_MIN:.2f} above stage-1 DAPO's peak and above the "
+         f"chain's ceiling?")
     ctl = ctx.val_curve("dapo_natural")
     peaks = {s: collapse_stats(ctx.for_seed(s).val_curve("dapo")) for s in ctx.seeds("dapo")}
     peaks = {s: p for s, p in peaks.items() if p is not None}
@@ -105,9 +109,10 @@ def check_headroom(ctx: Context) -> WorldCheck:
     top = max(p.peak for p in peaks.values())
     ceiling = chain_ceiling(ctx)
     ok = end >= top + HEADROOM_MIN and ceiling is not None and end > ceiling
-    ev = (f"control end {_f(end)} (last {END_WINDOW} points to step {ctl.step[-1]}) vs highest DAPO peak {_f(top)} "
-          f"(+{_f(end - top)}, needs ≥ {HEADROOM_MIN}); chain ceiling "
-          + (_f(ceiling) if ceiling is not None else "unknown (no world/world.json beside the runs): not shown"))
+    ev = (f"control end {_f(end)} (last {END_WINDOW} points to step {ctl.step[-1]}) vs highest DAPO peak "
+          f"{_f(top)} (+{_f(end - top)}, needs ≥ {HEADROOM_MIN}); chain ceiling "
+          + (_f(ceiling) if ceiling is not None
+             else "unknown (no world/world.json beside the runs): not shown"))
     return WorldCheck("headroom", q, PASS if ok else FAIL, ev,
                       {"control_end": end, "dapo_peak_max": top, "chain_ceiling": ceiling})
 
@@ -130,11 +135,12 @@ def check_clipping(ctx: Context) -> WorldCheck:
 
 def run_world_checks(ctx: Context) -> list[WorldCheck]:
     return [
-        _per_seed(ctx, "dapo_gain", f"Does stage-1 DAPO gain ≥ {GAIN_MIN:.2f} within its first {GAIN_STEPS} steps?",
+        _per_seed(ctx, "dapo_gain", f"Does stage-1 DAPO gain ≥ {GAIN_MIN:.2f} within its first {GAIN_STEPS} "
+                                    f"steps?",
                   _gain),
         _per_seed(ctx, "dapo_fall", f"Does stage-1 DAPO then fall ≥ {FALL_MIN:.2f} from its peak?", _fall),
-        _per_seed(ctx, "dapo_train_acc", f"Is DAPO's training accuracy ≤ {TRAIN_ACC_MAX} at the peak and rising "
-                                         f"after it?", _train_acc),
+        _per_seed(ctx, "dapo_train_acc", f"Is DAPO's training accuracy ≤ {TRAIN_ACC_MAX} at the peak and "
+                                         f"rising after it?", _train_acc),
         check_headroom(ctx),
         check_clipping(ctx),
     ]

@@ -3,8 +3,9 @@ table (and the figures drawn from it) are current.
 
     link_aliases(preset, root, seeds)   # alias arms' folders -> symlinks to their canonical runs
     collect(preset, root, seeds)        # reads validation.jsonl + eval summaries, writes the table; beside it
-                                        # steps.parquet (every run's per-step metrics, common.results.STEP_METRICS)
-                                        # and noise_floor.json (reproduce/noise.py), when measured
+                                        # steps.parquet (every run's per-step metrics,
+                                        common.results.STEP_METRICS) # and noise_floor.json
+                                        (reproduce/noise.py), when measured
 
 The table's columns are docs/CONTRACTS.md's (common/results.py owns them). Its inputs' fingerprint (names,
 sizes, mtimes) goes into results.meta.json: `collect_done` is true while no input changed. `collect` only
@@ -88,8 +89,9 @@ def fingerprint(preset: Preset, root: Path, seeds: list[int]) -> str:
 
 
 def eval_file_rows(path: Path, meta: dict, step_offset: int) -> list[dict]:
-    """Table rows of one eval summary JSON (eval.evaluate's layout); its step is the summary's total_step, else
-    step_offset + its step (or the nearest step_NNNNNN folder's). A file that is not a summary gives no rows."""
+    """Table rows of one eval summary JSON (eval.evaluate's layout); its step is the summary's total_step,
+    else step_offset + its step (or the nearest step_NNNNNN folder's). A file that is not a summary gives no
+    rows."""
     data = read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict) or not data.get("samples"):
         return []
@@ -97,7 +99,8 @@ def eval_file_rows(path: Path, meta: dict, step_offset: int) -> list[dict]:
     if step is None:
         local = data.get("step")
         if local is None:
-            local = next((int(m.group(1)) for m in map(STEP_RE.match, (q.name for q in path.parents)) if m), None)
+            local = next((int(m.group(1)) for m in map(STEP_RE.match, (q.name for q in path.parents)) if m),
+                         None)
         if local is None:
             return []
         step = step_offset + int(local)
@@ -144,7 +147,8 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
     arms = arm_definitions(preset.protocol)
     rows, step_rows = [], []
     peaks: dict = {}
-    numerics: set[str] = set()   # the distinct CPU numerics the runs computed with (armor.run_folder NUMERICS_FILE)
+    # the distinct CPU numerics the runs computed with (armor.run_folder NUMERICS_FILE)
+    numerics: set[str] = set()
     for arm in arms.values():
         for s in seeds:
             run = run_dir(root, preset, arm.run_arm, s)
@@ -195,7 +199,8 @@ def write_steps(path: Path, rows: list[dict]) -> Path:
 def collect_done(preset: Preset, root: Path, seeds: list[int]) -> bool:
     out = preset_root(root, preset)
     meta = read_json(out / META_NAME)
-    return bool(meta) and (out / "results.parquet").is_file() and meta.get("inputs") == fingerprint(preset, root, seeds)
+    return (bool(meta) and (out / "results.parquet").is_file()
+            and meta.get("inputs") == fingerprint(preset, root, seeds))
 
 
 def _sha(path: Path) -> Optional[str]:
@@ -206,13 +211,16 @@ def _sha(path: Path) -> Optional[str]:
 
 
 def write_figures_stamp(preset: Preset, root: Path, only: Optional[list[str]]) -> None:
-    """Record which results table (its sha1) and item subset the figures in runs/<preset>/figures were drawn from."""
+    """Record which results table (its sha1) and item subset the figures in runs/<preset>/figures were drawn
+    from."""
     out = preset_root(root, preset)
-    write_json_atomic(out / "figures" / FIG_STAMP, {"results": _sha(out / "results.parquet"), "only": only or None,
+    write_json_atomic(out / "figures" / FIG_STAMP,
+                      {"results": _sha(out / "results.parquet"), "only": only or None,
                                                     "time": time.time()}, **STATE_JSON)
 
 
 def figures_done(preset: Preset, root: Path, only: Optional[list[str]]) -> bool:
     out = preset_root(root, preset)
     st = read_json(out / "figures" / FIG_STAMP)
-    return bool(st) and st.get("results") == _sha(out / "results.parquet") and st.get("only") == (only or None)
+    return (bool(st) and st.get("results") == _sha(out / "results.parquet")
+            and st.get("only") == (only or None))

@@ -2,8 +2,9 @@
 
 A baseline is evaluated at θ*; a stage-2 arm at its best checkpoint by validation, every eval_every-th
 checkpoint and the paper's table step (figures/paper_numbers.yaml). `python -m reproduce.experiments evaluate`
-runs eval.evaluate once per step into <run>/eval/step_NNNNNN/ and then writes <run>/eval/.armor_evaluated.json;
-the evaluate job is done when that stamp names the preset's benchmarks and evaluation protocol.
+runs eval.evaluate once per step into <run>/eval/step_NNNNNN/ and then writes
+<run>/eval/.armor_evaluated.json; the evaluate job is done when that stamp names the preset's benchmarks and
+evaluation protocol.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from reproduce.presets import STATE_JSON, ExperimentError, Preset, run_dir
 from reproduce.retention import paper_table_step
 
 EVAL_STAMP = ".armor_evaluated.json"
-EVAL_RANKS_ENV = "ARMOR_EVAL_RANKS"   # set by the driver on a several-GPU evaluate job: ranks of eval.evaluate
+# set by the driver on a several-GPU evaluate job: ranks of eval.evaluate
+EVAL_RANKS_ENV = "ARMOR_EVAL_RANKS"
 
 
 def eval_steps(preset: Preset, root: Path, arm: Arm, seed: int) -> list[int]:
@@ -79,8 +81,10 @@ def eval_command(preset: Preset, ckpt: Path, out: Path, stage_dir: Optional[Path
     if threads:
         argv += ["--threads", str(threads)]
     ranks = int(os.environ.get(EVAL_RANKS_ENV) or 1)
-    if ranks > 1:   # README "Evaluation at scale": one engine per GPU, the benchmarks' chunks split over ranks
-        argv = [argv[0], "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", *argv[1:]]
+    # README "Evaluation at scale": one engine per GPU, the benchmarks' chunks split over ranks
+    if ranks > 1:
+        argv = [argv[0], "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
+                *argv[1:]]
     return argv
 
 

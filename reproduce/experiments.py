@@ -17,10 +17,11 @@ Job commands resolve late-bound inputs (θ*, checkpoints to evaluate) when they 
     reproduce/evalplan.py   which checkpoints are evaluated, the eval.evaluate command, its stamp
     reproduce/collect.py    the runs -> results.parquet + results.meta.json; alias folders -> symlinks
     reproduce/jobs.py       the DAG for slurm/launcher.py (build_jobs)
-    reproduce/entrypoints.py  the commands jobs run; ARMOR_REPRO_ENTRYPOINTS='{"armor.train": ["python", "x.py"]}'
-                            replaces them (tests, containers)
-Presets that name hub ids (the paper's models, GPQA-Diamond, the full MMLU-Pro) get a first job that stages them
-into a shared folder (reproduce/stage.py); their train and evaluate jobs read the staged copies (--stage-dir).
+    reproduce/entrypoints.py  the commands jobs run; ARMOR_REPRO_ENTRYPOINTS='{"armor.train": ["python",
+                            "x.py"]}' replaces them (tests, containers)
+Presets that name hub ids (the paper's models, GPQA-Diamond, the full MMLU-Pro) get a first job that stages
+them into a shared folder (reproduce/stage.py); their train and evaluate jobs read the staged copies
+(--stage-dir).
 """
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ from reproduce.entrypoints import entry
 from reproduce.evalplan import eval_command, eval_steps, write_eval_stamp
 from reproduce.peaks import late_error, peak_file, select_peak, start_point
 from common.yaml_config import ConfigError
-from reproduce.presets import (REPO_ROOT, STATE_JSON, ExperimentError, Preset, ckpt_dir, load_preset, preset_root,
-                               run_dir)
+from reproduce.presets import (REPO_ROOT, STATE_JSON, ExperimentError, Preset, ckpt_dir, load_preset,
+                               preset_root, run_dir)
 from slurm import warm
 
 
@@ -67,21 +68,25 @@ def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: O
         if why:
             raise ExperimentError(f"{arm.name} seed {seed}: no late start: {why}")
         if start is None:
-            raise ExperimentError(f"{arm.name} seed {seed}: {peak_file(root, preset, arm.baseline, seed)} is missing "
-                                  f"(run select-peak first)")
+            raise ExperimentError(f"{arm.name} seed {seed}: {peak_file(root, preset, arm.baseline, seed)} is "
+                                  f"missing (run select-peak first)")
         if not Path(start["checkpoint"]).is_dir():
-            raise ExperimentError(f"{arm.name} seed {seed}: start checkpoint {start['checkpoint']} does not exist")
+            raise ExperimentError(f"{arm.name} seed {seed}: start checkpoint {start['checkpoint']} does not "
+                                  f"exist")
     overrides = train_overrides(preset, root, arm, seed, start, stage_dir)
     run.mkdir(parents=True, exist_ok=True)
-    if int(os.environ.get("RANK", "0")) == 0:       # every torchrun rank runs this; one writes the run's files
-        write_json_atomic(run / "arm.json", {"arm": arm.name, "preset": preset.name, "seed": seed, "start": start,
-                                             "overrides": overrides, "config": str(preset.path)}, **STATE_JSON)
+    # every torchrun rank runs this; one writes the run's files
+    if int(os.environ.get("RANK", "0")) == 0:
+        write_json_atomic(run / "arm.json", {"arm": arm.name, "preset": preset.name, "seed": seed,
+                                             "start": start, "overrides": overrides,
+                                             "config": str(preset.path)}, **STATE_JSON)
     argv = entry("armor.train") + ["--config", str(preset.path)] + overrides
     print("exec:", " ".join(shlex.quote(a) for a in argv), flush=True)
     return _exec(argv)
 
 
-def cmd_select_peak(preset: Preset, root: Path, arm: str, seed: int, seeds: Optional[list[int]] = None) -> int:
+def cmd_select_peak(preset: Preset, root: Path, arm: str, seed: int,
+                    seeds: Optional[list[int]] = None) -> int:
     """peak.json of `arm` seed `seed`; θ* from the mean curve over `seeds` (default: the arm's seeds in the
     protocol)."""
     arms = arm_definitions(preset.protocol)
@@ -95,12 +100,14 @@ def cmd_select_peak(preset: Preset, root: Path, arm: str, seed: int, seeds: Opti
     print(f"θ* of {arm} seed {seed}: step {info['step']} ({info['method']}{over}) -> {info['checkpoint']}")
     late = info.get("late")
     if late:
-        print(f"late start of {arm} seed {seed}: " + (f"step {late['step']} -> {late['checkpoint']}" if "step" in late
+        print(f"late start of {arm} seed {seed}: " + (f"step {late['step']} -> {late['checkpoint']}"
+                                                      if "step" in late
                                                        else f"none ({late['error']})"))
     return 0
 
 
-def cmd_evaluate(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: Optional[Path] = None) -> int:
+def cmd_evaluate(preset: Preset, root: Path, arm_name: str, seed: int,
+                 stage_dir: Optional[Path] = None) -> int:
     arm = arm_definitions(preset.protocol)[arm_name]
     run = run_dir(root, preset, arm.run_arm, seed)
     steps = eval_steps(preset, root, arm, seed)
@@ -213,9 +220,11 @@ def main(argv=None) -> int:
     common(sub.add_parser("stage", help="copy the hub models and datasets the preset needs into the stage "
                                         "folder (reproduce/stage.py)"), staged=True)
     common(sub.add_parser("train", help="train one arm (execs armor.train)"), arm=True, staged=True)
-    common(sub.add_parser("select-peak", help="write peak.json of a stage-1 baseline (θ* from the mean curve over "
-                                              "--seeds; default: the arm's seeds)"), arm=True, seeds=True)
-    common(sub.add_parser("evaluate", help="evaluate the selected checkpoints of one run"), arm=True, staged=True)
+    common(sub.add_parser("select-peak", help="write peak.json of a stage-1 baseline (θ* from the mean curve "
+                                              "over --seeds; default: the arm's seeds)"), arm=True,
+           seeds=True)
+    common(sub.add_parser("evaluate", help="evaluate the selected checkpoints of one run"), arm=True,
+           staged=True)
     common(sub.add_parser("noise-floor", help="validate θ* of dapo k times (the verdicts' noise floor)"),
            arm=False, staged=True)
     sub.choices["noise-floor"].add_argument("--seed", type=int, default=0)
@@ -228,7 +237,8 @@ def main(argv=None) -> int:
         if a.cmd == "show":
             return cmd_show(preset, parse_only(a.only))
         root = Path(a.root).resolve()
-        seeds = [int(x) for x in a.seeds.split(",")] if getattr(a, "seeds", None) else list(preset.protocol.seeds)
+        seeds = [int(x)
+                 for x in a.seeds.split(",")] if getattr(a, "seeds", None) else list(preset.protocol.seeds)
         sd = Path(a.stage_dir).resolve() if getattr(a, "stage_dir", None) else None
         if a.cmd == "stage":
             sd = sd or stage.default_stage_dir(root)

@@ -4,8 +4,8 @@ late start) before the end of stage 1 is a `ckpt/<arm>/seed<s>/step<k>` job that
 is saved (reproduce/plan.py), so stage 2 does not wait for the rest of stage 1.
 
     jobs = build_jobs(load_preset("tiny"), "runs")        # keys: stage, world, stage1/dapo/seed0,
-                                                         # peak/dapo/seed0, stage2/armor/seed0, eval/armor/seed0,
-                                                         # collect, figures
+                                                         # peak/dapo/seed0, stage2/armor/seed0,
+                                                         eval/armor/seed0, # collect, figures
 
 Every job is a `python -m reproduce.experiments <subcommand>` command that resolves its late-bound inputs (θ*,
 the checkpoints to evaluate) when it runs, and has a `done` check on its outputs, so reruns skip finished
@@ -75,7 +75,8 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
                  resources or preset_resources(preset),
                  sd, stage.plan(preset, sd))
     arms = build_arms(preset, only)
-    check_retention(preset, arms, plan.seeds)       # schedule.keep_last deletes nothing θ* or an evaluation needs
+    # schedule.keep_last deletes nothing θ* or an evaluation needs
+    check_retention(preset, arms, plan.seeds)
     jobs = _setup_jobs(plan)
     first = [j.key for j in jobs]          # what stage-1 training waits for: staging and/or the world build
     for arm, s in _train_order(plan, arms):
@@ -94,9 +95,9 @@ def _noise_job(plan: _Plan, arm: Arm) -> Job:
     """The verdicts' noise floor (reproduce/noise.py): θ* of the first seed validated k times, after θ*."""
     preset, root, s = plan.preset, plan.root, plan.seeds[0]
     k = preset.protocol.noise_floor_repeats
-    return Job("noise_floor", plan.command("noise-floor", "--seed", str(s), *plan.stage_args), kind="noise_floor",
-               deps=[f"peak/{arm.baseline}/seed{s}"], resources=plan.res["evaluate"], env=plan.env,
-               done=lambda: noise.noise_done(preset, root, s),
+    return Job("noise_floor", plan.command("noise-floor", "--seed", str(s), *plan.stage_args),
+               kind="noise_floor", deps=[f"peak/{arm.baseline}/seed{s}"], resources=plan.res["evaluate"],
+               env=plan.env, done=lambda: noise.noise_done(preset, root, s),
                info={"benchmarks": "validation", "protocol": f"{k} re-validations of θ*"},
                description=f"noise floor: θ* of {arm.baseline} seed {s} validated {k} times")
 
@@ -124,8 +125,9 @@ def _setup_jobs(plan: _Plan) -> list[Job]:
     jobs = []
     if plan.items:
         items = plan.items
-        jobs.append(Job("stage", plan.command("stage", *plan.stage_args), kind="stage", resources=plan.res["stage"],
-                        env=plan.env, done=lambda items=items: all(it.done() for it in items),
+        jobs.append(Job("stage", plan.command("stage", *plan.stage_args), kind="stage",
+                        resources=plan.res["stage"], env=plan.env,
+                        done=lambda items=items: all(it.done() for it in items),
                         info={"items": [f"{it.kind} {it.label()} -> {it.dest}" for it in items]},
                         description=f"stage {len(items)} hub model(s)/dataset(s) into {plan.stage_dir}"))
     args = plan.preset.world_build_args()
@@ -150,8 +152,8 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
         deps = [f"peak/{arm.baseline}/seed{s}"]
     run = run_dir(root, preset, arm.name, s)
     key = f"stage{arm.stage}/{arm.name}/seed{s}"
-    jobs = [Job(key, plan.command("train", "--arm", arm.name, "--seed", str(s), *plan.stage_args), kind="train",
-                deps=deps, resources=plan.res["train"], launch="torchrun", env=plan.env,
+    jobs = [Job(key, plan.command("train", "--arm", arm.name, "--seed", str(s), *plan.stage_args),
+                kind="train", deps=deps, resources=plan.res["train"], launch="torchrun", env=plan.env,
                 done=lambda run=run: (run / "DONE").is_file(), info=_train_info(plan, arm, s),
                 description=f"train {arm.name} seed {s}")]
     late_rule = arm.name == "dapo" and preset.protocol.late_start_fraction is not None
@@ -160,7 +162,8 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
     if arm.stage == 1 and (starts_others or arm.evaluate):
         fixed = fixed_peak(preset, arm.name)
         pf = peak_file(root, preset, arm.name, s)
-        over = plan.arm_seeds(arm)          # θ* from the mean curve of the arm's seeds: every one must be trained
+        # θ* from the mean curve of the arm's seeds: every one must be trained
+        over = plan.arm_seeds(arm)
         how = (f"step {fixed} (protocol)" if fixed is not None else
                f"argmax of validation (window {preset.protocol.peak_selection_window}"
                + (f", mean of seeds {','.join(map(str, over))})" if len(over) > 1 else ")"))
@@ -174,7 +177,8 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
                         done=lambda pf=pf, fixed=fixed: peak_done(pf, fixed, late_rule),
                         info={"peak": how}, description=f"choose θ* of {arm.name} seed {s}"))
     if arm.stage == 1:
-        steps = {fixed_peak(preset, arm.name)} | ({preset.protocol.late_start_step} if arm.name == "dapo" and any(
+        steps = {fixed_peak(preset, arm.name)} | ({preset.protocol.late_start_step} if arm.name == "dapo"
+                                                  and any(
             a.start == "late" for a in arms.values()) else set())
         jobs += [_ready_job(plan, arm, s, k, first) for k in sorted(x for x in steps if x is not None)
                  if _ready_key(plan, arm.name, s, k) != key]
@@ -195,9 +199,9 @@ def _ready_key(plan: _Plan, arm: str, s: int, step: Optional[int]) -> str:
 
 
 def _ready_job(plan: _Plan, arm: Arm, s: int, step: int, first: list[str]) -> Job:
-    """A checkpoint-ready job: runs beside the stage-1 job (same dependencies) and ends once that run has saved
-    `step` (reproduce/plan.py wait-checkpoint), so stage 2 starts from a fixed θ* while stage 1 goes on. Done
-    (never started) once the checkpoint exists; it fails when the stage-1 job fails first."""
+    """A checkpoint-ready job: runs beside the stage-1 job (same dependencies) and ends once that run has
+    saved `step` (reproduce/plan.py wait-checkpoint), so stage 2 starts from a fixed θ* while stage 1 goes on.
+    Done (never started) once the checkpoint exists; it fails when the stage-1 job fails first."""
     run = run_dir(plan.root, plan.preset, arm.name, s)
     watch = f"stage1/{arm.name}/seed{s}"
     job_dir = preset_root(plan.root, plan.preset) / "_jobs" / watch
@@ -240,7 +244,8 @@ def _run_steps(plan: _Plan, arm: Arm) -> int:
 
 
 def _protected(plan: _Plan, arm: Arm) -> list[int]:
-    """Steps of the run that retention keeps besides the last resumable ones: θ* and the late start (stage 1)."""
+    """Steps of the run that retention keeps besides the last resumable ones: θ* and the late start (stage
+    1)."""
     p = plan.preset.protocol
     if arm.stage != 1:
         return []

@@ -1,6 +1,7 @@
 """The evaluation noise floor of the verdicts (docs/verdicts.md): θ* of dapo (the plan's first seed), the
-checkpoint every stage-2 arm starts from, validated `protocol.noise_floor_repeats` times with different sampling
-seeds, exactly as the runs validate (armor.trainer.Trainer.validate, the preset's validation settings).
+checkpoint every stage-2 arm starts from, validated `protocol.noise_floor_repeats` times with different
+sampling seeds, exactly as the runs validate (armor.trainer.Trainer.validate, the preset's validation
+settings).
 
     python -m reproduce.experiments noise-floor --preset tiny --root runs --seed 0
     -> runs/<preset>/_noise_floor/noise_floor.json   (collect copies it beside results.parquet)
@@ -55,11 +56,12 @@ def measure(preset: Preset, root: Path, seed: int, stage_dir: Optional[Path] = N
     k = preset.protocol.noise_floor_repeats
     arm = arm_definitions(preset.protocol).get(BASE_ARM)
     if arm is None or k < 2:
-        raise ExperimentError(f"noise floor: needs arm {BASE_ARM} and protocol.noise_floor_repeats >= 2 (is {k})")
+        raise ExperimentError(f"noise floor: needs arm {BASE_ARM} and protocol.noise_floor_repeats >= 2 (is "
+                              f"{k})")
     start = start_point(preset, root, arm, seed)
     if start is None or not Path(start["checkpoint"]).is_dir():
-        raise ExperimentError(f"noise floor: θ* of {arm.baseline} seed {seed} is not chosen or its checkpoint "
-                              f"is missing ({start})")
+        raise ExperimentError(f"noise floor: θ* of {arm.baseline} seed {seed} is not chosen or its "
+                              f"checkpoint is missing ({start})")
     out = preset_root(root, preset) / NOISE_DIR
     ov = train_overrides(preset, root, arm, seed, start, stage_dir) + [f"output_dir={out / 'run'}",
                                                             f"name={preset.name}/noise_floor"]

@@ -1,6 +1,6 @@
 """A plan sized in hours, GPU-hours and disk, and the plan-time checks of a GPU preset's job shape.
 
-    est = estimate_jobs(preset, jobs, throughput(preset))      # key -> Estimate (hours, GPUs, checkpoint bytes)
+    est = estimate_jobs(preset, jobs, throughput(preset))   # key -> Estimate (hours, GPUs, checkpoint bytes)
     print("\n".join(summary_lines(jobs, est, cluster_nodes=16)))
 
 Every figure is an estimate from the preset's token budgets and a named throughput assumption (`Throughput`,
@@ -13,7 +13,8 @@ from the protocol's keys, the driver's flags or a `bench.gpu_check` report), nev
   validation tokens          = problems x samples x fill x max_response, every validate_every steps
   hours of a train job       = steps x (rollout / (R x GPUs) + trained / (U x GPUs)) + validation / (R x GPUs)
                                + saves x save_s
-  hours of an evaluate job   = checkpoints x sum over benchmarks (problems x k x fill x max_response) / (R x GPUs)
+  hours of an evaluate job   = checkpoints x sum over benchmarks (problems x k x fill x max_response)
+                               / (R x GPUs)
 
 R, U: rollout and update tokens/s per GPU; fill: mean response length / lengths.max_response. Checkpoint
 volume: `checkpoint_volume` (the one formula). A stage-2 job that starts from a fixed θ* waits for that
@@ -153,7 +154,8 @@ def checkpoint_volume(n_params: int, saves: int, keep_last: Optional[int] = None
     return {"per_save": per_save, "saves": saves, "kept": kept, "bytes": kept * per_save}
 
 
-def host_memory_gb(n_params: int, ranks_per_node: int, engine: str = "vllm", grader_workers: int = 0) -> float:
+def host_memory_gb(n_params: int, ranks_per_node: int, engine: str = "vllm",
+                   grader_workers: int = 0) -> float:
     """Host memory one training node needs (GB, 1e9 bytes): per rank vLLM's sleep-mode weight backup in
     pinned memory (bf16: 2 N) and HOST_RANK_OVERHEAD_GB, 0.5 GB per grader worker, and on the node of rank 0
     the full fp32 state it gathers to export (4 N)."""
@@ -195,7 +197,8 @@ def _bench_name(b: str) -> str:
 
 
 def _needs_reference(cfg) -> int:
-    """Extra forward passes of an update besides the old policy's: πref (KL, anchors, mixed ratios), teacher."""
+    """Extra forward passes of an update besides the old policy's: πref (KL, anchors, mixed ratios),
+    teacher."""
     a = cfg.algo
     n = int(a.kl.coef > 0 or a.anchor.enabled or a.mix.variant != "plain")
     return n + int(a.distill.mode != "none")
@@ -233,7 +236,8 @@ def train_estimate(preset, job, t: Throughput, n_params: Optional[int]) -> Estim
 
 def _kept(cfg, saves: int, job) -> str:
     k = cfg.schedule.keep_last
-    return f"all {saves}" if k is None else f"last {k} + {len(job.info.get('protected_steps', [])) + 1} protected"
+    return (f"all {saves}" if k is None
+            else f"last {k} + {len(job.info.get('protected_steps', [])) + 1} protected")
 
 
 def eval_checkpoints(preset, stage: int, steps: int) -> int:
@@ -372,7 +376,8 @@ def summary_lines(preset, jobs, est: dict[str, Estimate], t: Throughput, cluster
                               f"({fmt_bytes(per)} a save: bf16 export 2N + fp32 masters 4N + AdamW 8N, "
                               f"N = {n / 1e9:.2f}B)" if n else "model shape unknown"),
            f"critical path (unlimited nodes): {fmt_h(inf['makespan'])}: {' -> '.join(inf['path'])}",
-           f"on {cluster_nodes} node(s) (jobs side by side when their nodes are free): {fmt_h(fin['makespan'])}"]
+           f"on {cluster_nodes} node(s) (jobs side by side when their nodes are free): "
+           f"{fmt_h(fin['makespan'])}"]
     return out
 
 
@@ -406,12 +411,13 @@ def choose_items(rows: list[dict], est: dict[str, Estimate], budget: float) -> l
 
 
 def budget_lines(rows: list[dict], est: dict[str, Estimate], budget: float) -> list[str]:
-    out = [f"budget {budget:,.0f} GPU-hours: the --only items in order of cost (GPU-hours alone; added to the "
-           f"items taken before, shared runs counted once):"]
+    out = [f"budget {budget:,.0f} GPU-hours: the --only items in order of cost (GPU-hours alone; added to "
+           f"the items taken before, shared runs counted once):"]
     chosen = choose_items(rows, est, budget)
     for r in chosen:
-        out.append(f"  {'covered' if r['covered'] else 'over   '}  {r['item']:<7} {r['gpu_hours']:>10,.0f} alone "
-                   f"{r['extra']:>10,.0f} added" + (f" -> {r['total']:,.0f} in all" if r["covered"] else ""))
+        out.append(f"  {'covered' if r['covered'] else 'over   '}  {r['item']:<7} {r['gpu_hours']:>10,.0f} "
+                   f"alone {r['extra']:>10,.0f} added" + (f" -> {r['total']:,.0f} in all" if r["covered"]
+                                                          else ""))
     covered = [r["item"] for r in chosen if r["covered"]]
     out.append(f"  -> --only {','.join(covered)}" if covered else "  -> the budget covers no item")
     return out
@@ -428,22 +434,23 @@ def check_plan(preset, res: dict, t: Throughput, mem_key: str = "train.mem_gb") 
         return
     tp = cfg.rollout.tensor_parallel_size
     if train.gpus_per_node % tp:
-        raise PlanError(f"rollout.tensor_parallel_size: {tp} does not divide the {train.gpus_per_node} GPUs per "
-                        f"node (train.gpus_per_node)")
+        raise PlanError(f"rollout.tensor_parallel_size: {tp} does not divide the {train.gpus_per_node} GPUs "
+                        f"per node (train.gpus_per_node)")
     n = _n_params(preset)
     if n is not None and train.mem_gb is not None:
         need = host_memory_gb(n, train.ranks_per_node, cfg.rollout.engine, cfg.reward.grader_workers)
         if train.mem_gb < need:
-            raise PlanError(f"{mem_key}: {train.mem_gb:g} is below the host-memory estimate of {need:.0f} GB per "
-                            f"node ({train.ranks_per_node} ranks x (vLLM weight backup 2N + "
+            raise PlanError(f"{mem_key}: {train.mem_gb:g} is below the host-memory estimate of {need:.0f} GB "
+                            f"per node ({train.ranks_per_node} ranks x (vLLM weight backup 2N + "
                             f"{HOST_RANK_OVERHEAD_GB:g} GB) + rank 0's fp32 export 4N; reproduce/plan.py)")
     gpus = train.nodes * train.gpus_per_node
     b, L = cfg.batch, cfg.lengths
-    round_tokens = (cfg.rollout.gen_batch_prompts or b.prompts_per_step) * b.group_size * t.fill * L.max_response
+    round_tokens = (cfg.rollout.gen_batch_prompts
+                    or b.prompts_per_step) * b.group_size * t.fill * L.max_response
     round_s = round_tokens / (t.rollout_tokens_per_s * gpus)
     if cfg.parallel.timeout_s < round_s:
-        raise PlanError(f"parallel.timeout_s: {cfg.parallel.timeout_s:g} is below one generation round's expected "
-                        f"{round_s:,.0f} s ({round_tokens / 1e6:.0f}M tokens over {gpus} GPUs at "
+        raise PlanError(f"parallel.timeout_s: {cfg.parallel.timeout_s:g} is below one generation round's "
+                        f"expected {round_s:,.0f} s ({round_tokens / 1e6:.0f}M tokens over {gpus} GPUs at "
                         f"{t.rollout_tokens_per_s:,.0f} tok/s/GPU; {t.source})")
 
 
@@ -463,7 +470,8 @@ def wait_checkpoint(run: Path, step: int, job_dir: Optional[Path], poll_s: float
         if job_dir is not None:
             failed = read_json(job_dir / "failed")
             if isinstance(failed, dict) and float(failed.get("end", 0)) >= t0:
-                log(f"{job_dir.name}: the job writing {run} failed (exit {failed.get('rc')}) before step {step}",
+                log(f"{job_dir.name}: the job writing {run} failed (exit {failed.get('rc')}) before step "
+                    f"{step}",
                     file=sys.stderr)
                 return 1
         time.sleep(poll_s)

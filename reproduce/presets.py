@@ -1,4 +1,5 @@
-"""Presets: a preset file as the driver reads it (the trainer's config + its protocol) and where its runs live.
+"""Presets: a preset file as the driver reads it (the trainer's config + its protocol) and where its runs
+live.
 
     p = load_preset("qwen25-math-7b")      # or a YAML path; reproduce/presets/<name>.yaml
     p.cfg                                  # armor.config.RunConfig (what armor.train reads)
@@ -6,7 +7,8 @@
     run_dir(root, p, "armor", 0)           # <root>/<preset>/armor/seed0
 
 A preset is validated whole before any job is planned: the trainer's keys by armor.config, the `protocol:`
-section by reproduce/protocol.py, and protocol.eval_samples against the pass@k its evaluation protocol reports.
+section by reproduce/protocol.py, and protocol.eval_samples against the pass@k its evaluation protocol
+reports.
 """
 from __future__ import annotations
 
@@ -81,20 +83,23 @@ def load_preset(name_or_path: str | Path) -> Preset:
         p = PRESETS_DIR / f"{name_or_path}.yaml"
     if not p.is_file():
         known = sorted(x.stem for x in PRESETS_DIR.glob("*.yaml"))
-        raise ExperimentError(f"preset {str(name_or_path)!r} not found (known: {', '.join(known)}; or a YAML path)")
+        raise ExperimentError(f"preset {str(name_or_path)!r} not found (known: {', '.join(known)}; or a YAML "
+                              f"path)")
     cfg = load_config(p)
-    preset = Preset(name=p.stem, path=p.resolve(), cfg=cfg, protocol=load_protocol(cfg.foreign.get(SECTION, {})))
+    preset = Preset(name=p.stem, path=p.resolve(), cfg=cfg,
+                    protocol=load_protocol(cfg.foreign.get(SECTION, {})))
     _check_eval_samples(preset.protocol)
     if preset.protocol.late_start_fraction is not None and cfg.schedule.keep_last is not None:
-        raise ExperimentError(f"protocol.late_start_fraction={preset.protocol.late_start_fraction}: the late start is "
-                              f"chosen among stage-1 DAPO's checkpoints after it ends, but schedule.keep_last="
-                              f"{cfg.schedule.keep_last} deletes them; set schedule.keep_last: null")
+        raise ExperimentError(f"protocol.late_start_fraction={preset.protocol.late_start_fraction}: the late "
+                              f"start is chosen among stage-1 DAPO's checkpoints after it ends, but "
+                              f"schedule.keep_last={cfg.schedule.keep_last} deletes them; set "
+                              f"schedule.keep_last: null")
     return preset
 
 
 def _check_eval_samples(proto: ProtocolConfig) -> None:
-    """protocol.eval_samples must leave room for the pass@k the evaluation protocol reports (fail at plan time,
-    not in the evaluation jobs after the training is spent)."""
+    """protocol.eval_samples must leave room for the pass@k the evaluation protocol reports (fail at plan
+    time, not in the evaluation jobs after the training is spent)."""
     from eval.protocols import get_protocol
     if not proto.eval_samples or not proto.eval_benchmarks:
         return
@@ -103,8 +108,8 @@ def _check_eval_samples(proto: ProtocolConfig) -> None:
         bench = spec.split("=", 1)[0]
         need = max(ev.setting(bench).pass_ks, default=0)
         if need > proto.eval_samples:
-            raise ExperimentError(f"protocol.eval_samples={proto.eval_samples}: the {ev.name!r} protocol reports "
-                                  f"pass@{need} on {bench}, which needs at least {need} samples")
+            raise ExperimentError(f"protocol.eval_samples={proto.eval_samples}: the {ev.name!r} protocol "
+                                  f"reports pass@{need} on {bench}, which needs at least {need} samples")
 
 
 def repo_path(path: str | Path) -> Path:
@@ -128,7 +133,8 @@ def ckpt_dir(run: Path, step: int) -> Path:
 
 def stage_steps(preset: Preset) -> tuple[int, int]:
     p = preset.protocol
-    return (p.stage1_steps or preset.cfg.schedule.total_steps, p.stage2_steps or preset.cfg.schedule.total_steps)
+    return (p.stage1_steps or preset.cfg.schedule.total_steps,
+            p.stage2_steps or preset.cfg.schedule.total_steps)
 
 
 def fixed_peak(preset: Preset, baseline: str) -> Optional[int]:

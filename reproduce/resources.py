@@ -67,7 +67,8 @@ def load_resources(nodes: int = 1, gpus_per_node: int = 0, user_file: str | Path
     """Resources per kind. `flags`: cluster-wide keys (partition, account, qos, constraint, exclude) and
     train overrides (`nodes`, `gpus_per_node`, `time_min` ...) given on the command line; None values
     are ignored."""
-    return resolve_resources(default_resources(nodes, gpus_per_node, procs_per_node, cpus_per_node, host_mem_gb),
+    return resolve_resources(default_resources(nodes, gpus_per_node, procs_per_node, cpus_per_node,
+                                               host_mem_gb),
                              user_file, flags, flags_kind="train")
 
 

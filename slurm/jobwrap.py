@@ -198,7 +198,8 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
     try:
         mod = warm.python_module(argv) if warm.active() else None
         if mod is not None:   # forked from a warm driver: run `python -m MODULE` without a new interpreter
-            _child = warm.fork(lambda: _ignore_usr_signals() or warm.run_module_here(*mod, spec.get("cwd"), env),
+            _child = warm.fork(lambda: _ignore_usr_signals()
+                               or warm.run_module_here(*mod, spec.get("cwd"), env),
                                stdout=out.fileno(), stderr=err.fileno())
         else:
             _child = subprocess.Popen(argv, cwd=spec.get("cwd") or None, env=env, stdout=out, stderr=err,

@@ -176,7 +176,8 @@ def slurm_states(job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
 
 def active_jobs() -> list[str]:
     """Jobs the scheduler has not finished (queued or running; COMPLETING ones end within seconds), all users,
-    one line each: "JOBID STATE NAME WORKDIR". On a one-node cluster new work waits behind every one of them."""
+    one line each: "JOBID STATE NAME WORKDIR". On a one-node cluster new work waits behind every one of
+    them."""
     states = ",".join(sorted((_SLURM_QUEUED | _SLURM_RUNNING) - {"COMPLETING"}))
     r = subprocess.run(["squeue", "-h", "-t", states, "-o", "%i %T %j %Z"], capture_output=True, text=True,
                        timeout=60)
@@ -247,7 +248,8 @@ class Launcher:
         self._bar = None
         self._registry: dict = {}
         self._completed_seen: dict[str, float] = {}
-        # local jobs fork from this process with torch & co. imported (slurm/warm.py); ARMOR_WARM=0 turns it off
+        # local jobs fork from this process with torch & co. imported (slurm/warm.py); ARMOR_WARM=0 turns it
+        # off
         self.warm = self.cluster == "local" and (warm.enabled() if warm_start is None else warm_start)
         self.preload = tuple(preload)   # modules a warm launcher imports before its first fork (the caller's)
         self._preloaded = False
@@ -332,7 +334,8 @@ class Launcher:
                 if st in _SLURM_QUEUED:
                     if "DependencyNeverSatisfied" in reason:
                         return FAILED, f"slurm {jid} {st}: dependency never satisfied"
-                    return QUEUED, f"slurm {jid} {st}" + (f" ({reason})" if reason and reason != "None" else "")
+                    return QUEUED, f"slurm {jid} {st}" + (f" ({reason})" if reason and reason != "None"
+                                                          else "")
                 if st in _SLURM_RUNNING:
                     return RUNNING, f"slurm {jid} {st}"
                 if st == "COMPLETED":  # the marker may lag on a network file system: wait a little
@@ -551,8 +554,8 @@ class Launcher:
                 p = warm.fork(_wrapper, stdout=wlog.fileno(), stderr=wlog.fileno(),
                               close_fds=[self._lock_fd] if self._lock_fd is not None else [])
             else:
-                p = subprocess.Popen([sys.executable, "-m", "slurm.jobwrap", str(d)], cwd=str(REPO_ROOT), env=env,
-                                     stdout=wlog, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                p = subprocess.Popen([sys.executable, "-m", "slurm.jobwrap", str(d)], cwd=str(REPO_ROOT),
+                                     env=env, stdout=wlog, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self._record(job.key, backend="local", job_id=str(p.pid), pid=p.pid,
                      pid_start=jobwrap.pid_start_time(p.pid), host=socket.gethostname(), submission=sub,
                      submitted_at=time.time(), state=RUNNING, detail="", kind=job.kind)
@@ -561,9 +564,9 @@ class Launcher:
 
     # ------------------------------------------------------------------------------------- slurm
     def slurm_params(self, job: Job, dependency_ids: list[str], n_array: int = 0) -> dict:
-        """The submitit SlurmExecutor parameters of one job (or of an array of n_array tasks like it): sbatch's
-        options and srun's. srun gets `--cpus-per-task` itself: since SLURM 22.05 a step does not inherit the
-        allocation's, and its one task per node would otherwise run every rank on one core."""
+        """The submitit SlurmExecutor parameters of one job (or of an array of n_array tasks like it):
+        sbatch's options and srun's. srun gets `--cpus-per-task` itself: since SLURM 22.05 a step does not
+        inherit the allocation's, and its one task per node would otherwise run every rank on one core."""
         res = job.resources or Resources()
         name = job.key.replace("/", ".") if not n_array else f"{job.array}[{n_array}]"
         params = dict(job_name=name[:120], time=int(res.time_min), nodes=res.nodes, ntasks_per_node=1,
@@ -606,8 +609,10 @@ class Launcher:
         opts = [o for o in opts if not o.startswith(("--output=", "--error=", "--open-mode="))]
         srun = next(line for line in text.splitlines() if line.startswith("srun "))
         srun = " ".join(w for w in srun.split(" ") if "%j" not in w and w not in ("--output", "--error"))
-        out = {"sbatch": "sbatch " + " ".join(opts), "srun": srun.replace("<python -u -m submitit.core._submit "
-                                                                          "FOLDER>", "<submitit: slurm.jobwrap>")}
+        out = {"sbatch": "sbatch " + " ".join(opts),
+               "srun": srun.replace("<python -u -m submitit.core._submit "
+                                                                          "FOLDER>",
+                                                                          "<submitit: slurm.jobwrap>")}
         res = job.resources or Resources()
         argv = [str(a) for a in job.argv]
         if job.launch == "torchrun" and res.nodes * res.ranks_per_node > 1:
@@ -689,8 +694,9 @@ class Launcher:
                 sjs = ex.submit_array([CommandJob(str(self.job_dir(j.key)), self.grace_s) for j in g])
                 submitted = [(j, sj.job_id, s) for j, sj, s in zip(g, sjs, subs)]
             for j, jid, sub in submitted:
-                self._record(j.key, backend="slurm", job_id=str(jid), submission=sub, submitted_at=time.time(),
-                             state=QUEUED, detail=f"slurm {jid}", kind=j.kind, host=None, pid=None)
+                self._record(j.key, backend="slurm", job_id=str(jid), submission=sub,
+                             submitted_at=time.time(), state=QUEUED, detail=f"slurm {jid}", kind=j.kind,
+                             host=None, pid=None)
                 states[j.key] = (QUEUED, f"slurm {jid}")
                 n_sub += 1
                 deps = f" after {','.join(dep_ids)}" if dep_ids else ""
@@ -749,7 +755,8 @@ class Launcher:
                     self._bar.set_postfix_str(" ".join(f"{k}={v}" for k, v in sorted(counts.items())))
                 time.sleep(self.poll_s)
         except KeyboardInterrupt:
-            self._emit("stopped waiting (Ctrl-C); the SLURM jobs keep running; rerun the driver to follow them")
+            self._emit("stopped waiting (Ctrl-C); the SLURM jobs keep running; rerun the driver to follow "
+                       "them")
             self.save_registry()
             raise
         finally:

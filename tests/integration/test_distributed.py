@@ -1,8 +1,8 @@
 """Several ranks (torchrun, gloo on CPU): the SPMD trainer equals one process over the same rollout shards.
 
 The reference is one process with `rollout.shards=2` and micro-batches of half a mini-batch, i.e. the 2 ranks'
-partition emulated (armor/spmd.py): the same prompts are drawn, each shard sampled with the same seed, the same
-prompts and anchors kept, and each rank's part of a mini-batch is one micro-batch of the one process."""
+partition emulated (armor/spmd.py): the same prompts are drawn, each shard sampled with the same seed, the
+same prompts and anchors kept, and each rank's part of a mini-batch is one micro-batch of the one process."""
 import os
 import subprocess
 import sys
@@ -17,12 +17,13 @@ from common.jsonl import read_jsonl
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
 ARGS = ["schedule.save_every=2", "schedule.validate_every=2", "validation.max_problems=8",
-        "algo.anchor.enabled=true", "algo.mix.variant=mixed", "algo.mix.alpha=0.875", "algo.reference.reset.every=3",
-        "rollout.shards=2", "batch.micro_batch_responses=4"]
+        "algo.anchor.enabled=true", "algo.mix.variant=mixed", "algo.mix.alpha=0.875",
+        "algo.reference.reset.every=3", "rollout.shards=2", "batch.micro_batch_responses=4"]
 STEPS = 4
 
 
-def _run(world: Path, out: Path, ranks: int, fault: str | None = None, extra: tuple = ()) -> subprocess.CompletedProcess:
+def _run(world: Path, out: Path, ranks: int, fault: str | None = None,
+         extra: tuple = ()) -> subprocess.CompletedProcess:
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"] \
         if ranks > 1 else [sys.executable]
     cmd = [*launch, "-m", "armor.train", "--config", str(SMOKE), "model.path=" + str(world / "base_model"),
@@ -41,7 +42,8 @@ def _ok(r):
 
 
 def _hf_weights(folder: Path) -> dict:
-    """The HF export's tensors: one model.safetensors (one rank), or the parts its index names (several ranks)."""
+    """The HF export's tensors: one model.safetensors (one rank), or the parts its index names (several
+    ranks)."""
     import json
 
     from safetensors.torch import load_file
@@ -94,14 +96,16 @@ def test_two_rank_step_folder_loads_in_transformers(runs, world):
     m1 = AutoModelForCausalLM.from_pretrained(runs["one"] / "checkpoints" / f"step_{STEPS:06d}").eval()
     ids = torch.tensor([[5, 9, 11, 3, 7, 2]])
     with torch.no_grad():
-        torch.testing.assert_close(m2(ids).logits, m1(ids).logits, rtol=1e-4, atol=1e-5)   # weights within 1e-6
+        # weights within 1e-6
+        torch.testing.assert_close(m2(ids).logits, m1(ids).logits, rtol=1e-4, atol=1e-5)
 
 
 def test_two_ranks_with_token_micro_batches_and_chunked_logprobs(runs, world):
-    """The paper-scale memory path on 2 ranks (rows dealt to ranks by tokens, micro-batches padded to their own
-    longest row, the lm_head in chunks through the FSDP2-registered method, activation checkpointing inside the
-    FSDP2 layers) equals the one process of the default path: the same kept prompts and anchors, metrics within 1e-5; weights within 1e-5, since the rows
-    meet in other micro-batches and ranks (float rounding: tests/integration/test_trainer.py measures the default path's own)."""
+    """The paper-scale memory path on 2 ranks (rows dealt to ranks by tokens, micro-batches padded to their
+    own longest row, the lm_head in chunks through the FSDP2-registered method, activation checkpointing
+    inside the FSDP2 layers) equals the one process of the default path: the same kept prompts and anchors,
+    metrics within 1e-5; weights within 1e-5, since the rows meet in other micro-batches and ranks (float
+    rounding: tests/integration/test_trainer.py measures the default path's own)."""
     out = runs["tmp"] / "tokens"
     _ok(_run(world, out, 2, extra=("batch.micro_batch_tokens=80", "batch.logprob_chunk_tokens=16",
                                    "model.gradient_checkpointing=true")))
@@ -134,8 +138,8 @@ def test_two_rank_kill_then_resume_on_two_ranks(runs, world):
 
 def test_two_rank_resume_after_a_reset_loads_the_reset_reference(runs, world):
     """Killed right after the step-4 checkpoint, whose πref (reset at step 3) is in its sharded state, resumed
-    on two ranks (every rank builds πref on the meta device and reads its own shards): steps 5 and 6, where πref
-    enters the mixed ratio and the KL monitor, equal an uninterrupted run's."""
+    on two ranks (every rank builds πref on the meta device and reads its own shards): steps 5 and 6, where
+    πref enters the mixed ratio and the KL monitor, equal an uninterrupted run's."""
     six = ("schedule.total_steps=6",)
     ref, out = runs["tmp"] / "six", runs["tmp"] / "killed_after_reset"
     _ok(_run(world, ref, 2, extra=six))
@@ -158,7 +162,8 @@ def test_two_rank_checkpoint_resumes_on_one_rank(runs, world):
 def test_bf16_masters_are_refused_with_several_ranks(world, tmp_path):
     out = tmp_path / "never"
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                        "-m", "armor.train", "--config", str(SMOKE), "model.path=" + str(world / "base_model"),
+                        "-m", "armor.train", "--config", str(SMOKE),
+                        "model.path=" + str(world / "base_model"),
                         "data.train=" + str(world / "data" / "train.jsonl"), f"output_dir={out}",
                         "validation.benchmarks=[]", "schedule.validate_every=0", "model.dtype=bfloat16",
                         "parallel.timeout_s=60"],
@@ -168,8 +173,9 @@ def test_bf16_masters_are_refused_with_several_ranks(world, tmp_path):
 
 @pytest.mark.slurm
 def test_two_rank_cpu_train_jobs_through_the_real_slurm(world, tmp_path, slurm_cluster):
-    """`run_all.py --cluster slurm` on a smoke preset with protocol.procs_per_node=2: each train job is one SLURM
-    job whose wrapper starts torchrun with 2 CPU ranks; every run ends with one metrics file and one DONE."""
+    """`run_all.py --cluster slurm` on a smoke preset with protocol.procs_per_node=2: each train job is one
+    SLURM job whose wrapper starts torchrun with 2 CPU ranks; every run ends with one metrics file and one
+    DONE."""
     import json as _json
     preset = tmp_path / "smoke.yaml"   # named smoke: the driver finds the --quick world it is given
     preset.write_text(

@@ -48,12 +48,14 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     est = next(x for x in train if x.startswith("estimate: "))
     assert " h" in est and "GPU-hours on 128 GPUs" in est and "checkpoints " in est and "TB" in est
     sb = next(x for x in train if x.startswith("sbatch: "))
-    for flag in ("--cpus-per-task=64", "--mem=235520M", "--gpus-per-node=8", "--nodes=16", "--ntasks-per-node=1",
-                 "--dependency='afterok:<peak/dapo/seed0>'"):
+    for flag in ("--cpus-per-task=64", "--mem=235520M", "--gpus-per-node=8", "--nodes=16",
+                 "--ntasks-per-node=1", "--dependency='afterok:<peak/dapo/seed0>'"):
         assert flag in sb, flag
-    assert next(x for x in train if x.startswith("srun: ")).startswith("srun: srun --unbuffered --cpus-per-task=64")
+    assert next(x for x in train
+                if x.startswith("srun: ")).startswith("srun: srun --unbuffered --cpus-per-task=64")
     tr = next(x for x in train if x.startswith("torchrun: "))
-    assert "-m torch.distributed.run --nnodes=16 --nproc_per_node=8" in tr and "reproduce.experiments train" in tr
+    assert ("-m torch.distributed.run --nnodes=16 --nproc_per_node=8" in tr
+            and "reproduce.experiments train" in tr)
     # stage 2 waits for θ*'s checkpoint, not the end of stage 1
     assert _block(lines, "peak/dapo/seed0")[0].split()[-1] == "ckpt/dapo/seed0/step140"
     ready = _block(lines, "ckpt/dapo/seed0/step140")
@@ -63,10 +65,12 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     ev = _block(lines, "eval/armor/seed0")
     assert "1x8gpu" in ev[0] and ev[0].split()[-1] == "stage2/armor/seed0,stage"
     assert ev[1].startswith("torchrun --nproc-per-node 8 -m eval.evaluate")
-    assert "--dependency='afterok:<stage2/armor/seed0>:<stage>'" in next(x for x in ev if x.startswith("sbatch"))
+    assert "--dependency='afterok:<stage2/armor/seed0>:<stage>'" in next(x for x in ev
+                                                                         if x.startswith("sbatch"))
     assert "GPU-hours on 8 GPUs" in next(x for x in ev if x.startswith("estimate"))
     # totals: the assumption named, GPU-hours, disk, the critical path and the time on the cluster
-    assert "[assumed (reproduce/plan.py defaults), not measured]" in out and "throughput: rollout 2,500" in out
+    assert ("[assumed (reproduce/plan.py defaults), not measured]" in out
+            and "throughput: rollout 2,500" in out)
     assert next(x for x in lines if x.startswith("total: ")).endswith("evaluation)")
     assert "checkpoints: " in out and "kept at the end under the retention policy" in out
     crit = next(x for x in lines if x.startswith("critical path (unlimited nodes): "))
@@ -81,7 +85,8 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     assert rc2 == 0 and "from --rollout-tokens-per-s" in fast and "on 32 node(s)" in fast
 
     def total(text):
-        return float(next(x for x in text.splitlines() if x.startswith("total: ")).split()[1].replace(",", ""))
+        return float(next(x for x in text.splitlines()
+                          if x.startswith("total: ")).split()[1].replace(",", ""))
     assert total(fast) < total(out)
 
 
@@ -109,7 +114,8 @@ def test_job_env_threads_and_network_variables(tmp_path, monkeypatch):
     res = Resources(nodes=2, gpus_per_node=8, cpus_per_task=64, env={"NCCL_DEBUG": "WARN"})
     env = la.job_env(Job("t", [PY, "-m", "x"], resources=res, launch="torchrun"))
     assert env["ARMOR_THREADS"] == env["OMP_NUM_THREADS"] == "8"
-    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"], env["NCCL_DEBUG"]) == ("ib0", "eth1", "WARN")
+    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"],
+            env["NCCL_DEBUG"]) == ("ib0", "eth1", "WARN")
     lines = la.command_lines(Job("t", [PY, "-m", "x"], resources=res, launch="torchrun", deps=["a"]))
     assert "--cpus-per-task=64" in lines["srun"] and "--dependency='afterok:<a>'" in lines["sbatch"]
     assert "--nnodes=2" in lines["torchrun"] and "--node_rank=<SLURM_NODEID>" in lines["torchrun"]
@@ -144,11 +150,11 @@ def test_local_backend_starts_stage_2_while_stage_1_runs(tmp_path):
         (pathlib.Path({str(run)!r}) / "DONE").write_text("{{}}")
     """)
     jobs = [Job("stage1/a/seed0", [PY, "-c", stage1], kind="train", done=lambda: (run / "DONE").exists()),
-            Job("ckpt/a/seed0/step2", [PY, "-m", "reproduce.plan", "wait-checkpoint", "--run", str(run), "--step",
-                                       "2", "--poll", "0.05"], kind="wait_checkpoint"),
+            Job("ckpt/a/seed0/step2", [PY, "-m", "reproduce.plan", "wait-checkpoint", "--run", str(run),
+                                       "--step", "2", "--poll", "0.05"], kind="wait_checkpoint"),
             Job("stage2/b/seed0", [PY, "-c", f"open({str(started)!r}, 'w').close()"], kind="train",
                 deps=["ckpt/a/seed0/step2"], done=lambda: started.exists())]
-    la = Launcher(tmp_path / "root", cluster="local", workers=3, progress=False, poll_s=0.05, log=lambda s: None,
-                  warm_start=False)
+    la = Launcher(tmp_path / "root", cluster="local", workers=3, progress=False, poll_s=0.05,
+                  log=lambda s: None, warm_start=False)
     states = la.run(jobs)
     assert all(s == DONE for s, _ in states.values()), states

@@ -36,8 +36,9 @@ def drawn(tiny, tmp_path_factory):
     """python -m figures on the tiny results, with the report."""
     out = tmp_path_factory.mktemp("out")
     dpi, plots.DPI = plots.DPI, 50  # small PNGs: the test is about content, not looks
-    rc = figures_main(["--results", str(tiny), "--out", str(out / "figs"), "--report", str(out / "REPRODUCTION.md"),
-                       "--command", "python -m reproduce tiny", "--wall-time-s", "3725", "--seeds", "0,1"])
+    rc = figures_main(["--results", str(tiny), "--out", str(out / "figs"), "--report",
+                       str(out / "REPRODUCTION.md"), "--command", "python -m reproduce tiny", "--wall-time-s",
+                       "3725", "--seeds", "0,1"])
     plots.DPI = dpi
     assert rc == 0
     return out
@@ -210,8 +211,9 @@ def test_table_numbers_equal_results(ctx, tiny):
 
 
 def test_seeds_evaluated_at_different_checkpoints_all_count(ctx, tiny):
-    """Each seed is evaluated at its own best checkpoint: a row averages every seed at its own step (an arm whose
-    seeds chose different steps once showed one seed's value, without a spread), and the steps column says so."""
+    """Each seed is evaluated at its own best checkpoint: a row averages every seed at its own step (an arm
+    whose seeds chose different steps once showed one seed's value, without a spread), and the steps column
+    says so."""
     d = pd.read_parquet(tiny)
     ev = (d.source == "eval") & (d.arm == "opd")
     keep = ~ev | ((d.seed == 0) & (d.step == 40)) | ((d.seed == 1) & (d.step == 60))
@@ -234,9 +236,10 @@ def test_delta_format():
 
 
 def test_paper_preset_overlay_and_paper_rows(tmp_path):
-    path = make_synthetic(tmp_path / "runs" / "qwen25-math-7b", preset="qwen25-math-7b", model="Qwen2.5-Math-7B",
-                          seeds=[0], val_bench="aime24", val_k=32, theta=140, stage1=360, stage2=240, every=20,
-                          eval_every=20, late=200, qae_theta=230, kl_after_steps=100,
+    path = make_synthetic(tmp_path / "runs" / "qwen25-math-7b", preset="qwen25-math-7b",
+                          model="Qwen2.5-Math-7B", seeds=[0], val_bench="aime24", val_k=32, theta=140,
+                          stage1=360, stage2=240, every=20, eval_every=20, late=200, qae_theta=230,
+                          kl_after_steps=100,
                           arms=["dapo", "dapo_cont", "armor", "anchor_only", "kl_k3_b1", "qae", "qae_cont",
                                 "qae_armor_reset_20", "opd"])
     ctx = load_context(path)
@@ -255,7 +258,8 @@ def test_paper_preset_overlay_and_paper_rows(tmp_path):
     assert prow[1]["steps"] == "+200" and prow[3]["MMLU-Pro"] == "42.15 (−1.15)"
     # paper steps: DAPO 140 and ARMOR 140+200 were evaluated, QAE's 230 was not (eval every 20 from 230)
     ours = [r for r in t1.rows if r.source == "ours"]
-    assert (ours[0].steps_by_seed, ours[0].how) == ({0: 140}, "paper step") and ours[1].steps_by_seed == {0: 340}
+    assert ((ours[0].steps_by_seed, ours[0].how) == ({0: 140}, "paper step")
+            and ours[1].steps_by_seed == {0: 340})
     assert ours[1].cells["aime24"].value == _expected_cell(ctx, "armor", {0: 340}, "aime24", "avg@32")
     t3 = tables.build_table(ctx, "table3")
     assert [(r.method, r.source) for r in t3.rows] == [("OPD", "ours"), ("OPD", "paper"), ("MOPD", "ours"),
@@ -306,8 +310,8 @@ def test_missing_arms_leave_marked_gaps(tmp_path):
 
 def test_the_drivers_figure_arms_decide_what_a_sweep_expects(tmp_path):
     """results.meta.json's figure_arms (written by the driver's collect) win over rebuilding names from the
-    protocol: an arm listed there but absent from the data is marked not run; one only the protocol names is not
-    expected."""
+    protocol: an arm listed there but absent from the data is marked not run; one only the protocol names is
+    not expected."""
     keep = [a for a in ALL_ARMS if a != "kl_k3_b1"]
     path = make_synthetic(tmp_path / "runs" / "tiny", arms=keep)
     assert "kl_k3_b1" in _not_run_texts(_axes(plots.fig2(load_context(path)))["a"])[0]   # protocol: β = 1
@@ -320,9 +324,11 @@ def test_the_drivers_figure_arms_decide_what_a_sweep_expects(tmp_path):
 
 
 def test_the_validation_benchmark_is_the_drivers(tmp_path):
-    """One rule for "the validation benchmark": the driver's (results.meta.json); aime24 first only without it."""
+    """One rule for "the validation benchmark": the driver's (results.meta.json); aime24 first only without
+    it."""
     df = pd.DataFrame([dict(preset="tiny", model="m", arm="dapo", seed=0, step=s, benchmark=b, metric="avg@4",
-                            k=4, value=0.1, n=4, source="validation") for s in (0, 5) for b in ("aime24", "toy_val")])
+                            k=4, value=0.1, n=4,
+                            source="validation") for s in (0, 5) for b in ("aime24", "toy_val")])
     path = tmp_path / "results.parquet"
     df.to_parquet(path)
     assert load_context(path).val_benchmark == "aime24"
@@ -331,8 +337,8 @@ def test_the_validation_benchmark_is_the_drivers(tmp_path):
 
 
 def test_nearly_empty_results_do_not_crash(tmp_path):
-    df = pd.DataFrame([dict(preset="tiny", model="m", arm="dapo", seed=0, step=s, benchmark="v", metric="avg@4",
-                            k=4, value=0.1 * s, n=4, source="validation") for s in (0, 5)])
+    df = pd.DataFrame([dict(preset="tiny", model="m", arm="dapo", seed=0, step=s, benchmark="v",
+                            metric="avg@4", k=4, value=0.1 * s, n=4, source="validation") for s in (0, 5)])
     path = tmp_path / "results.parquet"
     df.to_parquet(path)
     out = tmp_path / "out"
@@ -355,18 +361,20 @@ def _noise(d, sd):
 
 def _table(d, curves, evals=()):
     """results.parquet of {(arm, seed): [values at steps 10, 15, ...]} (stage-2 arms from θ* = step 10)."""
-    rows = [dict(preset="tiny", model="m", arm=arm, seed=seed, step=10 + 5 * i, benchmark="val", metric="avg@4",
-                 k=4, value=v, n=4, source="validation") for (arm, seed), vals in curves.items()
+    rows = [dict(preset="tiny", model="m", arm=arm, seed=seed, step=10 + 5 * i, benchmark="val",
+                 metric="avg@4", k=4, value=v, n=4, source="validation") for (arm, seed),
+            vals in curves.items()
             for i, v in enumerate(vals)]
-    rows += [dict(preset="tiny", model="m", arm=arm, seed=seed, step=step, benchmark="test", metric="avg@4", k=4,
-                  value=v, n=4, source="eval") for arm, seed, step, v in evals]
+    rows += [dict(preset="tiny", model="m", arm=arm, seed=seed, step=step, benchmark="test", metric="avg@4",
+                  k=4, value=v, n=4, source="eval") for arm, seed, step, v in evals]
     d.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(d / "results.parquet")
     return d / "results.parquet"
 
 
 def test_a_verdict_needs_its_interval_and_the_noise_floor(tmp_path):
-    """ARMOR vs dapo_cont, 3 seeds: yes only with a measured floor, an interval above 0 and a gap >= 2 floors."""
+    """ARMOR vs dapo_cont, 3 seeds: yes only with a measured floor, an interval above 0 and a gap >= 2
+    floors."""
     start = [0.5] * 3
     gaps = {0: 0.10, 1: 0.12, 2: 0.11}
     curves = {**{("dapo_cont", s): start + [0.2] * 3 for s in gaps},
@@ -393,8 +401,8 @@ def test_a_verdict_needs_its_interval_and_the_noise_floor(tmp_path):
 
 
 def test_resets_are_compared_after_their_first_reset(tmp_path):
-    """A reset arm equals never up to θ* + τ; its peak there (the shared start) decides nothing; without a point
-    after the reset the claim is not testable, never "no"."""
+    """A reset arm equals never up to θ* + τ; its peak there (the shared start) decides nothing; without a
+    point after the reset the claim is not testable, never "no"."""
     never = [0.5, 0.45, 0.40, 0.35, 0.30, 0.25, 0.20]            # steps 10..40
     higher = never[:3] + [0.42, 0.41, 0.40, 0.39]                  # reset at τ = 10 (step 20) helps
     curves = {**{("armor_reset_never", s): never for s in (0, 1, 2)},
@@ -416,8 +424,10 @@ def test_opd_whose_weights_are_theta_star_is_not_testable(tmp_path):
     flat = [0.5] * 4
     curves = {("dapo", s): [0.4, 0.5, 0.3] for s in (0, 1)} | {(a, s): flat for a in ("armor", "opd", "mopd")
                                                                 for s in (0, 1)}
-    evals = [("dapo", s, 15, 0.60 + s / 100) for s in (0, 1)] + [("opd", s, 15, 0.60 + s / 100) for s in (0, 1)]
-    evals += [("armor", s, 15, 0.70 + s / 100) for s in (0, 1)] + [("mopd", s, 15, 0.55 + s / 50) for s in (0, 1)]
+    evals = [("dapo", s, 15, 0.60 + s / 100) for s in (0, 1)] + [("opd", s, 15, 0.60 + s / 100)
+                                                                 for s in (0, 1)]
+    evals += [("armor", s, 15, 0.70 + s / 100) for s in (0, 1)] + [("mopd", s, 15, 0.55 + s / 50)
+                                                                   for s in (0, 1)]
     d = tmp_path / "o"
     _noise(d, 0.01)
     v = checklist.check_opd_below_armor(load_context(_table(d, curves, evals)))
@@ -430,7 +440,8 @@ def test_opd_whose_weights_are_theta_star_is_not_testable(tmp_path):
 
 
 def test_checklist_reads_metrics_from_the_steps_table(tmp_path):
-    """Committed results carry no run folders: the per-step table (steps.parquet) stands in for metrics.jsonl."""
+    """Committed results carry no run folders: the per-step table (steps.parquet) stands in for
+    metrics.jsonl."""
     from common.results import steps_frame
     flat = [0.5, 0.5, 0.51, 0.49, 0.5, 0.5]
     curves = {("kl_k3_b1", s): flat for s in (0, 1, 2)} | {("dapo_cont", s): [0.5, 0.3, 0.2, 0.1, 0.1, 0.1]
@@ -448,14 +459,15 @@ def test_checklist_reads_metrics_from_the_steps_table(tmp_path):
 
 
 def test_checklist_on_the_committed_tiny_results():
-    """The committed results (no noise floor, no per-step table, when they predate them): no verdict is decided,
-    the OPD comparison is not testable, nothing crashes."""
+    """The committed results (no noise floor, no per-step table, when they predate them): no verdict is
+    decided, the OPD comparison is not testable, nothing crashes."""
     path = ROOT / "reproduce" / "results" / "tiny" / "results.parquet"
     ctx = load_context(path)
     verdicts = {v.key: v for v in checklist.run_checklist(ctx)}
     assert set(verdicts) == {c.__name__.removeprefix("check_") for c in checklist.CHECKS}
     if ctx.noise_floor is None:
-        assert all(v.verdict == "inconclusive" for v in verdicts.values()), {k: v.verdict for k, v in verdicts.items()}
+        assert all(v.verdict == "inconclusive" for v in verdicts.values()), {k: v.verdict
+                                                                             for k, v in verdicts.items()}
     assert "[not testable here] opd" in verdicts["opd_below_armor"].evidence
 
 
@@ -468,7 +480,8 @@ def test_report_mentions_every_item(drawn):
     for t in ("Table 1", "Table 2", "Table 3"):
         assert f"### {t}" in md
     assert "python -m reproduce tiny" in md and "1h 02m 05s" in md and "| seeds | 0, 1 |" in md
-    assert "Checklist" in md and "**inconclusive**" in md and "Noise floor: not measured" in md   # no floor here
+    # no floor here
+    assert "Checklist" in md and "**inconclusive**" in md and "Noise floor: not measured" in md
     assert "## Per-step evidence" in md and "![steps](figs/steps.png)" in md
     assert "Paper's table for reference" in md and "37.13" in md  # tiny: the paper's numbers beside ours
 
@@ -488,8 +501,8 @@ def test_report_module_cli(tiny, tmp_path):
 # ------------------------------------------------------------------------------------------ helpers
 def test_helpers(tmp_path):
     assert [fmt_beta(b) for b in (1e-3, 1e-2, 0.1, 1.0, 0.05)] == ["1e-3", "1e-2", "1e-1", "1", "5e-2"]
-    df = pd.DataFrame([dict(preset="p", model="m", arm="dapo", seed=0, step=0, benchmark="b", metric="avg@4", k=4,
-                            value=v, n=4, source="validation") for v in (38.5, 40.0)])
+    df = pd.DataFrame([dict(preset="p", model="m", arm="dapo", seed=0, step=0, benchmark="b", metric="avg@4",
+                            k=4, value=v, n=4, source="validation") for v in (38.5, 40.0)])
     assert load_results(df)["value"].tolist() == [0.385, 0.4]  # percent -> fraction
     with pytest.raises(ValueError):
         load_results(df.drop(columns=["source"]))

@@ -32,8 +32,8 @@ def test_monitor_counts_consecutive_steps_without_a_kept_prompt():
 
 @pytest.mark.parametrize("value", [2e-3, float("nan")])
 def test_monitor_stops_on_a_mismatch_above_the_bound(value):
-    with pytest.raises(RunHealthError, match=r"step 4: logprob_mismatch .* exceeds rollout.max_logprob_mismatch "
-                                             r"0.001 \(engine vllm\)"):
+    with pytest.raises(RunHealthError, match=r"step 4: logprob_mismatch .* exceeds "
+                                             r"rollout.max_logprob_mismatch 0.001 \(engine vllm\)"):
         HealthMonitor(1e-3, 5, "vllm").check({"step": 4, "prompts_kept": 3, "logprob_mismatch": value})
 
 

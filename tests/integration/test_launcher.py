@@ -13,8 +13,8 @@ import pytest
 
 from reproduce.resources import load_resources
 from slurm import jobwrap
-from slurm.launcher import (BLOCKED, DONE, FAILED, RUNNING, TODO, Job, Launcher, LauncherError, detect_cluster,
-                            topo_order)
+from slurm.launcher import (BLOCKED, DONE, FAILED, RUNNING, TODO, Job, Launcher, LauncherError,
+                            detect_cluster, topo_order)
 from slurm.resources import ResourceError, Resources, resolve_resources
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +28,8 @@ def test_resources_from_protocol_yaml_and_flags(tmp_path):
     # evaluation takes a node and splits the benchmarks over its GPUs (torchrun ... -m eval.evaluate)
     assert r["evaluate"].gpus_per_node == 8 and r["collect"].gpus_per_node == 0
     assert r["train"].threads_per_rank == 8 and r["train"].mem_gb is None     # no estimate given: the default
-    r = load_resources(nodes=2, gpus_per_node=8, cpus_per_node=96, host_mem_gb={"train": 230, "evaluate": 190})
+    r = load_resources(nodes=2, gpus_per_node=8, cpus_per_node=96,
+                       host_mem_gb={"train": 230, "evaluate": 190})
     assert (r["train"].cpus_per_task, r["train"].threads_per_rank, r["train"].mem_gb) == (96, 12, 230)
     assert (r["evaluate"].cpus_per_task, r["evaluate"].mem_gb) == (96, 190)
     cpu = load_resources(nodes=1, gpus_per_node=0)
@@ -36,7 +37,8 @@ def test_resources_from_protocol_yaml_and_flags(tmp_path):
     f = tmp_path / "res.yaml"
     f.write_text("partition: gpu\naccount: proj\n"
                  "evaluate: {partition: eval}\nextra: {reservation: armor}\n"
-                 "env: {NCCL_SOCKET_IFNAME: ib0}\ntrain: {nodes: 2, time_min: 2880, env: {NCCL_DEBUG: WARN}}\n")
+                 "env: {NCCL_SOCKET_IFNAME: ib0}\ntrain: {nodes: 2, time_min: 2880, env: {NCCL_DEBUG: "
+                 "WARN}}\n")
     r = load_resources(16, 8, f, {"qos": "high", "nodes": 4, "constraint": None})
     assert r["train"].nodes == 4 and r["train"].time_min == 2880 and r["train"].partition == "gpu"
     assert r["evaluate"].partition == "eval" and r["evaluate"].account == "proj"
@@ -121,7 +123,8 @@ def test_detect_cluster(monkeypatch):
 
 # ------------------------------------------------------------------------------------------ local backend
 def stamp_job(root, key, deps=(), sleep=0.3, fail=False):
-    """A job that records (start, end, ARMOR_THREADS, OMP_NUM_THREADS) in out/<key>.json; done when that exists."""
+    """A job that records (start, end, ARMOR_THREADS, OMP_NUM_THREADS) in out/<key>.json; done when that
+    exists."""
     out = Path(root) / "out" / (key.replace("/", "_") + ".json")
     code = textwrap.dedent(f"""
         import json, os, sys, time
@@ -276,7 +279,8 @@ def _wait_held(tmp_path, wait_until, proc):
     """Until both counters have checkpointed step HOLD, where they wait for the release file."""
     def held():
         try:
-            return all(json.loads((tmp_path / f"w{i}" / "ckpt.json").read_text())["step"] == HOLD for i in range(2))
+            return all(json.loads((tmp_path / f"w{i}" / "ckpt.json").read_text())["step"] == HOLD
+                       for i in range(2))
         except (OSError, ValueError):
             return False
     wait_until(held, "both jobs held at step HOLD", proc)
@@ -364,7 +368,8 @@ sys.exit(int(sys.argv[1]))
 @pytest.mark.parametrize("warm_start", [True, False], ids=["warm", "cold"])
 def test_local_python_module_jobs_fork_warm(warm_start, tmp_path):
     """`python -m MODULE` jobs run in a fork of the driver (modules already imported) with the argv, cwd,
-    environment, logs and exit code of a fresh interpreter; ARMOR_WARM=0 / warm_start=False starts them cold."""
+    environment, logs and exit code of a fresh interpreter; ARMOR_WARM=0 / warm_start=False starts them
+    cold."""
     (tmp_path / "probe_mod.py").write_text(PROBE)
     jobs = [Job(f"probe/{rc}", [PY, "-m", "probe_mod", str(rc)], cwd=str(tmp_path)) for rc in (0, 3)]
     la = Launcher(tmp_path / "runs", cluster="local", progress=False, poll_s=0.05, log=lambda s: None,

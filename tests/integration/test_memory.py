@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_parameter_count_is_the_models():
-    """ModelShape.params counts what transformers builds (Qwen2 layout), and the 7B's is the published 7.62B."""
+    """ModelShape.params counts what transformers builds (Qwen2 layout), and the 7B's is the published
+    7.62B."""
     from bench.gpu_check import TINY, build_model
     model = build_model(TINY, TINY.layers, 64, torch.device("cpu"))
     assert sum(p.numel() for p in model.parameters()) == TINY.params
@@ -34,7 +35,8 @@ def test_estimate_by_hand():
     assert est["reference"] == pytest.approx(P / 4 * 2 / G)
     assert est["logprobs"] == pytest.approx(1024 * TINY.vocab * 14 / G)
     unchunked = memory.estimate(load_config(ROOT / "reproduce" / "presets" / "qwen25-math-7b.yaml",
-                                            ["batch.micro_batch_tokens=20480", "batch.logprob_chunk_tokens=null"]),
+                                            ["batch.micro_batch_tokens=20480",
+                                             "batch.logprob_chunk_tokens=null"]),
                                 4, TINY)
     assert unchunked["logprobs"] == pytest.approx(20480 * TINY.vocab * 14 / G)
     assert est["total"] == pytest.approx(sum(v for k, v in est.items() if k != "total"))
@@ -58,12 +60,12 @@ def test_whole_step_tensors_by_hand():
 
 
 def test_gpu_check_runs_on_cpu(tmp_path):
-    """The GPU check's code on CPU with tiny widths: every phase reports, chunked log-probs equal the full ones,
-    the figures come from the warm updates only (the first is timed apart) and from the trainer's own save
-    and resume, which read back exactly what was saved; they are printed as one JSON line too. The vLLM part
-    says it was skipped (no GPU: CUDA_VISIBLE_DEVICES empty; vllm importable or not)."""
-    r = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--out", str(tmp_path), "--tiny", "--device", "cpu",
-                        "--prompt", "16", "--response", "96", "--chunk", "40", "--steps", "2"],
+    """The GPU check's code on CPU with tiny widths: every phase reports, chunked log-probs equal the full
+    ones, the figures come from the warm updates only (the first is timed apart) and from the trainer's own
+    save and resume, which read back exactly what was saved; they are printed as one JSON line too. The vLLM
+    part says it was skipped (no GPU: CUDA_VISIBLE_DEVICES empty; vllm importable or not)."""
+    r = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--out", str(tmp_path), "--tiny", "--device",
+                        "cpu", "--prompt", "16", "--response", "96", "--chunk", "40", "--steps", "2"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600,
                        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert r.returncode == 0, r.stderr[-3000:]
@@ -152,8 +154,8 @@ def test_gpu_check_resume_check_fails_on_a_wrong_read(tmp_path):
             "    load(folder, model, key)\n"
             "    with torch.no_grad(): next(model.parameters()).add_(1.0)\n"
             "C.load_sharded_weights = wrong\n"
-            f"sys.argv = ['gpu_check', '--out', {str(tmp_path)!r}, '--tiny', '--device', 'cpu', '--prompt', '8',"
-            " '--response', '24', '--chunk', '16', '--steps', '1']\n"
+            f"sys.argv = ['gpu_check', '--out', {str(tmp_path)!r}, '--tiny', '--device', 'cpu', '--prompt', "
+            "'8', '--response', '24', '--chunk', '16', '--steps', '1']\n"
             "runpy.run_module('bench.gpu_check', run_name='__main__')")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600,
                        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})

@@ -5,7 +5,8 @@ Substitution rule (the commands name the tiny preset; a test cannot spend its 20
     world; `runs/tiny/world` -> that world (and `reproduce.toy.build` gets `--quick` and loses `--version N`,
     how the smoke world is built: the build is cached, so it finds the fixture's world and returns);
   - output folders under `runs/` (`runs/mine`, `runs/figures`) -> the test's tmp folder;
-  - `step_000100` (a checkpoint of the 200-step tiny run) -> `step_000002`, the last checkpoint of the short run;
+  - `step_000100` (a checkpoint of the 200-step tiny run) -> `step_000002`, the last checkpoint of the short
+    run;
   - `python` -> this interpreter; small limits are appended: `armor.train` runs 2 steps, `eval.evaluate`
     scores the first 2 (checkpoint) or 4 (run) problems of each benchmark.
 Commands that need a GPU, a SLURM partition or the hub are checked for their argument parsing and plan only:
@@ -30,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def using_it_commands() -> list[list[str]]:
-    """The README's "Using it" bash block, one argv per command (continuation lines joined, comments dropped)."""
+    """The README's "Using it" bash block, one argv per command (continuation lines joined, comments
+    dropped)."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Using it"):]
     section = section[:section.index("\n## ", 3)]
@@ -40,7 +42,8 @@ def using_it_commands() -> list[list[str]]:
 
 def test_the_readme_block_is_what_this_test_expects():
     """The test below knows each command by its program; a command added to the README must be added here."""
-    kinds = [" ".join(c[:3]) if c[0] == "python" and c[1] == "-m" else " ".join(c[:2]) for c in using_it_commands()]
+    kinds = [" ".join(c[:3]) if c[0] == "python" and c[1] == "-m" else " ".join(c[:2])
+             for c in using_it_commands()]
     assert kinds == ["python -m reproduce.toy.build", "python -m armor.train", "python -m armor.train",
                      "python -m eval.evaluate", "python -m eval.evaluate", "python -m eval.grade",
                      "python reproduce/run_all.py", "python reproduce/run_all.py", "python -m figures",
@@ -56,11 +59,13 @@ def _substitute(argv: list[str], world: Path, preset: Path, tmp: Path) -> list[s
     if out[0] == "python":
         out[0] = sys.executable
     prog = out[2] if out[1] == "-m" else out[1]
-    if prog == "reproduce.toy.build" and "--version" in out:       # the fixture's world is the smoke (v1) design
+    # the fixture's world is the smoke (v1) design
+    if prog == "reproduce.toy.build" and "--version" in out:
         i = out.index("--version")
         out = out[:i] + out[i + 2:]
     extra = {"reproduce.toy.build": ["--quick"],
-             "eval.evaluate": ["--limit", "2" if "--checkpoint" in out else "4", "--no-progress"]}.get(prog, [])
+             "eval.evaluate": ["--limit", "2" if "--checkpoint" in out else "4",
+                               "--no-progress"]}.get(prog, [])
     if prog == "armor.train" and "--config" in out:
         extra = ["schedule.total_steps=2", "schedule.save_every=2", "validation.max_problems=4"]
     if prog == "reproduce/run_all.py":
@@ -71,8 +76,8 @@ def _substitute(argv: list[str], world: Path, preset: Path, tmp: Path) -> list[s
 def test_using_it_commands_run_in_order_on_the_smoke_world(world, tmp_path):
     preset = tmp_path / "smoke.yaml"
     preset.write_text(yaml.safe_dump({
-        "base": str(ROOT / "reproduce" / "presets" / "smoke.yaml"), "model": {"path": str(world / "base_model")},
-        "data": {"train": str(world / "data" / "train.jsonl")},
+        "base": str(ROOT / "reproduce" / "presets" / "smoke.yaml"),
+        "model": {"path": str(world / "base_model")}, "data": {"train": str(world / "data" / "train.jsonl")},
         "validation": {"benchmarks": [f"toy_val={world / 'data' / 'validation.jsonl'}"]}}))
     env = {**os.environ, "ARMOR_PROGRESS": "0", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("ARMOR_FAULT", None)
@@ -100,7 +105,8 @@ def test_using_it_commands_run_in_order_on_the_smoke_world(world, tmp_path):
     mine = tmp_path / "mine"
     assert (mine / "DONE").is_file() and (mine / "checkpoints" / "step_000002").is_dir()
     train_runs = [o for a, o in outputs if "--config" in a]
-    assert "already finished (DONE); nothing to do" in train_runs[1]              # the rerun resumes (here: done)
+    # the rerun resumes (here: done)
+    assert "already finished (DONE); nothing to do" in train_runs[1]
     assert list((mine / "eval").glob("step_000002/toy_test__toy__k4.json"))
     assert out("eval.grade").strip().splitlines()[-1].startswith("accuracy:")
     assert "stage1/dapo/seed0" in out("reproduce/run_all.py", "--cluster")       # the SLURM plan, dry
@@ -108,20 +114,23 @@ def test_using_it_commands_run_in_order_on_the_smoke_world(world, tmp_path):
 
 
 def test_a_missing_toy_world_says_the_exact_command_that_builds_it(world, tmp_path):
-    """`python -m armor.train --config reproduce/presets/smoke.yaml` where the world is not built (a fresh clone:
-    here a folder with no runs/) fails before any work, printing the build command; that command, run as printed
-    in the same folder, leaves a world the same training command then trains on. (The folder's runs/smoke/world
-    is linked to the fixture's quick world before the command runs, so the build finds it cached instead of
-    spending the fixture's SFT again: same config, seed and --quick, so the same world.json hash.)"""
+    """`python -m armor.train --config reproduce/presets/smoke.yaml` where the world is not built (a fresh
+    clone: here a folder with no runs/) fails before any work, printing the build command; that command, run
+    as printed in the same folder, leaves a world the same training command then trains on. (The folder's
+    runs/smoke/world is linked to the fixture's quick world before the command runs, so the build finds it
+    cached instead of spending the fixture's SFT again: same config, seed and --quick, so the same world.json
+    hash.)"""
     env = {**os.environ, "ARMOR_PROGRESS": "0"}
     env.pop("ARMOR_FAULT", None)
-    train = [sys.executable, "-m", "armor.train", "--config", str(ROOT / "reproduce" / "presets" / "smoke.yaml"),
-             "output_dir=out", "schedule.total_steps=1", "validation.max_problems=4"]
+    train = [sys.executable, "-m", "armor.train", "--config",
+             str(ROOT / "reproduce" / "presets" / "smoke.yaml"), "output_dir=out", "schedule.total_steps=1",
+             "validation.max_problems=4"]
     pp = {**env, "PYTHONPATH": str(ROOT)}
     r = subprocess.run(train, cwd=tmp_path, env=pp, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and not (tmp_path / "out").exists(), r.stderr
     assert "model.path: 'runs/smoke/world/base_model' does not exist" in r.stderr
-    cmd = next(line.strip() for line in r.stderr.splitlines() if line.strip().startswith("python -m reproduce"))
+    cmd = next(line.strip() for line in r.stderr.splitlines()
+               if line.strip().startswith("python -m reproduce"))
     assert cmd == "python -m reproduce.toy.build --out runs/smoke/world --quick"
     (tmp_path / "runs" / "smoke").mkdir(parents=True)
     (tmp_path / "runs" / "smoke" / "world").symlink_to(world)
@@ -133,9 +142,9 @@ def test_a_missing_toy_world_says_the_exact_command_that_builds_it(world, tmp_pa
 
 
 def test_the_missing_world_hint_names_the_presets_world_design(tmp_path, monkeypatch):
-    """The tiny preset trains in world v2 (protocol.world_version): the hint's build command says so; the smoke
-    preset's world is the quick v1 build. The hint is the preset's own (`#hint:` lines, armor/train.py), and
-    for every shipped toy preset it is the command of the driver's `world` job."""
+    """The tiny preset trains in world v2 (protocol.world_version): the hint's build command says so; the
+    smoke preset's world is the quick v1 build. The hint is the preset's own (`#hint:` lines, armor/train.py),
+    and for every shipped toy preset it is the command of the driver's `world` job."""
     from armor.config import load_config
     from armor.train import missing_model_hint
     from reproduce.presets import PRESETS_DIR, load_preset

@@ -23,8 +23,8 @@ ARMOR = ["schedule.save_every=2", "schedule.validate_every=2", "validation.max_p
 
 
 def _cmd(world: Path, out: Path, steps: int) -> list[str]:
-    return [sys.executable, "-m", "armor.train", "--config", str(SMOKE), "model.path=" + str(world / "base_model"),
-            "data.train=" + str(world / "data" / "train.jsonl"),
+    return [sys.executable, "-m", "armor.train", "--config", str(SMOKE),
+            "model.path=" + str(world / "base_model"), "data.train=" + str(world / "data" / "train.jsonl"),
             f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", f"output_dir={out}",
             f"schedule.total_steps={steps}", *ARMOR]
 
@@ -38,7 +38,8 @@ def _run(world: Path, out: Path, steps: int, fault: str | None = None) -> subpro
 
 
 def _killed(r: subprocess.CompletedProcess, fault: str) -> None:
-    assert r.returncode == -signal.SIGKILL, f"{fault}: not killed there (rc {r.returncode}): {r.stderr[-2000:]}"
+    assert r.returncode == -signal.SIGKILL, \
+        f"{fault}: not killed there (rc {r.returncode}): {r.stderr[-2000:]}"
 
 
 def _finished(r: subprocess.CompletedProcess) -> None:
@@ -108,7 +109,8 @@ def test_damaged_newest_checkpoint_is_reported_and_skipped(world, uninterrupted,
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])   # a truncated copy
     r = _run(world, out, 6)
     _finished(r)
-    assert "DamagedCheckpointWarning" in r.stderr and str(newest) in r.stderr and "model.safetensors" in r.stderr
+    assert ("DamagedCheckpointWarning" in r.stderr and str(newest) in r.stderr
+            and "model.safetensors" in r.stderr)
     aside = out / "checkpoints" / "step_000004.damaged"   # kept for inspection, not deleted
     assert (aside / "model.safetensors").stat().st_size < weights.stat().st_size
     assert (newest / "checkpoint.json").is_file()       # step 4 recomputed from step 2 and saved whole
@@ -117,14 +119,14 @@ def test_damaged_newest_checkpoint_is_reported_and_skipped(world, uninterrupted,
 
 # the ten kills: sampling, Anchor Rollout, the update, right after a reset, after the metrics row, validation,
 # checkpoint writing (before and after the rename), a later reset, and the moment before DONE
-TEN_KILLS = ("sample@1", "anchor@2", "update@3", "reset@3", "metrics@3", "validate@4", "checkpoint@4", "saved@4",
-             "reset@6", "done@8")
+TEN_KILLS = ("sample@1", "anchor@2", "update@3", "reset@3", "metrics@3", "validate@4", "checkpoint@4",
+             "saved@4", "reset@6", "done@8")
 
 
 @pytest.mark.slow
 def test_ten_kills_of_one_armor_run(world, uninterrupted, tmp_path):
-    """`python -m pytest -m slow tests/integration/test_resume.py`: one 8-step ARMOR run SIGKILLed at ten points in turn,
-    resumed after each, equals the uninterrupted run."""
+    """`python -m pytest -m slow tests/integration/test_resume.py`: one 8-step ARMOR run SIGKILLed at ten
+    points in turn, resumed after each, equals the uninterrupted run."""
     out = tmp_path / "run"
     for fault in TEN_KILLS:
         _killed(_run(world, out, 8, fault), fault)

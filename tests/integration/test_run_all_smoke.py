@@ -24,8 +24,8 @@ def _preset(tmp: Path, world: Path) -> Path:
 
 
 def _run(args, timeout=600):
-    r = subprocess.run([sys.executable, "reproduce/run_all.py", *args], cwd=ROOT, capture_output=True, text=True,
-                       timeout=timeout)
+    r = subprocess.run([sys.executable, "reproduce/run_all.py", *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=timeout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r.stdout
 
@@ -68,9 +68,9 @@ def test_run_all_smoke_on_the_real_slurm(slurm_smoke):
 
 @pytest.mark.slurm
 def test_slurm_and_local_runs_give_the_same_table(slurm_smoke, full_smoke):
-    """The README's guarantee: the same preset gives byte-identical results locally (warm forks, 1 thread a job)
-    and through SLURM (a cold interpreter per job, its own CPU allocation), every job computing with the pinned
-    CPU numerics (common/cpu_numerics.py)."""
+    """The README's guarantee: the same preset gives byte-identical results locally (warm forks, 1 thread a
+    job) and through SLURM (a cold interpreter per job, its own CPU allocation), every job computing with the
+    pinned CPU numerics (common/cpu_numerics.py)."""
     local = pd.read_parquet(full_smoke["results"])
     slurm = pd.read_parquet(slurm_smoke["root"] / "smoke" / "results.parquet")
     key = ["arm", "seed", "step", "benchmark", "metric", "source"]
@@ -82,7 +82,7 @@ def test_slurm_and_local_runs_give_the_same_table(slurm_smoke, full_smoke):
         assert [(n["cpu_capability"], n["threads"]) for n in meta["cpu_numerics"]] == [("AVX2", 1)], meta
 
 
-# ------------------------------------------------------------------- the full smoke matrix, then python -m figures
+# ------------------------------------------------------------ the full smoke matrix, then python -m figures
 @pytest.fixture(scope="module")
 def full_smoke(world, tmp_path_factory):
     """`python reproduce/run_all.py --preset smoke` (every figure and table) on the real entry points, then
@@ -98,7 +98,8 @@ def full_smoke(world, tmp_path_factory):
                         "--report", str(tmp / "REPRODUCTION.md")], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return {"results": results, "out": out, "first": first, "second": second, "report": tmp / "REPRODUCTION.md"}
+    return {"results": results, "out": out, "first": first, "second": second,
+            "report": tmp / "REPRODUCTION.md"}
 
 
 def test_full_smoke_matrix_then_figures_produces_every_item(full_smoke):
@@ -122,7 +123,8 @@ def test_full_smoke_matrix_then_figures_produces_every_item(full_smoke):
         assert "| model | method | source | steps |" in (out / f"{name}.md").read_text(), name
         assert "\\begin{tabular}" in (out / f"{name}.tex").read_text(), name
     report = full_smoke["report"].read_text()
-    assert all(f"### Figure {i} " in report for i in range(1, 8)) and all(f"### Table {i} " in report for i in range(1, 4))
+    assert all(f"### Figure {i} " in report for i in range(1, 8)) and all(f"### Table {i} " in report
+                                                                          for i in range(1, 4))
 
 
 def test_full_smoke_figures_have_every_arm_and_panel(full_smoke):
@@ -141,7 +143,8 @@ def test_full_smoke_figures_have_every_arm_and_panel(full_smoke):
     for name, panels in FIG_PANELS.items():
         axes = _axes(plots.FIGURES[name](ctx))
         assert list(axes) == panels, name
-        labels = {canon(lbl.split(" (")[0]) for ax in axes.values() for lbl in _labels(ax)}  # "dapo (stage 1)"
+        # "dapo (stage 1)"
+        labels = {canon(lbl.split(" (")[0]) for ax in axes.values() for lbl in _labels(ax)}
         missing = {a for a in matrix[name] if canon(a) not in labels}   # an alias stands for its arm
         assert not missing, (name, missing)
         for panel, ax in axes.items():
@@ -171,4 +174,5 @@ def test_full_smoke_tables_equal_the_results_table(full_smoke):
                 r = r[[row.steps_by_seed.get(int(s)) == int(st) for s, st in zip(r.seed, r.step)]]
                 assert r["metric"].nunique() == 1, (name, bench, sorted(r["metric"].unique()))
                 value, _ = _num(cells[t.header(bench)])
-                assert value == round(r.groupby("seed")["value"].mean().mean() * 100, 2), (name, row.method, bench)
+                assert value == round(r.groupby("seed")["value"].mean().mean() * 100,
+                                      2), (name, row.method, bench)

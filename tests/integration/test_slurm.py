@@ -15,8 +15,8 @@ pytestmark = pytest.mark.slurm
 PY = sys.executable
 SMALL = Resources(cpus_per_task=1, mem_gb=0.25, time_min=5)
 
-# a resumable command: counts to N, one step per DT seconds, checkpointing each step; a rerun resumes. It holds
-# at step HOLD until the file `release` exists in its folder, so the test interrupts it at a known step
+# a resumable command: counts to N, one step per DT seconds, checkpointing each step; a rerun resumes. It
+# holds at step HOLD until the file `release` exists in its folder, so the test interrupts it at a known step
 HOLD = 3
 COUNTER = r'''
 import json, os, sys, time
@@ -51,7 +51,8 @@ def writer(root, key, deps=(), array=None):
     """A job that appends (time, SLURM job id) to out/<key> and then exists."""
     out = Path(root) / "out" / key.replace("/", "_")
     code = (f"import os,time; time.sleep(0.2); open({str(out)!r},'a').write("
-            f"repr((time.time(), os.environ.get('SLURM_JOB_ID'), os.environ.get('SLURM_ARRAY_TASK_ID')))+'\\n')")
+            f"repr((time.time(), os.environ.get('SLURM_JOB_ID'), "
+            f"os.environ.get('SLURM_ARRAY_TASK_ID')))+'\\n')")
     return Job(key, [PY, "-c", code], kind="collect", deps=list(deps), array=array, resources=SMALL)
 
 
@@ -135,8 +136,8 @@ def _requeue_roundtrip(tmp_path, wait_until, interrupt):
     work = tmp_path / "work"
     work.mkdir()
     n = 10
-    job = Job("train/counter", [PY, str(script), str(work), str(n), "0.05", str(HOLD)], kind="train", resources=SMALL,
-              done=lambda: (work / "result.json").exists())
+    job = Job("train/counter", [PY, str(script), str(work), str(n), "0.05", str(HOLD)], kind="train",
+              resources=SMALL, done=lambda: (work / "result.json").exists())
     la = launcher(tmp_path, signal_delay_s=30, grace_s=10)
     la.run([job], wait=False)
     jid = la.load_registry()["train/counter"]["job_id"]
@@ -169,7 +170,8 @@ def test_requeued_job_resumes(slurm_cluster, tmp_path, wait_until):
 
 def test_timeout_signal_checkpoints_and_requeues(slurm_cluster, tmp_path, wait_until):
     """Time-limit-like: the USR2 warning signal -> submitit calls CommandJob.checkpoint() and requeues."""
-    _requeue_roundtrip(tmp_path, wait_until, lambda jid: subprocess.check_call(["scancel", "--signal=USR2", jid]))
+    _requeue_roundtrip(tmp_path, wait_until, lambda jid: subprocess.check_call(["scancel", "--signal=USR2",
+                                                                                jid]))
 
 
 def test_cluster_up_is_idempotent(slurm_cluster):
@@ -179,8 +181,10 @@ def test_cluster_up_is_idempotent(slurm_cluster):
     repo = Path(__file__).resolve().parents[2]
     state = Path(os.environ.get("ARMOR_SLURM_STATE", "/var/run/armor-slurm"))
     pids = {d: (state / f"{d}.pid").read_text() for d in ("slurmctld", "slurmd")}
-    # a job of an earlier test may still be completing: the node is up all the same (a loop run once failed here)
-    out = subprocess.run(["bash", str(repo / "slurm" / "cluster_up.sh")], capture_output=True, text=True, timeout=120)
+    # a job of an earlier test may still be completing: the node is up all the same (a loop run once failed
+    # here)
+    out = subprocess.run(["bash", str(repo / "slurm" / "cluster_up.sh")], capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 0, out.stderr
     assert "already up" in out.stdout and "started" not in out.stdout, out.stdout
     assert {d: (state / f"{d}.pid").read_text() for d in pids} == pids        # no daemon was restarted
@@ -194,8 +198,8 @@ def _held_job(tmp_path) -> str:
 
 
 def test_cluster_up_starts_with_an_empty_queue(slurm_cluster, tmp_path):
-    """The state directory outlives the daemons: a restarted cluster must not run (or queue) an old controller's
-    jobs before new work; ARMOR_SLURM_KEEP_JOBS=1 keeps them."""
+    """The state directory outlives the daemons: a restarted cluster must not run (or queue) an old
+    controller's jobs before new work; ARMOR_SLURM_KEEP_JOBS=1 keeps them."""
     import os
     if os.geteuid() != 0:
         pytest.skip("cluster_up.sh needs root")

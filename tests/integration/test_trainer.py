@@ -18,7 +18,8 @@ SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
 
 def smoke(world: Path, out: Path, *extra: str):
     return ["model.path=" + str(world / "base_model"), "data.train=" + str(world / "data" / "train.jsonl"),
-            f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", f"output_dir={out}", *extra]
+            f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", f"output_dir={out}",
+            *extra]
 
 
 def rows(path: Path) -> list[dict]:
@@ -35,7 +36,8 @@ ARMS = {
     "mix_only": ["algo.mix.variant=mixed", "algo.mix.alpha=0.8"],
     "armor": ["algo.anchor.enabled=true", "algo.mix.variant=mixed", "algo.mix.alpha=0.875",
               "algo.reference.reset.every=1"],
-    "anchor_static_clip": ["algo.anchor.enabled=true", "algo.mix.variant=static_clip", "algo.mix.alpha=0.875"],
+    "anchor_static_clip": ["algo.anchor.enabled=true", "algo.mix.variant=static_clip",
+                           "algo.mix.alpha=0.875"],
     "anchor_offpolicy": ["algo.anchor.enabled=true", "algo.mix.variant=offpolicy_anchor"],
     "opd": ["algo.distill.mode=opd"],
     "mopd": ["algo.distill.mode=mopd"],
@@ -44,13 +46,14 @@ ARMS = {
 
 @pytest.mark.parametrize("arm", list(ARMS))
 def test_each_arm_runs(arm, world, tmp_path):
-    cfg = load_config(SMOKE, smoke(world, tmp_path / arm, "schedule.total_steps=2", "validation.max_problems=8",
-                                   *ARMS[arm]))
+    cfg = load_config(SMOKE, smoke(world, tmp_path / arm, "schedule.total_steps=2",
+                                   "validation.max_problems=8", *ARMS[arm]))
     train(cfg)
     m = rows(tmp_path / arm / "metrics.jsonl")
     assert [r["step"] for r in m] == [1, 2]
     assert (tmp_path / arm / "DONE").is_file()
-    assert any(r["prompts_kept"] > 0 for r in m), "no prompt kept: the smoke world must have non-trivial accuracy"
+    assert any(r["prompts_kept"] > 0
+               for r in m), "no prompt kept: the smoke world must have non-trivial accuracy"
     for r in m:
         for k in ("reward_mean", "kl_reverse", "kl_forward", "entropy", "loss"):
             if k in r:
@@ -67,7 +70,8 @@ def test_anchors_are_correct_reference_samples(world, tmp_path):
     groups = t.collect(PhaseTimes(), RolloutStats())
     assert groups, "no group kept"
     for g in groups:
-        assert len(g.responses) == cfg.batch.group_size and g.is_anchor == [False] * (len(g.responses) - 1) + [True]
+        assert (len(g.responses) == cfg.batch.group_size
+                and g.is_anchor == [False] * (len(g.responses) - 1) + [True])
         assert g.correct[-1] is True
         text = t.tokenizer.decode(g.responses[-1], skip_special_tokens=True)
         assert grade_one(text, g.gold).correct
@@ -118,8 +122,9 @@ def test_kl_and_mixed_arms_use_the_reference(extra, world, tmp_path, monkeypatch
         return real(*a, **kw)
 
     monkeypatch.setattr(tr, "policy_loss", spy)
-    cfg = load_config(SMOKE, smoke(world, tmp_path / "o", "schedule.total_steps=2", "schedule.validate_every=0",
-                                   "validation.benchmarks=[]", f"algo.reference.path={ref}", *extra))
+    cfg = load_config(SMOKE, smoke(world, tmp_path / "o", "schedule.total_steps=2",
+                                   "schedule.validate_every=0", "validation.benchmarks=[]",
+                                   f"algo.reference.path={ref}", *extra))
     t = Trainer(cfg).start()
     t.fit()
     assert seen and all(kw["ref_logp"] is not None for kw in seen)
@@ -160,8 +165,9 @@ def test_old_logprobs_are_the_pre_update_policy(world, tmp_path, monkeypatch):
     monkeypatch.setattr(models, "forward_logprobs", fwd)
     monkeypatch.setattr(tr, "policy_loss", loss)
     monkeypatch.setattr(tr.Trainer, "update", update)
-    cfg = load_config(SMOKE, smoke(world, tmp_path / "o", "schedule.total_steps=2", "schedule.validate_every=0",
-                                   "validation.benchmarks=[]", "batch.micro_batch_responses=4"))
+    cfg = load_config(SMOKE, smoke(world, tmp_path / "o", "schedule.total_steps=2",
+                                   "schedule.validate_every=0", "validation.benchmarks=[]",
+                                   "batch.micro_batch_responses=4"))
     assert cfg.batch.mini_batch_prompts < cfg.batch.prompts_per_step   # several updates per step
     Trainer(cfg).fit()
     firsts = 0
@@ -177,9 +183,11 @@ def test_old_logprobs_are_the_pre_update_policy(world, tmp_path, monkeypatch):
 def test_dapo_without_kl_monitor_skips_the_reference(world, tmp_path, monkeypatch):
     import armor.models as hosting
     real, models = hosting.forward_logprobs, []
-    monkeypatch.setattr(hosting, "forward_logprobs", lambda m, *a, **kw: models.append(m) or real(m, *a, **kw))
-    cfg = load_config(SMOKE, smoke(world, tmp_path / "o", "schedule.total_steps=2", "schedule.validate_every=0",
-                                   "validation.benchmarks=[]", "algo.reference.kl_monitor=false"))
+    monkeypatch.setattr(hosting, "forward_logprobs", lambda m, *a,
+                        **kw: models.append(m) or real(m, *a, **kw))
+    cfg = load_config(SMOKE, smoke(world, tmp_path / "o", "schedule.total_steps=2",
+                                   "schedule.validate_every=0", "validation.benchmarks=[]",
+                                   "algo.reference.kl_monitor=false"))
     t = Trainer(cfg).start()
     t.fit()
     assert models and all(m is t.models.policy for m in models)
@@ -216,8 +224,9 @@ def test_contracts_list_every_metric_key_a_step_writes(world, tmp_path):
     text = (ROOT / "docs" / "CONTRACTS.md").read_text()
     block = text[text.index("<!-- metric-keys"):text.index("<!-- /metric-keys -->")].split("-->", 1)[1]
     documented = set(re.findall(r"`([a-z_]+)`", block))
-    cfg = load_config(SMOKE, smoke(world, tmp_path / "c", "schedule.total_steps=1", "schedule.validate_every=0",
-                                   "validation.benchmarks=[]", "algo.anchor.enabled=true", "algo.mix.variant=mixed",
+    cfg = load_config(SMOKE, smoke(world, tmp_path / "c", "schedule.total_steps=1",
+                                   "schedule.validate_every=0", "validation.benchmarks=[]",
+                                   "algo.anchor.enabled=true", "algo.mix.variant=mixed",
                                    "algo.mix.alpha=0.875", "algo.reference.reset.every=1"))
     train(cfg)
     (row,) = rows(tmp_path / "c" / "metrics.jsonl")
@@ -237,7 +246,8 @@ def test_missing_model_path_fails_before_work(world, tmp_path):
 
 
 def test_rerun_after_done_is_a_noop(world, tmp_path):
-    cfg = load_config(SMOKE, smoke(world, tmp_path / "d", "schedule.total_steps=2", "validation.max_problems=4"))
+    cfg = load_config(SMOKE, smoke(world, tmp_path / "d", "schedule.total_steps=2",
+                                   "validation.max_problems=4"))
     train(cfg)
     before = (tmp_path / "d" / "metrics.jsonl").read_text()
     train(cfg)
@@ -245,9 +255,9 @@ def test_rerun_after_done_is_a_noop(world, tmp_path):
 
 
 def _oracle_rollouts(monkeypatch):
-    """Replace sampling and grading by an oracle: response j of prompt p from model m is correct by a fixed hash
-    of (p, j, m), whatever the call it is sampled in. Returns the list of ("policy" | "ref", rows) of every
-    generate call."""
+    """Replace sampling and grading by an oracle: response j of prompt p from model m is correct by a fixed
+    hash of (p, j, m), whatever the call it is sampled in. Returns the list of ("policy" | "ref", rows) of
+    every generate call."""
     import hashlib
 
     from common.rollout import Rollout
@@ -281,10 +291,11 @@ def test_rollout_economies_keep_the_same_prompts(anchors, world, tmp_path, monke
     first B in stream order that pass the keep rule (and, with anchors, the same anchor for each)."""
     calls = _oracle_rollouts(monkeypatch)
     arm = ["algo.anchor.enabled=true", "algo.anchor.ref_n=4"] if anchors else []
-    modes = {"full": ["algo.anchor.lazy=false"] if anchors else [], "economical": ["rollout.refill_margin=1.5"]}
+    modes = {"full": ["algo.anchor.lazy=false"] if anchors else [],
+             "economical": ["rollout.refill_margin=1.5"]}
     trainers = {name: Trainer(load_config(SMOKE, smoke(world, tmp_path / name, "batch.prompts_per_step=8",
-                                                         "rollout.gen_batch_prompts=16", "rollout.max_rounds=10",
-                                                         *arm, *extra))).start()
+                                                         "rollout.gen_batch_prompts=16",
+                                                         "rollout.max_rounds=10", *arm, *extra))).start()
                 for name, extra in modes.items()}
     sampled = {name: {"policy": 0, "ref": 0} for name in modes}
     for _ in range(4):   # 4 steps, each from the same stream position in both modes
@@ -295,7 +306,8 @@ def test_rollout_economies_keep_the_same_prompts(anchors, world, tmp_path, monke
             calls.clear()
             groups = t.collect(PhaseTimes(), RolloutStats())
             assert len(groups) == 8
-            kept[name] = [(tuple(g.prompt_ids), tuple(map(tuple, g.responses)), tuple(g.correct)) for g in groups]
+            kept[name] = [(tuple(g.prompt_ids), tuple(map(tuple, g.responses)),
+                           tuple(g.correct)) for g in groups]
             for kind, n in calls:
                 sampled[name][kind] += n
             t.step += 1
@@ -315,8 +327,8 @@ def test_draw_size():
 
 
 def test_answer_modes_are_logging_only(world, tmp_path):
-    """logging.answer_modes adds each step's mode shares and changes nothing else: the same weights, bit for bit,
-    as a run without it; a classifier that is not "module:function" with `modes` fails before work."""
+    """logging.answer_modes adds each step's mode shares and changes nothing else: the same weights, bit for
+    bit, as a run without it; a classifier that is not "module:function" with `modes` fails before work."""
     common = ["schedule.total_steps=2", "schedule.validate_every=0", "validation.benchmarks=[]",
               "algo.anchor.enabled=true", "algo.mix.variant=mixed", "algo.mix.alpha=0.875"]
     digests = {}
@@ -325,9 +337,11 @@ def test_answer_modes_are_logging_only(world, tmp_path):
         digests[name] = hashlib.sha256((tmp_path / name / "checkpoints" / "step_000002" /
                                         "model.safetensors").read_bytes()).hexdigest()
         last = rows(tmp_path / name / "metrics.jsonl")[-1]
-        assert ("mode_chain" in last) == (name == "with") and ("anchor_mode_shortcut" in last) == (name == "with")
+        assert (("mode_chain" in last) == (name == "with")
+                and ("anchor_mode_shortcut" in last) == (name == "with"))
     assert digests["with"] == digests["without"]
     row = rows(tmp_path / "with" / "metrics.jsonl")[-1]
     assert sum(v for k, v in row.items() if k.startswith("mode_")) == pytest.approx(1.0)
     with pytest.raises(ConfigError, match="logging.answer_modes"):
-        load_config(SMOKE, smoke(world, tmp_path / "bad", "logging.answer_modes=reproduce.toy.task:parse_problem"))
+        load_config(SMOKE, smoke(world, tmp_path / "bad",
+                                 "logging.answer_modes=reproduce.toy.task:parse_problem"))

@@ -1,11 +1,13 @@
 """The vLLM adapter's contract on a GPU, checked on CPU against a fake `vllm` (tests/fake_vllm/vllm).
 
-Why a fake: the real vLLM that runs here is its CPU build (tests/vllm_real runs the adapter against it: pushes,
-swaps, log-probs, training on 1 and 2 ranks, evaluation); what that build cannot show is the GPU build's side
-(sleep mode, cuda:LOCAL_RANK, the 7B preset's arguments), which these tests check against vLLM 0.33.0's source.
-The fake has the vllm-0.33.0 signatures the adapter calls, read from the released wheel's source:
+Why a fake: the real vLLM that runs here is its CPU build (tests/vllm_real runs the adapter against it:
+pushes, swaps, log-probs, training on 1 and 2 ranks, evaluation); what that build cannot show is the GPU
+build's side (sleep mode, cuda:LOCAL_RANK, the 7B preset's arguments), which these tests check against vLLM
+0.33.0's source. The fake has the vllm-0.33.0 signatures the adapter calls, read from the released wheel's
+source:
 
-    LLM(model, *, skip_tokenizer_init, tensor_parallel_size, dtype, seed, gpu_memory_utilization, hf_overrides,
+    LLM(model, *, skip_tokenizer_init, tensor_parallel_size, dtype, seed, gpu_memory_utilization,
+    hf_overrides,
         **EngineArgs)
                                                   vllm/entrypoints/llm.py:177 (EngineArgs fields:
                                                   engine/arg_utils.py:515 load_format, :520 max_model_len,
@@ -14,19 +16,20 @@ The fake has the vllm-0.33.0 signatures the adapter calls, read from the release
     LLM.generate(prompts, sampling_params, *, use_tqdm, ...)          entrypoints/llm.py:417
     LLM.collective_rpc(method, timeout, args, kwargs)                 entrypoints/llm.py:573
       "reload_weights"(weights_iterator, weights_path, is_checkpoint_format)
-                                                  v1/worker/gpu_worker.py:636, v1/worker/gpu_model_runner.py:5226
+                                                  v1/worker/gpu_worker.py:636,
+                                                  v1/worker/gpu_model_runner.py:5226
     LLM.reset_prefix_cache / sleep(level, mode) / wake_up(tags)       entrypoints/llm.py:832 / :839 / :872
     SamplingParams(n, temperature, top_p, seed, stop_token_ids, max_tokens, logprobs, detokenize)
                                                   sampling_params.py:271-378
     TokensPrompt(prompt_token_ids=...)            inputs/llm.py:111
     RequestOutput / CompletionOutput / Logprob    outputs.py:137 / :59, logprobs.py:13
 and the rules the adapter relies on: external_launcher reads RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
-(v1/executor/uniproc_executor.py:186) and turns V1 multiprocessing off (config/parallel.py:1050); a max_model_len
-above max_position_embeddings is refused (config/model.py:2657-2680); a callable sent through collective_rpc is
-refused by the multiprocess engine's serialiser; the n samples of a request get seed + j
+(v1/executor/uniproc_executor.py:186) and turns V1 multiprocessing off (config/parallel.py:1050); a
+max_model_len above max_position_embeddings is refused (config/model.py:2657-2680); a callable sent through
+collective_rpc is refused by the multiprocess engine's serialiser; the n samples of a request get seed + j
 (v1/engine/parallel_sampling.py:81); enable_sleep_mode is refused where the platform has no sleep mode
-(config/model.py:656); the in-place reload is layer-wise, so a layer sent no weights keeps its old ones. What this
-cannot show is that vLLM itself behaves so on a GPU: that is the GPU check's job (bench/vllm_check.py).
+(config/model.py:656); the in-place reload is layer-wise, so a layer sent no weights keeps its old ones. What
+this cannot show is that vLLM itself behaves so on a GPU: that is the GPU check's job (bench/vllm_check.py).
 """
 import json
 import os
@@ -67,18 +70,19 @@ def engine(path: Path, **kw):
 # ------------------------------------------------------------------------------------------- LLM arguments
 def test_llm_arguments_of_the_colocated_engine(vllm, world, tmp_path, monkeypatch):
     """Qwen2.5-Math-7B's config (max_position_embeddings 4096) with the 7B preset's lengths: max_model_len
-    2048 + 8192 and the override vLLM needs to accept it; in-process on cuda:LOCAL_RANK, sleep mode, dummy start."""
+    2048 + 8192 and the override vLLM needs to accept it; in-process on cuda:LOCAL_RANK, sleep mode, dummy
+    start."""
     monkeypatch.setenv("LOCAL_RANK", "3")
     L = load_config(ROOT / "reproduce" / "presets" / "qwen25-math-7b.yaml").lengths
     path = folder_with(world, tmp_path, max_position_embeddings=4096)
-    eng = engine(path, max_model_len=L.max_prompt + L.max_response, dtype="bfloat16", gpu_memory_utilization=0.6,
-                 tensor_parallel_size=1, seed=7, max_batch=256, static_cache=True)
+    eng = engine(path, max_model_len=L.max_prompt + L.max_response, dtype="bfloat16",
+                 gpu_memory_utilization=0.6, tensor_parallel_size=1, seed=7, max_batch=256, static_cache=True)
     (name, args), = vllm.CALLS
     assert name == "LLM" and args == dict(
         model=str(path), skip_tokenizer_init=True, tensor_parallel_size=1, dtype="bfloat16", seed=7,
         gpu_memory_utilization=0.6,
-        max_model_len=10240, hf_overrides={"max_position_embeddings": 10240}, logprobs_mode="processed_logprobs",
-        enforce_eager=False,
+        max_model_len=10240, hf_overrides={"max_position_embeddings": 10240},
+        logprobs_mode="processed_logprobs", enforce_eager=False,
         distributed_executor_backend="external_launcher", enable_sleep_mode=True, load_format="dummy",
         device="cuda:3", tp_group=[0])
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and eng.version is None   # random weights
@@ -230,8 +234,8 @@ def test_a_layer_sent_no_weights_keeps_its_old_ones(vllm, world, monkeypatch):
 
 
 def test_no_sleep_mode_where_the_platform_has_none(vllm, world, monkeypatch):
-    """vLLM refuses enable_sleep_mode on a platform without it (its CPU build): the engine stays awake there, and
-    pushes, resets the prefix cache and generates as on a GPU."""
+    """vLLM refuses enable_sleep_mode on a platform without it (its CPU build): the engine stays awake there,
+    and pushes, resets the prefix cache and generates as on a GPU."""
     monkeypatch.setattr(vllm.platforms, "SLEEP_MODE", False)
     with pytest.raises(ValueError, match="Sleep mode is not supported"):
         vllm.LLM(str(world / "base_model"), enable_sleep_mode=True)
@@ -245,7 +249,8 @@ def test_no_sleep_mode_where_the_platform_has_none(vllm, world, monkeypatch):
 
 
 def test_a_closure_would_be_refused(vllm):
-    """Why the push names a worker method: vLLM's multiprocess engine refuses a callable (the old adapter's)."""
+    """Why the push names a worker method: vLLM's multiprocess engine refuses a callable (the old
+    adapter's)."""
     with pytest.raises(TypeError, match="not serializable"):
         vllm.LLM.__new__(vllm.LLM).collective_rpc(lambda worker: None)
 
@@ -290,22 +295,25 @@ def test_per_prompt_seeds_and_outputs_mapped_back_to_prompts(vllm, world, monkey
         L = vllm.Logprob
         out = lambda j, toks, lps, why: vllm.CompletionOutput(   # noqa: E731
             j, "ignored", toks, None, [{t + 1: L(-9.0), t: L(lp)} for t, lp in zip(toks, lps)], why)
-        outs = [[out(1, [9, 1], [-0.5, -0.25], "stop"), out(0, [7, 8], [-1.0, -2.0], "length")],  # out of order
+        # out of order
+        outs = [[out(1, [9, 1], [-0.5, -0.25], "stop"), out(0, [7, 8], [-1.0, -2.0], "length")],
                 [out(0, [4], [-3.0], "length"), out(1, [1], [-0.125], "stop")]]
         return [vllm.RequestOutput(str(i), None, p["prompt_token_ids"], None, o, True)
                 for i, (p, o) in enumerate(zip(prompts, outs))]
     monkeypatch.setattr(vllm.LLM, "generate", generate)
-    ro = eng.generate([[5, 6, 7], [8, 9]], SamplingParams(n=2, temperature=0.7, top_p=0.9, max_new_tokens=8, seed=11))
+    ro = eng.generate([[5, 6, 7], [8, 9]], SamplingParams(n=2, temperature=0.7, top_p=0.9, max_new_tokens=8,
+                                                          seed=11))
     call = vllm.CALLS[-2][1]                     # the generate call (a sleep follows)
     assert [p["prompt_token_ids"] for p in call["prompts"]] == [[5, 6, 7], [8, 9]]
     sps = call["params"]
-    assert [sp.seed for sp in sps] == [prompt_seed(11, 0), prompt_seed(11, 1)] and len(set(prompt_seed(11, i)
-                                                                                          for i in range(64))) == 64
+    assert ([sp.seed for sp in sps] == [prompt_seed(11, 0), prompt_seed(11, 1)]
+            and len(set(prompt_seed(11, i) for i in range(64))) == 64)
     assert all((sp.n, sp.temperature, sp.top_p, sp.max_tokens, sp.logprobs, sp.detokenize, sp.stop_token_ids)
                == (2, 0.7, 0.9, 8, 0, False, [1]) for sp in sps)
     assert ro.prompt_index == [0, 0, 1, 1] and ro.prompt_ids == [[5, 6, 7], [5, 6, 7], [8, 9], [8, 9]]
     assert ro.response_ids == [[7, 8], [9, 1], [4], [1]]
-    assert ro.logprobs == [[-1.0, -2.0], [-0.5, -0.25], [-3.0], [-0.125]]   # the sampled token's, not the top one
+    # the sampled token's, not the top one
+    assert ro.logprobs == [[-1.0, -2.0], [-0.5, -0.25], [-3.0], [-0.125]]
     assert ro.finished == [False, True, False, True]
     assert ro.texts == tok.batch_decode(ro.response_ids, skip_special_tokens=True)
     eng.generate([[5]], SamplingParams(n=1, max_new_tokens=4, seed=None))
@@ -313,7 +321,8 @@ def test_per_prompt_seeds_and_outputs_mapped_back_to_prompts(vllm, world, monkey
 
 
 def test_fake_outputs_follow_the_request_seeds(vllm, world):
-    """With the fake's generator: a prompt's samples depend on its own seed, not on the other prompts of the call."""
+    """With the fake's generator: a prompt's samples depend on its own seed, not on the other prompts of the
+    call."""
     eng = engine(world / "base_model")
     eng.sync_weights(load_model(str(world / "base_model")), ("policy", 0))
     p = SamplingParams(n=3, max_new_tokens=16, seed=5)
@@ -329,8 +338,9 @@ def _smoke(world, out, *extra):
                                "data.train=" + str(world / "data" / "train.jsonl"),
                                f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]",
                                "validation.max_problems=4", f"output_dir={out}", "algo.anchor.enabled=true",
-                               "algo.mix.variant=mixed", "algo.mix.alpha=0.875", "algo.reference.reset.every=2",
-                               "batch.prompts_per_step=4", "rollout.gen_batch_prompts=8", *extra])
+                               "algo.mix.variant=mixed", "algo.mix.alpha=0.875",
+                               "algo.reference.reset.every=2", "batch.prompts_per_step=4",
+                               "rollout.gen_batch_prompts=8", *extra])
 
 
 @pytest.mark.parametrize("kind", ["hf", "vllm"])
@@ -348,24 +358,29 @@ def test_trainer_swaps_at_most_once_per_round(kind, world, tmp_path, monkeypatch
     monkeypatch.setattr(Trainer, "_grade", lambda self, texts, golds, tm: [
         int(hashlib.md5(x.encode()).hexdigest(), 16) % 100 < 40 for x in texts])
     # the fake's log-probs are no model's: its mismatch to the trainer's is large by construction
-    t = Trainer(_smoke(world, tmp_path / kind, f"rollout.engine={kind}", "rollout.max_logprob_mismatch=1e9")).start()
+    t = Trainer(_smoke(world, tmp_path / kind, f"rollout.engine={kind}",
+                       "rollout.max_logprob_mismatch=1e9")).start()
     if kind == "vllm":
         llm = [a for n, a in __import__("vllm").CALLS if n == "LLM"][0]
-        assert llm["max_model_len"] == 32 + 40 and llm["load_format"] == "dummy"   # lengths.max_prompt + max_response
+        # lengths.max_prompt + max_response
+        assert llm["max_model_len"] == 32 + 40 and llm["load_format"] == "dummy"
     log, asked, served = [], [], []     # syncs (version, pushed); what _generate asks for; what generate sees
     engine = t.models.engine
     sync, generate = engine.sync_weights, engine.generate
-    monkeypatch.setattr(engine, "sync_weights", lambda m, version=None: log.append((version, sync(m, version)))
+    monkeypatch.setattr(engine, "sync_weights", lambda m,
+                        version=None: log.append((version, sync(m, version)))
                         or log[-1][1])
 
-    def holding(model):          # what an engine holding `model`'s weights holds: the module, or the fake's checksum
+    # what an engine holding `model`'s weights holds: the module, or the fake's checksum
+    def holding(model):
         if kind == "hf":
             return model
         from common.rollout.vllm_engine import named_full_tensors
         return f"pushed:{sum(float(x.double().sum()) for _, x in named_full_tensors(model)):.6e}"
 
     def generating(*a):
-        if asked:                                   # a trainer generate call: what it asked for vs what is held
+        # a trainer generate call: what it asked for vs what is held
+        if asked:
             version, model = asked.pop()
             held = engine.model if kind == "hf" else engine.llm.weights
             served.append((version, engine.version, holding(model), held))
@@ -410,7 +425,8 @@ def test_evaluation_loads_the_checkpoint_with_its_context_length(vllm, world):
     assert args["max_model_len"] == 4196 and args["hf_overrides"] == {"max_position_embeddings": 4196}
     assert args["tensor_parallel_size"] == 2 and args["seed"] == 3
     assert args["dtype"] == "bfloat16" == X.default_dtype("cuda") and X.default_dtype("cpu") == "float32"
-    assert "load_format" not in args and "distributed_executor_backend" not in args   # the folder's own weights
+    # the folder's own weights
+    assert "load_format" not in args and "distributed_executor_backend" not in args
     assert "enable_sleep_mode" not in args and args["gpu_memory_utilization"] == 0.92  # vLLM's defaults
     assert [n for n, _ in rest] == ["generate"]                                        # no push, no sleep
     assert eng.version == ("checkpoint", str(world / "base_model"))

@@ -30,7 +30,8 @@ def test_threads_per_rank_from_the_nodes_cores():
     env = jobwrap._thread_env({"SLURM_CPUS_PER_TASK": "64"}, ranks=8)
     assert env["ARMOR_THREADS"] == env["OMP_NUM_THREADS"] == "8"
     assert jobwrap._thread_env({"SLURM_CPUS_PER_TASK": "64"})["OMP_NUM_THREADS"] == "64"
-    assert jobwrap._thread_env({"SLURM_CPUS_PER_TASK": "64", "ARMOR_THREADS": "3"}, 8)["OMP_NUM_THREADS"] == "3"
+    assert jobwrap._thread_env({"SLURM_CPUS_PER_TASK": "64", "ARMOR_THREADS": "3"},
+                               8)["OMP_NUM_THREADS"] == "3"
 
 
 def _j(key, deps=()):

@@ -1,4 +1,5 @@
-"""Checkpoint retention, the HF export's split over ranks, stop requests and their fault points (pure parts)."""
+"""Checkpoint retention, the HF export's split over ranks, stop requests and their fault points (pure
+parts)."""
 import itertools
 import os
 import random
@@ -41,8 +42,8 @@ def test_prune_never_deletes_the_newest_even_off_schedule_and_keeps_all_without_
 
 
 def test_best_candidates_always_hold_the_argmax_the_evaluation_chooses():
-    """Whatever values come later, the smoothed argmax among saved steps (reproduce.peaks.choose_peak) is never a
-    step that best_candidates let go of at an earlier point of the curve."""
+    """Whatever values come later, the smoothed argmax among saved steps (reproduce.peaks.choose_peak) is
+    never a step that best_candidates let go of at an earlier point of the curve."""
     rng = random.Random(0)
     for trial in range(300):
         window = rng.choice([1, 2, 3, 4, 5])
@@ -55,7 +56,8 @@ def test_best_candidates_always_hold_the_argmax_the_evaluation_chooses():
         for t in range(1, n + 1):         # the curve as the trainer saw it after t validations
             seen = [s for s, _ in curve[:t] if s in saved]
             if best in seen:
-                assert best in ckpt.best_candidates(curve[:t], set(seen), window), (trial, t, curve, saved, window)
+                assert best in ckpt.best_candidates(curve[:t], set(seen), window), \
+                    (trial, t, curve, saved, window)
     assert ckpt.best_candidates([(1, 0.5)], {1}, 0) == set()
 
 
@@ -86,7 +88,8 @@ def test_fault_specs_with_a_signal_and_a_rank(monkeypatch):
         faults._parse("update@3:SIGNOPE")
 
 
-@pytest.mark.parametrize("key,value", [("schedule.stop_signals", "[SIGKILL]"), ("schedule.stop_signals", "[NOPE]"),
+@pytest.mark.parametrize("key,value", [("schedule.stop_signals", "[SIGKILL]"),
+                                       ("schedule.stop_signals", "[NOPE]"),
                                        ("schedule.keep_best_window", "-1"), ("schedule.keep_steps", "[0]")])
 def test_bad_retention_settings_name_the_key(key, value):
     with pytest.raises(ConfigError, match=key.split(".")[1]):
@@ -98,7 +101,8 @@ def test_paper_preset_passes_protected_steps_and_the_check():
     assert p.cfg.schedule.save_every == 20 and p.cfg.schedule.export_dtype == "bfloat16"
     arms = build_arms(p)
     check_retention(p, arms, p.protocol.seeds)
-    assert retention_overrides(p, arms["dapo"]) == ["schedule.keep_steps=[140,200]", "schedule.keep_best_window=1"]
+    assert retention_overrides(p, arms["dapo"]) == ["schedule.keep_steps=[140,200]",
+                                                    "schedule.keep_best_window=1"]
     assert retention_overrides(p, arms["armor"], {"step": 140}) == ["schedule.keep_steps=[200]",
                                                                      "schedule.keep_best_window=1"]
 

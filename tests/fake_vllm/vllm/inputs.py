@@ -1,4 +1,5 @@
-"""vllm.inputs.TokensPrompt (vllm-0.33.0: inputs/llm.py:111, exported by inputs/__init__.py:33): a TypedDict."""
+"""vllm.inputs.TokensPrompt (vllm-0.33.0: inputs/llm.py:111, exported by inputs/__init__.py:33): a
+TypedDict."""
 from typing import TypedDict
 
 

@@ -1,5 +1,6 @@
 """vllm.platforms.current_platform (vllm-0.33.0: platforms/__init__.py, interface.py:231): the GPU build's
-platform, whose sleep mode exists; a test sets SLEEP_MODE = False to play a platform without it (the CPU build)."""
+platform, whose sleep mode exists; a test sets SLEEP_MODE = False to play a platform without it (the CPU
+build)."""
 
 SLEEP_MODE = True
 
