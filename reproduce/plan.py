@@ -204,6 +204,19 @@ def _needs_reference(cfg) -> int:
     return n + int(a.distill.mode != "none")
 
 
+def train_step_seconds(cfg, t: Throughput, gpus: int, n_params: Optional[int]) -> float:
+    """Expected seconds of one training step and a save on `gpus` GPUs (train_estimate's per-step terms)."""
+    b, L, r = cfg.batch, cfg.lengths, cfg.rollout
+    resp = t.fill * L.max_response
+    gen = (r.gen_batch_prompts or b.prompts_per_step) * b.group_size * resp
+    if cfg.algo.anchor.enabled:
+        gen += b.prompts_per_step * cfg.algo.anchor.ref_n * resp
+    trained = b.prompts_per_step * b.group_size * t.fill * (L.max_prompt + L.max_response) * b.epochs
+    trained *= 1 + 0.25 * (1 + _needs_reference(cfg))
+    g = max(1, gpus)
+    return gen / (t.rollout_tokens_per_s * g) + trained / (t.update_tps(n_params) * g) + t.save_s
+
+
 def train_estimate(preset, job, t: Throughput, n_params: Optional[int]) -> Estimate:
     from armor.config import load_config
     res = job.resources
@@ -452,6 +465,11 @@ def check_plan(preset, res: dict, t: Throughput, mem_key: str = "train.mem_gb") 
         raise PlanError(f"parallel.timeout_s: {cfg.parallel.timeout_s:g} is below one generation round's "
                         f"expected {round_s:,.0f} s ({round_tokens / 1e6:.0f}M tokens over {gpus} GPUs at "
                         f"{t.rollout_tokens_per_s:,.0f} tok/s/GPU; {t.source})")
+    if train.stop_grace_s is not None:
+        step_s = train_step_seconds(cfg, t, gpus, n)
+        if train.stop_grace_s < step_s:
+            raise PlanError(f"train.stop_grace_s: {train.stop_grace_s:g} is below one step and its save "
+                            f"({step_s:,.0f} s expected; {t.source}): a time-limit requeue would lose the step")
 
 
 # ------------------------------------------------------------------------------------------- waiting

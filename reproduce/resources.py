@@ -51,8 +51,10 @@ def default_resources(nodes: int = 1, gpus_per_node: int = 0, procs_per_node: in
     return {
         "stage": Resources(cpus_per_task=4, mem_gb=32, time_min=4 * 60),   # downloads tens of GB once
         "world": Resources(cpus_per_task=4, mem_gb=16, time_min=60),
+        # stop_grace_s: a step and its save after the time-limit warning (reproduce/plan.py checks it)
         "train": Resources(nodes=nodes, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,
-                           cpus_per_task=cpus, mem_gb=mem.get("train"), time_min=24 * 60),
+                           cpus_per_task=cpus, mem_gb=mem.get("train"), time_min=24 * 60,
+                           stop_grace_s=1800.0),
         "select_peak": Resources(cpus_per_task=1, mem_gb=2, time_min=10),
         "evaluate": Resources(nodes=1, gpus_per_node=gpus_per_node, cpus_per_task=cpus,
                               mem_gb=mem.get("evaluate", 64), time_min=8 * 60),

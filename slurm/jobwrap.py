@@ -35,7 +35,9 @@ from slurm import warm
 
 END_MARKERS = ("finished", "failed", "interrupted")
 _INTERRUPT_RCS = {-signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL, -signal.SIGHUP,
-                  128 + signal.SIGTERM, 128 + signal.SIGINT}
+                  128 + signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGUSR2}
+STOP_FILE = "stop_requested"      # in the job folder: the command stops at its next step boundary (armor.stop)
+TERM_GRACE_S = 30.0               # after the stop file's grace: SIGTERM, then SIGKILL this much later
 
 JSON_KW = dict(indent=1, sort_keys=True)   # the job folder's marker files
 _child: Optional[subprocess.Popen] = None
@@ -109,28 +111,35 @@ def _on_signal(signum, frame, previous=None):
         previous(signum, frame)
 
 
-def terminate_child(grace_s: float = 60.0) -> Optional[int]:
-    """Ask the running command to stop (SIGTERM, then SIGKILL after grace_s); used on preemption/timeout."""
+def terminate_child(grace_s: float = 60.0, stop_file: Optional[Path] = None) -> Optional[int]:
+    """Ask the running command to stop, used on preemption/timeout: create `stop_file` (the trainer saves at
+    its next step boundary and exits, armor.stop) and wait grace_s, then SIGTERM and, TERM_GRACE_S later,
+    SIGKILL. Without a stop file: SIGTERM, then SIGKILL after grace_s."""
     global _interrupted
     _interrupted = True
     child = _child
     if child is None:
         return None
-    if child.poll() is None:
-        try:
-            child.terminate()
-        except ProcessLookupError:
-            pass
-    deadline = time.time() + grace_s
-    while time.time() < deadline:
+    waits = [(None, grace_s), (child.terminate, TERM_GRACE_S)] if stop_file else [(child.terminate, grace_s)]
+    if stop_file:
+        Path(stop_file).touch()
+    for ask, wait_s in waits:
         if child.poll() is not None or not process_alive(child.pid):
             break
-        time.sleep(0.2)
+        if ask is not None:
+            try:
+                ask()
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + wait_s
+        while time.time() < deadline and child.poll() is None and process_alive(child.pid):
+            time.sleep(0.2)
     else:
-        try:
-            child.kill()
-        except ProcessLookupError:
-            pass
+        if child.poll() is None:
+            try:
+                child.kill()
+            except ProcessLookupError:
+                pass
     return child.returncode
 
 
@@ -158,7 +167,7 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
             "pid_start": pid_start_time(os.getpid()), "time": time.time(), "slurm_job_id": slurm_job_id,
             "node_rank": node_rank, "node": os.environ.get("SLURMD_NODENAME")}
     if leader:
-        for name in END_MARKERS:
+        for name in END_MARKERS + (STOP_FILE,):
             (job_dir / name).unlink(missing_ok=True)
         with open(attempts_file, "a") as f:
             f.write(json.dumps(info) + "\n")
@@ -168,6 +177,7 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
     env.update({k: str(v) for k, v in (spec.get("env") or {}).items()})
     env["ARMOR_JOB_KEY"] = spec["key"]
     env["ARMOR_JOB_DIR"] = str(job_dir)
+    env["ARMOR_STOP_FILE"] = str(job_dir / STOP_FILE)      # armor.stop.STOP_FILE_ENV: read at step boundaries
     argv = list(spec["argv"])
     ranks = 1
     if spec.get("launch") == "torchrun":

@@ -222,7 +222,7 @@ class CommandJob(_Checkpointable):
         return rc
 
     def checkpoint(self, *args, **kwargs):
-        jobwrap.terminate_child(self.grace_s)
+        jobwrap.terminate_child(self.grace_s, Path(self.job_dir) / jobwrap.STOP_FILE)
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
@@ -563,6 +563,15 @@ class Launcher:
         return p
 
     # ------------------------------------------------------------------------------------- slurm
+    def stop_grace(self, job: Job) -> float:
+        """Seconds a job's command has, after SLURM's time-limit warning, to finish its step and save."""
+        res = job.resources or Resources()
+        return max(self.grace_s, res.stop_grace_s or 0.0)
+
+    def warning_s(self, job: Job) -> int:
+        """`--signal=USR2@N`: the warning comes early enough for the stop grace, SIGTERM's and a margin."""
+        return max(self.signal_delay_s, int(self.stop_grace(job) + jobwrap.TERM_GRACE_S + 30))
+
     def slurm_params(self, job: Job, dependency_ids: list[str], n_array: int = 0) -> dict:
         """The submitit SlurmExecutor parameters of one job (or of an array of n_array tasks like it):
         sbatch's options and srun's. srun gets `--cpus-per-task` itself: since SLURM 22.05 a step does not
@@ -570,7 +579,7 @@ class Launcher:
         res = job.resources or Resources()
         name = job.key.replace("/", ".") if not n_array else f"{job.array}[{n_array}]"
         params = dict(job_name=name[:120], time=int(res.time_min), nodes=res.nodes, ntasks_per_node=1,
-                      cpus_per_task=res.cpus_per_task, signal_delay_s=self.signal_delay_s,
+                      cpus_per_task=res.cpus_per_task, signal_delay_s=self.warning_s(job),
                       srun_args=[f"--cpus-per-task={res.cpus_per_task}"],
                       setup=[f"export PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}}",
                              "export ARMOR_LAUNCHER=slurm"],
@@ -686,12 +695,12 @@ class Launcher:
             if len(g) == 1 and not g[0].array:
                 j = g[0]
                 ex = self._executor(self.job_dir(j.key) / "submitit", j, dep_ids)
-                sj = ex.submit(CommandJob(str(self.job_dir(j.key)), self.grace_s))
+                sj = ex.submit(CommandJob(str(self.job_dir(j.key)), self.stop_grace(j)))
                 submitted = [(j, sj.job_id, subs[0])]
             else:
                 folder = self.jobs_dir / "_arrays" / f"{g[0].array}-{time.strftime('%Y%m%d-%H%M%S')}"
                 ex = self._executor(folder, g[0], dep_ids, n_array=len(g))
-                sjs = ex.submit_array([CommandJob(str(self.job_dir(j.key)), self.grace_s) for j in g])
+                sjs = ex.submit_array([CommandJob(str(self.job_dir(j.key)), self.stop_grace(j)) for j in g])
                 submitted = [(j, sj.job_id, s) for j, sj, s in zip(g, sjs, subs)]
             for j, jid, sub in submitted:
                 self._record(j.key, backend="slurm", job_id=str(jid), submission=sub,

@@ -94,6 +94,7 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv, key", [
     (["--mem-gb", "100"], "--mem-gb: 100 is below the host-memory estimate"),
     (["--rollout-tokens-per-s", "10"], "parallel.timeout_s: 36000 is below one generation round's expected"),
+    (["--rollout-tokens-per-s", "400"], "train.stop_grace_s: 1800 is below one step and its save"),
 ])
 def test_bad_input_fails_at_plan_time(tmp_path, capsys, argv, key):
     assert run_all.main(["--preset", "qwen25-math-7b", "--dry-run", "--root", str(tmp_path), *argv]) == 2
