@@ -207,9 +207,10 @@ class CommandJob(_Checkpointable):
     A submitit Checkpointable: on the timeout/preemption signal submitit calls `checkpoint()`, which stops
     the command and returns this same callable, and requeues the job; the rerun command resumes."""
 
-    def __init__(self, job_dir: str, grace_s: float = 60.0):
+    def __init__(self, job_dir: str, grace_s: float = 60.0, stop_file: bool = False):
         self.job_dir = str(job_dir)
         self.grace_s = grace_s
+        self.stop_file = stop_file          # ask through jobwrap.STOP_FILE first (a command that reads it)
 
     def __call__(self) -> int:
         env = submitit.JobEnvironment()
@@ -222,7 +223,8 @@ class CommandJob(_Checkpointable):
         return rc
 
     def checkpoint(self, *args, **kwargs):
-        jobwrap.terminate_child(self.grace_s, Path(self.job_dir) / jobwrap.STOP_FILE)
+        stop_file = Path(self.job_dir) / jobwrap.STOP_FILE if self.stop_file else None
+        jobwrap.terminate_child(self.grace_s, stop_file)
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
@@ -568,8 +570,16 @@ class Launcher:
         res = job.resources or Resources()
         return max(self.grace_s, res.stop_grace_s or 0.0)
 
+    def command_job(self, job: Job) -> CommandJob:
+        """What submitit runs for `job`: its stop grace, and the stop file when its resources give a grace."""
+        res = job.resources or Resources()
+        return CommandJob(str(self.job_dir(job.key)), self.stop_grace(job), res.stop_grace_s is not None)
+
     def warning_s(self, job: Job) -> int:
         """`--signal=USR2@N`: the warning comes early enough for the stop grace, SIGTERM's and a margin."""
+        res = job.resources or Resources()
+        if res.stop_grace_s is None:               # SIGTERM at once, SIGKILL grace_s later
+            return self.signal_delay_s
         return max(self.signal_delay_s, int(self.stop_grace(job) + jobwrap.TERM_GRACE_S + 30))
 
     def slurm_params(self, job: Job, dependency_ids: list[str], n_array: int = 0) -> dict:
@@ -695,12 +705,12 @@ class Launcher:
             if len(g) == 1 and not g[0].array:
                 j = g[0]
                 ex = self._executor(self.job_dir(j.key) / "submitit", j, dep_ids)
-                sj = ex.submit(CommandJob(str(self.job_dir(j.key)), self.stop_grace(j)))
+                sj = ex.submit(self.command_job(j))
                 submitted = [(j, sj.job_id, subs[0])]
             else:
                 folder = self.jobs_dir / "_arrays" / f"{g[0].array}-{time.strftime('%Y%m%d-%H%M%S')}"
                 ex = self._executor(folder, g[0], dep_ids, n_array=len(g))
-                sjs = ex.submit_array([CommandJob(str(self.job_dir(j.key)), self.stop_grace(j)) for j in g])
+                sjs = ex.submit_array([self.command_job(j) for j in g])
                 submitted = [(j, sj.job_id, s) for j, sj, s in zip(g, sjs, subs)]
             for j, jid, sub in submitted:
                 self._record(j.key, backend="slurm", job_id=str(jid), submission=sub,

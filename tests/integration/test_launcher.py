@@ -94,7 +94,7 @@ def test_sbatch_script_from_resources(tmp_path, monkeypatch):
     text = ex._make_submission_file_text("python -u -m submitit.core._submit x", "uid")
     for line in ("--nodes=16", "--gpus-per-node=8", "--cpus-per-task=64", "--ntasks-per-node=1",
                  "--mem=921600M", "--time=1440", "--partition=gpu", "--account=proj", "--qos=high",
-                 "--constraint=h100", "--dependency=afterok:101:102_3", "--requeue", "--signal=USR2@120",
+                 "--constraint=h100", "--dependency=afterok:101:102_3", "--requeue", "--signal=USR2@90",
                  "--reservation=armor", f"--chdir={REPO}", "--job-name=stage1.dapo.seed0"):
         assert f"#SBATCH {line}" in text, line
     assert "srun" in text and f"export PYTHONPATH={REPO}" in text
