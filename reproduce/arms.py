@@ -13,7 +13,7 @@ protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rules:
   fig4   armor_reset_never + armor_reset_<τ> for τ in reset_sweep       (needs reset_sweep)
          + armor_restart, the authors' reset: a new run from armor_reset_never's best checkpoint (needs
            restart_within; reproduce/peaks.py choose_restart)
-  fig5   dapo_cont + kl_k2_b<β>                                         (needs kl_betas)
+  fig5   dapo_cont + kl_k2_b<β>                                 (needs kl_betas and kl_k2_sweep)
   fig6   qae (stage 1), qae_cont, qae_armor_reset_never, qae_armor_reset_<τ> (needs qae_reset_sweep)
   fig7   dapo_cont, armor_tau1, armor_tau1_until<S>, clip_expand        (needs qwen3_tau1_until)
   table1/table2  dapo (θ*), armor; with QAE in the preset also qae (θ*) and the qae_armor_* arms; evaluated
@@ -115,7 +115,7 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
     add("anchor_only", 2, "dapo", _anchors(p), "peak")
     for b in p.kl_betas:
         add(f"kl_k3_b{fmt_beta(b)}", 2, "dapo", [f"algo.kl.coef={_val(float(b))}", "algo.kl.estimator=k3"], "peak")
-    for b in p.kl_betas:
+    for b in (p.kl_betas if p.kl_k2_sweep else []):
         add(f"kl_k2_b{fmt_beta(b)}", 2, "dapo", [f"algo.kl.coef={_val(float(b))}", "algo.kl.estimator=k2"], "peak")
     for al in p.alpha_sweep:
         add(f"mix_a{fmt_alpha(al)}", 2, "dapo", _mixed(al), "peak")
@@ -185,7 +185,7 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
     if p.reset_sweep:
         f["fig4"] = (["dapo", "armor", "armor_reset_never"] + [f"armor_reset_{int(t)}" for t in p.reset_sweep]
                      + ([RESTART_ARM] if RESTART_ARM in arms else []))
-    if p.kl_betas:
+    if p.kl_betas and p.kl_k2_sweep:
         f["fig5"] = ["dapo", "dapo_cont"] + [f"kl_k2_b{fmt_beta(b)}" for b in p.kl_betas]
     if p.qae_reset_sweep:
         f["fig6"] = (["qae", "qae_cont", "qae_armor_reset_never"]

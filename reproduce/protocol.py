@@ -68,6 +68,8 @@ class ProtocolConfig:
                                                    "optim.warmup_steps)")
     alpha_sweep: list[float] = _f(factory=list, help="Fig. 3a: α of the mix-only arms")
     kl_betas: list[float] = _f(factory=list, help="Fig. 2 / 5: β of the KL arms")
+    kl_k2_sweep: bool = _f(True, "Fig. 5: the kl_betas sweep with the k2 estimator too (false: Fig. 2's k3 sweep "
+                                 "only)")
     kl_after_steps: int = _f(100, "Fig. 2b: KLs read after this many steps")
     qae_reset_sweep: list[int] = _f(factory=list, help="Fig. 6: reset periods of ARMOR from the QAE peak")
     qwen3_tau1_until: list[int] = _f(factory=list, help="Fig. 7: τ = 1 until these stage-2 steps, then frozen")
