@@ -155,7 +155,7 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
         jobs.append(Job(f"peak/{arm.name}/seed{s}",
                         plan.command("select-peak", "--arm", arm.name, "--seed", str(s),
                                      "--seeds", ",".join(map(str, over))),
-                        kind="select_peak", deps=[f"stage1/{arm.name}/seed{x}" for x in over],
+                        kind="select_peak", deps=[f"stage1/{arm.name}/seed{x}" for x in _with(over, s)],
                         resources=plan.res["select_peak"], env=plan.env,
                         done=lambda pf=pf, fixed=fixed: peak_done(pf, fixed, late_rule),
                         info={"peak": how}, description=f"choose θ* of {arm.name} seed {s}"))
@@ -164,13 +164,18 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
         rf = restart_file(root, preset, s)
         jobs.append(Job(f"restart/{arm.name}/seed{s}",
                         plan.command("select-restart", "--seed", str(s), "--seeds", ",".join(map(str, over))),
-                        kind="select_peak", deps=[f"stage2/{arm.name}/seed{x}" for x in over],
+                        kind="select_peak", deps=[f"stage2/{arm.name}/seed{x}" for x in _with(over, s)],
                         resources=plan.res["select_peak"], env=plan.env, done=lambda rf=rf: restart_done(rf),
                         info={"restart": f"argmax of validation (window {preset.protocol.peak_selection_window}, "
                                          f"mean of seeds {','.join(map(str, over))}) within the first "
                                          f"{preset.protocol.restart_within} of stage 2"},
                         description=f"choose the restart point of {arm.name} seed {s}"))
     return jobs
+
+
+def _with(seeds: list[int], s: int) -> list[int]:
+    """The runs a choice for seed s reads: the selection seeds' curves, and seed s's own checkpoints."""
+    return list(seeds) + ([s] if s not in seeds else [])
 
 
 def _train_info(plan: _Plan, arm: Arm, s: int) -> dict:

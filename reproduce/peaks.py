@@ -189,9 +189,9 @@ def select_restart(preset: Preset, root: Path, seed: int, seeds: Optional[list[i
     if pk is None:
         raise ExperimentError(f"θ* of dapo seed {seed} is not chosen ({peak_file(root, preset, 'dapo', seed)})")
     offset = int(pk["step"])              # armor_reset_never's stage 2 counts from θ*
-    info.update(source=RESTART_FROM, seed=seed, seeds=seeds, benchmark=bench, stage2_step=info["step"],
-                step=offset + info["step"], checkpoint=str(ckpt_dir(run, info["stage2_step"])),
-                remaining=s2 - info["stage2_step"], within=p.restart_within, time=time.time())
+    r = info["step"]
+    info.update(source=RESTART_FROM, seed=seed, seeds=seeds, benchmark=bench, stage2_step=r, step=offset + r,
+                checkpoint=str(ckpt_dir(run, r)), remaining=s2 - r, within=p.restart_within, time=time.time())
     return info
 
 

@@ -16,7 +16,8 @@ import pytest
 
 from common.results import RESULT_COLUMNS
 from armor.config import load_config
-from reproduce.arms import arm_definitions, arm_seeds, build_arms, figure_arms, parse_only, train_overrides
+from reproduce.arms import (arm_definitions, arm_seeds, build_arms, figure_arms, parse_only, selection_seeds,
+                            train_overrides)
 from reproduce.collect import collect, link_aliases
 from reproduce.experiments import DRIVER_START_ENV, driver_wall_time, record_driver_run
 from reproduce.jobs import build_jobs
@@ -195,10 +196,19 @@ def test_dag_structure(name, tmp_path):
             assert j.deps == staging + world
         elif arm.start == "late" and p.protocol.late_start_step is not None:
             assert j.deps == ["stage1/dapo/seed0"]
-        else:                     # θ* (and the late start by rule) from the mean curve of the baseline's seeds
+        elif arm.start == "restart":      # the authors' reset: from armor_reset_never's chosen checkpoint
+            assert j.deps == ["restart/armor_reset_never/seed0"]
+            over = selection_seeds(p.protocol, arm_seeds(p.protocol, arms["armor_reset_never"], p.protocol.seeds))
+            assert by["restart/armor_reset_never/seed0"].deps == [f"stage2/armor_reset_never/seed{s}" for s in over]
+            assert by["restart/armor_reset_never/seed4"].deps == [f"stage2/armor_reset_never/seed{s}"
+                                                                  for s in over + [4]]   # and its own checkpoint
+        else:                     # θ* (and the late start by rule) from the mean curve of the selection seeds
             assert j.deps == [f"peak/{arm.baseline}/seed0"]
-            over = arm_seeds(p.protocol, arms[arm.baseline], p.protocol.seeds)
+            over = selection_seeds(p.protocol, arm_seeds(p.protocol, arms[arm.baseline], p.protocol.seeds))
             assert by[f"peak/{arm.baseline}/seed0"].deps == [f"stage1/{arm.baseline}/seed{s}" for s in over]
+            if 4 in arm_seeds(p.protocol, arms[arm.baseline], p.protocol.seeds) and 4 not in over:
+                assert by[f"peak/{arm.baseline}/seed4"].deps == [f"stage1/{arm.baseline}/seed{s}"
+                                                                 for s in over + [4]]
         if arm.evaluate:
             e = by[f"eval/{arm.name}/seed0"]
             assert e.array == "evaluate" and e.kind == "evaluate"
@@ -213,9 +223,9 @@ def test_train_jobs_start_with_every_seed_of_the_baselines_theta_star_waits_for(
     stage 2. (The order of the seed loop used to start the 200-step control before DAPO's last seeds.)"""
     p = load_preset("tiny")
     train = [j.key for j in topo_order(build_jobs(p, tmp_path / "runs")) if j.kind == "train"]
-    assert train[:5] == ["stage1/dapo/seed0", "stage1/dapo/seed1", "stage1/dapo/seed2", "stage1/qae/seed0",
-                         "stage1/dapo_natural/seed0"]
-    assert all(k.startswith("stage2/") for k in train[5:]) and len(train) > 40
+    assert train[:7] == ["stage1/dapo/seed0", "stage1/dapo/seed1", "stage1/dapo/seed2", "stage1/dapo/seed3",
+                         "stage1/dapo/seed4", "stage1/qae/seed0", "stage1/dapo_natural/seed0"]
+    assert all(k.startswith("stage2/") for k in train[7:]) and len(train) > 40
 
 
 def test_only_selects_items_and_what_they_need(tmp_path):
