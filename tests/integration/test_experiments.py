@@ -223,9 +223,12 @@ def test_train_jobs_start_with_every_seed_of_the_baselines_theta_star_waits_for(
     stage 2. (The order of the seed loop used to start the 200-step control before DAPO's last seeds.)"""
     p = load_preset("tiny")
     train = [j.key for j in topo_order(build_jobs(p, tmp_path / "runs")) if j.kind == "train"]
-    assert train[:7] == ["stage1/dapo/seed0", "stage1/dapo/seed1", "stage1/dapo/seed2", "stage1/dapo/seed3",
-                         "stage1/dapo/seed4", "stage1/qae/seed0", "stage1/dapo_natural/seed0"]
-    assert all(k.startswith("stage2/") for k in train[7:]) and len(train) > 40
+    assert train[:6] == ["stage1/dapo/seed0", "stage1/dapo/seed1", "stage1/dapo/seed2", "stage1/dapo/seed3",
+                         "stage1/dapo/seed4", "stage1/dapo_natural/seed0"]
+    assert all(k.startswith("stage2/") for k in train[6:]) and len(train) > 40
+    v2 = [j.key for j in topo_order(build_jobs(load_preset("tiny-v2"), tmp_path / "runs")) if j.kind == "train"]
+    assert v2[:5] == ["stage1/dapo/seed0", "stage1/dapo/seed1", "stage1/dapo/seed2", "stage1/qae/seed0",
+                      "stage1/dapo_natural/seed0"]
 
 
 def test_only_selects_items_and_what_they_need(tmp_path):

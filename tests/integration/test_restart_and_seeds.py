@@ -185,4 +185,5 @@ def test_tiny_v2_keeps_its_committed_protocol():
     pr = load_preset("tiny-v2").protocol
     arms = build_arms(load_preset("tiny-v2"))
     assert pr.seeds == [0, 1, 2] and "armor_restart" not in arms and "fig5" in figure_arms(pr)
-    assert "fig7" in figure_arms(pr)
+    assert "fig7" in figure_arms(pr) and "fig6" in figure_arms(pr)
+    assert {f for f in ("fig5", "fig6", "fig7") if f in figure_arms(load_preset("tiny").protocol)} == set()
