@@ -75,11 +75,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"paper: per-token reverse KL {PAPER_KL} after {PAPER_STEPS} steps = {PAPER_KL / PAPER_STEPS:.2e} a step")
     for r in rows:
         print(f"{r['run']}: lr {r['lr']}, {r['updates']} updates a step, {r['steps']} steps")
-        print("  KL to θ* (5-step means at steps " + ", ".join(f"{s}: {v:.4f}" for s, v in r["kl_windows"].items())
-              + ")")
+        print("  KL to θ*, 5-step means: " + ", ".join(f"{s}: {v:.4f}" for s, v in r["kl_windows"].items()))
         print(f"  end KL {r['end_kl']:.4f} -> {r['per_step']:.2e} a step = {r['vs_paper']:.1f} x the paper's")
-        print("  validation " + " ".join(f"{s}:{v:.3f}" for s, v in r["val"])
-              + f"; peak {r['val_peak']:.3f}, end {r['val_end']:.3f}, fall {r['fall']:.3f}"
+        print("  validation " + " ".join(f"{s}:{v:.3f}" for s, v in r["val"]))
+        print(f"  peak {r['val_peak']:.3f}, end {r['val_end']:.3f}, fall {r['fall']:.3f}"
               + (" (falls)" if r["fall"] >= COLLAPSE_DROP else f" (< {COLLAPSE_DROP}: no fall)"))
     best = choose(rows)
     print(f"rule: {best['run'] if best else 'no candidate falls'}")

@@ -102,32 +102,31 @@ def report(df: pd.DataFrame, fixed_arm: str = "opd", sample_factors: tuple[int, 
     curves = validation_curves(df)
     se = eval_sd(curves, fixed_arm)
     sg2 = 2 * se ** 2 / END_POINTS if se is not None else 0.0
-    lines = [f"evaluation noise: sd of one validation = {se:.4f} (pooled within-seed sd of {fixed_arm}'s points); "
-             f"in a gap of two {END_POINTS}-point end values: {math.sqrt(sg2):.4f}" if se is not None else
-             f"evaluation noise: {fixed_arm} not in the results (not subtracted)",
-             f"power {POWER} at two-sided level {ALPHA} (paired t over seeds); n(m) = seeds needed with m x the "
-             f"validation samples per prompt", ""]
-    head = f"{'comparison':<34} {'per-seed gaps':<30} {'mean':>7} {'sd':>6} {'d/sd':>5} " + " ".join(
-        f"{'n(m=' + str(m) + ')':>7}" for m in sample_factors) + "  power n=3/5/10  95% CI ± at n=3/5/10"
-    lines.append(head)
+    ms = "/".join(map(str, sample_factors))
+    lines = ([f"evaluation noise: sd of one validation {se:.4f} (pooled within-seed sd of {fixed_arm}'s points);",
+              f"  in a gap of two {END_POINTS}-point end values {math.sqrt(sg2):.4f}"] if se is not None else
+             [f"evaluation noise: {fixed_arm} not in the results (not subtracted)"])
+    lines += [f"paired t over seeds, two-sided level {ALPHA}: n = seeds for power {POWER} with m = {ms} x the "
+              f"validation samples;", "  power and the 95% interval's half-width at 3/5/10 seeds", "",
+              f"{'comparison':<32} {'mean':>7} {'sd':>6} {'d/sd':>5}  {'n(m=' + ms + ')':<13} {'power':<15} "
+              f"{'95% CI +-'}"]
     for label, arm, ref in COMPARISONS:
         g = gaps(curves, arm, ref)
         if len(g) < 2:
-            lines.append(f"{label:<34} fewer than 2 seeds in the results")
+            lines.append(f"{label:<32} fewer than 2 seeds in the results")
             continue
         xs = list(g.values())
         d = sum(xs) / len(xs)
         s = math.sqrt(sum((x - d) ** 2 for x in xs) / (len(xs) - 1))
         ns = []
         for m in sample_factors:
-            sm = math.sqrt(max(s ** 2 - sg2 * (1 - 1 / m), 0.0))
-            n = seeds_needed(d, sm)
-            ns.append(f"{n if n is not None else '>100':>7}")
+            n = seeds_needed(d, math.sqrt(max(s ** 2 - sg2 * (1 - 1 / m), 0.0)))
+            ns.append(str(n) if n is not None else ">100")
         pw = "/".join(f"{power(n, d, s):.2f}" for n in (3, 5, 10))
         hw = "/".join(f"{stats.t.ppf(1 - ALPHA / 2, n - 1) * s / math.sqrt(n):.3f}" for n in (3, 5, 10))
-        per = " ".join(f"{x:+.3f}" for x in xs)
-        lines.append(f"{label:<34} {per:<30} {d:+7.3f} {s:6.3f} {abs(d) / s if s else math.inf:5.2f} "
-                     + " ".join(ns) + f"  {pw:<15} {hw}")
+        ratio = f"{abs(d) / s:5.2f}" if s else "  inf"
+        lines.append(f"{label:<32} {d:+7.3f} {s:6.3f} {ratio}  {'/'.join(ns):<13} {pw:<15} {hw}")
+        lines.append(f"  per-seed gaps ({arm} - {ref}): " + " ".join(f"{x:+.3f}" for x in xs))
     return "\n".join(lines)
 
 

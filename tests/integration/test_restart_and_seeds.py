@@ -187,3 +187,21 @@ def test_tiny_v2_keeps_its_committed_protocol():
     assert pr.seeds == [0, 1, 2] and "armor_restart" not in arms and "fig5" in figure_arms(pr)
     assert "fig7" in figure_arms(pr) and "fig6" in figure_arms(pr)
     assert {f for f in ("fig5", "fig6", "fig7") if f in figure_arms(load_preset("tiny").protocol)} == set()
+
+
+def test_tiny_slow_is_tiny_with_a_slower_stage2_clock(tmp_path):
+    """protocol.stage2_overrides reach every stage-2 run and no stage-1 run; every run's config validates."""
+    slow, tiny = load_preset("tiny-slow"), load_preset("tiny")
+    assert slow.protocol.stage2_overrides == ["batch.epochs=1"] and slow.cfg.batch.epochs == tiny.cfg.batch.epochs
+    root, start = tmp_path / "runs", {"step": 15, "checkpoint": "x"}
+    arms = build_arms(slow)
+    assert set(arms) == set(build_arms(tiny))
+    for name, arm in arms.items():
+        o = train_overrides(slow, root, arm, 0, start if arm.stage == 2 else None)
+        cfg = load_config(slow.path, o)
+        assert cfg.batch.epochs == (1 if arm.stage == 2 else 4), name
+        t = train_overrides(tiny, root, arm, 0, start if arm.stage == 2 else None)
+        assert [x.replace("tiny-slow", "tiny") for x in o if x != "batch.epochs=1"] == t, name
+    with pytest.raises(Exception, match="batch.epochs"):
+        load_preset(_preset(tmp_path, THREE.replace("  stage2_steps: 8\n",
+                                                    "  stage2_steps: 8\n  stage2_overrides: [batch.epochs=0]\n")))
