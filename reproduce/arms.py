@@ -27,12 +27,12 @@ Stage 1 (from the base model): `dapo`, `qae` with schedule.total_steps = stage1_
 algo.reference.path = θ*'s checkpoint (reproduce/peaks.py), step_offset = θ*'s step, schedule.total_steps =
 stage2_steps, output_dir = runs/<preset>/<arm>/seed<s>; armor_late/dapo_late start from the DAPO checkpoint
 at late_start_step, or the one chosen by late_start_fraction (peak.json), instead (same length).
-armor_restart (start "restart") starts from the checkpoint of armor_reset_never chosen by protocol.restart_within
-(restart.json, same stage-2 step r on every seed): model.path = algo.reference.path = it (πref = the restart
-point), a new run folder (fresh optimizer, its learning rate warmed up over restart_warmup_steps), step_offset =
-θ* + r, and stage2_steps − r steps, so it ends at the same total step as every stage-2 arm; no in-run reset.
-protocol.single_seed_arms run on the first seed only, protocol.side_arms on the first side_arm_seeds
-(`arm_seeds`); every other arm runs every seed.
+armor_restart (start "restart") starts from the checkpoint of armor_reset_never chosen by
+protocol.restart_within (restart.json, same stage-2 step r on every seed): model.path = algo.reference.path =
+it (πref = the restart point), a new run folder (fresh optimizer, its learning rate warmed up over
+restart_warmup_steps), step_offset = θ* + r, and stage2_steps − r steps, so it ends at the same total step as
+every stage-2 arm; no in-run reset. protocol.single_seed_arms run on the first seed only, protocol.side_arms
+on the first side_arm_seeds (`arm_seeds`); every other arm runs every seed.
 """
 from __future__ import annotations
 
@@ -131,8 +131,10 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
         for t in p.reset_sweep:
             add(f"armor_reset_{int(t)}", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(int(t)), "peak")
         if p.restart_within is not None:
-            warm = [] if p.restart_warmup_steps is None else [f"optim.warmup_steps={int(p.restart_warmup_steps)}"]
-            add(RESTART_ARM, 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(None) + warm, RESTART_START)
+            w = p.restart_warmup_steps
+            warm = [] if w is None else [f"optim.warmup_steps={int(w)}"]
+            add(RESTART_ARM, 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(None) + warm,
+                RESTART_START)
     if "qae" in a:
         q = ["algo.advantage=qae"]
         add("qae_cont", 2, "qae", q, "peak")
@@ -225,8 +227,8 @@ def selection_seeds(p: ProtocolConfig, seeds: list[int]) -> list[int]:
 
 
 def _check_single_seed_arms(p: ProtocolConfig, defs: dict[str, Arm], chosen: dict[str, Arm]) -> None:
-    """protocol.single_seed_arms and side_arms name arms of this protocol, and no arm runs a seed that the run it
-    starts from (its stage-1 baseline; armor_reset_never for armor_restart) does not."""
+    """protocol.single_seed_arms and side_arms name arms of this protocol, and no arm runs a seed that the run
+    it starts from (its stage-1 baseline; armor_reset_never for armor_restart) does not."""
     for key in ("single_seed_arms", "side_arms"):
         unknown = [n for n in getattr(p, key) if n not in defs]
         if unknown:
@@ -238,9 +240,9 @@ def _check_single_seed_arms(p: ProtocolConfig, defs: dict[str, Arm], chosen: dic
         base = defs[RESTART_FROM if arm.start == RESTART_START else arm.baseline]
         lacking = sorted(set(arm_seeds(p, arm, p.seeds)) - set(arm_seeds(p, base, p.seeds)))
         if lacking:
-            raise ExperimentError(f"protocol.single_seed_arms/side_arms: {arm.name!r} runs seed(s) {lacking}, which "
-                                  f"{base.name!r}, the run it starts from, does not run: give {arm.name!r} as few "
-                                  f"seeds or {base.name!r} as many")
+            raise ExperimentError(f"protocol.single_seed_arms/side_arms: {arm.name!r} runs seed(s) "
+                                  f"{lacking}, which {base.name!r}, the run it starts from, does not run: "
+                                  f"give {arm.name!r} as few seeds or {base.name!r} as many")
 
 
 def parse_only(only: str | list[str] | None) -> Optional[list[str]]:
@@ -310,11 +312,11 @@ def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Opti
             raise ExperimentError(f"{arm.name}: its start checkpoint is not known yet (θ* of {arm.baseline} "
                                   f"seed {seed} not selected)")
         ck = _val(str(start["checkpoint"]))
-        # a restart from stage-2 step r of armor_reset_never runs the rest of stage 2 (start["stage2_step"] = r)
+        # a restart from stage-2 step r (start["stage2_step"]) of armor_reset_never runs the rest of stage 2
         steps = s2 - int(start.get("stage2_step", 0)) if arm.start == RESTART_START else s2
         if steps < 1:
-            raise ExperimentError(f"{arm.name} seed {seed}: its start {start} leaves no stage-2 step (stage2_steps "
-                                  f"{s2})")
+            raise ExperimentError(f"{arm.name} seed {seed}: its start {start} leaves no stage-2 step "
+                                  f"(stage2_steps {s2})")
         out += [f"model.path={ck}", f"algo.reference.path={ck}", f"step_offset={int(start['step'])}",
                 f"schedule.total_steps={steps}"]
         if p.stage2_validate_every:

@@ -6,13 +6,13 @@ For each run folder (its config.yaml, metrics.jsonl and validation.jsonl): the s
 updates a step = epochs × mini-batches), the per-token reverse KL to πref = θ* (metric `kl_reverse`, a token
 mean over the step's on-policy samples) averaged over 5-step windows, the end KL (mean of the last `WINDOW`
 steps), the drift per step (end KL / steps) against the paper's (`PAPER_KL` = 0.025 after `PAPER_STEPS` = 100
-steps of DAPO from θ*, Fig. 2b), and the validation curve's start, peak and end (mean of its last 3 points) with
-the fall from peak to end. Reads the run folders only.
+steps of DAPO from θ*, Fig. 2b), and the validation curve's start, peak and end (mean of its last 3 points)
+with the fall from peak to end. Reads the run folders only.
 
-The rule that chose tiny-slow (docs/toy_world.md, "A second regime"), fixed before any candidate ran and applied
-to DAPO's curves only: among the candidate clocks, the one whose drift per step is nearest the paper's (least
-|log(ratio)|) while its validation still falls by at least COLLAPSE_DROP (figures.checklist: 0.03) from its peak
-to its end within the stage-2 budget (stage 1 is the tiny preset's, whose DAPO collapses on every seed).
+The rule that chose tiny-slow (docs/toy_world.md, "A second regime"), applied to DAPO's curves only: among the
+candidate clocks, the one whose drift per step is nearest the paper's (least |log(ratio)|) while its
+validation still falls by at least COLLAPSE_DROP (figures.checklist: 0.03) from its peak to its end within the
+stage-2 budget (stage 1 is the tiny preset's, whose DAPO collapses on every seed).
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def drift(run: Path) -> dict:
     run = Path(run)
     cfg = read_yaml(run / "config.yaml")
     batch = cfg.get("batch", {})
-    kl = {int(r["step"]): float(r["kl_reverse"]) for r in read_jsonl(run / "metrics.jsonl") if "kl_reverse" in r}
+    rows = read_jsonl(run / "metrics.jsonl")
+    kl = {int(r["step"]): float(r["kl_reverse"]) for r in rows if "kl_reverse" in r}
     if not kl:
         raise ValueError(f"{run}: no kl_reverse in metrics.jsonl")
     steps = sorted(kl)
@@ -61,8 +62,8 @@ def drift(run: Path) -> dict:
 
 
 def choose(rows: list[dict]) -> Optional[dict]:
-    """The rule: nearest the paper's drift per step (|log ratio|) among the runs whose validation still falls by
-    ≥ COLLAPSE_DROP; None when none does."""
+    """The rule: nearest the paper's drift per step (|log ratio|) among the runs whose validation still falls
+    by ≥ COLLAPSE_DROP; None when none does."""
     ok = [r for r in rows if r["fall"] is not None and r["fall"] >= COLLAPSE_DROP and r["per_step"] > 0]
     return min(ok, key=lambda r: abs(math.log(r["vs_paper"]))) if ok else None
 
@@ -72,7 +73,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("runs", nargs="+")
     a = ap.parse_args(argv)
     rows = [drift(Path(r)) for r in a.runs]
-    print(f"paper: per-token reverse KL {PAPER_KL} after {PAPER_STEPS} steps = {PAPER_KL / PAPER_STEPS:.2e} a step")
+    print(f"paper: per-token reverse KL {PAPER_KL} after {PAPER_STEPS} steps = "
+          f"{PAPER_KL / PAPER_STEPS:.2e} a step")
     for r in rows:
         print(f"{r['run']}: lr {r['lr']}, {r['updates']} updates a step, {r['steps']} steps")
         print("  KL to θ*, 5-step means: " + ", ".join(f"{s}: {v:.4f}" for s, v in r["kl_windows"].items()))

@@ -105,16 +105,19 @@ def cmd_select_peak(preset: Preset, root: Path, arm: str, seed: int, seeds: Opti
 
 
 def cmd_select_restart(preset: Preset, root: Path, seed: int, seeds: Optional[list[int]] = None) -> int:
-    """restart.json of armor_reset_never seed `seed` (armor_restart's start), from the mean curve over `seeds`."""
+    """restart.json of armor_reset_never seed `seed` (armor_restart's start), from the mean curve over
+    `seeds`."""
     arms = arm_definitions(preset.protocol)
     if "armor_restart" not in arms:
-        raise ExperimentError(f"select-restart: preset {preset.name} has no armor_restart (protocol.restart_within)")
+        raise ExperimentError(f"select-restart: preset {preset.name} has no armor_restart "
+                              f"(protocol.restart_within)")
     src = arms["armor_reset_never"]
     seeds = seeds if seeds is not None else selection_seeds(
         preset.protocol, arm_seeds(preset.protocol, src, preset.protocol.seeds))
     info = select_restart(preset, root, seed, seeds)
     write_json_atomic(restart_file(root, preset, seed), info, **STATE_JSON)
-    print(f"restart point of {src.name} seed {seed}: stage-2 step {info['stage2_step']} (total {info['step']}, "
+    print(f"restart point of {src.name} seed {seed}: stage-2 step {info['stage2_step']} "
+          f"(total {info['step']}, "
           f"mean of seeds {info['seeds']}) -> {info['checkpoint']}; {info['remaining']} steps left")
     return 0
 
@@ -224,8 +227,9 @@ def main(argv=None) -> int:
     common(sub.add_parser("train", help="train one arm (execs armor.train)"), arm=True, staged=True)
     common(sub.add_parser("select-peak", help="write peak.json of a stage-1 baseline (θ* from the mean curve over "
                                               "--seeds; default: the arm's seeds)"), arm=True, seeds=True)
-    sr = sub.add_parser("select-restart", help="write restart.json of armor_reset_never (armor_restart's start, "
-                                               "from the mean curve over --seeds; default: the arm's seeds)")
+    sr = sub.add_parser("select-restart", help="write restart.json of armor_reset_never (armor_restart's "
+                                               "start, from the mean curve over --seeds; default: the arm's "
+                                               "selection seeds)")
     common(sr, seeds=True)
     sr.add_argument("--seed", type=int, default=0)
     common(sub.add_parser("evaluate", help="evaluate the selected checkpoints of one run"), arm=True, staged=True)

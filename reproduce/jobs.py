@@ -86,8 +86,8 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
 def _train_order(plan: _Plan, arms: dict[str, Arm]) -> list[tuple[Arm, int]]:
     """(arm, seed) of every train job, in the order they start when ready (local workers take ready jobs in
     this order; SLURM's FIFO queue is submitted in it): first every seed of the stage-1 baselines that stage 2
-    starts from (θ* waits for all of them), then the other stage-1 runs (the headroom control), then every seed
-    of the stage-2 run armor_restart starts from (its restart point waits for all of them), then the rest of
+    starts from (θ* waits for all of them), then the other stage-1 runs (the headroom control), then every
+    seed of the stage-2 run armor_restart starts from (its restart point waits for them), then the rest of
     stage 2, seed by seed."""
     names = list(arms)
     gating = {a.baseline for a in arms.values() if a.stage == 2}
@@ -160,14 +160,15 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
                         done=lambda pf=pf, fixed=fixed: peak_done(pf, fixed, late_rule),
                         info={"peak": how}, description=f"choose θ* of {arm.name} seed {s}"))
     if any(a.start == RESTART_START for a in arms.values()) and arm.name == RESTART_FROM:
-        over = selection_seeds(preset.protocol, plan.arm_seeds(arm))   # the restart point from their mean curve
+        over = selection_seeds(preset.protocol, plan.arm_seeds(arm))   # the restart point: their mean curve
         rf = restart_file(root, preset, s)
         jobs.append(Job(f"restart/{arm.name}/seed{s}",
                         plan.command("select-restart", "--seed", str(s), "--seeds", ",".join(map(str, over))),
                         kind="select_peak", deps=[f"stage2/{arm.name}/seed{x}" for x in _with(over, s)],
                         resources=plan.res["select_peak"], env=plan.env, done=lambda rf=rf: restart_done(rf),
-                        info={"restart": f"argmax of validation (window {preset.protocol.peak_selection_window}, "
-                                         f"mean of seeds {','.join(map(str, over))}) within the first "
+                        info={"restart": f"argmax of validation (window "
+                                         f"{preset.protocol.peak_selection_window}, mean of seeds "
+                                         f"{','.join(map(str, over))}) within the first "
                                          f"{preset.protocol.restart_within} of stage 2"},
                         description=f"choose the restart point of {arm.name} seed {s}"))
     return jobs
@@ -192,8 +193,8 @@ def _train_info(plan: _Plan, arm: Arm, s: int) -> dict:
         ov = train_overrides(preset, root, arm, s, start, plan.stage_dir if plan.items else None)
         info["overrides"] = " ".join(ov)
     elif arm.start == RESTART_START:
-        info["overrides"] = (f"restart point of {RESTART_FROM} seed {s} chosen at run time (argmax of validation "
-                             f"within the first {preset.protocol.restart_within} of stage 2); "
+        info["overrides"] = (f"restart point of {RESTART_FROM} seed {s} chosen at run time (argmax of "
+                             f"validation within the first {preset.protocol.restart_within} of stage 2); "
                              + " ".join(arm.overrides))
     else:
         info["overrides"] = "θ* of %s seed %d chosen at run time (argmax of validation); " % (

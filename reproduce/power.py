@@ -1,4 +1,4 @@
-"""How many seeds the headline comparisons need: per-seed gaps of a results table -> a paired-t power calculation.
+"""How many seeds the headline comparisons need: a results table's per-seed gaps -> paired-t power.
 
     python -m reproduce.power --results reproduce/results/tiny/results.parquet
 
@@ -10,8 +10,8 @@ level 0.05 rejects "no difference" with probability ≥ 0.8 if the true gap is d
     power(n) = P(|T| > t_{0.975, n-1}),   T ~ noncentral t(df = n - 1, nc = d·√n / s)
 
 The evaluation noise is read from an arm whose weights never move (`--fixed-arm`, default opd: with θ* as its
-teacher OPD's update is exactly zero, so its validations are repeated evaluations of θ*): σ_e = pooled sd of its
-points within a seed. A gap of two end values carries σ_g² = 2·σ_e²/END_POINTS of it; with m times the
+teacher OPD's update is exactly zero, so its validations are repeated evaluations of θ*): σ_e = pooled sd of
+its points within a seed. A gap of two end values carries σ_g² = 2·σ_e²/END_POINTS of it; with m times the
 validation samples per prompt that part becomes σ_g²/m, so the seed sd would be s_m = √(s² − σ_g²(1 − 1/m)).
 The table prints n for m = 1, 2, 4: seeds vs validation samples. Reads the results file only.
 """
@@ -25,10 +25,10 @@ from typing import Optional
 import pandas as pd
 from scipy import integrate, stats
 
-END_POINTS = 3                       # an arm's end value: mean of its last 3 validation points (figures.checklist)
+END_POINTS = 3                       # an arm's end value: mean of its last 3 validation points (checklist)
 ALPHA, POWER = 0.05, 0.8
 THETA = "theta*"
-# (label, arm, reference): the issue's headline comparisons; reset arms' end windows lie after their first reset
+# (label, arm, reference): issue 30's headline comparisons; reset arms' end windows lie after their 1st reset
 COMPARISONS = (("ARMOR vs dapo_cont", "armor", "dapo_cont"),
                ("anchor-only vs dapo_cont", "anchor_only", "dapo_cont"),
                ("reset every 20 vs never", "armor_reset_20", "armor_reset_never"),
@@ -65,7 +65,8 @@ def gaps(curves: dict, arm: str, ref: str) -> dict[int, float]:
 
 
 def eval_sd(curves: dict, arm: str) -> Optional[float]:
-    """Pooled within-seed sd of an arm's validation points (an arm whose weights do not move: evaluation noise)."""
+    """Pooled within-seed sd of an arm's validation points (an arm whose weights do not move: evaluation
+    noise)."""
     ss, dof = 0.0, 0
     for (a, _), c in curves.items():
         if a == arm and len(c) > 1:
@@ -103,11 +104,12 @@ def report(df: pd.DataFrame, fixed_arm: str = "opd", sample_factors: tuple[int, 
     se = eval_sd(curves, fixed_arm)
     sg2 = 2 * se ** 2 / END_POINTS if se is not None else 0.0
     ms = "/".join(map(str, sample_factors))
-    lines = ([f"evaluation noise: sd of one validation {se:.4f} (pooled within-seed sd of {fixed_arm}'s points);",
+    lines = ([f"evaluation noise: sd of one validation {se:.4f} (pooled within-seed sd of {fixed_arm}'s "
+              "points);",
               f"  in a gap of two {END_POINTS}-point end values {math.sqrt(sg2):.4f}"] if se is not None else
              [f"evaluation noise: {fixed_arm} not in the results (not subtracted)"])
-    lines += [f"paired t over seeds, two-sided level {ALPHA}: n = seeds for power {POWER} with m = {ms} x the "
-              f"validation samples;", "  power and the 95% interval's half-width at 3/5/10 seeds", "",
+    lines += [f"paired t over seeds, two-sided level {ALPHA}: n = seeds for power {POWER} with m = {ms} x "
+              f"the validation samples;", "  power and the 95% interval's half-width at 3/5/10 seeds", "",
               f"{'comparison':<32} {'mean':>7} {'sd':>6} {'d/sd':>5}  {'n(m=' + ms + ')':<13} {'power':<15} "
               f"{'95% CI +-'}"]
     for label, arm, ref in COMPARISONS:

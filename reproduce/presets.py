@@ -96,18 +96,20 @@ def load_preset(name_or_path: str | Path) -> Preset:
 
 
 def _check_restart(preset: Preset) -> None:
-    """protocol.restart_within leaves armor_restart a validated checkpoint of armor_reset_never to start from, and
-    the checkpoints are kept (the restart point is chosen after armor_reset_never's runs end)."""
+    """protocol.restart_within leaves armor_restart a validated checkpoint of armor_reset_never to start from,
+    and the checkpoints are kept (the restart point is chosen after armor_reset_never's runs end)."""
     p, cfg = preset.protocol, preset.cfg
     if p.restart_within is None:
         return
     s2 = p.stage2_steps or cfg.schedule.total_steps
     every = p.stage2_validate_every or cfg.schedule.validate_every
     if not every or int(p.restart_within * s2) < every:
-        raise ExperimentError(f"protocol.restart_within={p.restart_within}: the first {int(p.restart_within * s2)} "
-                              f"of {s2} stage-2 steps hold no validation (every {every}) to choose a restart point")
+        raise ExperimentError(f"protocol.restart_within={p.restart_within}: the first "
+                              f"{int(p.restart_within * s2)} of {s2} stage-2 steps hold no validation (every "
+                              f"{every}) to choose a restart point")
     if cfg.schedule.keep_last is not None:
-        raise ExperimentError(f"protocol.restart_within={p.restart_within}: the restart point is chosen among "
+        raise ExperimentError(f"protocol.restart_within={p.restart_within}: the restart point is chosen "
+                              f"among "
                               f"armor_reset_never's checkpoints after it ends, but schedule.keep_last="
                               f"{cfg.schedule.keep_last} deletes them; set schedule.keep_last: null")
 

@@ -1,7 +1,7 @@
 """Build the toy world: data splits, tokenizer and SFT base model, with acceptance checks.
 
     python -m reproduce.toy.build --out DIR [--seed S] [--quick] [--version V] [--rebuild]
-    python -m reproduce.toy.build --ship [--version V]     # rebuild the shipped copy: reproduce/worlds/<hash>/
+    python -m reproduce.toy.build --ship [--version V]     # rebuild the shipped reproduce/worlds/<hash>/
 
 Writes (atomically: built in ``DIR.tmp`` then renamed)::
 
@@ -13,10 +13,10 @@ Cached: if ``DIR/world.json`` exists with the same config hash, nothing is done.
 (``sft.QUICK_SFT``, ~40 s) through the same code path and skips the acceptance checks (tests, the ``smoke`` preset).
 
 Shipped: the repository carries built worlds in ``reproduce/worlds/<config hash>/`` (SHIPPED_DIR; the tiny
-presets' world v2, 2.9 MB). A build whose config hash has a shipped copy copies it (seconds) instead of running
-the SFT (~3 min); ``--rebuild`` builds from scratch. ``--ship`` rebuilds the shipped copy itself (remove the old
-folder first); tests/integration/test_toy_world.py (slow) checks that a rebuild equals the shipped world file for
-file, byte for byte (world.json: all but its ``build_seconds``).
+presets' world v2, 2.9 MB). A build whose config hash has a shipped copy copies it (seconds) instead of
+running the SFT (~3 min); ``--rebuild`` builds from scratch. ``--ship`` rebuilds the shipped copy itself
+(remove the old folder first); tests/integration/test_toy_world.py (slow) checks that a rebuild equals the
+shipped world file for file, byte for byte (world.json: all but its ``build_seconds``).
 """
 from __future__ import annotations
 

@@ -198,10 +198,12 @@ def test_dag_structure(name, tmp_path):
             assert j.deps == ["stage1/dapo/seed0"]
         elif arm.start == "restart":      # the authors' reset: from armor_reset_never's chosen checkpoint
             assert j.deps == ["restart/armor_reset_never/seed0"]
-            over = selection_seeds(p.protocol, arm_seeds(p.protocol, arms["armor_reset_never"], p.protocol.seeds))
-            assert by["restart/armor_reset_never/seed0"].deps == [f"stage2/armor_reset_never/seed{s}" for s in over]
-            assert by["restart/armor_reset_never/seed4"].deps == [f"stage2/armor_reset_never/seed{s}"
-                                                                  for s in over + [4]]   # and its own checkpoint
+            src = arms["armor_reset_never"]
+            over = selection_seeds(p.protocol, arm_seeds(p.protocol, src, p.protocol.seeds))
+            deps = [f"stage2/armor_reset_never/seed{s}" for s in over]
+            assert by["restart/armor_reset_never/seed0"].deps == deps
+            # seed 4 is no selection seed: its own run joins (its checkpoint)
+            assert by["restart/armor_reset_never/seed4"].deps == deps + ["stage2/armor_reset_never/seed4"]
         else:                     # θ* (and the late start by rule) from the mean curve of the selection seeds
             assert j.deps == [f"peak/{arm.baseline}/seed0"]
             over = selection_seeds(p.protocol, arm_seeds(p.protocol, arms[arm.baseline], p.protocol.seeds))
@@ -226,7 +228,8 @@ def test_train_jobs_start_with_every_seed_of_the_baselines_theta_star_waits_for(
     assert train[:6] == ["stage1/dapo/seed0", "stage1/dapo/seed1", "stage1/dapo/seed2", "stage1/dapo/seed3",
                          "stage1/dapo/seed4", "stage1/dapo_natural/seed0"]
     assert all(k.startswith("stage2/") for k in train[6:]) and len(train) > 40
-    v2 = [j.key for j in topo_order(build_jobs(load_preset("tiny-v2"), tmp_path / "runs")) if j.kind == "train"]
+    v2 = [j.key for j in topo_order(build_jobs(load_preset("tiny-v2"), tmp_path / "runs"))
+          if j.kind == "train"]
     assert v2[:5] == ["stage1/dapo/seed0", "stage1/dapo/seed1", "stage1/dapo/seed2", "stage1/qae/seed0",
                       "stage1/dapo_natural/seed0"]
 

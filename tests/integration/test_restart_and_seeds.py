@@ -1,6 +1,6 @@
 """The authors' reset (armor_restart: a new run from armor_reset_never's best checkpoint, πref = it, a fresh
-optimizer and warm-up, for the rest of stage 2), seeds per arm (side arms, selection seeds), and the tiny presets'
-matrix (reproduce/arms.py, reproduce/peaks.py, reproduce/jobs.py)."""
+optimizer and warm-up, for the rest of stage 2), seeds per arm (side arms, selection seeds), and the tiny
+presets' matrix (reproduce/arms.py, reproduce/peaks.py, reproduce/jobs.py)."""
 import dataclasses
 import json
 
@@ -8,7 +8,8 @@ import pytest
 
 from armor.config import load_config
 from reproduce import experiments
-from reproduce.arms import arm_definitions, arm_seeds, build_arms, figure_arms, selection_seeds, train_overrides
+from reproduce.arms import (arm_definitions, arm_seeds, build_arms, figure_arms, selection_seeds,
+                            train_overrides)
 from reproduce.jobs import build_jobs
 from reproduce.peaks import choose_restart, restart_file, start_point
 from reproduce.presets import ExperimentError, load_preset, run_dir
@@ -16,11 +17,12 @@ from reproduce.presets import ExperimentError, load_preset, run_dir
 from test_experiments import MINI
 from test_seeds_and_late_start import _fake_run
 
-THREE = MINI.replace("  seeds: [0]\n", "  seeds: [0, 1, 2]\n  selection_seeds: [0, 1]\n  side_arms: [anchor_only]\n"
-                                       "  side_arm_seeds: 2\n  single_seed_arms: [qae, qae_cont, "
-                                       "qae_armor_reset_never, qae_armor_reset_2]\n"
+THREE = MINI.replace("  seeds: [0]\n", "  seeds: [0, 1, 2]\n  selection_seeds: [0, 1]\n"
+                                       "  side_arms: [anchor_only]\n  side_arm_seeds: 2\n  single_seed_arms: "
+                                       "[qae, qae_cont, qae_armor_reset_never, qae_armor_reset_2]\n"
                      ).replace("  reset_sweep: [2, 4]\n", "  reset_sweep: [2, 4]\n  restart_within: 0.5\n"
-                               "  restart_warmup_steps: 1\n").replace("  stage2_steps: 4\n", "  stage2_steps: 8\n")
+                               "  restart_warmup_steps: 1\n"
+                               ).replace("  stage2_steps: 4\n", "  stage2_steps: 8\n")
 
 
 def _preset(tmp_path, text=THREE):
@@ -37,10 +39,12 @@ def test_choose_restart_by_hand():
     assert choose_restart(curve, ck, 4)["step"] == 4              # 6 lies beyond the window
     assert choose_restart(curve, ck, 6)["step"] == 6
     assert choose_restart(curve, [0, 2, 6], 4)["step"] == 2       # 4 has no checkpoint
-    assert choose_restart([(0, 0.9), (2, 0.3), (4, 0.3)], ck, 4)["step"] == 2   # never θ* itself; tie -> earliest
+    # never θ* itself; a tie -> the earliest
+    assert choose_restart([(0, 0.9), (2, 0.3), (4, 0.3)], ck, 4)["step"] == 2
     # smoothed over 3: [.55, .6, .733, .6, .55] -> 4
     assert choose_restart(curve, ck, 8, window=3)["step"] == 4
-    with pytest.raises(ExperimentError, match=r"no checkpoint of armor_reset_never at a stage-2 step in \(0, 4\]"):
+    with pytest.raises(ExperimentError, match=r"no checkpoint of armor_reset_never at a stage-2 step in "
+                                              r"\(0, 4\]"):
         choose_restart(curve, [0, 6, 8], 4)
 
 
@@ -85,9 +89,9 @@ def test_the_restart_arm_its_jobs_and_fig4(tmp_path):
 
 
 def test_select_restart_writes_the_point_and_the_restart_config_reads_it(tmp_path, capsys):
-    """restart.json: the argmax of armor_reset_never's selection-seed mean curve within the first half of stage 2;
-    armor_restart then starts there: model.path = algo.reference.path = that seed's checkpoint (πref = it), a new
-    run folder (fresh optimizer), warm-up, step_offset θ* + r and stage2_steps − r steps."""
+    """restart.json: the argmax of armor_reset_never's selection-seed mean curve within the first half of
+    stage 2; armor_restart then starts there: model.path = algo.reference.path = that seed's checkpoint
+    (πref = it), a new run folder (fresh optimizer), warm-up, step_offset θ* + r and stage2_steps − r steps."""
     f = _preset(tmp_path)
     p, root = load_preset(f), tmp_path / "runs"
     ck = [0, 2, 4, 6, 8]
@@ -102,20 +106,22 @@ def test_select_restart_writes_the_point_and_the_restart_config_reads_it(tmp_pat
         dapo.mkdir(parents=True, exist_ok=True)
         (dapo / "peak.json").write_text(json.dumps({"step": 6, "checkpoint": str(dapo / "checkpoints/x")}))
     for s in (0, 1, 2):
-        assert experiments.main(["select-restart", "--preset", str(f), "--root", str(root), "--seed", str(s)]) == 0
+        rc = experiments.main(["select-restart", "--preset", str(f), "--root", str(root), "--seed", str(s)])
+        assert rc == 0
     assert "stage-2 step 4 (total 10, mean of seeds [0, 1])" in capsys.readouterr().out
     arm = arm_definitions(p.protocol)["armor_restart"]
     for s in (0, 1, 2):
         rs = json.loads(restart_file(root, p, s).read_text())
         src = str(run_dir(root, p, "armor_reset_never", s) / "checkpoints" / "step_000004")
-        assert rs["stage2_step"] == 4 and rs["step"] == 10 and rs["remaining"] == 4 and rs["checkpoint"] == src
+        assert (rs["stage2_step"], rs["step"], rs["remaining"], rs["checkpoint"]) == (4, 10, 4, src)
         start = start_point(p, root, arm, s)
         assert start == {"step": 10, "checkpoint": src, "stage2_step": 4}
         o = train_overrides(p, root, arm, s, start)
         kv = dict(x.split("=", 1) for x in o)
         assert kv["model.path"] == kv["algo.reference.path"] == src
-        assert kv["step_offset"] == "10" and kv["schedule.total_steps"] == "4" and kv["optim.warmup_steps"] == "1"
-        assert kv["output_dir"] == str(run_dir(root, p, "armor_restart", s))     # its own folder: fresh optimizer
+        assert (kv["step_offset"], kv["schedule.total_steps"], kv["optim.warmup_steps"]) == ("10", "4", "1")
+        # its own run folder: a fresh optimizer
+        assert kv["output_dir"] == str(run_dir(root, p, "armor_restart", s))
         cfg = load_config(f, o)
         assert cfg.algo.reference.reset.every is None and cfg.optim.warmup_steps == 1
     # a selection seed not finished: no restart point yet
@@ -125,19 +131,23 @@ def test_select_restart_writes_the_point_and_the_restart_config_reads_it(tmp_pat
 
 
 @pytest.mark.parametrize("edit,message", [
-    (lambda t: t.replace("  reset_sweep: [2, 4]\n", ""), r"protocol.restart_within: 0.5 needs protocol.reset_sweep"),
-    (lambda t: t.replace("restart_within: 0.5", "restart_within: 1.5"), r"protocol.restart_within: 1.5 must be in"),
+    (lambda t: t.replace("  reset_sweep: [2, 4]\n", ""),
+     r"protocol.restart_within: 0.5 needs protocol.reset_sweep"),
+    (lambda t: t.replace("restart_within: 0.5", "restart_within: 1.5"),
+     r"protocol.restart_within: 1.5 must be in"),
     (lambda t: t.replace("restart_within: 0.5", "restart_within: 0.1"),
      r"protocol.restart_within=0.1: the first 0 of 8 stage-2 steps hold no validation"),
     (lambda t: t.replace("side_arms: [anchor_only]", "side_arms: [anchor_only, qae]"),
      r"protocol.side_arms: .* names arms of protocol.single_seed_arms too: \['qae'\]"),
     (lambda t: t.replace("side_arms: [anchor_only]", "side_arms: [armor_reset_never]"),
-     r"'armor_restart' runs seed\(s\) \[2\], which 'armor_reset_never', the run it starts from, does not run"),
+     r"'armor_restart' runs seed\(s\) \[2\], which 'armor_reset_never', the run it starts from, does not "
+     r"run"),
     (lambda t: t.replace("side_arms: [anchor_only]", "side_arms: [anchro_only]"),
      r"protocol.side_arms: \['anchro_only'\] are not arms"),
     (lambda t: t.replace("selection_seeds: [0, 1]", "selection_seeds: [0, 5]"),
      r"protocol.selection_seeds: \[0, 5\] must be seeds of protocol.seeds"),
-    (lambda t: t.replace("side_arm_seeds: 2", "side_arm_seeds: 0"), r"protocol.side_arm_seeds: 0 must be >= 1"),
+    (lambda t: t.replace("side_arm_seeds: 2", "side_arm_seeds: 0"),
+     r"protocol.side_arm_seeds: 0 must be >= 1"),
     (lambda t: t.replace("restart_warmup_steps: 1", "restart_warmup_steps: -1"),
      r"protocol.restart_warmup_steps: -1 must be >= 0"),
 ])
@@ -146,8 +156,8 @@ def test_bad_restart_and_seed_settings_fail_before_any_work(tmp_path, edit, mess
         build_jobs(load_preset(_preset(tmp_path, edit(THREE))), tmp_path / "runs")
 
 
-HEADLINE = {"dapo", "dapo_cont", "armor", "anchor_only", "armor_reset_never", "armor_reset_20", "armor_reset_40",
-            "armor_restart", "kl_k3_b1"}
+HEADLINE = {"dapo", "dapo_cont", "armor", "anchor_only", "armor_reset_never", "armor_reset_20",
+            "armor_reset_40", "armor_restart", "kl_k3_b1"}
 
 
 def test_the_tiny_preset_runs_5_seeds_for_the_headline_arms_and_3_for_the_cited_side_arms():
@@ -160,15 +170,15 @@ def test_the_tiny_preset_runs_5_seeds_for_the_headline_arms_and_3_for_the_cited_
     assert {n for n, s in seeds.items() if len(s) == 3} == {"kl_k3_b1e-2", "mix_a0.8", "opd", "mopd"}
     assert all(len(s) == 1 for n, s in seeds.items() if n not in HEADLINE | set(pr.side_arms))
     assert "armor_restart" in figure_arms(pr)["fig4"] and arms["armor_restart"].start == "restart"
-    assert int(pr.restart_within * pr.stage2_steps) == 40        # restart points: stage-2 steps 10, 20, 30, 40
+    assert int(pr.restart_within * pr.stage2_steps) == 40        # restart points: stage-2 steps 10 to 40
 
 
 def test_adding_seeds_and_the_restart_changes_no_run_of_the_3_seed_tiny(tmp_path):
-    """Every train and select-peak job of the 3-seed protocol (seeds 0-2, no restart arm) is in the 5-seed plan with
-    the same command: seeds 3-4 and armor_restart only add jobs (and θ* is chosen on the same seeds)."""
+    """Every train and select-peak job of the 3-seed protocol (seeds 0-2, no restart arm) is in the 5-seed
+    plan with the same command: seeds 3-4 and armor_restart only add jobs (and θ* is chosen on the same seeds)."""
     p = load_preset("tiny")
-    old = dataclasses.replace(p, protocol=dataclasses.replace(p.protocol, seeds=[0, 1, 2], restart_within=None,
-                                                              side_arms=[], selection_seeds=[]))
+    old = dataclasses.replace(p, protocol=dataclasses.replace(
+        p.protocol, seeds=[0, 1, 2], restart_within=None, side_arms=[], selection_seeds=[]))
     root = tmp_path / "runs"
     new_jobs = {j.key: j for j in build_jobs(p, root)}
     old_jobs = [j for j in build_jobs(old, root) if j.kind in ("train", "select_peak")]
@@ -192,7 +202,8 @@ def test_tiny_v2_keeps_its_committed_protocol():
 def test_tiny_slow_is_tiny_with_a_slower_stage2_clock(tmp_path):
     """protocol.stage2_overrides reach every stage-2 run and no stage-1 run; every run's config validates."""
     slow, tiny = load_preset("tiny-slow"), load_preset("tiny")
-    assert slow.protocol.stage2_overrides == ["batch.epochs=1"] and slow.cfg.batch.epochs == tiny.cfg.batch.epochs
+    assert slow.protocol.stage2_overrides == ["batch.epochs=1"]
+    assert slow.cfg.batch.epochs == tiny.cfg.batch.epochs == 4
     root, start = tmp_path / "runs", {"step": 15, "checkpoint": "x"}
     arms = build_arms(slow)
     assert set(arms) == set(build_arms(tiny))
@@ -203,5 +214,5 @@ def test_tiny_slow_is_tiny_with_a_slower_stage2_clock(tmp_path):
         t = train_overrides(tiny, root, arm, 0, start if arm.stage == 2 else None)
         assert [x.replace("tiny-slow", "tiny") for x in o if x != "batch.epochs=1"] == t, name
     with pytest.raises(Exception, match="batch.epochs"):
-        load_preset(_preset(tmp_path, THREE.replace("  stage2_steps: 8\n",
-                                                    "  stage2_steps: 8\n  stage2_overrides: [batch.epochs=0]\n")))
+        load_preset(_preset(tmp_path, THREE.replace(
+            "  stage2_steps: 8\n", "  stage2_steps: 8\n  stage2_overrides: [batch.epochs=0]\n")))

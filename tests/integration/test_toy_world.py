@@ -238,7 +238,7 @@ def test_world_designs():
 
 
 # ------------------------------------------------------------------------------------------ the shipped world
-SHIPPED_V2 = "0521b9493602d23f"      # reproduce/worlds/<config hash>: world v2, seed 0, full build (tiny presets)
+SHIPPED_V2 = "0521b9493602d23f"      # reproduce/worlds/<config hash>: world v2, seed 0, full build (tiny)
 
 
 def _files(d):
@@ -246,17 +246,18 @@ def _files(d):
 
 
 def test_the_shipped_world_loads_and_equals_its_config_hash(tmp_path):
-    """The shipped folder is named by its config hash, which is the hash of the world the tiny presets ask for;
-    its data and model load; a build of that config copies it (no SFT) and is then cached."""
+    """The shipped folder is named by its config hash, which is the hash of the world the tiny presets ask
+    for; its data and model load; a build of that config copies it (no SFT) and is then cached."""
     from transformers import AutoModelForCausalLM
 
     from reproduce.toy import build
     d = build.SHIPPED_DIR / SHIPPED_V2
     world = json.loads((d / "world.json").read_text())
     cfg = build.world_config(0, False, version=2)
-    assert world["config"] == json.loads(json.dumps(cfg)) and world["config_hash"] == T.config_hash(cfg) == SHIPPED_V2
+    assert world["config"] == json.loads(json.dumps(cfg))
+    assert world["config_hash"] == T.config_hash(cfg) == SHIPPED_V2
     assert world["checks"]["passed"] is True and build.shipped_world(SHIPPED_V2) == d
-    assert build.shipped_world(T.config_hash(build.world_config(0, True))) is None    # quick worlds: not shipped
+    assert build.shipped_world(T.config_hash(build.world_config(0, True))) is None    # quick: not shipped
     model = AutoModelForCausalLM.from_pretrained(d / "base_model")
     assert n_params(model) == world["n_params"]
     splits = T.make_splits(build.WORLDS[2][0], seed=0)                    # the data are the task's splits
@@ -272,8 +273,8 @@ def test_the_shipped_world_loads_and_equals_its_config_hash(tmp_path):
 
 @pytest.mark.slow
 def test_a_rebuild_of_the_shipped_world_equals_it_byte_for_byte(tmp_path):
-    """`python -m reproduce.toy.build --rebuild` (~3.5 min of SFT) writes every file of the shipped world byte for
-    byte; world.json differs only in its build_seconds."""
+    """`python -m reproduce.toy.build --rebuild` (~3.5 min of SFT) writes every file of the shipped world byte
+    for byte; world.json differs only in its build_seconds."""
     from reproduce.toy import build
     d = build.SHIPPED_DIR / SHIPPED_V2
     out = build_world(tmp_path / "w", seed=0, version=2, shipped=False, log=lambda m: None)

@@ -1,5 +1,5 @@
-"""Pure parts of the arm matrix: seeds per arm, the seeds a choice is made on, the restart point's rule, and the
-power calculation behind the seed counts (reproduce/arms.py, reproduce/peaks.py, reproduce/power.py)."""
+"""Pure parts of the arm matrix: seeds per arm, the seeds a choice is made on, the restart point's rule, and
+the power calculation behind the seed counts (reproduce/arms.py, reproduce/peaks.py, reproduce/power.py)."""
 import dataclasses
 import math
 
@@ -77,10 +77,11 @@ def test_gaps_end_values_and_the_evaluation_noise_from_a_table():
         for step, (va, vb) in enumerate(((0.6, 0.6), (a, b), (a, b), (a, b))):
             rows += [{"arm": "armor", "seed": seed, "step": 10 * step, "value": va},
                      {"arm": "dapo_cont", "seed": seed, "step": 10 * step, "value": vb}]
-        rows += [{"arm": "opd", "seed": seed, "step": 10 * k, "value": v} for k, v in enumerate((0.5, 0.52, 0.48))]
+        rows += [{"arm": "opd", "seed": seed, "step": 10 * k, "value": v}
+                 for k, v in enumerate((0.5, 0.52, 0.48))]
     df = pd.DataFrame(rows).assign(source="validation", metric="avg@4", benchmark="toy_val")
     c = pw.validation_curves(df)
-    assert pw.gaps(c, "armor", "dapo_cont") == {0: pytest.approx(0.2), 1: pytest.approx(0.3), 2: pytest.approx(0)}
-    assert pw.gaps(c, "armor", pw.THETA) == {0: pytest.approx(-0.3), 1: pytest.approx(-0.1), 2: pytest.approx(-0.2)}
+    assert pw.gaps(c, "armor", "dapo_cont") == pytest.approx({0: 0.2, 1: 0.3, 2: 0.0})
+    assert pw.gaps(c, "armor", pw.THETA) == pytest.approx({0: -0.3, 1: -0.1, 2: -0.2})
     assert pw.eval_sd(c, "opd") == pytest.approx(0.02)
     assert "ARMOR vs dapo_cont" in pw.report(df)
