@@ -91,7 +91,7 @@ def test_the_restart_arm_its_jobs_and_fig4(tmp_path):
 def test_select_restart_writes_the_point_and_the_restart_config_reads_it(tmp_path, capsys):
     """restart.json: the argmax of armor_reset_never's selection-seed mean curve within the first half of
     stage 2; armor_restart then starts there: model.path = algo.reference.path = that seed's checkpoint
-    (πref = it), a new run folder (fresh optimizer), warm-up, step_offset θ* + r and stage2_steps − r steps."""
+    (πref = it), a new run folder (fresh optimizer), warm-up, step_offset θ* + r, stage2_steps − r steps."""
     f = _preset(tmp_path)
     p, root = load_preset(f), tmp_path / "runs"
     ck = [0, 2, 4, 6, 8]
@@ -175,7 +175,7 @@ def test_the_tiny_preset_runs_5_seeds_for_the_headline_arms_and_3_for_the_cited_
 
 def test_adding_seeds_and_the_restart_changes_no_run_of_the_3_seed_tiny(tmp_path):
     """Every train and select-peak job of the 3-seed protocol (seeds 0-2, no restart arm) is in the 5-seed
-    plan with the same command: seeds 3-4 and armor_restart only add jobs (and θ* is chosen on the same seeds)."""
+    plan with the same command: seeds 3-4 and armor_restart only add jobs (θ* is chosen on the same seeds)."""
     p = load_preset("tiny")
     old = dataclasses.replace(p, protocol=dataclasses.replace(
         p.protocol, seeds=[0, 1, 2], restart_within=None, side_arms=[], selection_seeds=[]))
