@@ -3,6 +3,7 @@ optimizer and warm-up, for the rest of stage 2), seeds per arm (side arms, selec
 presets' matrix (reproduce/arms.py, reproduce/peaks.py, reproduce/jobs.py)."""
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -216,3 +217,44 @@ def test_tiny_slow_is_tiny_with_a_slower_stage2_clock(tmp_path):
     with pytest.raises(Exception, match="batch.epochs"):
         load_preset(_preset(tmp_path, THREE.replace(
             "  stage2_steps: 8\n", "  stage2_steps: 8\n  stage2_overrides: [batch.epochs=0]\n")))
+
+
+def test_the_driver_runs_the_restart_arm_end_to_end_with_fake_jobs(tmp_path, monkeypatch):
+    """run_all with fake train/eval/figures entry points: armor_reset_never's runs, the restart point, then
+    armor_restart from that checkpoint (πref = it, warm-up, the rest of stage 2), its rows in the results; the
+    driver prints its wall time at the end."""
+    import pandas as pd
+    from test_experiments import _dry, _fakes
+    _fakes(tmp_path, monkeypatch)
+    f = _preset(tmp_path, THREE.replace("  seeds: [0, 1, 2]\n", "  seeds: [0, 1]\n").replace(
+        "  side_arms: [anchor_only]\n  side_arm_seeds: 2\n", ""))
+    root = tmp_path / "runs"
+    rc, out = _dry(["--preset", str(f), "--cluster", "local", "--root", str(root), "--workers", "2",
+                    "--no-progress"])
+    assert rc == 0, out
+    assert re.search(r"\nwall time of this command: \d+h \d\dm \d\ds \(\d+ s\)\n", out) and "jobs done" in out
+    pr = root / "three"
+    for s in (0, 1):
+        rs = json.loads((pr / "armor_reset_never" / f"seed{s}" / "restart.json").read_text())
+        # the fake curve (total steps) peaks at 4 = θ*, so within stage-2 steps (0, 4] the best is r = 2
+        assert rs["stage2_step"] == 2 and rs["step"] == 6 and rs["seeds"] == [0, 1]
+        cfg = load_config(pr / "armor_restart" / f"seed{s}" / "config.yaml")
+        assert cfg.model.path == cfg.algo.reference.path == rs["checkpoint"]
+        assert cfg.step_offset == 6 and cfg.schedule.total_steps == 6 and cfg.optim.warmup_steps == 1
+        assert cfg.algo.reference.reset.every is None and cfg.algo.anchor.enabled
+    df = pd.read_parquet(pr / "results.parquet")
+    v = df[(df.arm == "armor_restart") & (df.source == "validation")]
+    assert sorted(set(v["step"])) == [6, 8, 10, 12] and set(v["seed"]) == {0, 1}   # ends where stage 2 ends
+    never = df[(df.arm == "armor_reset_never") & (df.source == "validation")]
+    assert max(never["step"]) == 12
+
+
+def test_the_wall_time_line_the_driver_prints(tmp_path, monkeypatch):
+    from reproduce.experiments import DRIVER_START_ENV, record_driver_run
+    from reproduce.run_all import wall_time_line
+    monkeypatch.delenv(DRIVER_START_ENV, raising=False)
+    record_driver_run(tmp_path, 200.0, 3861.4)                  # this invocation, recorded before the line
+    assert wall_time_line(tmp_path, 200.0, 3861.4) == "wall time of this command: 1h 01m 01s (3661 s)"
+    record_driver_run(tmp_path, 0.0, 100.0)                      # an interrupted one before it
+    assert wall_time_line(tmp_path, 200.0, 3861.4) == ("wall time of this command: 1h 01m 01s (3661 s); all "
+                                                       f"run_all invocations on {tmp_path}: 1h 02m 41s (3761 s)")
