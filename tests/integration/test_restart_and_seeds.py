@@ -256,5 +256,6 @@ def test_the_wall_time_line_the_driver_prints(tmp_path, monkeypatch):
     record_driver_run(tmp_path, 200.0, 3861.4)                  # this invocation, recorded before the line
     assert wall_time_line(tmp_path, 200.0, 3861.4) == "wall time of this command: 1h 01m 01s (3661 s)"
     record_driver_run(tmp_path, 0.0, 100.0)                      # an interrupted one before it
-    assert wall_time_line(tmp_path, 200.0, 3861.4) == ("wall time of this command: 1h 01m 01s (3661 s); all "
-                                                       f"run_all invocations on {tmp_path}: 1h 02m 41s (3761 s)")
+    assert wall_time_line(tmp_path, 200.0, 3861.4) == (
+        f"wall time of this command: 1h 01m 01s (3661 s); all run_all invocations on {tmp_path}: 1h 02m 41s "
+        f"(3761 s)")
