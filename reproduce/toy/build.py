@@ -16,7 +16,7 @@ Shipped: the repository carries built worlds in ``reproduce/worlds/<config hash>
 presets' world v2, 2.9 MB). A build whose config hash has a shipped copy copies it (seconds) instead of
 running the SFT (~3 min); ``--rebuild`` builds from scratch. ``--ship`` rebuilds the shipped copy itself
 (remove the old folder first); tests/integration/test_toy_world.py (slow) checks that a rebuild equals the
-shipped world file for file, byte for byte (world.json: all but its ``build_seconds``).
+shipped world file for file, byte for byte (world.json: all but its timings).
 """
 from __future__ import annotations
 
