@@ -25,7 +25,8 @@ ADVANTAGES = Registry("advantage estimator", "algo.advantage")   # registered be
 
 def _prep(rewards: Tensor, mask: Optional[Tensor]):
     r = rewards.detach().float() if not rewards.is_floating_point() else rewards.detach()
-    valid = torch.ones_like(r, dtype=torch.bool) if mask is None else mask.to(device=r.device, dtype=torch.bool)
+    valid = (torch.ones_like(r, dtype=torch.bool) if mask is None
+             else mask.to(device=r.device, dtype=torch.bool))
     zero = torch.zeros((), dtype=r.dtype, device=r.device)
     r = torch.where(valid, r, zero)
     n = valid.sum(-1, keepdim=True)                                               # [P, 1]
@@ -71,7 +72,8 @@ def masked_quantile(values: Tensor, q: float, mask: Optional[Tensor] = None) -> 
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"quantile must be in [0, 1], got {q}")
     v = values if values.is_floating_point() else values.float()
-    valid = torch.ones_like(v, dtype=torch.bool) if mask is None else mask.to(device=v.device, dtype=torch.bool)
+    valid = (torch.ones_like(v, dtype=torch.bool) if mask is None
+             else mask.to(device=v.device, dtype=torch.bool))
     n = valid.sum(-1, keepdim=True)
     s = torch.where(valid, v, torch.full_like(v, float("inf"))).sort(-1).values    # invalid go last
     idx = torch.arange(v.shape[-1], device=v.device)

@@ -11,7 +11,8 @@ import torch
 
 Tensor = torch.Tensor
 
-__all__ = ["dynamic_sampling_keep", "anchor_keep", "first_correct_index", "assemble_anchor_groups", "AnchorGroups"]
+__all__ = ["dynamic_sampling_keep", "anchor_keep", "first_correct_index", "assemble_anchor_groups",
+           "AnchorGroups"]
 
 
 def dynamic_sampling_keep(rewards: Tensor) -> Tensor:
@@ -49,7 +50,8 @@ class AnchorGroups:
     is_anchor: Tensor
 
 
-def assemble_anchor_groups(onpolicy_rewards: Tensor, ref_rewards: Tensor, ref_correct: Tensor) -> AnchorGroups:
+def assemble_anchor_groups(onpolicy_rewards: Tensor, ref_rewards: Tensor,
+                           ref_correct: Tensor) -> AnchorGroups:
     """Build ARMOR groups: G−1 on-policy responses + the first correct reference response (anchor).
 
     onpolicy_rewards [P, G−1] float, ref_rewards [P, ref_n] float, ref_correct [P, ref_n] bool.
@@ -69,4 +71,5 @@ def assemble_anchor_groups(onpolicy_rewards: Tensor, ref_rewards: Tensor, ref_co
     group_rewards = torch.cat([onpolicy_rewards, anc_r], dim=-1)
     is_anchor = torch.zeros(group_rewards.shape, dtype=torch.bool, device=group_rewards.device)
     is_anchor[..., -1] = True
-    return AnchorGroups(keep=keep, anchor_index=anchor_index, group_rewards=group_rewards, is_anchor=is_anchor)
+    return AnchorGroups(keep=keep, anchor_index=anchor_index, group_rewards=group_rewards,
+                        is_anchor=is_anchor)

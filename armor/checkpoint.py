@@ -3,14 +3,19 @@
     run_dir/checkpoints/step_000040/
         config.json, model.safetensors, tokenizer files      <- save_pretrained: vLLM/lm-eval load it as is
         trainer_state.pt                                     <- optimizer, scheduler, RNG, data position, step
-        sharded/                                             <- several ranks: the sharded state instead
-                                                                (torch.distributed.checkpoint; loads on any
-                                                                world size): policy, optimizer, a differing
-                                                                πref, buffers; and rng/rank_N.pt per rank
         reference/model.safetensors                          <- πref's weights, only when they are neither the
                                                                 initial model nor this checkpoint's own
         checkpoint.json                                      <- manifest: size and sha256 of every file above,
                                                                 written last
+That is the one-rank layout with the export in the model's dtype (the tiny and smoke worlds). Several ranks, or
+an export dtype other than the masters' (schedule.export_dtype: bf16 for the paper presets), write instead:
+        config.json, tokenizer files, trainer_state.pt       <- rank 0
+        model-0000R-of-0000N.safetensors                     <- the HF export in the export dtype, one part per
+        model.safetensors.index.json                            rank that holds entries, each written by its rank
+        sharded/                                             <- torch.distributed.checkpoint (any world size
+                                                                resumes from it): the fp32 masters, optimizer,
+                                                                a differing πref, buffers; rng/rank_N.pt
+Each rank hashes only the files it wrote; rank 0 merges the lists into the manifest.
 A checkpoint is written into `step_NNNNNN.tmp` and renamed when complete, so a folder without the
 suffix was whole when written; leftovers of a killed save are removed on the next start. A resume checks
 the newest checkpoint against its manifest (a file truncated or changed since, e.g. by a broken copy or
@@ -79,7 +84,6 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, ref
 
     weights / reference_weights: full tensors to write instead of the modules' own (gathered from FSDP2 shards;
     the module then only supplies its config). tmp: a begun folder that already holds the ranks' shards."""
-    final = step_dir(run_dir, step)
     tmp = tmp or begin_checkpoint(run_dir, step)
     model.save_pretrained(tmp, state_dict=weights)
     if tokenizer is not None:
@@ -89,21 +93,104 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, ref
     faults.point("checkpoint", step)
     import torch
     torch.save({**state, "rng": rng_state()}, tmp / "trainer_state.pt")
-    write_json_atomic(tmp / MANIFEST, {"step": step, "files": _manifest(tmp)}, indent=1, sort_keys=True)
+    return _commit(run_dir, step, tmp, {})
+
+
+def _commit(run_dir: Path, step: int, tmp: Path, hashed: dict) -> Path:
+    """The manifest (the ranks' own entries `hashed`, and every other file, which rank 0 wrote, hashed here),
+    then the rename that makes the checkpoint complete."""
+    final = step_dir(run_dir, step)
+    files = {**_manifest(tmp, skip=set(hashed)), **hashed}
+    write_json_atomic(tmp / MANIFEST, {"step": step, "files": dict(sorted(files.items()))}, indent=1, sort_keys=True)
     if final.exists():  # a rerun of a step whose checkpoint survived a crash before `DONE`
         shutil.rmtree(final)
     os.replace(tmp, final)
     return final
 
 
+def finish_checkpoint(run_dir: Path, step: int, tmp: Path, config, tokenizer, state: dict, export_dtype,
+                      index: dict, hashed: dict, generation_config=None) -> Path:
+    """Rank 0 completes a checkpoint whose weights the ranks wrote (save_sharded_state, export_parts): the HF
+    config (its dtype: the export's), the generation config, the tokenizer, the parts' index, trainer_state.pt
+    (+ RNG), then the manifest and the rename. `hashed`: every rank's own files, hashed by that rank."""
+    import copy
+
+    import torch
+    config = copy.deepcopy(config)
+    config.dtype = export_dtype
+    config.save_pretrained(tmp)
+    if generation_config is not None:
+        generation_config.save_pretrained(tmp)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp)
+    write_json_atomic(tmp / INDEX, index, indent=2, sort_keys=True)
+    faults.point("checkpoint", step)
+    torch.save({**state, "rng": rng_state()}, tmp / "trainer_state.pt")
+    return _commit(run_dir, step, tmp, hashed)
+
+
+INDEX = "model.safetensors.index.json"   # the HF sharded export's index (weight name -> part file)
+
+
+def _export_entries(model) -> list[tuple[str, object]]:
+    """(HF name, tensor or DTensor) of every state-dict entry the HF export holds: a tied alias (lm_head.weight =
+    embed_tokens.weight) is left out, as save_pretrained does. The same list on every rank."""
+    first: dict[int, str] = {}
+    alias = {}
+    for name, prm in model.named_parameters(remove_duplicate=False):
+        alias[name] = first.setdefault(id(prm), name)
+    return [(k, v) for k, v in model.state_dict().items() if alias.get(k, k) == k]
+
+
+def part_owners(nbytes: list[int], world: int) -> list[int]:
+    """The rank that writes each entry of the HF export: entries in order, cut into `world` contiguous runs of
+    about equal bytes (entry i goes to rank floor(bytes before i · world / total)).
+    part_owners([4, 4, 4, 4], 2) = [0, 0, 1, 1]."""
+    total = max(1, sum(nbytes))
+    out, before = [], 0
+    for n in nbytes:
+        out.append(min(world - 1, before * world // total))
+        before += n
+    return out
+
+
+def export_parts(tmp: Path, model, dtype, rank: int, world: int) -> tuple[dict, dict]:
+    """The HF export as sharded safetensors written by several ranks (a collective: all ranks call it). Each
+    entry is gathered as a full tensor (one at a time) and kept, cast to `dtype` on CPU, by the rank that owns
+    it (part_owners); each rank holding entries writes its part `model-0000R-of-0000N.safetensors` and hashes
+    it. Returns (the index every rank computes alike, this rank's {file: {size, sha256}})."""
+    import torch
+    from safetensors.torch import save_file
+    from torch.distributed.tensor import DTensor
+    entries = _export_entries(model)
+    esize = torch.empty((), dtype=dtype).element_size()
+    owners = part_owners([v.numel() * esize for _, v in entries], world)
+    used = sorted(set(owners))
+    name = {r: f"model-{i + 1:05d}-of-{len(used):05d}.safetensors" for i, r in enumerate(used)}
+    mine = {}
+    for (k, v), r in zip(entries, owners):
+        full = v.full_tensor() if isinstance(v, DTensor) else v
+        if r == rank:
+            mine[k] = full.detach().to("cpu", dtype).contiguous().clone()
+        del full
+    index = {"metadata": {"total_size": sum(v.numel() * esize for _, v in entries)},
+             "weight_map": {k: name[r] for (k, _), r in zip(entries, owners)}}
+    if not mine:
+        return index, {}
+    save_file(mine, str(tmp / name[rank]), metadata={"format": "pt"})
+    return index, _manifest(tmp, only=[tmp / name[rank]])
+
+
 SHARDED = "sharded"   # the step folder's torch.distributed.checkpoint (several ranks)
 
 
-def save_sharded_state(tmp: Path, model, optimizer, rank: int, reference=None) -> None:
+def save_sharded_state(tmp: Path, model, optimizer, rank: int, reference=None) -> dict:
     """Every rank writes its shards into tmp/sharded/ with torch.distributed.checkpoint: the policy ("model":
     the fp32 masters), the optimizer state (keyed by parameter name), πref's when it differs from both the
     initial model and this step's policy ("reference"), and the buffers (the non-persistent ones, e.g. the rotary
-    inv_freq, are in no state dict); and its RNG into tmp/sharded/rng/rank_N.pt. A collective: all ranks."""
+    inv_freq, are in no state dict); and its RNG into tmp/sharded/rng/rank_N.pt. A collective: all ranks.
+    Returns {file: {size, sha256}} of the files this rank wrote (torch.distributed.checkpoint's file writer names
+    rank r's data files `__r_*.distcp`; the coordinator, rank 0, writes `.metadata`), hashed by this rank."""
     import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
@@ -111,9 +198,13 @@ def save_sharded_state(tmp: Path, model, optimizer, rank: int, reference=None) -
              "buffers": dict(model.named_buffers())}
     if reference is not None:
         state["reference"] = get_model_state_dict(reference)
-    dcp.save(state, checkpoint_id=str(tmp / SHARDED))
-    (tmp / SHARDED / "rng").mkdir(parents=True, exist_ok=True)
-    torch.save(rng_state(), tmp / SHARDED / "rng" / f"rank_{rank}.pt")
+    d = tmp / SHARDED
+    dcp.save(state, checkpoint_id=str(d), no_dist=not torch.distributed.is_initialized())
+    (d / "rng").mkdir(parents=True, exist_ok=True)
+    torch.save(rng_state(), d / "rng" / f"rank_{rank}.pt")
+    own = sorted(d.glob(f"__{rank}_*.distcp")) + [d / "rng" / f"rank_{rank}.pt"]
+    own += [d / ".metadata"] if rank == 0 else []
+    return _manifest(tmp, only=own)
 
 
 def sharded_keys(folder: Path) -> set[str]:
@@ -134,11 +225,12 @@ def load_sharded_weights(folder: Path, model, key: str = "model") -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
     d = str(Path(folder) / SHARDED)
+    nd = not torch.distributed.is_initialized()
     msd = get_model_state_dict(model)           # this world's layout, filled in place by load
-    dcp.load({key: msd}, checkpoint_id=d)
+    dcp.load({key: msd}, checkpoint_id=d, no_dist=nd)
     set_model_state_dict(model, msd)
     with torch.no_grad():
-        dcp.load({"buffers": dict(model.named_buffers())}, checkpoint_id=d)
+        dcp.load({"buffers": dict(model.named_buffers())}, checkpoint_id=d, no_dist=nd)
 
 
 def load_sharded_optimizer(folder: Path, model, optimizer) -> None:
@@ -160,10 +252,16 @@ def rank_rng_state(folder: Path, rank: int) -> dict | None:
     return torch.load(p, weights_only=False) if p.is_file() else None
 
 
-def _manifest(folder: Path) -> dict:
-    """{relative path: {"size", "sha256"}} of every file under `folder` but the manifest itself."""
-    return {str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": sha256_file(p)}
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}
+def _manifest(folder: Path, only: list[Path] | None = None, skip: set[str] = frozenset()) -> dict:
+    """{relative path: {"size", "sha256"}} of the files `only` (default: every file under `folder` but the
+    manifest itself and the relative paths `skip`, which other ranks hashed)."""
+    files = only if only is not None else [p for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST]
+    out = {}
+    for p in files:
+        rel = str(Path(p).relative_to(folder))
+        if rel not in skip:
+            out[rel] = {"size": p.stat().st_size, "sha256": sha256_file(p)}
+    return out
 
 
 def damage(folder: Path) -> str | None:
@@ -240,12 +338,37 @@ def load_state(run_dir: Path, step: int) -> dict:
     return torch.load(step_dir(run_dir, step) / "trainer_state.pt", weights_only=False)
 
 
-def prune(run_dir: Path, keep_last: int | None, protected: set[int]) -> list[int]:
-    """Delete all but the newest `keep_last` checkpoints, never touching `protected` steps."""
-    if keep_last is None:
-        return []
+def prune(run_dir: Path, keep_last: int | None, protected: set[int], scheduled=lambda step: True) -> list[int]:
+    """Retention, called after a checkpoint is complete: delete every checkpoint but the newest `keep_last`
+    (null: all), the `protected` steps and the newest one (never deleted: it is the resume point). A checkpoint
+    off the schedule (`scheduled(step)` False: a save on a stop signal) is a resumable state only, deleted once a
+    newer one is complete, so the checkpoints that stay are those an uninterrupted run keeps."""
     steps = list_checkpoints(run_dir)
-    doomed = [s for s in steps[:-keep_last] if s not in protected]
+    if not steps:
+        return []
+    recent = set(steps[-keep_last:]) if keep_last is not None else set(steps)
+    doomed = [s for s in steps[:-1] if s not in protected and (not scheduled(s) or s not in recent)]
     for s in doomed:
         shutil.rmtree(step_dir(run_dir, s), ignore_errors=True)
     return doomed
+
+
+def best_candidates(curve: list[tuple[int, float]], saved, window: int) -> set[int]:
+    """The saved steps that may still be the argmax of `curve` [(step, value)] smoothed over `window` centred
+    points (reproduce.peaks.smooth / choose_peak's rule: ties to the earliest) once more points arrive: the
+    best among those whose smoothed value is final (window // 2 later points exist) and every one not final
+    yet. Any other saved step can never be chosen, so deleting it is safe. window 0: none."""
+    if window <= 0 or not curve:
+        return set()
+    lo, hi = (window - 1) // 2, window // 2
+    vals, n = [v for _, v in curve], len(curve)
+    final, pending = [], set()
+    for i, (s, _) in enumerate(curve):
+        if s not in saved:
+            continue
+        if i + hi > n - 1:
+            pending.add(s)
+            continue
+        seg = vals[max(0, i - lo): i + hi + 1]
+        final.append((sum(seg) / len(seg), -s))
+    return pending | ({-max(final)[1]} if final else set())

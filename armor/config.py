@@ -34,8 +34,7 @@ from common.yaml_config import ConfigError, read_yaml  # noqa: F401  (armor.conf
 # Top-level sections of a preset owned by other tools: the trainer neither reads nor validates them; it keeps
 # them verbatim (RunConfig.foreign) and writes them back into the run's config.yaml. Section -> its owner.
 FOREIGN_SECTIONS: dict[str, str] = {
-    "protocol": "the experiment driver's continual-training protocol (reproduce/protocol.py; its keys: "
-                "`python -m reproduce.protocol`, docs/protocol.md)",
+    "protocol": "the experiment driver's continual-training protocol (its keys: docs/protocol.md)",
 }
 
 # Each field's help lives with the field (metadata["help"]): `python -m armor.train --help` prints it and
@@ -100,8 +99,12 @@ class RolloutConfig:
               "prompts are the first B that pass in stream order either way, so this changes what a step "
               "costs, not what it trains on")
     static_kv_cache: bool = _f(True, "hf engine: the preallocated-KV-cache decoder where the model allows")
-    gpu_memory_utilization: float = _f(0.6, "vllm only: share of GPU memory the engine may take")
-    tensor_parallel_size: int = _f(1, "vllm only: GPUs per engine")
+    gpu_memory_utilization: float = _f(0.6, "vllm only: share of each GPU's memory the engine takes while it "
+                                            "generates (weights + KV cache; it sleeps during the update)")
+    tensor_parallel_size: int = _f(
+        1, "vllm only: GPUs per engine; the trainer's engine is this many consecutive ranks (vLLM's tensor-"
+           "parallel groups under external_launcher), which sample the same shards together; must divide the "
+           "ranks per node and the world size")
     enforce_eager: bool = _f(False, "vllm only: no CUDA graphs or torch.compile (start-up in seconds, slower "
                                     "decoding; the real-vLLM tests set it)")
     max_logprob_mismatch: Optional[float] = _f(
@@ -115,7 +118,8 @@ class RolloutConfig:
     shards: Optional[int] = _f(
         None, "each generation call is cut into this many shards, each sampled with its own seed and gathered "
               "(armor/spmd.py); a prompt's samples depend on its shard, not on the rank or world size that drew "
-              "it. null = the world size (1 on one process: one generate call per round, as before)")
+              "it. null = the number of engines: the world size / rollout.tensor_parallel_size (1 on one "
+              "process: one generate call per round, as before)")
 
 
 @dataclass
@@ -125,7 +129,8 @@ class ParallelConfig:
         "float32", "dtype FSDP2 gathers parameters in for forward and backward (bf16 on GPU); the sharded "
                    "parameters stay model.dtype (float32: the master weights) and gradients reduce in float32")
     cpu_offload: bool = _f(False, "keep parameter shards in CPU memory (FSDP2 CPUOffloadPolicy)")
-    timeout_s: float = _f(1800.0, "collective timeout: a rank that failed makes the others error, not hang")
+    timeout_s: float = _f(1800.0, "collective timeout (s): a rank that failed makes the others error, not "
+                                  "hang; must outlast the longest wait, a rollout round or rank 0's save")
 
 
 @dataclass
@@ -265,12 +270,25 @@ class RewardConfig:
 
 @dataclass
 class ScheduleConfig:
-    """Steps, checkpoints, validation."""
+    """Steps, checkpoints, validation, and stopping for a requeue."""
     total_steps: int = _f(100, "RL steps of this run")
-    save_every: int = _f(10, "checkpoint every N steps (and at the last step)")
+    save_every: int = _f(10, "checkpoint every N steps (and at the last step and at keep_steps)")
     validate_every: int = _f(5, "validate every N steps (0 = never)")
-    keep_last: Optional[int] = _f(None, "keep only the N newest checkpoints (plus the protected ones)")
-    keep_steps: list[int] = _f(factory=list, help="never deleted (peak, reset points, eval points)")
+    keep_last: Optional[int] = _f(None, "retention: keep the N newest complete checkpoints (resumable states) "
+                                        "plus the protected ones (keep_steps, keep_best_window's, πref's); older "
+                                        "ones are deleted once a newer checkpoint is complete; null = keep all")
+    keep_steps: list[int] = _f(factory=list, help="steps always saved and never deleted (θ*, a late start, the "
+                                                  "steps evaluation needs; the experiment driver sets them)")
+    keep_best_window: int = _f(1, "never delete a checkpoint that may still be the argmax of the first "
+                                  "validation benchmark smoothed over this many points (centred, as "
+                                  "protocol.peak_selection_window); 0 = protect none")
+    export_dtype: Literal["model", "float32", "bfloat16", "float16"] = _f(
+        "model", "dtype of a checkpoint's Hugging Face export (what evaluation loads); model = model.dtype. "
+                 "Another dtype keeps the float32 master weights only in the sharded state (sharded/)")
+    stop_signals: list[str] = _f(factory=lambda: ["SIGUSR2", "SIGTERM"],
+                                 help="signals that ask the run to stop for a requeue (SLURM's time-limit "
+                                      "warning, preemption): the step in flight finishes, is saved, and the "
+                                      "process exits with 128 + the signal's number; [] = none")
 
 
 @dataclass
@@ -300,6 +318,12 @@ class LoggingConfig:
     wandb_mode: Literal["online", "offline"] = _f("online", "online: stream to the W&B server; offline: write "
                                                             "under <run folder>/wandb (sync later with "
                                                             "`wandb sync`)")
+    answer_modes: str = _f("", "\"module:function\" of a classifier (problem text, response text) -> the name "
+                               "of the mode that produced the response, with a `modes` attribute listing every "
+                               "name it returns (the toy presets name the world's); each step then logs "
+                               "mode_<name> (share among its on-policy samples) and, with anchors, "
+                               "anchor_mode_<name> (share among its kept anchors); logging only: no draw, no "
+                               "weight changes. \"\" = none")
 
 
 @dataclass
@@ -523,6 +547,8 @@ def validate(cfg: RunConfig) -> None:
     c(0 < r.gpu_memory_utilization <= 1, "rollout.gpu_memory_utilization", r.gpu_memory_utilization,
       "must be in (0, 1]")
     c(r.tensor_parallel_size >= 1, "rollout.tensor_parallel_size", r.tensor_parallel_size, "must be >= 1")
+    c(r.tensor_parallel_size == 1 or r.engine == "vllm", "rollout.tensor_parallel_size",
+      r.tensor_parallel_size, "needs rollout.engine=vllm (the hf engine is one process)")
     c(r.shards is None or r.shards >= 1, "rollout.shards", r.shards, "must be >= 1")
     c(r.max_logprob_mismatch is None or r.max_logprob_mismatch > 0, "rollout.max_logprob_mismatch",
       r.max_logprob_mismatch, "must be > 0 (null: by the compute dtype)")
@@ -600,6 +626,13 @@ def validate(cfg: RunConfig) -> None:
     c(s.save_every >= 1, "schedule.save_every", s.save_every, "must be >= 1")
     c(s.validate_every >= 0, "schedule.validate_every", s.validate_every, "must be >= 0 (0 = never)")
     c(s.keep_last is None or s.keep_last >= 1, "schedule.keep_last", s.keep_last, "must be >= 1 (or null)")
+    c(s.keep_best_window >= 0, "schedule.keep_best_window", s.keep_best_window, "must be >= 0")
+    for i, k in enumerate(s.keep_steps):
+        c(k >= 1, f"schedule.keep_steps[{i}]", k, "must be >= 1 (a step of this run)")
+    import signal as _signal
+    for i, name in enumerate(s.stop_signals):
+        c(isinstance(getattr(_signal, str(name), None), _signal.Signals) and str(name) not in ("SIGKILL", "SIGSTOP"),
+          f"schedule.stop_signals[{i}]", name, "must name a catchable signal, e.g. SIGUSR2 or SIGTERM")
 
     v = cfg.validation
     c(v.samples >= 1, "validation.samples", v.samples, "must be >= 1")
@@ -613,3 +646,9 @@ def validate(cfg: RunConfig) -> None:
     lg = cfg.logging
     dup = sorted({x for x in lg.backends if lg.backends.count(x) > 1})
     c(not dup, "logging.backends", lg.backends, f"names {dup} more than once")
+    if lg.answer_modes:
+        from armor.step_state import mode_classifier
+        try:
+            mode_classifier(lg.answer_modes)
+        except (ImportError, AttributeError, ValueError) as e:
+            raise ConfigError(f"logging.answer_modes: {lg.answer_modes!r} {e}") from None

@@ -83,8 +83,8 @@ def fields(cls=RunConfig, prefix: str = "") -> Iterator[FieldDoc]:
             yield from fields(tp, key + ".")
         elif f.metadata.get("registry"):           # the registered names (armor.registry)
             from armor.config import registry_of
-            yield FieldDoc(key, " | ".join(registry_of(f.metadata["registry"]).names()), default_text(_default(f)),
-                           help_, False)
+            yield FieldDoc(key, " | ".join(registry_of(f.metadata["registry"]).names()),
+                           default_text(_default(f)), help_, False)
         else:
             yield FieldDoc(key, type_name(tp), default_text(_default(f)), help_, False)
 
@@ -129,11 +129,12 @@ def _md(s: str, code: bool = False) -> str:
 def markdown() -> str:
     """docs/config.md: one table per section."""
     out = ["<!-- GENERATED FILE: python -m armor.train --help-markdown > docs/config.md "
-           "(from the dataclasses of armor/config.py; tests/unit/test_config_help.py checks it is up to date) -->",
+           "(from the dataclasses of armor/config.py; tests/unit/test_config_help.py checks it is "
+           "up to date) -->",
            "", "# Config reference", "",
-           "Every key of a run config, with its type, default and meaning. Presets (`reproduce/presets/*.yaml`) "
-           "set them in YAML; the command line overrides them as dotted `key=value` "
-           "(`python -m armor.train --config reproduce/presets/tiny.yaml algo.mix.alpha=0.875`). "
+           "Every key of a run config, with its type, default and meaning. Presets (YAML files: the driver's "
+           "are listed in the README) set them; the command line overrides them as dotted `key=value` "
+           "(`python -m armor.train --config PRESET.yaml algo.mix.alpha=0.875`). "
            "`python -m armor.train --help [SECTION]` prints the same reference in the terminal.", ""]
     docs = list(fields())
     groups: list[tuple[str, str, list[FieldDoc]]] = [("top level", RunConfig.__doc__ or "", [])]
@@ -152,8 +153,9 @@ def markdown() -> str:
         out += [f"## `{name}`" if name != "top level" else "## Top level", "", doc.strip(), ""] + table(items)
         out.append("")
     out += ["## Sections owned by other tools", "",
-            "A preset may hold these top-level sections too. The trainer neither reads nor validates them: it "
-            "keeps them verbatim and writes them back into the run's `config.yaml`, where their owners read them.",
+            "A preset may hold these top-level sections too. The trainer neither reads nor validates them: "
+            "it keeps them verbatim and writes them back into the run's `config.yaml`, where their owners "
+            "read them.",
             "", "| section | owner |", "|---|---|"]
     out += [f"| `{name}` | {_md(owner)} |" for name, owner in FOREIGN_SECTIONS.items()]
     out.append("")
@@ -163,4 +165,5 @@ def markdown() -> str:
 def table(docs: list[FieldDoc]) -> list[str]:
     """The Markdown table of these (non-section) fields: key, type, default, help."""
     return (["| key | type | default | help |", "|---|---|---|---|"]
-            + [f"| `{d.key}` | {_md(d.type)} | `{_md(d.default, code=True)}` | {_md(d.help)} |" for d in docs])
+            + [f"| `{d.key}` | {_md(d.type)} | `{_md(d.default, code=True)}` | {_md(d.help)} |"
+               for d in docs])

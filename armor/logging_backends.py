@@ -3,7 +3,8 @@ metrics.jsonl and validation.jsonl.
 
     jsonl        metrics.jsonl / validation.jsonl (the trainer writes them; always on, the source of truth)
     tensorboard  event files in <run folder>/tensorboard (or logging.tensorboard_dir); offline
-    wandb        a Weights & Biases run (online, or offline under <run folder>/wandb); needs `pip install wandb`
+    wandb        a Weights & Biases run (online, or offline under <run folder>/wandb);
+                 needs `pip install wandb`
 
 Scalars: every number of a metrics row as `train/<key>`, each validation row as `val/<benchmark>` (its value)
 and `val/<benchmark>/response_length`, at x = the row's `total_step` (step_offset + step: stage-2 arms line
@@ -51,7 +52,8 @@ def check(logging_cfg) -> None:
 
 
 def tensorboard_dir(cfg) -> Path:
-    """<run folder>/tensorboard, or <logging.tensorboard_dir>/<name> (a root shared by runs, one folder each)."""
+    """<run folder>/tensorboard, or <logging.tensorboard_dir>/<name> (a root shared by runs, one folder
+    each)."""
     root = cfg.logging.tensorboard_dir
     return Path(root) / cfg.name if root else cfg.run_dir / "tensorboard"
 
@@ -65,7 +67,8 @@ def scalars(row: dict, kind: str) -> dict[str, float]:
         return out
     out = {}
     for k, v in row.items():
-        if k in SKIP_KEYS or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+        if k in SKIP_KEYS or not isinstance(v,
+                                            (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
             continue
         out[f"train/{k}"] = float(v)
     return out

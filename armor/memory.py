@@ -4,17 +4,24 @@
     est = estimate(cfg, world_size=128, shape=shape)  # GiB per rank, by part
     print(describe(est))
 
-The parts (P parameters, W ranks, T tokens per micro-batch, V vocabulary, H hidden size, L layers):
+The parts (P parameters, W ranks, T tokens per micro-batch, V vocabulary, H hidden size, L layers, b the bytes
+of the compute dtype; N = batch.prompts_per_step x batch.group_size response rows, S = lengths.max_prompt +
+lengths.max_response, R = lengths.max_response):
   params      P/W x bytes(model.dtype)            FSDP2 shards: with float32 these are the master weights
   grads       P/W x 4                              reduced in float32 into the shards
   optimizer   P/W x 8                              AdamW's two moments in float32
   reference   P/W x bytes(compute dtype)           the frozen πref shards (and a teacher's, when separate)
   gathered    (root + 2 layers) x bytes(compute)   the root's embeddings, norm and lm_head stay gathered through
                                                    forward and backward; a decoder layer and the prefetched next
-  activations T x H x 2 x L (+ one layer's ~T x (10H + 4I) x 2 to recompute) with gradient checkpointing,
-              else L x T x (10H + 4I) x 2
-  logprobs    C x V x 14  with C = batch.logprob_chunk_tokens (bf16 logits, their fp32 copy, log-softmax and
-              its gradient), else T x V x 14: the full-vocabulary block of the whole micro-batch
+  activations T x H x b x L (+ one layer's ~T x (10H + 4I) x b to recompute) with gradient checkpointing,
+              else L x T x (10H + 4I) x b
+  logprobs    C x V x (b + 12)  with C = batch.logprob_chunk_tokens (the logits, their fp32 copy, log-softmax
+              and its gradient: 14 in bf16), else T x V x (b + 12): the whole micro-batch's vocabulary block
+  step        the whole step's tensors, which every rank holds for all N rows (step_tensor_bytes): token ids,
+              attention mask and positions N x S x 8 each, the response mask N x R x 8, and N x R x 4 for the
+              float mask, θold's log-probs and entropy and their copies in the update (4), πref's when a step
+              reads them (armor.config.needs_reference_logprobs), a separate teacher's and the token
+              advantages with distillation
 The rollout engine (vLLM, colocated) sleeps during the update (weights to CPU, KV cache freed) and takes
 `rollout.gpu_memory_utilization` of the GPU while it generates, beside the shards above (not the gradients, the
 activations or the log-prob block). A rough estimate, to see before submitting whether a job can fit: allocator
@@ -94,19 +101,36 @@ def micro_batch_tokens(cfg) -> int:
     return b.micro_batch_tokens or b.micro_batch_responses * (L.max_prompt + L.max_response)
 
 
+def step_tensor_bytes(cfg) -> int:
+    """Bytes of the step's tensors each rank holds through the update (armor.trainer: UpdateBatch,
+    FrozenLogprobs and the update's working copies), for all N = prompts_per_step x group_size rows at the
+    longest lengths: the module docstring's `step` part. Host-side lists (responses, engine log-probs) are not
+    in it."""
+    from armor.config import needs_reference_logprobs
+    b, L, a = cfg.batch, cfg.lengths, cfg.algo
+    N, R = b.prompts_per_step * b.group_size, L.max_response
+    S = L.max_prompt + R
+    n_float = 5                          # float mask; θold's log-probs and entropy, and their copies
+    n_float += needs_reference_logprobs(cfg)
+    if a.distill.mode != "none":
+        n_float += 1 + bool(a.distill.teacher_path)   # token advantages; a separate teacher's log-probs
+    return 3 * N * S * 8 + N * R * 8 + n_float * N * R * 4
+
+
 def estimate(cfg, world_size: int, shape: ModelShape) -> dict[str, float]:
     """GiB per rank during the update, by part (see the module docstring), with their sum as `total`."""
     W, P = world_size, shape.params
     compute = BYTES[cfg.parallel.compute_dtype if world_size > 1 else cfg.model.dtype]
     frozen = 1 + (cfg.algo.distill.mode != "none" and bool(cfg.algo.distill.teacher_path))
     T, H, I, L, V = micro_batch_tokens(cfg), shape.hidden, shape.intermediate, shape.layers, shape.vocab
-    layer_act = T * (10 * H + 4 * I) * 2
-    act = T * H * 2 * L + layer_act if cfg.model.gradient_checkpointing else L * layer_act
+    layer_act = T * (10 * H + 4 * I) * compute
+    act = T * H * compute * L + layer_act if cfg.model.gradient_checkpointing else L * layer_act
     chunk = cfg.batch.logprob_chunk_tokens
     out = {"params": P / W * BYTES[cfg.model.dtype], "grads": P / W * 4, "optimizer": P / W * 8,
            "reference": frozen * P / W * compute,
            "gathered": (shape.root_params + 2 * shape.layer_params) * compute if W > 1 else 0.0,
-           "activations": act, "logprobs": (chunk if chunk else T) * V * 14}
+           "activations": act, "logprobs": (chunk if chunk else T) * V * (compute + 12),
+           "step": step_tensor_bytes(cfg)}
     out = {k: v / GIB for k, v in out.items()}
     out["total"] = sum(out.values())
     return out
@@ -118,6 +142,8 @@ def describe(est: dict[str, float], cfg=None) -> str:
     line = f"update memory/rank ~{est['total']:.1f} GiB ({parts})"
     if cfg is not None and cfg.rollout.engine == "vllm":
         L = cfg.lengths
+        tp = cfg.rollout.tensor_parallel_size
         line += (f"; vllm engine: context {L.max_prompt + L.max_response} tokens (lengths.max_prompt + "
-                 f"max_response), {cfg.rollout.gpu_memory_utilization:g} of the GPU while generating")
+                 f"max_response), {cfg.rollout.gpu_memory_utilization:g} of each GPU while generating"
+                 + (f", {tp} GPUs per engine (tensor parallel)" if tp > 1 else ""))
     return line

@@ -1,15 +1,15 @@
 """Micro-batches: which response rows go through one forward (and backward) together, and on which rank.
 
-Two rules, one contract: every rank gets the same number of micro-batches, since each forward and backward of a
-sharded model is a collective (a rank with fewer runs a zero-weight one: an empty micro-batch here).
+Two rules, one contract: every rank gets the same number of micro-batches, since each forward and backward of
+a sharded model is a collective (a rank with fewer runs a zero-weight one: an empty micro-batch here).
 
   by rows (batch.micro_batch_responses = m; the default): rank r takes the contiguous part r of the rows
       (common.distributed.shard_indices), cut into micro-batches of m rows in order; each is padded to the
       step's longest prompt and response.
   by tokens (batch.micro_batch_tokens = T): rows are dealt to ranks longest first, each to the rank holding
-      the fewest tokens so far (balanced work); on each rank, rows taken longest first fill a micro-batch while
-      (its rows x its longest sequence) <= T, and each micro-batch is padded to its own longest prompt and
-      response only (policy.TokenBatch.trim), so short responses stop paying for the step's longest one.
+      the fewest tokens so far (balanced work); on each rank, rows taken longest first fill a micro-batch
+      while (its rows x its longest sequence) <= T, and each micro-batch is padded to its own longest prompt
+      and response only (policy.TokenBatch.trim), so short responses stop paying for the step's longest one.
 
 Which rows meet in a micro-batch changes no value: the loss is normalised by the whole mini-batch's token
 count (objectives.policy_loss `normalizer`), and padding is masked.
@@ -72,7 +72,8 @@ def plan(rows: torch.Tensor, seq_lens: torch.Tensor, world: int, max_rows: int, 
     (at least 1), the shorter ones filled with empty row tensors.
 
     plan(arange(10), lens, world=2, max_rows=4) = [[0..3], [4]], [[5..8], [9]]."""
-    per_rank = [split(p, seq_lens, max_rows, max_tokens) for p in deal(rows, seq_lens, world, max_tokens is not None)]
+    per_rank = [split(p, seq_lens, max_rows, max_tokens)
+                for p in deal(rows, seq_lens, world, max_tokens is not None)]
     n = max(1, max(len(m) for m in per_rank))
     return [m + [rows[:0]] * (n - len(m)) for m in per_rank]
 

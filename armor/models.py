@@ -60,8 +60,9 @@ class Models:
         teacher_path = a.distill.teacher_path if a.distill.mode != "none" else ""
         self.replica = self.skeleton = None
         if not self.dist.distributed:
-            self.policy = self._load(init_path)
-            self.reference = self._load(ref_path).requires_grad_(False)
+            pol_src, ref_src = self._sharded_sources(run_dir, resume_from, state)
+            self.policy = self._load(init_path, sharded=pol_src)
+            self.reference = self._load(ref_path, sharded=ref_src).requires_grad_(False)
             self.teacher = self._load(teacher_path).requires_grad_(False) if teacher_path else None
         else:
             pol_src, ref_src = self._sharded_sources(run_dir, resume_from, state)
@@ -90,9 +91,14 @@ class Models:
         """The dtype the policy's forward (and the engine) computes in."""
         return self.cfg.parallel.compute_dtype if self.dist.distributed else self.cfg.model.dtype
 
-    def _load(self, path: str):
+    def _load(self, path: str, sharded: tuple[Path, str] | None = None):
+        """A plain model from an HF folder; with `sharded` (step folder, entry) its weights then come from the
+        checkpoint's sharded state (the masters, where the HF export holds another dtype)."""
         m = self.cfg.model
-        return load_model(path, m.dtype, self.device, m.gradient_checkpointing, m.trust_remote_code)
+        model = load_model(path, m.dtype, self.device, m.gradient_checkpointing, m.trust_remote_code)
+        if sharded is not None:
+            ckpt.load_sharded_weights(sharded[0], model, sharded[1])
+        return model
 
     def _load_sharded(self, path: str, frozen: bool = False, sharded: tuple[Path, str] | None = None):
         """An FSDP2-sharded model (armor.parallel), built on the meta device on every rank and sharded, then
@@ -121,11 +127,12 @@ class Models:
         if resume_from is None or state["reference_step"] is None:
             return self.ref_path
         d = ckpt.step_dir(run_dir, resume_from)
-        return str(d if state["reference_step"] == resume_from else d / "reference")
+        # a sharded checkpoint holds a differing πref in sharded/ (its HF config: the step folder's)
+        return str(d if state["reference_step"] == resume_from or not (d / "reference").is_dir() else d / "reference")
 
     def _sharded_sources(self, run_dir: Path, resume_from: int | None, state: dict | None) -> tuple:
-        """Where a resume of several ranks reads the policy and πref as shards: (step folder, entry) each, or None
-        to read the HF folder on rank 0 (a fresh start, a one-rank checkpoint, πref never reset)."""
+        """Where a resume reads the policy and πref as shards: (step folder, entry) each, or None to read the HF
+        folder (a fresh start, a one-rank checkpoint in the model's dtype, πref never reset)."""
         if resume_from is None:
             return None, None
         d = ckpt.step_dir(run_dir, resume_from)
@@ -214,36 +221,45 @@ class Models:
         self.reference_step = step
         self.versions["reference"] += 1
 
-    def save(self, run_dir: Path, step: int, optimizer, state: dict, keep_last: int | None,
-             protected: set[int]) -> None:
-        """The step's checkpoint (armor.checkpoint), then older ones pruned (the newest `keep_last`, and the
-        `protected` steps and πref's, are kept). `state`: the trainer's part of trainer_state.pt. One process:
-        the HF folder and the whole optimizer state. Several ranks: every rank writes its shards of the policy,
-        the optimizer and a differing πref (torch.distributed.checkpoint, what a resume on several ranks reads)
-        and its RNG; the same weights gathered to rank 0 make the HF folder one rank writes (it loads as it is in
-        transformers, vLLM, lm-eval; a one-rank resume reads it). Either layout resumes on any world size."""
+    @property
+    def export_dtype(self) -> str:
+        """The dtype of a checkpoint's HF export (schedule.export_dtype; "model": model.dtype)."""
+        e = self.cfg.schedule.export_dtype
+        return self.cfg.model.dtype if e == "model" else e
+
+    def save(self, run_dir: Path, step: int, optimizer, state: dict, keep_last: int | None, protected: set[int],
+             scheduled=lambda step: True) -> None:
+        """The step's checkpoint (armor.checkpoint), then retention (checkpoint.prune: the newest `keep_last`, the
+        `protected` steps and πref's are kept; off-schedule saves go once a newer one is complete). `state`: the
+        trainer's part of trainer_state.pt. One process exporting in the model's dtype: the HF folder and the
+        whole optimizer state (the tiny and smoke worlds). Otherwise every rank writes its shards of the policy
+        (the fp32 masters), the optimizer and a differing πref (torch.distributed.checkpoint, what a resume of
+        any world size reads), its RNG, and its part of the HF export in schedule.export_dtype (sharded
+        safetensors with their index: it loads as it is in transformers, vLLM, lm-eval); each rank hashes its own
+        files and rank 0 writes the manifest."""
         dist = self.dist
         keep_ref = self.reference_step is not None and self.reference_step != step
         state = {**state, "step": step, "world_size": dist.world_size, "reference_step": self.reference_step,
                  "reference_source": self.ref_path if self.reference_step is None else f"step {self.reference_step}"}
-        if not dist.distributed:
+        if not dist.distributed and self.export_dtype == self.cfg.model.dtype:
             state["optimizer"] = optimizer.state_dict()
             ckpt.save_checkpoint(run_dir, step, self.policy, self.tokenizer, state,
                                  reference=self.reference if keep_ref else None)
         else:
             tmp = dist.all_gather_object(ckpt.begin_checkpoint(run_dir, step) if dist.is_main else None)[0]
-            ref = self.reference if keep_ref else None
-            ckpt.save_sharded_state(tmp, self.policy, optimizer, dist.rank, reference=ref)
-            weights = parallel.full_state_dict(self.policy, rank0_cpu=True)
-            ref_weights = parallel.full_state_dict(ref, rank0_cpu=True) if ref is not None else None
+            own = ckpt.save_sharded_state(tmp, self.policy, optimizer, dist.rank,
+                                          reference=self.reference if keep_ref else None)
+            index, part = ckpt.export_parts(tmp, self.policy, DTYPES[self.export_dtype], dist.rank, dist.world_size)
+            hashed = {k: v for d in dist.all_gather_object({**own, **part}) for k, v in d.items()}
             if dist.is_main:
-                ckpt.save_checkpoint(run_dir, step, self.skeleton, self.tokenizer, {**state, "optimizer": None},
-                                     reference=self.skeleton if keep_ref else None, weights=weights,
-                                     reference_weights=ref_weights, tmp=tmp)
+                src = self.skeleton or self.policy
+                ckpt.finish_checkpoint(run_dir, step, tmp, src.config, self.tokenizer, {**state, "optimizer": None},
+                                       DTYPES[self.export_dtype], index, hashed,
+                                       getattr(src, "generation_config", None))
         if dist.is_main:
             faults.point("saved", step)
             protected = protected | {step} | ({self.reference_step} if self.reference_step is not None else set())
-            ckpt.prune(run_dir, keep_last, protected)
+            ckpt.prune(run_dir, keep_last, protected, scheduled)
         dist.barrier()
 
     def restore_optimizer(self, run_dir: Path, step: int, state: dict, optimizer) -> None:

@@ -115,7 +115,8 @@ def mixed_ratio(logp: Tensor, old_logp: Tensor, ref_logp: Optional[Tensor], alph
 def ratio_and_clip_range(variant: str, logp: Tensor, old_logp: Tensor, ref_logp: Optional[Tensor] = None,
                          alpha: Number = 1.0, eps_low: float = 0.2, eps_high: float = 0.28,
                          is_anchor: Optional[Tensor] = None, clamp: float = 20.0):
-    """Ratio [B, T] and effective clip range (eps_low_eff, eps_high_eff) of a registered ratio variant (RATIOS).
+    """Ratio [B, T] and effective clip range (eps_low_eff, eps_high_eff) of a registered ratio variant
+    (RATIOS).
 
     "plain"            r = πθ/πθold,                         ε as given (DAPO).
     "mixed"            r_mix = π_mix,θ/π_mix,old (α, πref),  ε as given (ARMOR); α = 1 is "plain".
@@ -159,7 +160,8 @@ def _offpolicy_anchor_ratio(logp, old_logp, ref_logp, alpha, eps_low, eps_high, 
 # ----------------------------------------------------------------------------- surrogate
 
 def clipped_surrogate(ratio: Tensor, advantages: Tensor, mask: Optional[Tensor], eps_low: float,
-                      eps_high: float, dual_clip_c: Optional[float] = None, uncertain: Optional[Tensor] = None):
+                      eps_high: float, dual_clip_c: Optional[float] = None,
+                      uncertain: Optional[Tensor] = None):
     """PPO clipped surrogate per token, with clip-higher and optional dual-clip (verl semantics).
 
     ratio [B, T]; advantages [B] (broadcast over tokens) or [B, T], treated as constants (detached).
@@ -174,7 +176,8 @@ def clipped_surrogate(ratio: Tensor, advantages: Tensor, mask: Optional[Tensor],
         uncertain_frac          share of tokens that are uncertain
         clipfrac_and_uncertain  share of tokens that are uncertain and clipped
     Both are means over all tokens, so they combine over micro-batches like clipfrac; the clip share among the
-    uncertain tokens is their ratio (clipfrac_and_uncertain / uncertain_frac, summed over the steps of interest).
+    uncertain tokens is their ratio (clipfrac_and_uncertain / uncertain_frac, summed over the steps of
+    interest).
     """
     adv = advantages.detach().to(device=ratio.device, dtype=ratio.dtype)
     if adv.dim() == ratio.dim() - 1:
@@ -307,12 +310,14 @@ def kl_forward_tokens(logp: Tensor, ref_logp: Tensor, clamp: float = 20.0) -> Te
     return torch.clamp(torch.exp(lr) * lr - torch.expm1(lr), min=0.0)
 
 
-def kl_reverse_estimate(logp: Tensor, ref_logp: Tensor, mask: Optional[Tensor], clamp: float = 20.0) -> Tensor:
+def kl_reverse_estimate(logp: Tensor, ref_logp: Tensor, mask: Optional[Tensor],
+                        clamp: float = 20.0) -> Tensor:
     """Scalar estimate of the reverse KL(πθ‖πref): the masked token mean of kl_reverse_tokens."""
     return masked_mean(kl_reverse_tokens(logp, ref_logp, clamp), mask)
 
 
-def kl_forward_estimate(logp: Tensor, ref_logp: Tensor, mask: Optional[Tensor], clamp: float = 20.0) -> Tensor:
+def kl_forward_estimate(logp: Tensor, ref_logp: Tensor, mask: Optional[Tensor],
+                        clamp: float = 20.0) -> Tensor:
     """Scalar estimate of the forward KL(πref‖πθ): the masked token mean of kl_forward_tokens."""
     return masked_mean(kl_forward_tokens(logp, ref_logp, clamp), mask)
 
@@ -334,7 +339,8 @@ def pad_token_values(rows: list, width: int, device=None) -> tuple[Tensor, Tenso
 
 
 def logprob_gap_tokens(engine_logp: Tensor, trainer_logp: Tensor, mask: Optional[Tensor]) -> Tensor:
-    """Per-token |log π_engine(y_t) − log π_trainer(y_t)|, [B, T]; 0 at masked positions (even if inf there)."""
+    """Per-token |log π_engine(y_t) − log π_trainer(y_t)|, [B, T];
+    0 at masked positions (even if inf there)."""
     return torch.where(_mask_like(mask, trainer_logp) != 0, (engine_logp - trainer_logp).abs(),
                        torch.zeros((), dtype=trainer_logp.dtype, device=trainer_logp.device))
 
@@ -344,10 +350,11 @@ def logprob_mismatch(engine_logp: Tensor, trainer_logp: Tensor, mask: Optional[T
 
     engine_logp: the rollout engine's log-probs of the tokens it sampled (vLLM: processed_logprobs, i.e. after
     temperature and top_p); trainer_logp: the trainer's log-probs of the same tokens at the sampling weights
-    (θold) and temperature. Both [B, T]; 0 when they agree exactly, and it grows with the numerical gap between
-    the two implementations (bf16 kernels, batch shapes) that makes on-policy samples slightly off-policy.
-    With top_p < 1 the engine's log-probs are renormalised over the nucleus, the trainer's are not: the gap
-    then includes that by design. Masked positions are ignored even if inf there; an all-zero mask gives 0."""
+    (θold) and temperature. Both [B, T]; 0 when they agree exactly, and it grows with the numerical gap
+    between the two implementations (bf16 kernels, batch shapes) that makes on-policy samples slightly
+    off-policy. With top_p < 1 the engine's log-probs are renormalised over the nucleus, the trainer's are
+    not: the gap then includes that by design. Masked positions are ignored even if inf there; an all-zero
+    mask gives 0."""
     return masked_mean(logprob_gap_tokens(engine_logp, trainer_logp, mask), mask)
 
 
@@ -379,18 +386,19 @@ def mopd_token_advantages(outcome_adv: Tensor, teacher_logp: Tensor, student_log
 # ----------------------------------------------------------------------------- full loss
 
 # policy_loss metrics aggregated like the loss (global normaliser): a mini-batch's value is the sum over its
-# micro-batches; every other metric is a masked token mean, combined weighted by the micro-batches' token counts
+# micro-batches; every other metric is a masked token mean, combined weighted by the micro-batches' token
+# counts
 ADDITIVE_METRICS = ("pg_loss", "kl_penalty")
-# a token is "uncertain" when its old probability is below 0.9: the tokens where a ratio can move (in the tiny world
-# ≈ 97% of tokens are near-deterministic, so the clip fraction over all tokens hides what clipping does)
+# a token is "uncertain" when its old probability is below 0.9: the tokens where a ratio can move (in the tiny
+# world ≈ 97% of tokens are near-deterministic, so the clip fraction over all tokens hides what clipping does)
 UNCERTAIN_LOGP = math.log(0.9)
 
 
 @dataclass(frozen=True)
 class LossConfig:
-    """The objective's settings, fixed for a run (the trainer builds one from algo.*): the ratio variant and its
-    α, the clip range ε_low/ε_high and dual-clip c, the loss aggregation, the KL penalty's β and estimator, and
-    the clamp of every log-ratio."""
+    """The objective's settings, fixed for a run (the trainer builds one from algo.*): the ratio variant and
+    its α, the clip range ε_low/ε_high and dual-clip c, the loss aggregation, the KL penalty's β and
+    estimator, and the clamp of every log-ratio."""
     ratio_variant: str = "plain"
     alpha: float = 1.0
     eps_low: float = 0.2
@@ -402,7 +410,8 @@ class LossConfig:
     clamp: float = 20.0
 
 
-def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, cfg: LossConfig = LossConfig(),
+def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
+                cfg: LossConfig = LossConfig(),
                 *, ref_logp: Optional[Tensor] = None, is_anchor: Optional[Tensor] = None,
                 normalizer: Optional[Union[Number, Tensor]] = None):
     """Full policy loss: ratio_and_clip_range → clipped_surrogate → + kl_coef·kl_penalty → aggregate_loss.
@@ -416,15 +425,16 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
                            kl_coef·kl_penalty and micro-batch values add up); kl_penalty is reported
                            whenever ref_logp is given, else 0
       clipfrac, clipfrac_low, clipfrac_high, dualclip_frac, ratio_mean (masked token means),
-      uncertain_frac, clipfrac_and_uncertain (masked token means; uncertain: πθold < 0.9, see clipped_surrogate),
+      uncertain_frac, clipfrac_and_uncertain (masked token means; uncertain: πθold < 0.9,
+      see clipped_surrogate),
       ppo_kl               masked token mean of log πθold − log πθ.
     """
     kl_coef, kl_estimator, loss_agg, clamp = cfg.kl_coef, cfg.kl_estimator, cfg.loss_agg, cfg.clamp
     if kl_coef != 0.0 and ref_logp is None:
         raise ValueError("policy_loss with kl_coef != 0 needs ref_logp")
-    ratio, el, eh = ratio_and_clip_range(cfg.ratio_variant, logp, old_logp, ref_logp=ref_logp, alpha=cfg.alpha,
-                                         eps_low=cfg.eps_low, eps_high=cfg.eps_high, is_anchor=is_anchor,
-                                         clamp=clamp)
+    ratio, el, eh = ratio_and_clip_range(cfg.ratio_variant, logp, old_logp, ref_logp=ref_logp,
+                                         alpha=cfg.alpha, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+                                         is_anchor=is_anchor, clamp=clamp)
     pg, stats = clipped_surrogate(ratio, advantages, mask, el, eh, dual_clip_c=cfg.dual_clip_c,
                                   uncertain=old_logp.detach() < UNCERTAIN_LOGP)
     pg_loss = aggregate_loss(pg, mask, loss_agg, normalizer)

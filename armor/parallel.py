@@ -132,9 +132,16 @@ def copy_local_shards(dst, src) -> None:
         local(sd[k]).copy_(local(ss[k]))
 
 
-def check_world_size(cfg, world_size: int, rollout_shards: int) -> None:
-    """What several ranks need of a run's config (before any work): float32 master weights, mini-batches and
-    rollout shards that divide over the ranks. Each failure names the key and its value."""
+def ranks_per_engine(cfg) -> int:
+    """Consecutive ranks that are one rollout engine: rollout.tensor_parallel_size with vLLM, else 1."""
+    return cfg.rollout.tensor_parallel_size if cfg.rollout.engine == "vllm" else 1
+
+
+def check_world_size(cfg, world_size: int, rollout_shards: int, ranks_per_node: int | None = None) -> None:
+    """What several ranks need of a run's config (before any work): float32 master weights, mini-batches that
+    divide over the ranks, engines (rollout.tensor_parallel_size consecutive ranks, within a node) that divide
+    the ranks per node and the world, rollout shards that divide over the engines. Each failure names the key
+    and its value."""
     if world_size > 1 and cfg.model.dtype != "float32":
         raise ValueError(f"model.dtype: {cfg.model.dtype!r}: with several ranks the policy's sharded parameters "
                          "are its master weights and must be float32; parallel.compute_dtype: bfloat16 "
@@ -144,5 +151,9 @@ def check_world_size(cfg, world_size: int, rollout_shards: int) -> None:
         raise ValueError(f"batch.mini_batch_prompts: {cfg.batch.mini_batch_prompts} prompts x batch.group_size "
                          f"{cfg.batch.group_size} = {per_mini} responses per mini-batch, not divisible by the "
                          f"world size {world_size}")
-    if rollout_shards % world_size:
-        raise ValueError(f"rollout.shards: {rollout_shards} is not a multiple of the world size {world_size}")
+    k = ranks_per_engine(cfg)
+    from common.rollout.vllm_engine import check_tensor_parallel     # no vllm import: a plain check
+    check_tensor_parallel(k, world_size, world_size if ranks_per_node is None else ranks_per_node)
+    if rollout_shards % (world_size // k):
+        raise ValueError(f"rollout.shards: {rollout_shards} is not a multiple of the number of engines "
+                         f"{world_size // k} (world size {world_size} / rollout.tensor_parallel_size {k})")

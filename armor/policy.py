@@ -19,8 +19,8 @@ class TokenBatch:
     prompt_len: int
 
     def to(self, device):
-        return TokenBatch(self.input_ids.to(device), self.attention_mask.to(device), self.position_ids.to(device),
-                          self.response_mask.to(device), self.prompt_len)
+        return TokenBatch(self.input_ids.to(device), self.attention_mask.to(device),
+                          self.position_ids.to(device), self.response_mask.to(device), self.prompt_len)
 
     def rows(self, idx) -> "TokenBatch":
         return TokenBatch(self.input_ids[idx], self.attention_mask[idx], self.position_ids[idx],
@@ -65,7 +65,8 @@ def make_token_batch(prompt_ids: list[list[int]], response_ids: list[list[int]],
 def _token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float, with_entropy: bool):
     """log softmax(logits / T) at `ids`, and the entropy H = -Σ_v p_v log p_v (no grad).
 
-    logits: [N, T, V] (any float dtype; computed in fp32), ids: [N, T] -> logp [N, T], entropy [N, T] | None."""
+    logits: [N, T, V] (any float dtype; computed in fp32), ids: [N, T] -> logp [N, T], entropy [N, T] |
+    None."""
     logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
     logp = logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
     if not with_entropy:
@@ -74,15 +75,16 @@ def _token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float,
         return logp, -(logp_all.exp() * logp_all).sum(-1)
 
 
-def chunked_logprobs(hidden: torch.Tensor, lm_head: torch.nn.Module, ids: torch.Tensor, temperature: float = 1.0,
-                     with_entropy: bool = False, chunk_tokens: int = 1024):
+def chunked_logprobs(hidden: torch.Tensor, lm_head: torch.nn.Module, ids: torch.Tensor,
+                     temperature: float = 1.0, with_entropy: bool = False, chunk_tokens: int = 1024):
     """Per-token log-probs from the last hidden states, `chunk_tokens` token positions at a time.
 
     hidden: [N, R, H] (the states that predict each response token), ids: [N, R] -> logp [N, R], entropy
-    [N, R] | None. Equal to log_softmax(lm_head(hidden) / T) gathered at ids, but the N x R positions are taken
-    as one flat sequence and only one [chunk_tokens, V] block of logits exists at a time, however many rows
-    the micro-batch has; with gradients each chunk is recomputed in backward (torch.utils.checkpoint), so the
-    extra memory is bounded by the chunk, not by N x R x V (at V = 152,064 one fp32 [8192, V] block is 4.6 GiB)."""
+    [N, R] | None. Equal to log_softmax(lm_head(hidden) / T) gathered at ids, but the N x R positions are
+    taken as one flat sequence and only one [chunk_tokens, V] block of logits exists at a time, however many
+    rows the micro-batch has; with gradients each chunk is recomputed in backward (torch.utils.checkpoint), so
+    the extra memory is bounded by the chunk, not by N x R x V (at V = 152,064 one fp32 [8192, V] block is 4.6
+    GiB)."""
     from torch.utils.checkpoint import checkpoint
     N, R = ids.shape
     flat_h, flat_ids = hidden.reshape(N * R, hidden.shape[-1]), ids.reshape(N * R)
@@ -98,7 +100,8 @@ def chunked_logprobs(hidden: torch.Tensor, lm_head: torch.nn.Module, ids: torch.
     return logp, (torch.cat(ents).view(N, R).clone() if with_entropy else None)
 
 
-CHUNKED_METHOD = "armor_chunked_logprobs"   # the name parallel.shard_model registers as an FSDP2 forward method
+# the name parallel.shard_model registers as an FSDP2 forward method
+CHUNKED_METHOD = "armor_chunked_logprobs"
 
 
 def _chunked_response_logprobs(model, input_ids, attention_mask, position_ids, prompt_len: int,
@@ -108,8 +111,8 @@ def _chunked_response_logprobs(model, input_ids, attention_mask, position_ids, p
     final norm and the lm_head, around it, as it does around `forward`)."""
     hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                               use_cache=False).last_hidden_state
-    return chunked_logprobs(hidden[:, prompt_len - 1:-1], model.get_output_embeddings(), input_ids[:, prompt_len:],
-                            temperature, with_entropy, chunk_tokens)
+    return chunked_logprobs(hidden[:, prompt_len - 1:-1], model.get_output_embeddings(),
+                            input_ids[:, prompt_len:], temperature, with_entropy, chunk_tokens)
 
 
 def attach_chunked_logprobs(model) -> str:

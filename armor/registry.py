@@ -13,8 +13,8 @@ class with the trainer's vocabulary of needs. NEEDS: "reference" (πref's log-pr
 "anchors" (anchor rollout, algo.anchor.enabled), "teacher" (a distillation teacher). Config validation
 (armor.config.validate) refuses a value its registry does not hold and a variant whose needs the config does
 not meet, before any work; the trainer asks the registry whether πref's log-probs are needed.
-tests/unit/test_registry.py ties every config choice to its registry, so a variant added to one but not the other
-fails there.
+tests/unit/test_registry.py ties every config choice to its registry, so a variant added to one but not the
+other fails there.
 """
 from __future__ import annotations
 

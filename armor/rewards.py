@@ -1,4 +1,5 @@
-"""Outcome reward and DAPO overlong reward shaping (ARMOR paper §3).  All tensors are [N] (one per response)."""
+"""Outcome reward and DAPO overlong reward shaping (ARMOR paper §3).  All tensors are [N] (one per
+response)."""
 from __future__ import annotations
 
 import torch

@@ -17,7 +17,9 @@ from armor.config import FOREIGN_SECTIONS, RunConfig, dump_config, load_config, 
 from common.jsonl import append_jsonl, read_jsonl, write_json_atomic, write_jsonl
 
 # keys of config.yaml that a rerun may change without invalidating the checkpoints
-RESUME_MUTABLE = {"threads", "device", "schedule.total_steps", "schedule.keep_last", "reward.grader_workers",
+RESUME_MUTABLE = {"threads", "device", "schedule.total_steps", "schedule.keep_last", "schedule.keep_steps",
+                  "schedule.keep_best_window", "schedule.export_dtype", "schedule.stop_signals",
+                  "reward.grader_workers",
                   "validation.max_problems", "output_dir", "model.display_name", "rollout.enforce_eager",
                   "rollout.max_logprob_mismatch", "rollout.max_steps_without_kept"}
 # prefixes of such keys: other tools' sections are not the trainer's (FOREIGN_SECTIONS), logging only says where

@@ -10,12 +10,14 @@
     UpdateBatch      the kept groups as one token batch with rewards' advantages (N = groups x G rows)
     MinibatchPlan    the step's mini-batches and this rank's micro-batches of each
     FrozenLogprobs   θold's / πref's log-probs, entropy and token advantages, fixed for the step
+    mode_classifier  logging.answer_modes -> the classifier; mode_shares: the step's mode_<m> metrics
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
 import hashlib
+import importlib
 from array import array
 from dataclasses import dataclass
 
@@ -82,6 +84,8 @@ class RolloutStats:
     ref_samples: int = 0
     shortfall: int = 0
     probe: list = dataclasses.field(default_factory=list)
+    modes: list = dataclasses.field(default_factory=list)          # on-policy samples' modes (logging.answer_modes)
+    anchor_modes: list = dataclasses.field(default_factory=list)   # kept anchors' modes
 
     def add(self, on: Samples, prompt_ids: list, probe_rows: int = 0) -> None:
         """Count a round's on-policy samples (and keep its first `probe_rows` as the probe)."""
@@ -101,6 +105,29 @@ class RolloutStats:
 
 
 PROBE_ROWS = 16
+
+
+def mode_classifier(spec: str):
+    """The classifier logging.answer_modes names ("module:function"): (problem, response) -> a mode name, with
+    a `modes` attribute (the names it returns, in logging order)."""
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        raise ValueError("is not \"module:function\"")
+    fn = getattr(importlib.import_module(module), name)
+    modes = getattr(fn, "modes", None)
+    if not callable(fn) or not modes or not all(isinstance(m, str) and m.isidentifier() for m in modes):
+        raise ValueError("is not a callable with a `modes` attribute of names")
+    return fn
+
+
+def mode_shares(labels: list, modes, prefix: str) -> dict:
+    """{prefix + m: share of m among labels} for every m of modes (a label outside them raises); None shares
+    when there are no labels (a step without anchors)."""
+    unknown = set(labels) - set(modes)
+    if unknown:
+        raise ValueError(f"mode classifier returned {sorted(unknown)}, not in its modes {list(modes)}")
+    n = len(labels)
+    return {f"{prefix}{m}": (labels.count(m) / n if n else None) for m in modes}
 
 
 @dataclass

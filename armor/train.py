@@ -97,13 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     if hint:
         print(f"error: {hint}", file=sys.stderr)
         return 2
-    from armor.trainer import train
+    from armor.trainer import Trainer
     try:
-        train(cfg)
+        trainer = Trainer(cfg)
+        trainer.fit()
     except (FileNotFoundError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return 0
+    # stopped by a signal after saving (armor.stop): exit as a process killed by it reports, for the requeue
+    return 128 + trainer.stopped if trainer.stopped is not None else 0
 
 
 if __name__ == "__main__":

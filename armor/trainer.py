@@ -12,7 +12,8 @@ One RL step (`train_step`):
   4. `_optimize`: μ mini-batch updates of the objective (armor.objectives.policy_loss: plain / mixed /
      static-clip / off-policy ratio, clip-higher + dual-clip, optional β·KL), AdamW, warm-up, gradient clipping
   5. `maybe_reset_reference`: every τ steps (until a given step) θref <- θ
-  6. the metrics row (armor.health stops a run computing garbage); validation and a checkpoint every k steps
+  6. the metrics row (armor.health stops a run computing garbage); validation and a checkpoint every k steps;
+     a stop signal (armor.stop: SLURM's time-limit warning, preemption) saves the step and leaves for a requeue
 The mathematics lives in armor.objectives / advantages / anchors / rewards; the models, the engine and the
 checkpoints in armor.models; how a step splits over ranks in armor.spmd (every call here is the same on any
 world size). This file orchestrates.
@@ -28,7 +29,7 @@ import warnings
 import torch
 
 from armor import checkpoint as ckpt
-from armor import faults, health, microbatch, parallel, run_folder
+from armor import faults, health, microbatch, parallel, run_folder, stop
 from armor.advantages import group_advantages
 from armor.anchors import anchor_keep, assemble_anchor_groups, dynamic_sampling_keep
 from armor.config import RunConfig, needs_reference_logprobs
@@ -41,6 +42,7 @@ from armor.policy import make_token_batch
 from armor.rewards import shaped_reward
 from armor.spmd import call_seed, global_masked_mean, sharded_map
 from armor.step_state import (PROBE_ROWS, FrozenLogprobs, Group, MinibatchPlan, PhaseTimes, RolloutStats, Samples,
+                              mode_classifier, mode_shares,
                               SeedPhase, UpdateBatch, engine_logprobs, step_seed)
 from common.distributed import Dist
 from common.grading import Grader
@@ -74,13 +76,19 @@ class Trainer:
             torch.set_num_threads(cfg.threads or int(os.environ["ARMOR_THREADS"]))
         self.dist = Dist.from_env(cfg.device, timeout_s=cfg.parallel.timeout_s)   # world size 1 without torchrun
         self.device = self.dist.device
-        self.shards = cfg.rollout.shards or self.dist.world_size
-        parallel.check_world_size(cfg, self.dist.world_size, self.shards)
+        self.ranks_per_engine = parallel.ranks_per_engine(cfg)    # > 1: a tensor-parallel vLLM engine
+        self.shards = cfg.rollout.shards or self.dist.world_size // self.ranks_per_engine
+        parallel.check_world_size(cfg, self.dist.world_size, self.shards,
+                                  int(os.environ.get("LOCAL_WORLD_SIZE", self.dist.world_size)))
         self.tokenizer = load_tokenizer(cfg.model.path)
         self.pad_id = self.tokenizer.pad_token_id
         self.stream = PromptStream(self.prompts, cfg.seed, cfg.data.shuffle)
+        # logging.answer_modes: the modes of the step's samples and anchors (decoded text; no draw, no update)
+        self.classify = mode_classifier(cfg.logging.answer_modes) if cfg.logging.answer_modes else None
         self.step = 0
         self.best_val: tuple[float, int] | None = None
+        self.val_curve: list[tuple[int, float]] = []     # (step, value) of the first validation set
+        self.stopped: int | None = None                  # the signal that stopped the run for a requeue
         self._prompt_cache: dict[int, list[int]] = {}
         self._started = False
 
@@ -124,11 +132,13 @@ class Trainer:
         self.stream.load_state_dict(state["data"])
         self.step = state["step"]
         self.best_val = state.get("best_val")
+        self.val_curve = [tuple(x) for x in state.get("val_curve", [])]
         self.health.load_state_dict(state.get("health", {}))
         if state.get("shards", 1) != self.shards:
             warnings.warn(f"{self.run_dir}: the run sampled in {state.get('shards', 1)} rollout shard(s) and now "
-                          f"samples in {self.shards} (rollout.shards, default the world size): from here on its "
-                          "samples differ from an uninterrupted run's; set rollout.shards to keep them",
+                          f"samples in {self.shards} (rollout.shards, default the number of engines): from "
+                          "here on its samples differ from an uninterrupted run's; set rollout.shards to "
+                          "keep them",
                           stacklevel=2)
 
     def prompt_ids(self, p) -> list[int]:
@@ -151,7 +161,8 @@ class Trainer:
             ro = self._generate(which, [pids[i] for i in idx], n, call_seed(seed, s, self.shards), tm)
             correct = self._grade(ro.texts, [golds[idx[j]] for j in ro.prompt_index], tm)
             return ro.response_ids, correct, engine_logprobs(ro)
-        parts = [p for p in sharded_map(self.dist, self.shards, len(pids), work) if p is not None]
+        parts = [p for p in sharded_map(self.dist, self.shards, len(pids), work, self.ranks_per_engine)
+                 if p is not None]
         responses, correct = [x for p in parts for x in p[0]], [x for p in parts for x in p[1]]
         # the shaped reward of every response, once: +1/-1 and DAPO's overlong shaping
         rewards = shaped_reward(torch.tensor(correct, dtype=torch.bool),
@@ -199,6 +210,8 @@ class Trainer:
             on = self._sample_round("policy", pids, [p.answer for p in prompts], n_on, seed, tm)
             faults.point("sample", self.step + 1)
             stats.add(on, pids, probe_rows=PROBE_ROWS if rnd == 0 else 0)
+            if self.classify is not None:
+                stats.modes += self._modes([prompts[j // n_on] for j in range(len(on.responses))], on.responses)
             on_correct = torch.tensor(on.correct, dtype=torch.float32).view(len(prompts), n_on)
             anchors = [None] * len(prompts)
             if a.distill.mode == "opd":
@@ -212,6 +225,8 @@ class Trainer:
             for i in range(len(prompts)):
                 if keep[i] and len(kept) < B:
                     kept.append(Group.of(pids[i], prompts[i].answer, on.prompt(i), anchors[i]))
+                    if self.classify is not None and anchors[i] is not None:
+                        stats.anchor_modes += self._modes([prompts[i]], anchors[i].responses)
         if len(kept) < B:
             msg = (f"step {self.step}: kept {len(kept)} of {B} prompts after rollout.max_rounds="
                    f"{cfg.rollout.max_rounds} rounds ({stats.prompts_drawn} drawn)")
@@ -219,6 +234,11 @@ class Trainer:
                 raise RuntimeError(msg + "; raise rollout.max_rounds or set rollout.on_shortfall=proceed")
             stats.shortfall = B - len(kept)
         return kept
+
+    def _modes(self, prompts: list, responses: list) -> list[str]:
+        """The mode (logging.answer_modes) of each response to the prompt beside it, on the decoded text."""
+        texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        return [self.classify(p.problem, t) for p, t in zip(prompts, texts)]
 
     def _anchor_rollout(self, prompts, pids, on_correct: torch.Tensor, need: int, rnd: int, tm: PhaseTimes,
                         stats: RolloutStats) -> tuple[torch.Tensor, list]:
@@ -263,6 +283,10 @@ class Trainer:
         row = {"step": self.step + 1, **stats.metrics(), "prompts_kept": len(groups), "rounds": stats.rounds,
                "anchors": sum(sum(g.is_anchor) for g in groups), "ref_samples": stats.ref_samples,
                "shortfall": stats.shortfall}
+        if self.classify is not None:
+            row.update(mode_shares(stats.modes, self.classify.modes, "mode_"))
+            if self.cfg.algo.anchor.enabled:
+                row.update(mode_shares(stats.anchor_modes, self.classify.modes, "anchor_mode_"))
         row.update(self.update(groups, tm) if groups else self._probe_mismatch(stats.probe))
         row["lr"] = self.scheduler.get_last_lr()[0]
         with warnings.catch_warnings():   # a step that kept no prompt made no optimizer.step(): still one RL step
@@ -441,15 +465,17 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ validation
     @torch.no_grad()
-    def validate(self) -> list[dict]:
+    def validate(self, seed: int | None = None) -> list[dict]:
         """avg@k of the policy on each validation set: shard s of the problems seeded on its own, gathered
-        (armor.spmd; one shard: one call with the step's validation seed)."""
+        (armor.spmd; one shard: one call with the step's validation seed, or `seed` when given: the noise
+        floor's re-validations of fixed weights)."""
         v = self.cfg.validation
         rows = []
         for name, problems in self.val_sets.items():
             params = SamplingParams(n=v.samples, temperature=v.temperature, top_p=v.top_p,
                                     max_new_tokens=self.cfg.lengths.max_response,
-                                    seed=step_seed(self.cfg.seed, self.step, SeedPhase.VALIDATION))
+                                    seed=step_seed(self.cfg.seed, self.step, SeedPhase.VALIDATION)
+                                    if seed is None else seed)
             self.models.serve("policy")         # a collective on several ranks: before the shards
 
             def work(idx, s, problems=problems, params=params):
@@ -457,7 +483,8 @@ class Trainer:
                 return [(r.correct, r.length) for r in sample_and_grade(
                     self.models.engine, self.tokenizer, [problems[i] for i in idx], self.cfg.data.prompt_template,
                     sp, self.grader)]
-            recs = [x for part in sharded_map(self.dist, self.shards, len(problems), work) if part for x in part]
+            parts = sharded_map(self.dist, self.shards, len(problems), work, self.ranks_per_engine)
+            recs = [x for part in parts if part for x in part]
             correct = torch.tensor([c for c, _ in recs], dtype=torch.float32).view(len(problems), v.samples)
             value = float(avg_at_k(correct))
             faults.point("validate", self.step)
@@ -467,21 +494,34 @@ class Trainer:
                          "response_length": sum(n for _, n in recs) / len(recs)})
         if rows:
             score = rows[0]["value"]
+            self.val_curve.append((self.step, score))
             if self.best_val is None or score > self.best_val[0]:
                 self.best_val = (score, self.step)
         return rows
 
     # ------------------------------------------------------------------------------------ checkpoints
+    def scheduled(self, step: int) -> bool:
+        """Whether the schedule saves `step`: every save_every steps, the last step and schedule.keep_steps."""
+        s = self.cfg.schedule
+        return step % s.save_every == 0 or step == s.total_steps or step in s.keep_steps
+
     def protected_steps(self) -> set[int]:
-        """Checkpoints never pruned: schedule.keep_steps and the best validation's (armor.models keeps πref's)."""
-        return set(self.cfg.schedule.keep_steps) | ({self.best_val[1]} if self.best_val is not None else set())
+        """Checkpoints never pruned: schedule.keep_steps, and every saved step that may still be the best
+        validation (smoothed over schedule.keep_best_window points; armor.models keeps πref's)."""
+        s = self.cfg.schedule
+        saved = {x for x, _ in self.val_curve if x >= 1 and self.scheduled(x)}     # step 0: no checkpoint
+        best = ckpt.best_candidates(self.val_curve, saved, s.keep_best_window)
+        if s.keep_best_window and self.best_val is not None:
+            best.add(self.best_val[1])
+        return set(s.keep_steps) | best
 
     def save(self) -> None:
         """The step's checkpoint (armor.models.Models.save) with the trainer's state beside the weights."""
         state = {"scheduler": self.scheduler.state_dict(), "data": self.stream.state_dict(),
-                 "best_val": self.best_val, "shards": self.shards, "health": self.health.state_dict()}
+                 "best_val": self.best_val, "val_curve": self.val_curve, "shards": self.shards,
+                 "health": self.health.state_dict()}
         self.models.save(self.run_dir, self.step, self.optimizer, state, self.cfg.schedule.keep_last,
-                         self.protected_steps())
+                         self.protected_steps(), self.scheduled)
 
     # ------------------------------------------------------------------------------------------- loop
     def fit(self):
@@ -492,17 +532,22 @@ class Trainer:
         self.start()
         # metrics.jsonl, validation.jsonl, TensorBoard / W&B and DONE: rank 0 writes, the others do nothing
         out = run_folder.RunWriter(cfg, rd, enabled=self.dist.is_main)
+        stopper = stop.StopRequest(cfg.schedule.stop_signals)
         try:
-            self._fit(out)
+            self._fit(out, stopper)
         finally:
+            stopper.close()
             out.close()
         self.grader.close()
+        if self.stopped is not None:            # saved for a requeue: not DONE
+            self.dist.barrier()
+            return rd
         faults.point("done", self.step)
         out.done({"steps": self.step, "best_validation": self.best_val})
         self.dist.barrier()
         return rd
 
-    def _fit(self, out: "run_folder.RunWriter") -> None:
+    def _fit(self, out: "run_folder.RunWriter", stopper: "stop.StopRequest") -> None:
         from tqdm.auto import tqdm
         cfg, s = self.cfg, self.cfg.schedule
         if self.step == 0 and s.validate_every > 0 and cfg.validation.at_start:
@@ -518,8 +563,13 @@ class Trainer:
                 for r in self.validate():
                     out.validation(r)
                     last_val = r["value"]
-            if self.step % s.save_every == 0 or self.step == s.total_steps:
+            self.stopped = stopper.agreed(self.dist)      # a stop signal on any rank: save this step, leave
+            if self.scheduled(self.step) or self.stopped is not None:
                 self.save()
+            if self.stopped is not None:
+                print(f"{self.run_dir}: stopped by signal {self.stopped} after saving step {self.step}; "
+                      "rerun to resume", flush=True)
+                break
             bar.update(1)
             bar.set_postfix(acc=f"{row['accuracy']:.3f}", val="-" if last_val is None else f"{last_val:.3f}",
                             kept=row["prompts_kept"])

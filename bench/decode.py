@@ -3,8 +3,9 @@
     python -m bench.decode [--world DIR] [--rows 32,64,128,256] [--new-tokens 48] [--reps 5] [--threads 1]
 
 Both decoders sample the same rows from the same prompts with the same seed (so the same tokens, see
-tests/integration/test_rollout.py), interleaved rep by rep so that they see the same machine load; the figure is the median
-wall time of a whole `generate` call. Default model: the tiny world's base model (`runs/tiny/world`).
+tests/integration/test_rollout.py), interleaved rep by rep so that they see the same machine load; the figure
+is the median wall time of a whole `generate` call. Default model: the tiny world's base model
+(`runs/tiny/world`).
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WORLD = ROOT / "runs" / "tiny" / "world"
 
 
-def measure(model_dir: Path, prompts_file: Path, rows: list[int], new_tokens: int, reps: int, n: int = 8) -> list[dict]:
+def measure(model_dir: Path, prompts_file: Path, rows: list[int], new_tokens: int, reps: int,
+            n: int = 8) -> list[dict]:
     from common.models import load_model, load_tokenizer
     from common.rollout import SamplingParams
     from common.rollout.hf import HFEngine
@@ -29,9 +31,11 @@ def measure(model_dir: Path, prompts_file: Path, rows: list[int], new_tokens: in
 
     tok = load_tokenizer(str(model_dir))
     model = load_model(str(model_dir), "float32", torch.device("cpu"))
-    problems = [json.loads(line)["problem"] for line in prompts_file.read_text().splitlines()[: max(rows) // n + 1]]
+    problems = [json.loads(line)["problem"]
+                for line in prompts_file.read_text().splitlines()[: max(rows) // n + 1]]
     prompt_ids = [encode_prompt(tok, p, "plain") for p in problems]
-    engines = {"static": HFEngine(model, tok, static_cache=True), "generic": HFEngine(model, tok, static_cache=False)}
+    engines = {"static": HFEngine(model, tok, static_cache=True),
+               "generic": HFEngine(model, tok, static_cache=False)}
     out = []
     for r in rows:
         times = {k: [] for k in engines}
@@ -50,7 +54,8 @@ def measure(model_dir: Path, prompts_file: Path, rows: list[int], new_tokens: in
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.decode", description=__doc__.split("\n")[0])
-    ap.add_argument("--world", default=str(DEFAULT_WORLD), help="toy world folder (base_model/, data/train.jsonl)")
+    ap.add_argument("--world", default=str(DEFAULT_WORLD),
+                    help="toy world folder (base_model/, data/train.jsonl)")
     ap.add_argument("--rows", default="32,64,128,256", help="responses per generate call (n = 8 per prompt)")
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--reps", type=int, default=5)

@@ -11,16 +11,25 @@ weights, bf16 compute, activation checkpointing) in a one-rank process group. Ph
 peak memory (CUDA: max_memory_allocated, reset per phase; CPU: the process's peak resident growth):
   logprobs_full     no-grad log-probs of the batch with the full-vocabulary log-softmax
   logprobs_chunked  the same, `--chunk` positions at a time (batch.logprob_chunk_tokens); max |Δ| to the full
-  update            `--steps` updates (chunked log-probs, policy loss, backward, clip, AdamW): tokens/s and the
-                    model FLOPs utilisation, 6·N·tokens (+ attention) per second over `--peak-tflops`
-  checkpoint        the full state dict and the optimizer's full state gathered, the weights written (safetensors)
-  vllm              bench.vllm_check on the saved folder, on a GPU platform only (torch.cuda.is_available()),
+  update_first      the first update (chunked log-probs, policy loss, backward, clip, AdamW): cold (kernel
+                    selection, AdamW's state allocated), so it is timed apart and not in the figures
+  update            `--steps` warm updates after it: tokens/s and the model FLOPs utilisation, 6·N·tokens
+                    (+ attention) per second over `--peak-tflops`
+  save              the trainer's own save (armor.models.Models.save on a one-rank group, its several-rank
+                    path: each rank's shards of the weights and AdamW state, the HF export rank 0 writes)
+  resume            the trainer's own resume from it (Models._load_sharded from the step's shards,
+                    Models.restore_optimizer); `resume_exact`: the weights and AdamW state read back equal
+                    the saved ones (a pass/fail check)
+  vllm              bench.vllm_check on the saved HF export, on a GPU platform only (torch.cuda.is_available),
                     in bfloat16: dummy load, push, generate, swap to the reference and back, sleep/wake;
                     tokens/s, push seconds, log-prob mismatch to HF and its bound, `vllm_ok`. `--vllm-cpu`
                     runs its CPU form (vLLM's CPU build: float32, enforce_eager; tests/vllm_real). Else (no
                     GPU, or vllm not importable) a line saying why it was skipped
-The report's "ok" is whether every pass/fail check that ran passed (vllm_ok when the vLLM part ran; None when
-none ran); a failed check exits 1.
+The report's "ok" is whether every pass/fail check that ran passed (resume_exact, and vllm_ok when the vLLM
+part ran); a failed check exits 1. The report's "figures" (also printed as one JSON line, `figures {...}`) are
+what a plan's throughput assumption can take: warm training tokens/s per GPU and MFU (at `--layers` layers of
+the 7B's widths: MFU carries over to the whole model, tokens/s does not), seconds per save and per resume and
+the GiB a save writes (of this model: scale by parameters).
 """
 from __future__ import annotations
 
@@ -38,6 +47,7 @@ from armor import parallel
 from armor.memory import KNOWN, ModelShape
 from armor.objectives import policy_loss
 from armor.policy import forward_logprobs, make_token_batch
+from common.distributed import Dist
 
 # head width 32: vLLM's CPU attention takes 32..512 (the --vllm-cpu phase)
 TINY = ModelShape(hidden=64, intermediate=128, layers=2, heads=2, kv_heads=1, head_dim=32, vocab=1000,
@@ -141,37 +151,93 @@ def run(a) -> dict:
     del full
     model.train()
     adv = torch.randn(a.rows, device=device)[:, None].expand_as(mask)
+
+    def update(model=model, opt=opt, batch=batch, old=old):     # (bound now: the names are deleted below)
+        opt.zero_grad(set_to_none=True)
+        logp, _ = forward_logprobs(model, batch, 1.0, chunk_tokens=a.chunk)
+        loss, _ = policy_loss(logp, old, adv, mask, normalizer=mask.sum())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    with Phase(device) as p:            # cold: not in the figures
+        update()
+    phases["update_first"] = p.result
     with Phase(device) as p:
         for _ in range(a.steps):
-            opt.zero_grad(set_to_none=True)
-            logp, _ = forward_logprobs(model, batch, 1.0, chunk_tokens=a.chunk)
-            loss, _ = policy_loss(logp, old, adv, mask, normalizer=mask.sum())
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            update()
     tokens = a.steps * a.rows * seq
     sec = p.result["seconds"]
     flops = flops_per_token(shape, layers, seq) * tokens / sec
-    phases["update"] = {**p.result, "tokens_per_s": tokens / sec, "tflops": flops / 1e12,
+    phases["update"] = {**p.result, "warm_updates": a.steps, "tokens_per_s": tokens / sec,
+                        "tflops": flops / 1e12,
                         "mfu": flops / (a.peak_tflops * 1e12) if device.type == "cuda" else None}
-    folder = Path(a.out) / "model"          # an HF folder of the trained weights (the vLLM part loads it)
-    with Phase(device) as p:
-        from safetensors.torch import save_file
-        from armor.checkpoint import full_optimizer_state
-        weights = {k: v.detach().cpu().contiguous() for k, v in parallel.full_state_dict(model).items()}
-        optim = full_optimizer_state(model, opt)
-        folder.mkdir(parents=True, exist_ok=True)
-        model.config.save_pretrained(folder)
-        save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
-        del optim, weights
-    phases["checkpoint"] = {**p.result, "gib_written": (folder / "model.safetensors").stat().st_size / 2 ** 30}
-    report["phases"] = phases
-    del model, opt, batch, old, chunked, logp, loss       # the GPU back for the engine
+    saved, checks = save_and_resume(model, opt, Path(a.out), device, report["compute_dtype"], phases)
+    report["phases"], report["checks"] = phases, checks
+    u, sv, rs = phases["update"], phases["save"], phases["resume"]
+    report["figures"] = {"device": report["device"], "widths": report["model"]["widths"], "layers": layers,
+                         "params": n_params, "sequence_tokens": seq,
+                         "tokens_per_s_per_gpu": u["tokens_per_s"],
+                         "mfu": u["mfu"], "save_seconds": sv["seconds"], "save_gib": sv["gib_written"],
+                         "resume_seconds": rs["seconds"]}
+    del model, opt, batch, old, chunked       # the GPU back for the engine
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    report["vllm"] = _vllm(folder, a)
+    report["vllm"] = _vllm(saved, a)
     verdict(report)
     return report
+
+
+class _OneRankGroup(Dist):
+    """This process's one-rank process group taken as a several-rank world (`distributed`), so that the
+    trainer's save and resume take their several-rank path (FSDP2 shards, the HF export rank 0 writes)."""
+
+    @property
+    def distributed(self) -> bool:
+        return True
+
+
+def save_and_resume(model, opt, out: Path, device: torch.device, compute: str, phases: dict) -> tuple:
+    """The trainer's own save (Models.save) and resume (Models._load_sharded, Models.restore_optimizer) of the
+    sharded `model` and its AdamW `opt`, timed into phases["save"] and phases["resume"]. Returns the saved
+    step's HF folder and {"resume_exact": the weights and optimizer state read back equal the saved ones}."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+    from armor import checkpoint as ckpt
+    from armor.config import load_config
+    from armor.models import Models
+    from common.models import load_skeleton
+    folder, run_dir = out / "model", out / "run"   # model/config.json: what the trainer's skeleton reads
+    folder.mkdir(parents=True, exist_ok=True)
+    model.config.save_pretrained(folder)
+    cfg = load_config(Path(__file__).resolve().parents[1] / "reproduce" / "presets" / "qwen25-math-7b.yaml",
+                      [f"model.path={folder}", f"parallel.compute_dtype={compute}", f"device={device.type}"])
+    models = Models(cfg, _OneRankGroup(device=device), None)
+    models.policy, models.skeleton = model, load_skeleton(str(folder))
+    def full(m, o):
+        return ({k: v.detach().cpu().clone() for k, v in parallel.full_state_dict(m).items()},
+                get_optimizer_state_dict(m, o, options=StateDictOptions(full_state_dict=True,
+                                                                        cpu_offload=True)))
+    before = full(model, opt)
+    with Phase(device) as p:
+        models.save(run_dir, 1, opt, {}, None, set())
+    step = ckpt.step_dir(run_dir, 1)
+    phases["save"] = {**p.result, "gib_written": sum(f.stat().st_size for f in step.rglob("*") if f.is_file())
+                      / 2 ** 30}
+    with Phase(device) as p:
+        state = ckpt.load_state(run_dir, 1)
+        resumed = models._load_sharded(str(step), sharded=(step, "model"))
+        opt2 = torch.optim.AdamW(resumed.parameters(), lr=1e-6, weight_decay=0.1)
+        models.policy = resumed
+        models.restore_optimizer(run_dir, 1, state, opt2)
+    phases["resume"] = p.result
+    after = full(resumed, opt2)
+    same_w = before[0].keys() == after[0].keys() and all(torch.equal(before[0][k], after[0][k])
+                                                         for k in before[0])
+    flat = lambda sd: {(k, n): v for k, st in sd["state"].items() for n, v in st.items()}   # noqa: E731
+    b, a = flat(before[1]), flat(after[1])
+    same_o = b.keys() == a.keys() and all(torch.equal(torch.as_tensor(b[k]), torch.as_tensor(a[k]))
+                                          for k in b)
+    del resumed, opt2, before, after
+    return step, {"resume_exact": bool(same_w and same_o)}
 
 
 def _vllm(folder: Path, a) -> dict:
@@ -199,9 +265,9 @@ def _vllm(folder: Path, a) -> dict:
 
 
 def verdict(report: dict) -> None:
-    """report["checks"]: the pass/fail checks that ran (vllm_ok when the vLLM part ran); report["ok"]: all of
-    them passed (None when none ran)."""
-    checks = {}
+    """report["checks"]: the pass/fail checks that ran (resume_exact; vllm_ok when the vLLM part ran);
+    report["ok"]: all of them passed (None when none ran)."""
+    checks = dict(report.get("checks", {}))
     if "vllm_ok" in report["vllm"]:
         checks["vllm_ok"] = report["vllm"]["vllm_ok"]
     report["checks"] = checks
@@ -236,7 +302,7 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--response", type=int, default=8192)
     ap.add_argument("--chunk", type=int, default=1024, help="batch.logprob_chunk_tokens")
-    ap.add_argument("--steps", type=int, default=3, help="timed updates")
+    ap.add_argument("--steps", type=int, default=3, help="timed warm updates (after one untimed first one)")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak (H100/H200: 989)")
     ap.add_argument("--vllm-cpu", action="store_true",
                     help="run the vLLM part without a GPU, in its CPU form (vLLM's CPU build, fp32, eager)")
@@ -249,6 +315,7 @@ def main(argv=None) -> int:
     report = run(a)
     (Path(a.out) / "gpu_check.json").write_text(json.dumps(report, indent=1))
     _print(report)
+    print("figures " + json.dumps(report["figures"]))
     if torch.distributed.is_initialized():         # the vLLM part has torn it down already
         torch.distributed.destroy_process_group()
     return 1 if report["ok"] is False else 0

@@ -148,7 +148,8 @@ def _timeout_cost(n: int, workers: int) -> None:
             t_bad = time.perf_counter() - t
             print(f"timeout cost ({label}, timeout_s={timeout}, {workers} workers): one hard answer "
                   f"adds {t_bad - t_base:+.2f}s wall to a 200-answer batch ({t_base:.2f}s -> {t_bad:.2f}s; "
-                  f"verdict reason: {v[-1].reason}; kills={g.stats['kills']}, respawns={g.stats['respawns']})",
+                  f"verdict reason: {v[-1].reason}; kills={g.stats['kills']}, "
+                  f"respawns={g.stats['respawns']})",
                   flush=True)
 
 
@@ -163,8 +164,9 @@ REPEATED_SLOW = "\\int_0^\\infty e^{-x^{x^{x}}} dx"
 
 
 def shipped_golds() -> list[tuple[str, str, str]]:
-    """(benchmark, gold, answer_type) for every problem of every benchmark file shipped in common/data/benchmarks,
-    read through the registry (its gold extraction); a file registered under two names is read once."""
+    """(benchmark, gold, answer_type) for every problem of every benchmark file shipped in
+    common/data/benchmarks, read through the registry (its gold extraction); a file registered under two names
+    is read once."""
     out, seen = [], set()
     for name, spec in BENCHMARKS.items():
         path = spec.local_path()
@@ -242,7 +244,8 @@ def pathological_set(n: int = 200, seed: int = 0) -> list[PathologicalCase]:
     def other(g: str) -> str:  # another problem's gold
         return next(h for h in normal[rng.randrange(len(normal)):] + normal if h != g)
 
-    makers = [  # (kind, maker of the i-th response of this kind); "normal" makers give (response, gold, correct)
+    # (kind, maker of the i-th response of this kind); "normal" makers give (response, gold, correct)
+    makers = [
         ("tower", lambda i: box(_tower(str(2 + i), 5 + i % 3))),                      # 2^{2^{2^{2^{2}}}}, ...
         ("tower", lambda i: box(_tower(str(10 + i), 4))),                             # 10^{10^{10^{10}}}
         ("tower", lambda i: box(f"10^{{10^{{{5 + i}}}}}")),                           # 10^{10^5}: 10^5 digits
@@ -258,7 +261,8 @@ def pathological_set(n: int = 200, seed: int = 0) -> list[PathologicalCase]:
         ("nesting", lambda i: box("\\sqrt{" * (12 + 6 * i) + "2" + "}" * (12 + 6 * i))),
         ("nesting", lambda i: box("\\{" * (11 + i) + str(i) + "\\}" * (11 + i))),
         ("long", lambda i: box("x" * (100_000 + i))),                                 # a 100 kB answer
-        ("long", lambda i: box("+".join(["1"] * (501 + 100 * i)))),                   # just over 1000 characters
+        # just over 1000 characters
+        ("long", lambda i: box("+".join(["1"] * (501 + 100 * i)))),
         ("long", lambda i: big + f" so the answer is {i}."),                          # 100 kB, no box
         ("long", lambda i: big + box(_tower("3", 5 + i))),                            # 100 kB, then a tower
         ("factorial", lambda i: box(f"(10^{{{6 + i}}})!")),
@@ -270,14 +274,16 @@ def pathological_set(n: int = 200, seed: int = 0) -> list[PathologicalCase]:
         ("digits", lambda i: box("1" * (51 + i) + "^{" + "9" * (50 + i) + "}")),
         ("digits", lambda i: box(f"\\frac{{{'9' * (80 + i)}}}{{{'7' * (80 + i)}}}")),
         ("digits", lambda i: box(f"0.{'3' * (51 + 20 * i)}")),
-        ("digits", lambda i: box(f"{7 + i}^{{{10 ** (5 + i)}}}")),                    # 7^{100000}: 84510 digits
+        # 7^{100000}: 84510 digits
+        ("digits", lambda i: box(f"{7 + i}^{{{10 ** (5 + i)}}}")),
         ("exponents", lambda i: box(" + ".join(f"x^{{{k}}}" for k in range(41 + 10 * i, 0, -1)))),
         ("garbage", lambda i: "\\boxed{\\frac{1}{2" + f" {i}"),                       # truncated final box
         ("garbage", lambda i: "}" * (i % 13 + 1) + "\\boxed{" + "{" * (i % 9 + 1) + str(i)),
         ("garbage", lambda i: ("\\boxed{" * 2000) + str(i)),
         ("garbage", lambda i: box("".join(rng.choice("\\{}^_$()[]&%#~'\"x1 ") for _ in range(120)))),
         ("garbage", lambda i: box("".join(chr(rng.randrange(1, 0x2FFF)) for _ in range(100)))),
-        ("factorial", lambda i: box(f"2^{{{20 + i}!}}")),                                # 2^{20!}: 10^17.9 digits
+        # 2^{20!}: 10^17.9 digits
+        ("factorial", lambda i: box(f"2^{{{20 + i}!}}")),
         ("garbage", lambda i: box(f"\\mathrm{{{i}}}\\%\\%\\%")),
         ("normal", lambda i, g: (box(g), g, True)),                                   # right as given
         ("normal", lambda i, g: (box(reformat(g, rng)), g, True)),                    # right, reformatted
@@ -298,9 +304,10 @@ def pathological_set(n: int = 200, seed: int = 0) -> list[PathologicalCase]:
 def adversarial_strings(n: int = 1000, seed: int = 0, distinct_slow: int = 2) -> list[str]:
     """Adversarial responses: huge exponents, deep nesting, unbalanced braces, 100 kB texts, boxed garbage.
 
-    The tests' adversarial set (tests/unit/test_grading.py grades it). Templates known to make math-verify slow take
-    only ``distinct_slow`` distinct values (the grader grades identical answers once), so the default test stays
-    short; the slow test and the benchmark's second pathological figure use all-distinct strings.
+    The tests' adversarial set (tests/unit/test_grading.py grades it). Templates known to make math-verify
+    slow take only ``distinct_slow`` distinct values (the grader grades identical answers once), so the
+    default test stays short; the slow test and the benchmark's second pathological figure use all-distinct
+    strings.
     """
     rng = random.Random(seed)
     big = "x" * 100_000
@@ -322,7 +329,8 @@ def adversarial_strings(n: int = 1000, seed: int = 0, distinct_slow: int = 2) ->
         lambda i: "\\boxed{" + "(" * (25 + d(i)) + "1" + ")" * (25 + d(i)) + "}",       # slow
         lambda i: "\\boxed{" + "\\frac{1}{" * (20 + d(i)) + "2" + "}" * (20 + d(i)) + "}",
         lambda i: "\\boxed{" + "\\sqrt{" * (40 + d(i)) + "2" + "}" * (40 + d(i)) + "}",
-        lambda i: "\\boxed{\\frac{1}{2" + f" {i}",                                      # unbalanced, truncated
+        # unbalanced, truncated
+        lambda i: "\\boxed{\\frac{1}{2" + f" {i}",
         lambda i: "}" * (i % 13 + 1) + "\\boxed{" + "{" * (i % 9 + 1) + str(i),         # unbalanced
         lambda i: "\\boxed{" + big[: 1000 + i] + "}",                                   # over-long answer
         lambda i: big + f" the answer is {i}",                                          # 100 kB, no box
@@ -365,13 +373,14 @@ def _fmt(v) -> str:
 
 def plausibility_report(workers: int, timeout: float, adversarial: bool = True) -> dict:
     """Print the gold-answer maxima and bounds, the gold self-agreement and the pathological set's grading
-    (wall time on ``workers`` fresh workers, verdict counts by reason), then (``adversarial``) the same for 200
-    all-distinct strings of the tests' adversarial generator; returns the numbers."""
+    (wall time on ``workers`` fresh workers, verdict counts by reason), then (``adversarial``) the same for
+    200 all-distinct strings of the tests' adversarial generator; returns the numbers."""
     golds = shipped_golds()
     maxima = shipped_gold_maxima(golds)
     n_files = len({b for b, _, _ in golds})
     print(f"gold-answer maxima ({len(golds)} golds, {n_files} shipped files): "
-          + ", ".join(f"{k} {_fmt(round(v, 2))} ({b}: {g[:40]!r})" for k, (v, b, g) in maxima.items()), flush=True)
+          + ", ".join(f"{k} {_fmt(round(v, 2))} ({b}: {g[:40]!r})" for k, (v, b, g) in maxima.items()),
+          flush=True)
     print("plausibility bounds (common.grading.BOUNDS): " + ", ".join(
         f"{k} {_fmt(v)} (10^{v - maxima[k][0]:.4g} times the gold max value)" if k.endswith("_log10")
         else f"{k} {_fmt(v)} ({v / maxima[k][0]:.1f}x the gold max)" for k, v in BOUNDS.items()), flush=True)
@@ -390,24 +399,25 @@ def plausibility_report(workers: int, timeout: float, adversarial: bool = True) 
         v = g.grade([c.response for c in cases], [c.gold for c in cases])
         wall = time.perf_counter() - t
         st = {k: g.stats[k] - s0[k] for k in g.stats}
-    print(f"gold self-agreement: {agree['rate']:.4f} ({agree['n'] - len(agree['wrong'])}/{agree['n']} shipped golds "
-          f"boxed and graded correct against themselves; {len(agree['rejected'])} golds rejected by the pre-check "
-          f"alone{': ' + repr(agree['rejected'][:5]) if agree['rejected'] else ''})", flush=True)
+    print(f"gold self-agreement: {agree['rate']:.4f} ({agree['n'] - len(agree['wrong'])}/{agree['n']} "
+          f"shipped golds boxed and graded correct against themselves; {len(agree['rejected'])} golds "
+          f"rejected by the pre-check alone"
+          f"{': ' + repr(agree['rejected'][:5]) if agree['rejected'] else ''})", flush=True)
     reasons = Counter(x.reason for x in v)
     bounds = Counter(x.bound for x in v if x.reason == "implausible")
     unexpected = [(k, c.kind, x.reason) for k, (c, x) in enumerate(zip(cases, v)) if x.correct != c.correct]
     n_normal = sum(c.kind == "normal" for c in cases)
     print(f"pathological set: {len(cases)} responses ({n_normal} normal, "
-          f"{sum(len(c.response) for c in cases) / 1e6:.1f} MB) graded in {wall:.2f}s wall on {workers} workers "
-          f"(timeout_s={timeout}; worker start {setup:.1f}s, not included); target <= 15s: "
+          f"{sum(len(c.response) for c in cases) / 1e6:.1f} MB) graded in {wall:.2f}s wall on {workers} "
+          f"workers (timeout_s={timeout}; worker start {setup:.1f}s, not included); target <= 15s: "
           f"{'met' if wall <= 15 else 'NOT met'}", flush=True)
     print("pathological set verdicts by reason: " + ", ".join(f"{k}={reasons[k]}" for k in sorted(reasons))
           + "; implausible by bound: " + ", ".join(f"{k}={bounds[k]}" for k in sorted(bounds))
           + f"; sent to math-verify {st['pool']}, timeouts {st['timeouts']}, kills {st['kills']}; "
           f"verdicts as expected: {len(cases) - len(unexpected)}/{len(cases)}"
           + (f" (unexpected: {unexpected[:5]})" if unexpected else ""), flush=True)
-    out = {"maxima": maxima, "agreement": agree, "wall": wall, "reasons": dict(reasons), "bounds": dict(bounds),
-           "unexpected": unexpected}
+    out = {"maxima": maxima, "agreement": agree, "wall": wall, "reasons": dict(reasons),
+           "bounds": dict(bounds), "unexpected": unexpected}
     if not adversarial:
         return out
     # the tests' adversarial strings, all distinct: within-bound slow ones (divergent integrals) still reach
@@ -426,11 +436,12 @@ def plausibility_report(workers: int, timeout: float, adversarial: bool = True) 
         vr = g.grade(rep, ["\\frac{3}{7}"] * len(rep))
         rep_wall, rep_calls = time.perf_counter() - t, g.stats["pool"] - s0["pool"]
     ra = Counter(x.reason for x in va)
-    print(f"tests' adversarial strings (adversarial_strings(200, distinct_slow=200)): graded in {adv_wall:.2f}s wall "
-          f"on {workers} workers (timeout_s={timeout}); target <= 15s: {'met' if adv_wall <= 15 else 'NOT met'}; "
+    print(f"tests' adversarial strings (adversarial_strings(200, distinct_slow=200)): graded in "
+          f"{adv_wall:.2f}s wall on {workers} workers (timeout_s={timeout}); target <= 15s: "
+          f"{'met' if adv_wall <= 15 else 'NOT met'}; "
           + ", ".join(f"{k}={ra[k]}" for k in sorted(ra)) + f"; sent to math-verify {sa['pool']}, "
-          f"timeouts {sa['timeouts']}, kills {sa['kills']}; correct verdicts {sum(x.correct for x in va)} (expect 0)",
-          flush=True)
+          f"timeouts {sa['timeouts']}, kills {sa['kills']}; "
+          f"correct verdicts {sum(x.correct for x in va)} (expect 0)", flush=True)
     print(f"one slow answer repeated 12 times ({REPEATED_SLOW}): {rep_wall:.2f}s wall, sent to math-verify "
           f"{rep_calls} time(s), verdicts {dict(Counter(x.reason for x in vr))} (without de-duplication: "
           f"12 calls, ~{12 * rep_wall / max(1, workers):.0f}s if each costs as much)", flush=True)
@@ -473,7 +484,8 @@ def main(argv=None) -> None:
                 if warm and name.startswith("integer"):
                     continue
                 out = subprocess.run([sys.executable, "-m", "bench.grading", "--n", str(args.n),
-                                      "--timeout", str(args.timeout), "--one", f"{workers}|{name}|{int(warm)}"],
+                                      "--timeout", str(args.timeout), "--one",
+                                      f"{workers}|{name}|{int(warm)}"],
                                      capture_output=True, text=True, check=True)
                 m = json.loads(out.stdout.strip().splitlines()[-1])
                 # answers per CPU-second of all grading processes: what an unloaded machine gives per core

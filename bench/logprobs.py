@@ -3,10 +3,10 @@
     python -m bench.logprobs [--vocab 152064] [--hidden 256] [--lengths 2048,4096,8192] [--chunk 256]
 
 Each measurement runs in a fresh subprocess: a [1, R, H] hidden-state leaf and a [V, H] lm_head (Qwen2.5's
-vocabulary by default), log-probs of R sampled tokens (with entropy, as the trainer's first mini-batch computes
-them), then backward of a per-token weighted sum. The figure is the process's peak resident memory above what
-it held once the inputs existed (`ru_maxrss` minus the resident size before the computation): what the
-log-prob computation itself adds. The full path is skipped, with the reason printed, where its estimate
+vocabulary by default), log-probs of R sampled tokens (with entropy, as the trainer's first mini-batch
+computes them), then backward of a per-token weighted sum. The figure is the process's peak resident memory
+above what it held once the inputs existed (`ru_maxrss` minus the resident size before the computation): what
+the log-prob computation itself adds. The full path is skipped, with the reason printed, where its estimate
 (about 4 fp32 [R, V] copies) exceeds the memory available now.
 """
 from __future__ import annotations
@@ -65,18 +65,20 @@ def main(argv=None) -> None:
         mode, length = a.one.split(",")
         print(json.dumps(_one(mode, int(length), a.vocab, a.hidden, a.chunk)))
         return
-    print(f"per-token log-probs + entropy + backward, vocabulary {a.vocab}, hidden {a.hidden}, chunk {a.chunk} "
-          f"tokens, 1 thread; extra peak resident memory (GiB) above the inputs")
+    print(f"per-token log-probs + entropy + backward, vocabulary {a.vocab}, hidden {a.hidden}, chunk "
+          f"{a.chunk} tokens, 1 thread; extra peak resident memory (GiB) above the inputs")
     print(f"{'tokens':>7} {'full':>9} {'chunked':>9}  |grad| full / chunked")
     for length in map(int, a.lengths.split(",")):
         res = {}
         for mode in ("full", "chunked"):
             need = 4 * length * a.vocab * 4 if mode == "full" else 0
             if need and need * 1.1 > _available_bytes():
-                res[mode] = f"skipped: needs ~{need / 2 ** 30:.0f} GiB, {_available_bytes() / 2 ** 30:.0f} GiB free"
+                res[mode] = (f"skipped: needs ~{need / 2 ** 30:.0f} GiB, "
+                             f"{_available_bytes() / 2 ** 30:.0f} GiB free")
                 continue
             out = subprocess.run([sys.executable, "-m", "bench.logprobs", "--one", f"{mode},{length}",
-                                  "--vocab", str(a.vocab), "--hidden", str(a.hidden), "--chunk", str(a.chunk)],
+                                  "--vocab", str(a.vocab), "--hidden", str(a.hidden),
+                                  "--chunk", str(a.chunk)],
                                  capture_output=True, text=True)
             res[mode] = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else \
                 f"failed (rc {out.returncode}): {out.stderr.strip()[-200:]}"

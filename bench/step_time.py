@@ -3,23 +3,24 @@
     python -m bench.step_time [--world DIR] [--steps N] [--warmup W] [--threads T] [--skip-trl] [--json FILE]
 
 One configuration for all three contenders (CPU, float32, the world's base_model): 8 prompts x 8 responses per
-step, at most 48 new tokens, temperature 1 / top_p 1, one optimizer update per step (one pass, one mini-batch),
-binary +1/-1 reward from grading \\boxed{} against the gold answer.
+step, at most 48 new tokens, temperature 1 / top_p 1, one optimizer update per step (one pass, one
+mini-batch), binary +1/-1 reward from grading \\boxed{} against the gold answer.
 
-- DAPO: our Trainer, plain ratio, clip-higher + dual-clip, dynamic sampling OFF (every step does the same work),
-  no KL-to-πref monitor (algo.reference.kl_monitor=false: TRL at beta 0 has no reference model either).
+- DAPO: our Trainer, plain ratio, clip-higher + dual-clip, dynamic sampling OFF (every step does the same
+  work), no KL-to-πref monitor (algo.reference.kl_monitor=false: TRL at beta 0 has no reference model either).
 - ARMOR: our Trainer, Anchor Rollout (7 on-policy + 1 anchor, ref_n = 4 reference samples for the prompts that
   pass the on-policy filter) and the mixed ratio with alpha = 0.875. One generation round per step (the same 8
   prompts as DAPO draws), so a prompt that fails the keep rule is dropped rather than replaced.
-- TRL: GRPOTrainer with the same batch (per_device_train_batch_size = 64, num_generations = 8, generation batch =
-  one step), loss_type "dapo", beta 0, no vLLM, logging off; step time measured by a TrainerCallback.
+- TRL: GRPOTrainer with the same batch (per_device_train_batch_size = 64, num_generations = 8, generation
+  batch = one step), loss_type "dapo", beta 0, no vLLM, logging off; step time measured by a TrainerCallback.
 
-The contenders run interleaved (a TRL step, then a DAPO step, then an ARMOR step, and again), so that on a shared
-machine they see the same load. The CLI sets OMP_WAIT_POLICY=PASSIVE unless the environment gives a value: libgomp's
-default spin-waiting makes 2 threads several times slower than 1 when other processes load the CPU. Figures are
-medians over N steps after W warm-up steps. The trainer's own metrics row supplies our phase times (time_generate /
-time_score / time_logprob / time_update / time_step). tok/s: generate, score and total divide the tokens sampled in
-the step; log-probs and update divide the response tokens of the update batch.
+The contenders run interleaved (a TRL step, then a DAPO step, then an ARMOR step, and again), so that on a
+shared machine they see the same load. The CLI sets OMP_WAIT_POLICY=PASSIVE unless the environment gives a
+value: libgomp's default spin-waiting makes 2 threads several times slower than 1 when other processes load
+the CPU. Figures are medians over N steps after W warm-up steps. The trainer's own metrics row supplies our
+phase times (time_generate / time_score / time_logprob / time_update / time_step). tok/s: generate, score and
+total divide the tokens sampled in the step; log-probs and update divide the response tokens of the update
+batch.
 """
 from __future__ import annotations
 
@@ -72,8 +73,8 @@ def ensure_world(world: str | Path | None) -> Path:
 
 
 # ------------------------------------------------------------------------------------------- our side
-def run_config(world: Path, out_dir: Path, arm: str, *, threads: int, total_steps: int, prompts: int = PROMPTS,
-               group: int = GROUP, max_new_tokens: int = MAX_NEW_TOKENS):
+def run_config(world: Path, out_dir: Path, arm: str, *, threads: int, total_steps: int,
+               prompts: int = PROMPTS, group: int = GROUP, max_new_tokens: int = MAX_NEW_TOKENS):
     """The RunConfig of one arm ("dapo" | "armor") of the benchmark."""
     from armor.config import from_dict
     if arm not in ("dapo", "armor"):
@@ -86,8 +87,8 @@ def run_config(world: Path, out_dir: Path, arm: str, *, threads: int, total_step
         "rollout": {"engine": "hf", "temperature": TEMPERATURE, "top_p": 1.0, "gen_batch_prompts": prompts,
                     "max_rounds": 1, "on_shortfall": "proceed"},
         "lengths": {"max_prompt": 64, "max_response": max_new_tokens, "overlong_buffer": 0},
-        "batch": {"prompts_per_step": prompts, "group_size": group, "mini_batch_prompts": prompts, "epochs": 1,
-                  "micro_batch_responses": prompts * group},
+        "batch": {"prompts_per_step": prompts, "group_size": group, "mini_batch_prompts": prompts,
+                  "epochs": 1, "micro_batch_responses": prompts * group},
         "algo": {"advantage": "grpo", "loss_agg": "token-mean", "dynamic_sampling": False,
                  "clip": {"eps_low": 0.2, "eps_high": 0.28, "dual_clip_c": 10.0},
                  "anchor": {"enabled": armor, "ref_n": REF_N, "lazy": True},
@@ -139,8 +140,10 @@ def summarize_ours(rows: list[dict]) -> dict:
          "response_length": statistics.mean(r["response_length"] for r in rows), "steps": len(rows)}
     # tok/s of the medians of each step's own rate
     rate = lambda tok, t: statistics.median(r[tok] / r[t] if r[t] > 0 else 0.0 for r in rows)  # noqa: E731
-    s["tps"] = {"generate": rate("tokens_generated", "time_generate"), "score": rate("tokens_generated", "time_score"),
-                "logprob": rate("tokens_trained", "time_logprob"), "update": rate("tokens_trained", "time_update"),
+    s["tps"] = {"generate": rate("tokens_generated", "time_generate"),
+                "score": rate("tokens_generated", "time_score"),
+                "logprob": rate("tokens_trained", "time_logprob"),
+                "update": rate("tokens_trained", "time_update"),
                 "total": rate("tokens_generated", "time_step")}
     return s
 
@@ -158,8 +161,8 @@ def run_trl(world: Path, out_dir: Path, *, threads: int, steps: int, warmup: int
             group: int = GROUP, max_new_tokens: int = MAX_NEW_TOKENS, between_steps=None) -> dict:
     """The same step with TRL's GRPOTrainer; time per optimizer step from on_step_begin to on_step_end.
 
-    between_steps(): called after each TRL step, outside its timing (the benchmark runs our steps there, so that
-    all contenders share the same moments of a shared machine's load)."""
+    between_steps(): called after each TRL step, outside its timing (the benchmark runs our steps there, so
+    that all contenders share the same moments of a shared machine's load)."""
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -173,7 +176,8 @@ def run_trl(world: Path, out_dir: Path, *, threads: int, steps: int, warmup: int
     tok = load_tokenizer(str(world / "base_model"))
     model = load_model(str(world / "base_model"), "float32", "cpu")
     prompts_all = load_prompts(str(world / "data" / "train.jsonl"), "problem", "answer")
-    ds = Dataset.from_list([{"prompt": build_messages(p.problem, "plain"), "answer": p.answer} for p in prompts_all])
+    ds = Dataset.from_list([{"prompt": build_messages(p.problem, "plain"), "answer": p.answer}
+                            for p in prompts_all])
     grader = Grader(num_workers=0, mode="boxed")
 
     def boxed_reward(prompts, completions, answer, **kw):
@@ -217,9 +221,10 @@ def run_trl(world: Path, out_dir: Path, *, threads: int, steps: int, warmup: int
 
     n = prompts * group
     args = GRPOConfig(
-        output_dir=str(out_dir), use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False, seed=SEED,
-        per_device_train_batch_size=n, gradient_accumulation_steps=1, num_generations=group,
-        steps_per_generation=1, num_iterations=1, max_steps=warmup + steps, max_completion_length=max_new_tokens,
+        output_dir=str(out_dir), use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
+        seed=SEED, per_device_train_batch_size=n, gradient_accumulation_steps=1, num_generations=group,
+        steps_per_generation=1, num_iterations=1, max_steps=warmup + steps,
+        max_completion_length=max_new_tokens,
         temperature=TEMPERATURE, top_p=1.0, top_k=0, beta=0.0, loss_type="dapo", scale_rewards="group",
         epsilon=0.2, epsilon_high=0.28, learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0,
         weight_decay=0.0, max_grad_norm=1.0, use_vllm=False, report_to="none", logging_strategy="no",
@@ -242,7 +247,8 @@ def run_trl(world: Path, out_dir: Path, *, threads: int, steps: int, warmup: int
             "rest": med(s - g - c for s, g, c in zip(step, gen, sc)), "tokens_generated": med(toks),
             "tps": {"generate": med(t / g if g else 0.0 for t, g in zip(toks, gen)),
                     "total": med(t / s for t, s in zip(toks, step))},
-            "steps": len(step), "optimizer_steps": trainer.state.global_step, "threads_seen": max(timing["threads"])}
+            "steps": len(step), "optimizer_steps": trainer.state.global_step,
+            "threads_seen": max(timing["threads"])}
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -271,15 +277,17 @@ def format_report(res: dict) -> str:
     c, v = res["config"], res["versions"]
     d, a, t = res["dapo"], res["armor"], res.get("trl")
     has_trl = isinstance(t, dict)
-    L = [f"bench.step_time: {c['prompts']} prompts x {c['group']} responses/step, max_new_tokens {c['max_new_tokens']}, "
-         f"T={c['temperature']} top_p=1, 1 optimizer update/step, float32, CPU, torch threads {c['threads']}; "
-         f"medians over {c['steps']} steps after {c['warmup']} warm-up",
+    L = [f"bench.step_time: {c['prompts']} prompts x {c['group']} responses/step, max_new_tokens "
+         f"{c['max_new_tokens']}, T={c['temperature']} top_p=1, 1 optimizer update/step, float32, CPU, torch "
+         f"threads {c['threads']}; medians over {c['steps']} steps after {c['warmup']} warm-up",
          f"  world {c['world']} (base_model: {c['n_params']} parameters)",
-         "  DAPO : our Trainer, plain ratio, clip [0.8, 1.28] + dual-clip 10, token-mean, dynamic sampling off",
-         f"  ARMOR: our Trainer, anchors on ({c['group'] - 1} on-policy + 1 anchor; ref_n {REF_N} reference samples "
-         f"for the prompts passing the on-policy filter), mixed ratio alpha {ALPHA}, one round/step",
+         "  DAPO : our Trainer, plain ratio, clip [0.8, 1.28] + dual-clip 10, token-mean, "
+         "dynamic sampling off",
+         f"  ARMOR: our Trainer, anchors on ({c['group'] - 1} on-policy + 1 anchor; ref_n {REF_N} reference "
+         f"samples for the prompts passing the on-policy filter), mixed ratio alpha {ALPHA}, one round/step",
          f"  TRL  : GRPOTrainer, per_device_train_batch_size {c['prompts'] * c['group']}, num_generations "
-         f"{c['group']}, steps_per_generation 1, loss_type dapo, epsilon 0.2/0.28, beta 0, scale_rewards group, "
+         f"{c['group']}, steps_per_generation 1, loss_type dapo, epsilon 0.2/0.28, beta 0, "
+         f"scale_rewards group, "
          "no vLLM, same grader",
          "  versions: " + ", ".join(f"{k} {x}" for k, x in v.items()),
          f"  OMP_WAIT_POLICY={c['omp_wait_policy']}; load average (1/5/15 min): before {res['load_before']}, "
@@ -298,26 +306,27 @@ def format_report(res: dict) -> str:
             line += (f"{_f(tv, '10.1f', 1e3):>10}{_f(t['tps'].get(ph), '8.0f'):>8}"
                      f"{_f(d[ph] / tv if tv else None, '9.2f'):>9}")
         L.append(line)
-    L.append(f"per step: DAPO  {d['tokens_generated']:.0f} tokens sampled, {d['tokens_trained']:.0f} trained, "
-             f"{d['prompts_kept']:.0f} prompts kept, accuracy {d['accuracy']:.3f}")
+    L.append(f"per step: DAPO  {d['tokens_generated']:.0f} tokens sampled, {d['tokens_trained']:.0f} "
+             f"trained, {d['prompts_kept']:.0f} prompts kept, accuracy {d['accuracy']:.3f}")
     L.append(f"          ARMOR {a['tokens_generated']:.0f} tokens sampled (incl. references), "
-             f"{a['tokens_trained']:.0f} trained, {a['prompts_kept']:.0f} prompts kept, {a['ref_samples']:.0f} "
-             f"reference samples, accuracy {a['accuracy']:.3f}")
+             f"{a['tokens_trained']:.0f} trained, {a['prompts_kept']:.0f} prompts kept, "
+             f"{a['ref_samples']:.0f} reference samples, accuracy {a['accuracy']:.3f}")
     if has_trl:
-        L.append(f"          TRL   {t['tokens_generated']:.0f} tokens sampled, {t['optimizer_steps']} optimizer steps "
-                 f"in all; TRL's 'update' row = step - generate - reward (its one forward/backward, optimizer, "
-                 f"bookkeeping); it computes no separate log-probs (num_iterations 1, beta 0)")
+        L.append(f"          TRL   {t['tokens_generated']:.0f} tokens sampled, {t['optimizer_steps']} "
+                 f"optimizer steps in all; TRL's 'update' row = step - generate - reward (its one "
+                 f"forward/backward, optimizer, bookkeeping); it computes no separate log-probs "
+                 f"(num_iterations 1, beta 0)")
     if a["prompts_kept"] == 0:
-        L.append("note: ARMOR kept no prompt (no correct on-policy/reference sample): its log-prob and update phases "
-                 "did no work; use a trained world (--world runs/tiny/world)")
+        L.append("note: ARMOR kept no prompt (no correct on-policy/reference sample): its log-prob and "
+                 "update phases did no work; use a trained world (--world runs/tiny/world)")
     r1 = a["total"] / d["total"]
     L.append(f"ARMOR / DAPO step time: {r1:.2f} (target <= {TARGET_ARMOR_OVER_DAPO}: "
              f"{'met' if r1 <= TARGET_ARMOR_OVER_DAPO else 'MISSED'}); rollout (generate + score) "
              f"{(a['generate'] + a['score']) / (d['generate'] + d['score']):.2f}")
     if 0 < a["prompts_kept"] < d["prompts_kept"]:
         est = a["total"] - a["logprob"] - a["update"] + d["logprob"] + d["update"]
-        L.append(f"  ARMOR kept fewer prompts than DAPO trains on; with DAPO's log-prob + update times in place of its "
-                 f"own (a full batch; estimate) the ratio is {est / d['total']:.2f}")
+        L.append(f"  ARMOR kept fewer prompts than DAPO trains on; with DAPO's log-prob + update times in "
+                 f"place of its own (a full batch; estimate) the ratio is {est / d['total']:.2f}")
     if has_trl:
         r2 = d["total"] / t["total"]
         L.append(f"DAPO / TRL step time:  {r2:.2f} (target <= {TARGET_DAPO_OVER_TRL}: "
@@ -389,7 +398,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=1, help="warm-up steps per contender (not measured)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads for every contender")
     ap.add_argument("--skip-trl", action="store_true", help="do not run TRL's GRPOTrainer")
-    ap.add_argument("--json", default=None, help="also write the figures (and our per-step rows) to this file")
+    ap.add_argument("--json", default=None,
+                    help="also write the figures (and our per-step rows) to this file")
     a = ap.parse_args(argv)
     import warnings
     warnings.filterwarnings("ignore", category=FutureWarning)
@@ -397,7 +407,8 @@ def main(argv=None) -> int:
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    res = run(a.world, a.steps, a.warmup, a.threads, a.skip_trl, log=lambda m: print(m, file=sys.stderr, flush=True))
+    res = run(a.world, a.steps, a.warmup, a.threads, a.skip_trl,
+              log=lambda m: print(m, file=sys.stderr, flush=True))
     print(format_report(res), flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1, default=str) + "\n")

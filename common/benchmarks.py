@@ -7,7 +7,8 @@ Every benchmark has a local copy shipped in ``common/data/benchmarks`` (provenan
 * ``source="auto"`` (default): the shipped file if there is one, else the hub;
 * ``source="local"``: the shipped file;
 * ``source="hub"``: the Hugging Face hub via ``datasets`` (optional dependency, imported lazily);
-* any other string: a path to a ``.jsonl`` / ``.json`` / ``.csv`` / ``.parquet`` file with the benchmark's fields.
+* any other string: a path to a ``.jsonl`` / ``.json`` / ``.csv`` / ``.parquet`` file with the benchmark's
+fields.
 
 All validation (unknown benchmark, missing file, malformed row) happens at load time, before any generation,
 and errors name the benchmark, file, row and field.
@@ -144,12 +145,13 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
                            notes="golds are floats like 27.0 in the source, normalized to '27'", **_MATH),
     "amc": BenchmarkSpec("amc", "amc_aimo83.jsonl", "AI-MO/aimo-validation-amc", "train",
                          problem_fields=("problem", "question"), expected_count=83,
-                         notes="AMC 2022+2023 (83 problems) as in Oat-Zero / LUFFY; amc23 is a subset", **_MATH),
+                         notes="AMC 2022+2023 (83 problems) as in Oat-Zero / LUFFY; amc23 is a subset",
+                         **_MATH),
     "math500": BenchmarkSpec("math500", "math500.jsonl", "HuggingFaceH4/MATH-500", "test",
                              expected_count=500, **_MATH),
-    "minerva_math": BenchmarkSpec("minerva_math", "minerva_math.jsonl", "svc-huggingface/minerva-math", "test",
-                                  answer_fields=("solution",), gold_kind="last_boxed", expected_count=272,
-                                  notes="gold = last \\boxed{} of the solution", **_MATH),
+    "minerva_math": BenchmarkSpec("minerva_math", "minerva_math.jsonl", "svc-huggingface/minerva-math",
+                                  "test", answer_fields=("solution",), gold_kind="last_boxed",
+                                  expected_count=272, notes="gold = last \\boxed{} of the solution", **_MATH),
     "olympiadbench": BenchmarkSpec("olympiadbench", "olympiadbench.jsonl", "Hothan/OlympiadBench", "train",
                                    hf_config="OE_TO_maths_en_COMP", problem_fields=("question", "problem"),
                                    answer_fields=("final_answer",), gold_kind="list", expected_count=675,
@@ -171,8 +173,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
                                   notes="gated on the hub and not shipped; pass source=<path to "
                                         "gpqa_diamond.csv> if you have it"),
 }
-ALIASES = {"amc_aimo83": "amc", "math_500": "math500", "minerva": "minerva_math", "olympiad_bench": "olympiadbench",
-           "gpqa": "gpqa_diamond"}
+ALIASES = {"amc_aimo83": "amc", "math_500": "math500", "minerva": "minerva_math",
+           "olympiad_bench": "olympiadbench", "gpqa": "gpqa_diamond"}
 _BUILTIN = frozenset(BENCHMARKS)
 
 
@@ -187,7 +189,8 @@ def get_spec(name: str) -> BenchmarkSpec:
     try:
         return BENCHMARKS[key]
     except KeyError:
-        raise BenchmarkError(f"unknown benchmark {name!r}; registered: {', '.join(list_benchmarks())}") from None
+        raise BenchmarkError(f"unknown benchmark {name!r}; registered: "
+                             f"{', '.join(list_benchmarks())}") from None
 
 
 def register_benchmark(spec: BenchmarkSpec, *, overwrite: bool = False) -> BenchmarkSpec:
@@ -197,7 +200,8 @@ def register_benchmark(spec: BenchmarkSpec, *, overwrite: bool = False) -> Bench
     if spec.name in BENCHMARKS and not overwrite:
         raise BenchmarkError(f"benchmark {spec.name!r} is already registered (pass overwrite=True)")
     if spec.answer_type not in ("math", "mc"):
-        raise BenchmarkError(f"{spec.name}: unknown answer_type {spec.answer_type!r} (expected 'math' or 'mc')")
+        raise BenchmarkError(f"{spec.name}: unknown answer_type {spec.answer_type!r} "
+                             f"(expected 'math' or 'mc')")
     if spec.template not in TEMPLATES:
         raise BenchmarkError(f"{spec.name}: unknown template {spec.template!r}; known: {sorted(TEMPLATES)}")
     BENCHMARKS[spec.name] = spec
@@ -212,7 +216,8 @@ def register_jsonl(name: str, path: str | os.PathLike, problem_field: str = "pro
     The file is read (and validated) by ``load_benchmark(name)``; a missing file raises then.
     """
     spec = BenchmarkSpec(name=name, local_file=str(Path(path).resolve()), problem_fields=(problem_field,),
-                         answer_fields=(answer_field,), gold_kind="letter" if answer_type == "mc" else "answer",
+                         answer_fields=(answer_field,),
+                         gold_kind="letter" if answer_type == "mc" else "answer",
                          answer_type=answer_type, template=template)
     return register_benchmark(spec, overwrite=overwrite)
 
@@ -239,7 +244,8 @@ def _source_kind(spec: BenchmarkSpec, source: str) -> str:
 
 
 def _read_rows(path: Path, bench: str) -> list[dict]:
-    """Rows of a .jsonl / .json / .csv / .parquet file; BenchmarkError naming the file and line if malformed."""
+    """Rows of a .jsonl / .json / .csv / .parquet file;
+    BenchmarkError naming the file and line if malformed."""
     if not path.exists():
         raise BenchmarkError(f"{bench}: data file not found: {path}")
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
@@ -342,7 +348,8 @@ def _to_problem(spec: BenchmarkSpec, i: int, row: dict, where: str) -> Problem:
     if spec.gold_kind == "gpqa":
         q = str(_field(row, ("Question", "question"), bench, where, "question")).strip()
         correct = str(_field(row, ("Correct Answer",), bench, where, "answer")).strip()
-        wrong = [str(_field(row, (f"Incorrect Answer {j}",), bench, where, "answer")).strip() for j in (1, 2, 3)]
+        wrong = [str(_field(row, (f"Incorrect Answer {j}",), bench, where, "answer")).strip()
+                 for j in (1, 2, 3)]
         opts = [correct] + wrong
         order = list(range(4))
         random.Random(GPQA_SHUFFLE_SEED * 1_000_003 + i).shuffle(order)
@@ -442,9 +449,9 @@ def load_benchmark(name: str, source: str | os.PathLike = "auto", limit: int | N
 #: Qwen2.5-Math evaluation ("qwen25-math-cot"): this system prompt, the question as the user message.
 SYSTEM_PROMPT_BOXED = "Please reason step by step, and put your final answer within \\boxed{}."
 #: DAPO's training prompt (the user message); answers are read from the last "Answer:" line.
-DAPO_PROMPT = ("Solve the following math problem step by step. The last line of your response should be of the "
-               "form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{problem}\n\n"
-               "Remember to put your answer on its own line after \"Answer:\".")
+DAPO_PROMPT = ("Solve the following math problem step by step. The last line of your response should be of "
+               "the form Answer: $Answer (without quotes) where $Answer is the answer to the "
+               "problem.\n\n{problem}\n\nRemember to put your answer on its own line after \"Answer:\".")
 MC_INSTRUCTION = "Answer with the letter of the correct option, within \\boxed{} (for example \\boxed{A})."
 
 
@@ -478,7 +485,8 @@ def build_messages(problem: Problem | str, template: str | None = None) -> list[
     template: "qwen_math" (system: "Please reason step by step, and put your final answer within \\boxed{}.",
     user: the problem — as Qwen2.5-Math's evaluation), "dapo" (DAPO's user prompt with the "Answer:" line),
     "plain" (the problem as the user message), "mc" (qwen_math's system prompt; the question with its options
-    and an instruction to box the letter). Default: the qwen_math template, or "mc" for a multiple-choice Problem.
+    and an instruction to box the letter). Default: the qwen_math template, or "mc" for a multiple-choice
+    Problem.
     """
     if isinstance(problem, Problem):
         text = problem.problem

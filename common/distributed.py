@@ -1,7 +1,8 @@
 """Process-group setup from torchrun's environment and the few collectives the trainer and the harness need.
 
-Every torchrun rank is a trainer (or evaluation) rank; a process started without torchrun (no WORLD_SIZE) is world size 1 and
-never touches torch.distributed, so the CPU tests and the tiny preset run the same code without a group.
+Every torchrun rank is a trainer (or evaluation) rank; a process started without torchrun (no WORLD_SIZE) is
+world size 1 and never touches torch.distributed, so the CPU tests and the tiny preset run the same code
+without a group.
 
     dist = Dist.from_env(timeout_s=600)        # LOCAL_RANK -> device; gloo on CPU, NCCL on GPU
     everyone = dist.all_gather_object(mine)    # [rank 0's, rank 1's, ...] on every rank

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import warnings
 from pathlib import Path
 from typing import Any, Iterable
@@ -33,7 +34,8 @@ def read_jsonl(path: str | os.PathLike, *, missing_ok: bool = True) -> list[dict
             return []
         raise
     lines = text.split("\n")
-    # the last element is "" when the file ends in a newline; otherwise it is a line whose write may be unfinished
+    # the last element is "" when the file ends in a newline; otherwise it is a line whose write may be
+    # unfinished
     complete, tail = lines[:-1], lines[-1]
     rows: list[dict] = []
     numbered = [(i + 1, ln) for i, ln in enumerate(complete) if ln.strip()]
@@ -42,14 +44,16 @@ def read_jsonl(path: str | os.PathLike, *, missing_ok: bool = True) -> list[dict
             rows.append(json.loads(ln))
         except ValueError as e:
             if n == len(numbered) - 1 and not tail.strip():
-                warnings.warn(f"{p}: dropped a torn last line (line {lineno}: {e})", TornLineWarning, stacklevel=2)
+                warnings.warn(f"{p}: dropped a torn last line (line {lineno}: {e})", TornLineWarning,
+                              stacklevel=2)
                 break
             raise ValueError(f"{p}: line {lineno} is not valid JSON ({e}); the file is damaged") from None
     if tail.strip():
         try:
             rows.append(json.loads(tail))   # a complete row that only lacks its newline
         except ValueError as e:
-            warnings.warn(f"{p}: dropped a torn last line (line {len(lines)}: {e})", TornLineWarning, stacklevel=2)
+            warnings.warn(f"{p}: dropped a torn last line (line {len(lines)}: {e})", TornLineWarning,
+                          stacklevel=2)
     return rows
 
 
@@ -89,10 +93,10 @@ def append_text(path: str | os.PathLike, text: str) -> None:
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` through a temporary file and a rename: readers see the old or the new file.
-    The parent folder is created; the temporary name is hidden (`.<name>.<pid>.tmp`), so globs skip it."""
+    The parent folder is created; the temporary name is hidden (`.<name>.<host>.<pid>.tmp`), so globs skip it."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    tmp = p.with_name(f".{p.name}.{socket.gethostname()}.{os.getpid()}.tmp")   # unique across nodes too
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
@@ -106,8 +110,8 @@ def write_json_atomic(path: str | os.PathLike, obj: Any, **dump_kw) -> None:
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """The JSON value in `path`, or None if the file is missing, unreadable or not JSON (a marker or state file
-    whose absence and damage both mean "not there yet")."""
+    """The JSON value in `path`, or None if the file is missing, unreadable or not JSON (a marker or state
+    file whose absence and damage both mean "not there yet")."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):

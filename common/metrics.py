@@ -43,7 +43,8 @@ def avg_at_k(correct) -> float:
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k estimator for one problem with ``n`` samples of which ``c`` are correct (Chen et al. 2021).
+    """Unbiased pass@k estimator for one problem with ``n`` samples of which ``c`` are correct (Chen et al.
+    2021).
 
     pass@k = 1 - C(n-c, k) / C(n, k), computed stably as 1 - prod_{i=n-c+1}^{n} (1 - k/i).
     Raises ValueError if k < 1 or k > n (naming k and n), or c is outside [0, n].

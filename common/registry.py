@@ -60,7 +60,8 @@ class Registry:
         try:
             return self._entries[name]
         except KeyError:
-            raise ValueError(f"{self.key}: unknown {self.kind} {name!r}; registered: {self.names()}") from None
+            raise ValueError(f"{self.key}: unknown {self.kind} {name!r}; "
+                             f"registered: {self.names()}") from None
 
     def __contains__(self, name: str) -> bool:
         return name in self._entries

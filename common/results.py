@@ -16,8 +16,10 @@ import re
 from pathlib import Path
 from typing import Iterable, Optional
 
-RESULT_COLUMNS = ["preset", "model", "arm", "seed", "step", "benchmark", "metric", "k", "value", "n", "source"]
-RESULT_KEY = [c for c in RESULT_COLUMNS if c != "value"]           # a row is replaced by a newer one with this key
+RESULT_COLUMNS = ["preset", "model", "arm", "seed", "step", "benchmark", "metric", "k", "value", "n",
+                  "source"]
+# a row is replaced by a newer one with this key
+RESULT_KEY = [c for c in RESULT_COLUMNS if c != "value"]
 INT_COLUMNS = ("seed", "step", "k", "n")
 STR_COLUMNS = ("preset", "model", "arm", "benchmark", "metric", "source")
 METRIC_RE = re.compile(r"^(avg|pass|maj)@(\d+)$")                  # the metrics a table row may hold
@@ -60,7 +62,8 @@ def frame(rows: Iterable[dict]):
 
 
 def typed(df):
-    """`df` with the contract's dtypes (ints int64, value float, names str); ResultsError if a column is missing."""
+    """`df` with the contract's dtypes (ints int64, value float, names str);
+    ResultsError if a column is missing."""
     missing = [c for c in RESULT_COLUMNS if c not in df.columns]
     if missing:
         raise ResultsError(f"results table lacks columns {missing} (docs/CONTRACTS.md)")
@@ -113,3 +116,39 @@ def append_results(path: str | os.PathLike, rows: list[dict]) -> Path:
         df = df.drop_duplicates(subset=RESULT_KEY, keep="last").reset_index(drop=True)
         write_results(path, df)
     return path
+
+
+# ------------------------------------------------------------------------------ beside the table
+# steps.parquet: the per-step evidence of every run (metrics.jsonl, these keys only, float32), written by the
+# driver's collect beside results.parquet; `step` is the total step, `local_step` the run's own.
+STEPS_NAME = "steps.parquet"
+STEP_ID_COLUMNS = ["arm", "seed", "step", "local_step"]
+STEP_METRICS = ["anchors", "prompts_kept", "prompts_drawn", "shortfall", "ref_samples", "clipfrac", "clipfrac_low",
+                "clipfrac_high", "uncertain_frac", "clipfrac_and_uncertain", "kl_reverse", "kl_forward", "accuracy",
+                "reward_mean", "response_length", "grad_norm", "entropy", "reference_reset"]
+STEP_PREFIXES = ("mode_", "anchor_mode_")          # logging.answer_modes' shares, where a run logged them
+# noise_floor.json: one checkpoint validated k times with different sampling seeds (the verdicts' floor)
+NOISE_NAME = "noise_floor.json"
+
+
+def step_columns(keys: Iterable[str]) -> list[str]:
+    """The metrics.jsonl keys the per-step table keeps, in its column order: STEP_METRICS, then the mode shares."""
+    keys = list(keys)
+    return [k for k in STEP_METRICS if k in keys] + [k for p in STEP_PREFIXES for k in keys if k.startswith(p)]
+
+
+def steps_frame(rows: Iterable[dict]):
+    """The per-step table of rows ({arm, seed, step, local_step, metric keys...}): ids int64 / str, every kept
+    metric float32 (a missing or null value is NaN), sorted by arm, seed, step."""
+    import pandas as pd
+    df = pd.DataFrame(list(rows))
+    if df.empty:
+        return pd.DataFrame(columns=STEP_ID_COLUMNS)
+    cols = step_columns(df.columns)
+    out = df[STEP_ID_COLUMNS].copy()
+    out["arm"] = out["arm"].astype(str)
+    for c in ("seed", "step", "local_step"):
+        out[c] = out[c].astype("int64")
+    for c in cols:
+        out[c] = pd.to_numeric(df[c], errors="coerce").astype("float32")
+    return out.sort_values(["arm", "seed", "step"], kind="stable").reset_index(drop=True)

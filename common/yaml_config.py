@@ -29,7 +29,8 @@ def read_yaml(path: str | Path) -> dict:
     except yaml.YAMLError as e:
         raise ConfigError(f"config: {str(path)!r} is not valid YAML: {e}") from e
     if not isinstance(data, dict):
-        raise ConfigError(f"config: {str(path)!r} must hold a mapping at top level, got {type(data).__name__}")
+        raise ConfigError(f"config: {str(path)!r} must hold a mapping at top level, "
+                          f"got {type(data).__name__}")
     base = data.pop("base", None)
     if base is not None:
         data = _deep_merge(read_yaml(path.parent / base), data)

@@ -6,9 +6,10 @@
 
 ``--checkpoint`` takes any Hugging Face model folder; ``--run DIR`` evaluates every checkpoint under
 ``DIR/checkpoints`` (``step_NNNNNN`` folders with ``trainer_state.pt``), skipping those already scored.
-Benchmarks are registry names (``common.benchmarks``) or ``NAME=path.jsonl`` (fields problem/answer; a registry
-name with ``=path`` loads that benchmark's format from the file). For ``--run`` the defaults of
-``--benchmarks`` / ``--protocol`` are the run config's ``protocol.eval_benchmarks`` / ``protocol.eval_protocol``.
+Benchmarks are registry names (``common.benchmarks``) or ``NAME=path.jsonl`` (fields problem/answer; a
+registry name with ``=path`` loads that benchmark's format from the file). For ``--run`` the defaults of
+``--benchmarks`` / ``--protocol`` are the run config's ``protocol.eval_benchmarks`` /
+``protocol.eval_protocol``.
 
 Output (``--out``, default ``DIR/eval`` for ``--run`` and ``CHECKPOINT/eval`` for ``--checkpoint``)::
 
@@ -16,8 +17,8 @@ Output (``--out``, default ``DIR/eval`` for ``--run`` and ``CHECKPOINT/eval`` fo
     OUT/step_NNNNNN/<benchmark>__<protocol>__k<k>.samples.jsonl  one row per (problem, sample)
     OUT/step_NNNNNN/.<benchmark>__<protocol>__k<k>.settings.json the settings the samples were drawn with
 
-If ``OUT`` is itself named ``step_NNNNNN`` the files go directly into it (what ``reproduce.experiments`` passes).
-The summary holds ``metrics`` ({"avg@k", "pass@j" for the protocol's j, "maj@k"}), ``samples`` (k),
+If ``OUT`` is itself named ``step_NNNNNN`` the files go directly into it (what ``reproduce.experiments``
+passes). The summary holds ``metrics`` ({"avg@k", "pass@j" for the protocol's j, "maj@k"}), ``samples`` (k),
 ``n_problems``, ``step`` (the checkpoint's step), ``total_step`` (+ the run's ``step_offset``) and
 ``settings`` (protocol, template, answer mode, temperature, top_p, max_new_tokens and where it came from,
 seed, chunk size, engine, data hash, ...). A sample row: index (the problem's row), sample, response,
@@ -31,10 +32,10 @@ hf engine; vLLM is seeded the same way but is not bitwise batch-invariant). An e
 settings match is reused; different settings are an error unless ``--overwrite``.
 
 Several ranks: ``torchrun --nproc-per-node N -m eval.evaluate ...`` splits each benchmark's chunks over the N
-ranks (rank r draws chunks r, r + N, ...; each rank its own engine on its own GPU(s), ``--tensor-parallel-size``
-of them), appended to per-rank files that rank 0 merges into the samples file before it writes the summary.
-Chunk seeds do not depend on the rank, so the samples are those of one process; a stopped split evaluation
-resumes on any number of ranks.
+ranks (rank r draws chunks r, r + N, ...; each rank its own engine on its own GPU(s),
+``--tensor-parallel-size`` of them), appended to per-rank files that rank 0 merges into the samples file
+before it writes the summary. Chunk seeds do not depend on the rank, so the samples are those of one process;
+a stopped split evaluation resumes on any number of ranks.
 
 Results table (``--results PATH``): tidy rows appended (deduplicated, under a file lock) with the columns of
 docs/CONTRACTS.md; preset/arm/seed come from the run's layout ``runs/<preset>/<arm>/seed<s>`` (the config's
@@ -71,8 +72,8 @@ from eval.plan import check_checkpoint, chunk_seed, plan_benchmarks, plan_one
 from eval.protocols import DEFAULT_MAX_NEW_TOKENS, Protocol, list_protocols
 from eval.settings import EvalError, EvalSettings, int_list, read_yaml_file
 
-__all__ = ["EvalError", "EvalSettings", "evaluate_checkpoint", "evaluate_run", "chunk_seed", "check_checkpoint",
-           "main"]
+__all__ = ["EvalError", "EvalSettings", "evaluate_checkpoint", "evaluate_run", "chunk_seed",
+           "check_checkpoint", "main"]
 
 
 # ------------------------------------------------------------------------------------------------ API
@@ -93,8 +94,8 @@ def ranks() -> Dist:
 
 
 def one_gpu_per_rank(gpus_per_rank: int = 1) -> None:
-    """Under torchrun, give rank LOCAL_RANK its own GPU(s) of the visible ones (before CUDA starts): every rank
-    runs its own engine, data-parallel. A no-op without torchrun or without GPUs."""
+    """Under torchrun, give rank LOCAL_RANK its own GPU(s) of the visible ones (before CUDA starts): every
+    rank runs its own engine, data-parallel. A no-op without torchrun or without GPUs."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -124,14 +125,15 @@ def _finish(summaries: list[dict], metas: list[dict], s: EvalSettings, dist: Dis
     return summaries
 
 
-def evaluate_checkpoint(path, benchmarks=None, protocol: str | Protocol | None = None, samples: int | None = None,
-                        limit: int | None = None, *, step: int | None = None, settings: EvalSettings | None = None,
-                        **options) -> list[dict]:
+def evaluate_checkpoint(path, benchmarks=None, protocol: str | Protocol | None = None,
+                        samples: int | None = None,
+                        limit: int | None = None, *, step: int | None = None,
+                        settings: EvalSettings | None = None, **options) -> list[dict]:
     """Evaluate one HF model folder; returns one summary dict per benchmark (see the module docstring).
 
     path: checkpoint folder. step: the step to file it under (default: from the folder name, else 0).
-    settings: an EvalSettings; ``options`` are its fields by name (they replace the settings' values, as do the
-    positional arguments that are not None): benchmarks ("a,b" or a list of registry names or NAME=path),
+    settings: an EvalSettings; ``options`` are its fields by name (they replace the settings' values, as do
+    the positional arguments that are not None): benchmarks ("a,b" or a list of registry names or NAME=path),
     protocol ("paper" (default) | "greedy" | "toy"), samples / pass_ks (override the protocol's k / pass@j),
     out (output root, default ``path/eval``), results (results parquet to append rows to), preset (a
     preset's path or dict whose lengths.max_response is the response budget), meta ({preset, model, arm, seed}
@@ -152,7 +154,8 @@ def evaluate_checkpoint(path, benchmarks=None, protocol: str | Protocol | None =
 
 
 def _with_run_defaults(s: EvalSettings, rd: Path, cfg: dict | None) -> EvalSettings:
-    """Benchmarks / protocol not given: the run config's protocol.eval_benchmarks / eval_protocol (else paper)."""
+    """Benchmarks / protocol not given: the run config's protocol.eval_benchmarks / eval_protocol (else
+    paper)."""
     pcfg = (cfg or {}).get("protocol") or {}
     if not s.benchmarks:
         if not pcfg.get("eval_benchmarks"):
@@ -212,8 +215,8 @@ def evaluate_run(run_dir, benchmarks=None, protocol: str | Protocol | None = Non
 # ------------------------------------------------------------------------------------------------ CLI
 def _fmt(summary: dict) -> str:
     ms = " ".join(f"{k}={v:.4f}" for k, v in summary["metrics"].items())
-    return (f"step_{summary['step']:06d} {summary['benchmark']} [{summary['protocol']}, k={summary['samples']}, "
-            f"{summary['n_problems']} problems]: {ms}")
+    return (f"step_{summary['step']:06d} {summary['benchmark']} [{summary['protocol']}, "
+            f"k={summary['samples']}, {summary['n_problems']} problems]: {ms}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -233,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "protocol's, else the benchmark's)")
     ap.add_argument("--engine", default="hf", help="hf | vllm (default hf)")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (chunk seeds derive from it)")
-    ap.add_argument("--out", help="output root (default: DIR/eval for --run, CHECKPOINT/eval for --checkpoint)")
+    ap.add_argument("--out",
+                    help="output root (default: DIR/eval for --run, CHECKPOINT/eval for --checkpoint)")
     ap.add_argument("--results", help="append tidy rows to this results parquet")
     ap.add_argument("--max-new-tokens", type=int, help="response budget (default: --preset's "
                     "lengths.max_response, else the protocol's, else the run config's, else "
@@ -250,8 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tensor-parallel-size", type=int, help="vllm engine")
     ap.add_argument("--gpu-memory-utilization", type=float, help="vllm engine")
     ap.add_argument("--enforce-eager", action="store_true",
-                    help="vllm engine: no CUDA graphs or torch.compile (start-up in seconds, slower decoding)")
-    ap.add_argument("--grader-workers", type=int, default=2, help="math-verify worker processes (0: in-process)")
+                    help="vllm engine: no CUDA graphs or torch.compile "
+                         "(start-up in seconds, slower decoding)")
+    ap.add_argument("--grader-workers", type=int, default=2,
+                    help="math-verify worker processes (0: in-process)")
     ap.add_argument("--preset-name", help="results: preset column (default from the run)")
     ap.add_argument("--arm", help="results: arm column (default from the run)")
     ap.add_argument("--run-seed", type=int, help="results: seed column (default from the run)")
@@ -271,10 +277,10 @@ def _cli_options(a: argparse.Namespace) -> dict:
     if a.enforce_eager:
         ek["enforce_eager"] = True
     meta = {"preset": a.preset_name, "arm": a.arm, "seed": a.run_seed, "model": a.model_name}
-    return dict(samples=a.samples, limit=a.limit, template=a.template, engine=a.engine, seed=a.seed, out=a.out,
-                results=a.results, max_new_tokens=a.max_new_tokens, preset=a.preset, pass_ks=a.pass_k,
-                chunk_size=a.chunk_size, max_batch=a.max_batch, meta=meta, device=a.device, dtype=a.dtype,
-                grader_workers=a.grader_workers, overwrite=a.overwrite,
+    return dict(samples=a.samples, limit=a.limit, template=a.template, engine=a.engine, seed=a.seed,
+                out=a.out, results=a.results, max_new_tokens=a.max_new_tokens, preset=a.preset,
+                pass_ks=a.pass_k, chunk_size=a.chunk_size, max_batch=a.max_batch, meta=meta, device=a.device,
+                dtype=a.dtype, grader_workers=a.grader_workers, overwrite=a.overwrite,
                 progress=False if a.no_progress else None, engine_kwargs=ek)
 
 
@@ -291,11 +297,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise EvalError("--steps is for --run; use --step with --checkpoint")
             if not a.benchmarks:
                 raise EvalError("--checkpoint needs --benchmarks")
-            summaries = evaluate_checkpoint(a.checkpoint, a.benchmarks, a.protocol or "paper", step=a.step, **opts)
+            summaries = evaluate_checkpoint(a.checkpoint, a.benchmarks, a.protocol or "paper",
+                                            step=a.step, **opts)
         else:
             if a.step is not None:
                 raise EvalError("--step is for --checkpoint; use --steps with --run")
-            summaries = evaluate_run(a.run, a.benchmarks, a.protocol, steps=int_list(a.steps, "--steps"), **opts)
+            summaries = evaluate_run(a.run, a.benchmarks, a.protocol,
+                                     steps=int_list(a.steps, "--steps"), **opts)
     except EvalError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

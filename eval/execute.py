@@ -1,5 +1,6 @@
-"""Running planned jobs: the engine and graders for a checkpoint, samples generated chunk by chunk and appended
-(a restart keeps the complete problems), and each job's summary (avg@k, pass@j, maj@k, stats, settings)."""
+"""Running planned jobs: the engine and graders for a checkpoint, samples generated chunk by chunk and
+appended (a restart keeps the complete problems), and each job's summary (avg@k, pass@j, maj@k, stats,
+settings)."""
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +25,8 @@ _JSON_KW = dict(indent=1, ensure_ascii=False, default=str)   # summaries and set
 
 def _read_rows(path: Path) -> tuple[list[dict], bool]:
     """A samples file's rows, and whether its torn last line (a killed writer's) was dropped."""
-    with warnings.catch_warnings(record=True) as torn:     # a killed run's torn last line: dropped, chunk redone
+    # a killed run's torn last line: dropped, chunk redone
+    with warnings.catch_warnings(record=True) as torn:
         warnings.simplefilter("always", TornLineWarning)
         try:
             rows = read_jsonl(path)
@@ -126,7 +128,8 @@ def run_job(job: Job, engine, tokenizer, grader, *, progress: bool | None = None
         return _run_job_locked(job, engine, tokenizer, grader, t0, progress, after_chunk, dist)
 
 
-def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, after_chunk, dist: Dist) -> dict:
+def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, after_chunk,
+                    dist: Dist) -> dict:
     from tqdm import tqdm
 
     from common.rollout import SamplingParams
@@ -147,14 +150,16 @@ def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, af
     out = job.samples_path if not dist.distributed else job.rank_samples_path(dist.rank)
     generated = 0
     bar = tqdm(total=n, initial=len(have), unit="problem", desc=f"step_{job.step:06d} {job.plan.name}",
-               disable=not _progress_enabled(progress) or not dist.is_main, dynamic_ncols=True, file=sys.stderr)
+               disable=not _progress_enabled(progress) or not dist.is_main, dynamic_ncols=True,
+               file=sys.stderr)
     bar.set_postfix_str(f"samples {len(have) * k}/{n * k}")
     try:
         for c0 in mine:
             chunk = problems[c0:c0 + C]
             todo = {p.index for p in chunk if p.index not in have}
             params = SamplingParams(n=k, temperature=s["temperature"], top_p=s["top_p"],
-                                    max_new_tokens=s["max_new_tokens"], seed=chunk_seed(s["seed"], chunk[0].index))
+                                    max_new_tokens=s["max_new_tokens"],
+                                    seed=chunk_seed(s["seed"], chunk[0].index))
             prompt_ids = [encode_prompt(tokenizer, p.problem, job.plan.template) for p in chunk]
             recs = sample_and_grade(engine, tokenizer, chunk, job.plan.template, params, grader, prompt_ids)
             gold = {p.index: p.gold for p in chunk}
@@ -219,7 +224,8 @@ def _context_length(jobs: list[Job], tokenizer) -> int:
     budget. Without it vLLM takes the model's max_position_embeddings (4096 for Qwen2.5-Math-7B) and silently
     caps responses there."""
     from common.sampling import encode_prompt
-    longest = max(len(encode_prompt(tokenizer, p.problem, j.plan.template)) for j in jobs for p in j.plan.data)
+    longest = max(len(encode_prompt(tokenizer, p.problem, j.plan.template))
+                  for j in jobs for p in j.plan.data)
     return longest + max(int(j.settings["max_new_tokens"]) for j in jobs)
 
 

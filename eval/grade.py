@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"benchmark: {problems.report_name} ({problems.source}), {len(problems)} problems")
     print(f"responses: {n} rows, {len({r['index'] for r in rows})} problems answered")
     print("reasons: " + ", ".join(f"{k}={reasons[k]}" for k in sorted(reasons)))
-    if reasons["implausible"]:  # which plausibility bound (common.grading.BOUNDS) each rejected answer exceeded
+    # which plausibility bound (common.grading.BOUNDS) each rejected answer exceeded
+    if reasons["implausible"]:
         bounds = Counter(v.bound for v in verdicts if v.reason == "implausible")
         print("implausible by bound: " + ", ".join(f"{k}={bounds[k]}" for k in sorted(bounds)))
     print(f"graded: {out}")

@@ -20,8 +20,9 @@ from eval.metadata import run_metadata
 from eval.protocols import DEFAULT_MAX_NEW_TOKENS, BenchSetting, Protocol, resolve_setting
 from eval.settings import REPO_ROOT, EvalError, EvalSettings, split_list
 
-__all__ = ["BenchPlan", "Job", "RESUME_KEYS", "SEED_RULE", "chunk_seed", "check_checkpoint", "load_benchmarks",
-           "plan_benchmarks", "checkpoint_step", "resolve_max_new_tokens", "plan_checkpoint", "plan_one"]
+__all__ = ["BenchPlan", "Job", "RESUME_KEYS", "SEED_RULE", "chunk_seed", "check_checkpoint",
+           "load_benchmarks", "plan_benchmarks", "checkpoint_step", "resolve_max_new_tokens",
+           "plan_checkpoint", "plan_one"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 #: settings that must agree for existing samples / summaries to be reused
@@ -37,7 +38,8 @@ def chunk_seed(seed: int, first_index: int) -> int:
 
 
 def check_checkpoint(path: str | os.PathLike) -> Path:
-    """The checkpoint folder, or EvalError if it is not a Hugging Face model folder with weights + tokenizer."""
+    """The checkpoint folder, or EvalError if it is not a Hugging Face model folder with weights +
+    tokenizer."""
     p = Path(path).expanduser()
     if not p.exists():
         raise EvalError(f"checkpoint {str(path)!r} does not exist")
@@ -48,15 +50,18 @@ def check_checkpoint(path: str | os.PathLike) -> Path:
     if not (any(p.glob("*.safetensors")) or any(p.glob("*.bin")) or any(p.glob("*.safetensors.index.json"))):
         raise EvalError(f"checkpoint {str(path)!r} has no model weights (*.safetensors / *.bin)")
     if not any((p / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        raise EvalError(f"checkpoint {str(path)!r} has no tokenizer files (tokenizer.json / tokenizer_config.json)")
+        raise EvalError(f"checkpoint {str(path)!r} has no tokenizer files (tokenizer.json / "
+                        f"tokenizer_config.json)")
     return p
 
 
 # ------------------------------------------------------------------------------------------ benchmarks
 def _load_file_spec(spec: str, name: str, path: str, limit: int | None) -> BenchmarkData:
-    """NAME=path: a built-in's format read from another file, else a problem/answer JSONL registered as NAME."""
+    """NAME=path: a built-in's format read from another file,
+    else a problem/answer JSONL registered as NAME."""
     if not NAME_RE.match(name):
-        raise EvalError(f"benchmark {spec!r}: the name must be letters, digits, _ . + - (it names output files)")
+        raise EvalError(f"benchmark {spec!r}: the name must be letters, digits, _ . + - "
+                        f"(it names output files)")
     if not path:
         raise EvalError(f"benchmark {spec!r}: empty path after '='")
     if not Path(path).expanduser().is_file():
@@ -153,11 +158,13 @@ class Job:
         return self.dir / f".{self.stem}.settings.json"
 
     def rank_samples_path(self, rank: int) -> Path:
-        """Where rank `rank` of an evaluation split over ranks appends its samples until rank 0 merges them."""
+        """Where rank `rank` of an evaluation split over ranks appends its samples until rank 0 merges
+        them."""
         return self.dir / f"{self.stem}.samples.rank{rank}.jsonl"
 
     def rank_sample_files(self) -> list[Path]:
-        """The per-rank sample files present (a split evaluation that was stopped before rank 0 merged them)."""
+        """The per-rank sample files present (a split evaluation that was stopped before rank 0 merged
+        them)."""
         return sorted(self.dir.glob(f"{self.stem}.samples.rank*.jsonl"))
 
 
@@ -240,8 +247,9 @@ def _classify(job: Job, overwrite: bool) -> None:
         diff = ["settings file missing or unreadable"] if old is None else _diff(old, job.settings)
         if diff:
             if not overwrite:
-                raise EvalError(f"{job.samples_path} holds samples drawn with other settings ({'; '.join(diff)}); "
-                                "pass --overwrite to discard them or choose another --out")
+                raise EvalError(f"{job.samples_path} holds samples drawn with other settings "
+                                f"({'; '.join(diff)}); pass --overwrite to discard them "
+                                "or choose another --out")
             _remove_outputs(job)
             return
         job.state = "resume"
@@ -255,7 +263,8 @@ def _job_settings(bp: BenchPlan, s: EvalSettings, budget: tuple[int, str]) -> di
         "template": bp.template, "answer_mode": bp.mode, "samples": k, "pass_ks": list(bp.setting.pass_ks),
         "temperature": p.temperature, "top_p": p.top_p, "max_new_tokens": budget[0],
         "max_new_tokens_source": budget[1], "seed": s.seed, "seed_rule": SEED_RULE,
-        "chunk_size": s.chunk_size, "engine": s.engine, "max_batch": s.max_batch if s.engine == "hf" else None,
+        "chunk_size": s.chunk_size, "engine": s.engine,
+        "max_batch": s.max_batch if s.engine == "hf" else None,
         "limit": s.limit, "n_problems": len(bp.data), "data_sha": bp.data_sha,
     }
 

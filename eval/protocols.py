@@ -52,14 +52,16 @@ _GENERAL8 = BenchSetting(8, ())
 
 PROTOCOLS: dict[str, Protocol] = {
     "paper": Protocol(
-        "paper", "ARMOR.md §6: AIME/AMC avg@32 + pass@16, GPQA/MMLU-Pro avg@8, others avg@4; T=1.0, top_p=0.7",
+        "paper",
+        "ARMOR.md §6: AIME/AMC avg@32 + pass@16, GPQA/MMLU-Pro avg@8, others avg@4; T=1.0, top_p=0.7",
         temperature=1.0, top_p=0.7, default=BenchSetting(4, ()),
         per_benchmark={"aime24": _MATH32, "aime25": _MATH32, "amc": _MATH32, "amc23": _MATH32,
                        "amc_aimo83": _MATH32, "gpqa_diamond": _GENERAL8, "gpqa": _GENERAL8,
                        "mmlu_pro": _GENERAL8, "mmlu_pro_sample300": _GENERAL8}),
     "greedy": Protocol("greedy", "temperature 0 (argmax), one sample", temperature=0.0, top_p=1.0,
                        default=BenchSetting(1, ())),
-    "toy": Protocol("toy", "tiny world validation sampling: T=1.0, top_p=0.7, 4 samples, 48 tokens, plain template",
+    "toy": Protocol("toy",
+                    "tiny world validation sampling: T=1.0, top_p=0.7, 4 samples, 48 tokens, plain template",
                     temperature=1.0, top_p=0.7, default=BenchSetting(4, (4,)), max_new_tokens=48,
                     template="plain"),
 }
@@ -83,7 +85,8 @@ def _check_int(name: str, v) -> int:
 
 
 def resolve_setting(protocol: Protocol, benchmark: str, samples: int | None = None,
-                    pass_ks: tuple[int, ...] | list[int] | None = None, aliases: tuple[str, ...] = ()) -> BenchSetting:
+                    pass_ks: tuple[int, ...] | list[int] | None = None,
+                    aliases: tuple[str, ...] = ()) -> BenchSetting:
     """The (k, pass ks) of ``benchmark`` under ``protocol``, with ``samples`` / ``pass_ks`` overrides.
 
     ValueError (naming the benchmark) when k < 1 or a pass@j has j < 1 or j > k."""

@@ -1,4 +1,5 @@
-"""One evaluation's settings: the frozen `EvalSettings`, validated where it is made (EvalError names the field).
+"""One evaluation's settings: the frozen `EvalSettings`,
+validated where it is made (EvalError names the field).
 
 Everything `evaluate_checkpoint` / `evaluate_run` take besides what to evaluate (which checkpoint, run, steps)
 lives in it, so the harness passes one object instead of long keyword lists. Construction normalizes
@@ -77,7 +78,8 @@ def _is_int(v, lo: int) -> bool:
 @dataclass(frozen=True)
 class EvalSettings:
     """How to evaluate (see eval/evaluate.py's docstring for what each setting does to the outputs)."""
-    benchmarks: tuple[str, ...] = ()        # registry names or NAME=path; () for a run: its protocol.eval_benchmarks
+    # registry names or NAME=path; () for a run: its protocol.eval_benchmarks
+    benchmarks: tuple[str, ...] = ()
     protocol: Protocol | None = None        # a name or a Protocol; None: the run config's, else paper
     samples: int | None = None              # k (None: the protocol's)
     pass_ks: tuple[int, ...] | None = None  # the j of pass@j ("1,2" or a list; None: the protocol's)
@@ -113,7 +115,8 @@ class EvalSettings:
         pks = int_list(self.pass_ks, "pass_ks")
         self._set("pass_ks", None if pks is None else tuple(pks))
         if self.template is not None and self.template not in TEMPLATES:
-            raise EvalError(f"unknown prompt template {self.template!r}; known: {', '.join(sorted(TEMPLATES))}")
+            raise EvalError(f"unknown prompt template {self.template!r}; known: "
+                            f"{', '.join(sorted(TEMPLATES))}")
         if self.limit is not None and not _is_int(self.limit, 1):
             raise EvalError(f"limit must be a positive integer, got {self.limit!r}")
         if self.max_new_tokens is not None and not _is_int(self.max_new_tokens, 1):

@@ -15,11 +15,12 @@ from typing import Optional, Sequence
 
 from .checklist import write_checklist
 from .data import Context
-from .plots import FIGURES, save
+from .plots import FIGURES, fig_steps, save
 from .tables import TABLES
 from .world_checks import applies as world_applies, write_world_checks
 
-ITEMS = list(FIGURES) + list(TABLES) + ["checklist", "world"]   # world: the tiny world's acceptance checks
+# world: the tiny world's acceptance checks; steps: the per-step evidence (anchors, answer modes, clipping)
+ITEMS = list(FIGURES) + list(TABLES) + ["checklist", "world", "steps"]
 
 
 def parse_only(only: Optional[str | Sequence[str]]) -> list[str]:
@@ -59,6 +60,9 @@ def draw_all(ctx: Context, out_dir, only=None, table_ctxs: Optional[Sequence[Con
             elif name in TABLES:
                 TABLES[name](table_ctxs or ctx, out)
                 produced[name] = [out / f"{name}.md", out / f"{name}.tex"]
+            elif name == "steps":
+                fig_steps(ctx, out)
+                produced[name] = [out / "steps.png", out / "steps.pdf"]
             elif name == "world":
                 write_world_checks(ctx, out)
                 produced[name] = [out / "world_checks.md", out / "world_checks.json"]
@@ -68,7 +72,7 @@ def draw_all(ctx: Context, out_dir, only=None, table_ctxs: Optional[Sequence[Con
         except Exception as e:  # noqa: BLE001 - a broken item must not stop the others
             err = f"{type(e).__name__}: {e}"
             print(f"[figures] {name} failed: {err}\n{traceback.format_exc()}", file=sys.stderr)
-            if name in FIGURES:
+            if name in FIGURES or name == "steps":
                 produced[name] = _placeholder_figure(name, ctx, err, out)
             else:
                 p = out / (f"{name}.md")

@@ -4,6 +4,11 @@
     ctx.val_curve("armor")          # step, mean, min, max, n   (validation benchmark, seed mean / band)
     ctx.metric_curve("dapo", "reward_mean")                     # same, from metrics.jsonl
     ctx.select_step("armor")        # checkpoint that represents the arm in the tables (see below)
+    ctx.noise_floor                 # noise_floor.json beside the table (reproduce/noise.py), or None
+    ctx.steps                       # steps.parquet beside the table: every run's per-step metrics (or empty)
+
+A run's metrics.jsonl rows come from its run folder when there is one, else from steps.parquet (the committed
+results carry no run folders).
 
 Conventions
 - Scores are fractions in [0, 1] inside this package. A (benchmark, metric) group of the results table whose
@@ -43,7 +48,7 @@ import pandas as pd
 import yaml
 
 from common.jsonl import read_jsonl
-from common.results import RESULT_COLUMNS, metric_k
+from common.results import NOISE_NAME, RESULT_COLUMNS, STEPS_NAME, metric_k
 
 PAPER_PRESETS = ("qwen25-math-7b", "qwen3-8b-base")
 PAPER_YAML = Path(__file__).with_name("paper_numbers.yaml")
@@ -241,6 +246,9 @@ class Context:
             self._cache[key] = Context(df=self.df[self.df["seed"] == seed].reset_index(drop=True),
                                        preset=self.preset, runs_dir=self.runs_dir, results_path=self.results_path,
                                        protocol_override=self.protocol_override, only_seed=int(seed))
+            if "steps" in self._cache:        # the per-step table is read once, then filtered per seed
+                st = self._cache["steps"]
+                self._cache[key]._cache["steps"] = st[st["seed"] == seed].reset_index(drop=True) if len(st) else st
         return self._cache[key]
 
     # ---------------------------------------------------------------- protocol
@@ -422,9 +430,42 @@ class Context:
             return int(d["step"].min())
         return None
 
+    # ---------------------------------------------------------------- beside the table
+    def _sibling(self, name: str) -> Optional[Path]:
+        p = self.results_path.with_name(name) if self.results_path is not None else None
+        return p if p is not None and p.is_file() else None
+
+    @property
+    def noise_floor(self) -> Optional[dict]:
+        """noise_floor.json beside the table ({values, sd, range, repeats, arm, seed, step, benchmark, metric}),
+        or None when the floor was not measured (then no verdict is decided)."""
+        if "noise_floor" not in self._cache:
+            p = self._sibling(NOISE_NAME)
+            data = json.loads(p.read_text()) if p is not None else None
+            ok = isinstance(data, dict) and isinstance(data.get("sd"), (int, float)) and len(data.get("values", [])) > 1
+            self._cache["noise_floor"] = data if ok else None
+        return self._cache["noise_floor"]
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """steps.parquet beside the table (this view's seed only), or an empty frame."""
+        if "steps" not in self._cache:
+            p = self._sibling(STEPS_NAME)
+            df = pd.read_parquet(p) if p is not None else pd.DataFrame(columns=["arm", "seed", "step", "local_step"])
+            if self.only_seed is not None and len(df):
+                df = df[df["seed"] == self.only_seed].reset_index(drop=True)
+            self._cache["steps"] = df
+        return self._cache["steps"]
+
     def metrics(self, arm: str) -> pd.DataFrame:
-        """All seeds' metrics.jsonl rows of an arm with `step` (total), `local_step` and `seed`."""
+        """All seeds' metrics.jsonl rows of an arm with `step` (total), `local_step` and `seed`: from the run
+        folders, else from steps.parquet."""
         if arm in self._metrics:
+            return self._metrics[arm]
+        if not self.run_dirs(arm) and len(self.steps):
+            d = self.steps[self.steps["arm"] == arm].drop(columns=["arm"]).reset_index(drop=True)
+            self._metrics[arm] = d.astype({c: "float64" for c in d.columns
+                                           if c not in ("seed", "step", "local_step")})
             return self._metrics[arm]
         frames = []
         for seed, d in self.run_dirs(arm):

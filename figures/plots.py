@@ -304,3 +304,87 @@ def fig7(ctx: Context, out_dir=None) -> Figure:
 
 FIGURES: dict[str, Callable] = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5,
                                 "fig6": fig6, "fig7": fig7}
+
+
+# ------------------------------------------------------------------------------------- per-step evidence
+# the toy world's modes grouped for the plot (common.results' mode_* columns; reproduce/toy/task.py: classify)
+MODE_GROUPS = {"chain (all forms)": ("chain", "correct_chain", "sloppy", "chain_other"), "direct": ("direct",),
+               "shortcut": ("shortcut",), "malformed": ("malformed",)}
+MODE_COLORS = {"chain (all forms)": "C0", "direct": "C2", "shortcut": "C3", "malformed": "0.5"}
+
+
+def _mode_curve(ctx: Context, arm: str, prefix: str, modes: Sequence[str]) -> Curve:
+    """The seed mean per step of the summed shares of `modes` (columns prefix + mode)."""
+    m = ctx.metrics(arm)
+    cols = [prefix + x for x in modes if prefix + x in m.columns]
+    if m.empty or not cols:
+        return Curve([], [], [], [], [])
+    d = m[["step", "seed"]].copy()
+    d["v"] = m[cols].apply(lambda c: c.astype(float)).sum(axis=1, min_count=len(cols))
+    return Curve.from_frame(d.dropna(), "v")
+
+
+def _ratio_curve(ctx: Context, arm: str, num: str, den: str) -> Curve:
+    m = ctx.metrics(arm)
+    if m.empty or num not in m.columns or den not in m.columns:
+        return Curve([], [], [], [], [])
+    d = m[["step", "seed"]].copy()
+    den_v = m[den].astype(float)
+    d["v"] = (m[num].astype(float) / den_v).where(den_v > 0)
+    return Curve.from_frame(d.dropna(), "v")
+
+
+def fig_steps(ctx: Context, out_dir=None) -> Figure:
+    """Per-step evidence, DAPO continued from θ* (dapo_cont; dapo when it did not run) beside ARMOR: anchors and
+    prompts kept; the answer modes' shares among on-policy samples (solid) and among ARMOR's kept anchors
+    (dashed); clip fractions (low, high, and the clipped share of the uncertain tokens). Seed means per step
+    (bands: min-max over seeds), from the runs' metrics (steps.parquet for committed results)."""
+    base = "dapo_cont" if not ctx.metrics("dapo_cont").empty else "dapo"
+    cols = [base, "armor"]
+    fig = Figure(figsize=(11.0, 10.0), layout="constrained")
+    grid = fig.subplots(3, 2, squeeze=False)
+    fig.suptitle(f"Per-step evidence — {base} vs armor\npreset {ctx.preset} · model {ctx.model} · seeds "
+                 f"{ctx.seeds() or '-'}", fontsize=10)
+    fig.armor_info = {"panels": [], "missing": {}, "series": {}}
+    for j, arm in enumerate(cols):
+        has = not ctx.metrics(arm).empty
+        rows = [("counts", "prompts per step", [("anchors", "anchors", "C3"), ("prompts_kept", "prompts kept", "C0"),
+                                                 ("shortfall", "shortfall", "0.5")]),
+                ("clip", "fraction of tokens", [("clipfrac_low", "clipped low", "C0"),
+                                                ("clipfrac_high", "clipped high", "C1")])]
+        for i, (panel, ylabel, series) in ((0, rows[0]), (2, rows[1])):
+            ax = grid[i][j]
+            name = f"{panel}-{arm}"
+            _register(fig, ax, "steps", name)
+            plotted = 0
+            for key, label, color in series:
+                c = ctx.metric_curve(arm, key)
+                if not c.empty:
+                    plot_curve(ax, c, label, color=color)
+                    fig.armor_info["series"][name].append(label)
+                    plotted += 1
+            if panel == "clip":
+                c = _ratio_curve(ctx, arm, "clipfrac_and_uncertain", "uncertain_frac")
+                if not c.empty:
+                    plot_curve(ax, c, "clipped among uncertain (p<0.9)", color="C3")
+                    fig.armor_info["series"][name].append("clipped among uncertain")
+                    plotted += 1
+            _missing_note(fig, ax, name, [] if plotted else [arm], plotted, "(no per-step metrics)")
+            _finish(ax, ylabel, f"{arm}: {'anchors and kept prompts' if panel == 'counts' else 'clip fractions'}")
+        ax = grid[1][j]
+        name = f"modes-{arm}"
+        _register(fig, ax, "steps", name)
+        plotted = 0
+        for group, modes in MODE_GROUPS.items():
+            for prefix, ls, tag in (("mode_", "-", "on-policy"), ("anchor_mode_", "--", "anchors")):
+                c = _mode_curve(ctx, arm, prefix, modes)
+                if not c.empty:
+                    plot_curve(ax, c, f"{group} ({tag})", color=MODE_COLORS[group], ls=ls, band=prefix == "mode_")
+                    fig.armor_info["series"][name].append(f"{group} ({tag})")
+                    plotted += 1
+        _missing_note(fig, ax, name, [] if plotted else [arm], plotted,
+                      "(no answer-mode shares: logging.answer_modes not set, or runs older than it)" if has else "")
+        ax.set_ylim(-0.02, 1.02)
+        _finish(ax, "share", f"{arm}: answer modes (solid: on-policy samples, dashed: kept anchors)")
+    save(fig, out_dir, "steps")
+    return fig

@@ -151,6 +151,14 @@ def build_report(ctx: Context, out_md: Path, command: str, seeds, wall_time_s, f
                   world_checks_markdown(run_world_checks(ctx))]
     lines += ["## Checklist of the paper's qualitative claims", "", checklist_markdown(run_checklist(ctx), ctx)]
 
+    steps_png = figures_dir / "steps.png"
+    if draw or not steps_png.exists():
+        draw_all(ctx, figures_dir, only=["steps"])
+    lines += ["## Per-step evidence", "",
+              "Anchors and kept prompts, the answer modes' shares (on-policy samples; ARMOR's kept anchors) and "
+              "the clip fractions per step, seed means (the runs' metrics; `steps.parquet` beside the results).", "",
+              f"![steps]({_rel(steps_png, base)})", "",
+              f"PDF: [steps.pdf]({_rel(figures_dir / 'steps.pdf', base)})", ""]
     lines += ["## Figures", ""]
     for name, fn in FIGURES.items():
         png = figures_dir / f"{name}.png"

@@ -44,7 +44,8 @@ from typing import Any, Optional
 
 from figures.data import fmt_alpha, fmt_beta  # arm names are shared with the figures
 from reproduce import stage
-from reproduce.presets import ExperimentError, Preset, fixed_peak, run_dir, stage_steps
+from reproduce.presets import ExperimentError, Preset, run_dir, stage_steps
+from reproduce.retention import retention_overrides
 from reproduce.protocol import ProtocolConfig
 
 FIGURES = ("fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7")
@@ -302,11 +303,8 @@ def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Opti
         staged = stage.staged_overrides(preset.cfg, stage.plan(preset, stage_dir), models=arm.stage == 1)
         out += [f"{k}={_val(v)}" for k, v in staged.items()]
     if arm.stage == 1:
-        keep = sorted({x for x in (fixed_peak(preset, arm.name), p.late_start_step if arm.name == "dapo" else None)
-                       if x is not None} | set(preset.cfg.schedule.keep_steps))
         out += [f"schedule.total_steps={p.headroom_steps if arm.name == 'dapo_natural' else s1}"]
-        if keep:
-            out += [f"schedule.keep_steps={_val(keep)}"]
+        out += retention_overrides(preset, arm)
     else:
         if start is None:
             raise ExperimentError(f"{arm.name}: its start checkpoint is not known yet (θ* of {arm.baseline} "
@@ -322,4 +320,5 @@ def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Opti
         if p.stage2_validate_every:
             out += [f"schedule.validate_every={p.stage2_validate_every}"]
         out += list(p.stage2_overrides)
+        out += retention_overrides(preset, arm, start)
     return out + arm.overrides

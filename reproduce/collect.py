@@ -2,7 +2,9 @@
 table (and the figures drawn from it) are current.
 
     link_aliases(preset, root, seeds)   # alias arms' folders -> symlinks to their canonical runs
-    collect(preset, root, seeds)        # reads validation.jsonl + eval summaries, writes the table
+    collect(preset, root, seeds)        # reads validation.jsonl + eval summaries, writes the table; beside it
+                                        # steps.parquet (every run's per-step metrics, common.results.STEP_METRICS)
+                                        # and noise_floor.json (reproduce/noise.py), when measured
 
 The table's columns are docs/CONTRACTS.md's (common/results.py owns them). Its inputs' fingerprint (names,
 sizes, mtimes) goes into results.meta.json: `collect_done` is true while no input changed. `collect` only
@@ -22,7 +24,7 @@ from typing import Optional
 from armor.config import read_yaml
 from common.jsonl import read_json, read_jsonl, write_json_atomic
 from common.layout import STEP_RE
-from common.results import frame, summary_rows, write_results
+from common.results import NOISE_NAME, STEPS_NAME, frame, steps_frame, summary_rows, write_results
 from reproduce.arms import Arm, arm_definitions, figure_arms
 from reproduce.peaks import read_peak, start_point, validation_benchmark
 from reproduce.presets import STATE_JSON, Preset, preset_root, run_dir
@@ -66,12 +68,14 @@ def collect_inputs(preset: Preset, root: Path, seeds: list[int]) -> list[Path]:
             continue
         for s in seeds:
             run = run_dir(root, preset, arm.name, s)
-            for name in ("validation.jsonl", "config.yaml", "peak.json"):
+            for name in ("validation.jsonl", "config.yaml", "peak.json", "metrics.jsonl"):
                 if (run / name).is_file():
                     files.append(run / name)
             if (run / "eval").is_dir():
                 files += sorted(x for x in (run / "eval").rglob("*.json") if not x.name.startswith("."))
-    return files
+    from reproduce.noise import result_path
+    noise = result_path(preset, root)
+    return files + ([noise] if noise.is_file() else [])
 
 
 def fingerprint(preset: Preset, root: Path, seeds: list[int]) -> str:
@@ -122,11 +126,23 @@ def _run_rows(preset: Preset, root: Path, arm: Arm, seed: int, run: Path) -> lis
     return rows
 
 
+def _step_rows(arm: Arm, seed: int, run: Path, offset: int) -> list[dict]:
+    """The per-step rows of one run's metrics.jsonl ({arm, seed, step (total), local_step, metrics...})."""
+    out = []
+    for r in read_jsonl(run / "metrics.jsonl"):
+        if "step" not in r:
+            continue
+        local = int(r["step"])
+        out.append({**r, "arm": arm.name, "seed": int(seed), "local_step": local,
+                    "step": int(r.get("total_step", offset + local))})
+    return out
+
+
 def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
     """Write runs/<preset>/results.parquet (docs/CONTRACTS.md columns) and results.meta.json."""
     fp = fingerprint(preset, root, seeds)
     arms = arm_definitions(preset.protocol)
-    rows = []
+    rows, step_rows = [], []
     peaks: dict = {}
     numerics: set[str] = set()   # the distinct CPU numerics the runs computed with (armor.run_folder NUMERICS_FILE)
     for arm in arms.values():
@@ -136,6 +152,7 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
                 continue
             numerics.add(json.dumps(read_json(run / "numerics.json"), sort_keys=True))
             rows += _run_rows(preset, root, arm, s, run)
+            step_rows += _step_rows(arm, s, run, _run_offset(run) or 0)
             if arm.stage == 1:
                 pk = read_peak(root, preset, arm.name, s)
                 if pk:
@@ -153,8 +170,26 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
             "cpu_numerics": [json.loads(n) for n in sorted(numerics) if n != "null"], "time": time.time(),
             "figure_arms": figure_arms(preset.protocol)}   # what each figure draws: figures read it here
     write_results(out / "results.parquet", df, metadata={"protocol": protocol})
+    write_steps(out / STEPS_NAME, step_rows)
+    from reproduce.noise import read_noise, result_path
+    noise = read_noise(result_path(preset, root))
+    if noise is not None:
+        write_json_atomic(out / NOISE_NAME, noise, **STATE_JSON)
+    elif (out / NOISE_NAME).exists():
+        (out / NOISE_NAME).unlink()
     write_json_atomic(out / META_NAME, meta, **STATE_JSON)
     return out / "results.parquet"
+
+
+def write_steps(path: Path, rows: list[dict]) -> Path:
+    """steps.parquet: the per-step table (common.results.steps_frame), atomically."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    table = pa.Table.from_pandas(steps_frame(rows), preserve_index=False)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+    return path
 
 
 def collect_done(preset: Preset, root: Path, seeds: list[int]) -> bool:

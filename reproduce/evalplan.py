@@ -18,9 +18,11 @@ from reproduce import stage
 from reproduce.arms import Arm
 from reproduce.entrypoints import entry
 from reproduce.peaks import choose_peak, read_peak, read_validation, start_point, validation_benchmark
-from reproduce.presets import REPO_ROOT, STATE_JSON, ExperimentError, Preset, run_dir
+from reproduce.presets import STATE_JSON, ExperimentError, Preset, run_dir
+from reproduce.retention import paper_table_step
 
 EVAL_STAMP = ".armor_evaluated.json"
+EVAL_RANKS_ENV = "ARMOR_EVAL_RANKS"   # set by the driver on a several-GPU evaluate job: ranks of eval.evaluate
 
 
 def eval_steps(preset: Preset, root: Path, arm: Arm, seed: int) -> list[int]:
@@ -44,31 +46,13 @@ def eval_steps(preset: Preset, root: Path, arm: Arm, seed: int) -> list[int]:
     n = preset.protocol.eval_every
     if n and n > 0:
         steps |= set(ckpts[::n])
-    table_step = _paper_table_step(preset, arm)
+    table_step = paper_table_step(preset, arm)
     if table_step is not None:
         start = start_point(preset, root, arm, seed)
         local = table_step - (start["step"] if start else 0)
         if local in ckpts:
             steps.add(local)
     return sorted(steps)
-
-
-def _paper_table_step(preset: Preset, arm: Arm) -> Optional[int]:
-    """Total step of the paper's table row for this arm (paper presets only), from figures/paper_numbers.yaml."""
-    f = REPO_ROOT / "figures" / "paper_numbers.yaml"
-    if not f.is_file():
-        return None
-    try:
-        import yaml
-        data = yaml.safe_load(f.read_text()) or {}
-    except Exception:
-        return None
-    steps = ((data.get("presets") or {}).get(preset.name) or {}).get("table_steps") or {}
-    key = {"armor": "dapo_armor"}.get(arm.name, arm.name)
-    if arm.name.startswith("qae_armor"):
-        key = "qae_armor"
-    v = steps.get(key)
-    return int(v) if isinstance(v, (int, float)) else None
 
 
 def eval_benchmarks(preset: Preset) -> list[str]:
@@ -94,6 +78,9 @@ def eval_command(preset: Preset, ckpt: Path, out: Path, stage_dir: Optional[Path
     threads = preset.cfg.threads or os.environ.get("ARMOR_THREADS")
     if threads:
         argv += ["--threads", str(threads)]
+    ranks = int(os.environ.get(EVAL_RANKS_ENV) or 1)
+    if ranks > 1:   # README "Evaluation at scale": one engine per GPU, the benchmarks' chunks split over ranks
+        argv = [argv[0], "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", *argv[1:]]
     return argv
 
 

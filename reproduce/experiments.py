@@ -5,6 +5,7 @@
     python -m reproduce.experiments select-peak --preset P --root R --arm dapo --seed S
     python -m reproduce.experiments select-restart --preset P --root R --seed S   (armor_restart's start)
     python -m reproduce.experiments evaluate    --preset P --root R --arm A --seed S   (runs eval.evaluate)
+    python -m reproduce.experiments noise-floor --preset P --root R --seed S           (θ* validated k times)
     python -m reproduce.experiments collect     --preset P --root R                    (results.parquet)
     python -m reproduce.experiments figures     --preset P --root R [--only ...]       (python -m figures)
     python -m reproduce.experiments show        --preset P                             (the matrix)
@@ -77,8 +78,9 @@ def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: O
             raise ExperimentError(f"{arm.name} seed {seed}: start checkpoint {start['checkpoint']} does not exist")
     overrides = train_overrides(preset, root, arm, seed, start, stage_dir)
     run.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run / "arm.json", {"arm": arm.name, "preset": preset.name, "seed": seed, "start": start,
-                                         "overrides": overrides, "config": str(preset.path)}, **STATE_JSON)
+    if int(os.environ.get("RANK", "0")) == 0:       # every torchrun rank runs this; one writes the run's files
+        write_json_atomic(run / "arm.json", {"arm": arm.name, "preset": preset.name, "seed": seed, "start": start,
+                                             "overrides": overrides, "config": str(preset.path)}, **STATE_JSON)
     argv = entry("armor.train") + ["--config", str(preset.path)] + overrides
     print("exec:", " ".join(shlex.quote(a) for a in argv), flush=True)
     return _exec(argv)
@@ -135,6 +137,16 @@ def cmd_evaluate(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir
             print(f"evaluation of {ck} failed (exit {rc})", file=sys.stderr)
             return rc
     write_eval_stamp(preset, root, arm, seed, steps)
+    return 0
+
+
+def cmd_noise_floor(preset: Preset, root: Path, seed: int, stage_dir: Optional[Path] = None) -> int:
+    """The verdicts' noise floor (reproduce/noise.py)."""
+    from reproduce.noise import measure
+    r = measure(preset, root, seed, stage_dir)
+    print(f"noise floor: {r['arm']} seed {seed} step {r['step']} validated {r['repeats']} times: "
+          f"{r['benchmark']} {r['metric']} sd {r['sd']:.4f}, range {r['range']:.4f}, values "
+          + ", ".join(f"{v:.3f}" for v in r["values"]))
     return 0
 
 
@@ -233,6 +245,9 @@ def main(argv=None) -> int:
     common(sr, seeds=True)
     sr.add_argument("--seed", type=int, default=0)
     common(sub.add_parser("evaluate", help="evaluate the selected checkpoints of one run"), arm=True, staged=True)
+    common(sub.add_parser("noise-floor", help="validate θ* of dapo k times (the verdicts' noise floor)"),
+           arm=False, staged=True)
+    sub.choices["noise-floor"].add_argument("--seed", type=int, default=0)
     common(sub.add_parser("collect", help="write results.parquet"), seeds=True)
     common(sub.add_parser("figures", help="draw figures and the report"), seeds=True, only=True)
     common(sub.add_parser("show", help="print the matrix"), only=True)
@@ -258,6 +273,8 @@ def main(argv=None) -> int:
                                       [int(x) for x in a.seeds.split(",")] if a.seeds else None)
         if a.cmd == "evaluate":
             return cmd_evaluate(preset, root, a.arm, a.seed, sd)
+        if a.cmd == "noise-floor":
+            return cmd_noise_floor(preset, root, a.seed, sd)
         if a.cmd == "collect":
             return cmd_collect(preset, root, seeds)
         if a.cmd == "figures":

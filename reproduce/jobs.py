@@ -1,5 +1,7 @@
 """The job graph of a preset: stage (hub models/datasets, presets that name hub ids) | world (toy presets) ->
-stage 1 -> select peak -> stage 2 -> evaluate (array) -> collect -> figures, as slurm.launcher Jobs.
+stage 1 -> select peak -> stage 2 -> evaluate -> collect -> figures, as slurm.launcher Jobs. A fixed θ* (or
+late start) before the end of stage 1 is a `ckpt/<arm>/seed<s>/step<k>` job that ends when that checkpoint
+is saved (reproduce/plan.py), so stage 2 does not wait for the rest of stage 1.
 
     jobs = build_jobs(load_preset("tiny"), "runs")        # keys: stage, world, stage1/dapo/seed0,
                                                          # peak/dapo/seed0, stage2/armor/seed0, eval/armor/seed0,
@@ -22,10 +24,13 @@ from reproduce.arms import (RESTART_FROM, RESTART_START, Arm, arm_seeds, build_a
                             train_overrides)
 from reproduce.collect import collect_done, figures_done
 from reproduce.entrypoints import entry
-from reproduce.evalplan import eval_benchmarks, eval_done
+from reproduce.evalplan import EVAL_RANKS_ENV, eval_benchmarks, eval_done
+from reproduce import noise
 from reproduce.peaks import peak_done, peak_file, restart_done, restart_file, start_point
+from common.layout import list_checkpoints
 from reproduce.presets import Preset, ckpt_dir, fixed_peak, preset_root, repo_path, run_dir
-from reproduce.resources import load_resources
+from reproduce.resources import preset_resources
+from reproduce.retention import check_retention
 from slurm.launcher import Job
 
 JOB_ENV = {"ARMOR_PROGRESS": "0", "TOKENIZERS_PARALLELISM": "false"}
@@ -68,9 +73,10 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
     p = preset.protocol
     sd = Path(stage_dir).resolve() if stage_dir else stage.default_stage_dir(root)
     plan = _Plan(preset, root, list(seeds if seeds is not None else p.seeds),
-                 resources or load_resources(p.nodes, p.gpus_per_node, procs_per_node=p.procs_per_node),
+                 resources or preset_resources(preset),
                  sd, stage.plan(preset, sd))
     arms = build_arms(preset, only)
+    check_retention(preset, arms, plan.seeds)       # schedule.keep_last deletes nothing θ* or an evaluation needs
     jobs = _setup_jobs(plan)
     first = [j.key for j in jobs]          # what stage-1 training waits for: staging and/or the world build
     for arm, s in _train_order(plan, arms):
@@ -80,7 +86,20 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
         for arm in arms.values():
             if arm.evaluate and not arm.alias_of and s in plan.arm_seeds(arm):
                 jobs.append(_eval_job(plan, arm, s, staged))
+    if noise.applies(preset, arms):
+        jobs.append(_noise_job(plan, arms[noise.BASE_ARM]))
     return jobs + _final_jobs(plan, jobs, only)
+
+
+def _noise_job(plan: _Plan, arm: Arm) -> Job:
+    """The verdicts' noise floor (reproduce/noise.py): θ* of the first seed validated k times, after θ*."""
+    preset, root, s = plan.preset, plan.root, plan.seeds[0]
+    k = preset.protocol.noise_floor_repeats
+    return Job("noise_floor", plan.command("noise-floor", "--seed", str(s), *plan.stage_args), kind="noise_floor",
+               deps=[f"peak/{arm.baseline}/seed{s}"], resources=plan.res["evaluate"], env=plan.env,
+               done=lambda: noise.noise_done(preset, root, s),
+               info={"benchmarks": "validation", "protocol": f"{k} re-validations of θ*"},
+               description=f"noise floor: θ* of {arm.baseline} seed {s} validated {k} times")
 
 
 def _train_order(plan: _Plan, arms: dict[str, Arm]) -> list[tuple[Arm, int]]:
@@ -129,7 +148,7 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
     if arm.stage == 1:
         deps = list(first)
     elif arm.start == "late" and preset.protocol.late_start_step is not None:
-        deps = [f"stage1/dapo/seed{s}"]
+        deps = [_ready_key(plan, "dapo", s, preset.protocol.late_start_step)]
     elif arm.start == RESTART_START:
         deps = [f"restart/{RESTART_FROM}/seed{s}"]
     else:
@@ -155,7 +174,7 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
         jobs.append(Job(f"peak/{arm.name}/seed{s}",
                         plan.command("select-peak", "--arm", arm.name, "--seed", str(s),
                                      "--seeds", ",".join(map(str, over))),
-                        kind="select_peak", deps=[f"stage1/{arm.name}/seed{x}" for x in _with(over, s)],
+                        kind="select_peak", deps=[_ready_key(plan, arm.name, x, fixed) for x in _with(over, s)],
                         resources=plan.res["select_peak"], env=plan.env,
                         done=lambda pf=pf, fixed=fixed: peak_done(pf, fixed, late_rule),
                         info={"peak": how}, description=f"choose θ* of {arm.name} seed {s}"))
@@ -171,12 +190,46 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
                                          f"{','.join(map(str, over))}) within the first "
                                          f"{preset.protocol.restart_within} of stage 2"},
                         description=f"choose the restart point of {arm.name} seed {s}"))
+    if arm.stage == 1:
+        steps = {fixed_peak(preset, arm.name)} | ({preset.protocol.late_start_step} if arm.name == "dapo" and any(
+            a.start == "late" for a in arms.values()) else set())
+        jobs += [_ready_job(plan, arm, s, k, first) for k in sorted(x for x in steps if x is not None)
+                 if _ready_key(plan, arm.name, s, k) != key]
     return jobs
 
 
 def _with(seeds: list[int], s: int) -> list[int]:
     """The runs a choice for seed s reads: the selection seeds' curves, and seed s's own checkpoints."""
     return list(seeds) + ([s] if s not in seeds else [])
+
+
+def _stage1_steps(plan: _Plan) -> int:
+    p = plan.preset.protocol
+    return p.stage1_steps or plan.preset.cfg.schedule.total_steps
+
+
+def _ready_key(plan: _Plan, arm: str, s: int, step: Optional[int]) -> str:
+    """What waits for stage-1 step `step` of `arm` seed `s` depends on: the checkpoint-ready job when the step
+    comes before the end of stage 1 (a fixed θ* or late start), else the stage-1 job itself."""
+    if step is None or step >= _stage1_steps(plan):
+        return f"stage1/{arm}/seed{s}"
+    return f"ckpt/{arm}/seed{s}/step{step}"
+
+
+def _ready_job(plan: _Plan, arm: Arm, s: int, step: int, first: list[str]) -> Job:
+    """A checkpoint-ready job: runs beside the stage-1 job (same dependencies) and ends once that run has saved
+    `step` (reproduce/plan.py wait-checkpoint), so stage 2 starts from a fixed θ* while stage 1 goes on. Done
+    (never started) once the checkpoint exists; it fails when the stage-1 job fails first."""
+    run = run_dir(plan.root, plan.preset, arm.name, s)
+    watch = f"stage1/{arm.name}/seed{s}"
+    job_dir = preset_root(plan.root, plan.preset) / "_jobs" / watch
+    argv = [sys.executable, "-m", "reproduce.plan", "wait-checkpoint", "--run", str(run), "--step", str(step),
+            "--job-dir", str(job_dir)]
+    return Job(_ready_key(plan, arm.name, s, step), argv, kind="wait_checkpoint", deps=list(first),
+               resources=plan.res["select_peak"], env=plan.env,
+               done=lambda run=run, step=step: step in list_checkpoints(run),
+               info={"watch": watch, "step": step, "fraction": step / _stage1_steps(plan)},
+               description=f"wait until {watch} has saved step {step}")
 
 
 def _train_info(plan: _Plan, arm: Arm, s: int) -> dict:
@@ -186,7 +239,9 @@ def _train_info(plan: _Plan, arm: Arm, s: int) -> dict:
     fixed = fixed_peak(preset, arm.baseline)
     if arm.stage == 2 and start is None and fixed is not None:
         start = {"step": fixed, "checkpoint": str(ckpt_dir(run_dir(root, preset, arm.baseline, s), fixed))}
-    info = {"arm": arm.name, "figures": ",".join(arm.figures)}
+    info = {"arm": arm.name, "figures": ",".join(arm.figures), "stage": arm.stage,
+            "arm_overrides": list(arm.overrides), "steps": _run_steps(plan, arm),
+            "protected_steps": _protected(plan, arm)}
     if plan.res["train"].gpus_per_node:
         info["memory"] = train_memory(preset, arm, plan.res["train"])
     if arm.stage == 1 or start is not None:
@@ -202,6 +257,23 @@ def _train_info(plan: _Plan, arm: Arm, s: int) -> dict:
     return info
 
 
+def _run_steps(plan: _Plan, arm: Arm) -> int:
+    """RL steps of this arm's run (what its train command sets as schedule.total_steps)."""
+    p, cfg = plan.preset.protocol, plan.preset.cfg
+    if arm.name == "dapo_natural" and p.headroom_steps:
+        return p.headroom_steps
+    return (_stage1_steps(plan) if arm.stage == 1 else p.stage2_steps) or cfg.schedule.total_steps
+
+
+def _protected(plan: _Plan, arm: Arm) -> list[int]:
+    """Steps of the run that retention keeps besides the last resumable ones: θ* and the late start (stage 1)."""
+    p = plan.preset.protocol
+    if arm.stage != 1:
+        return []
+    steps = {fixed_peak(plan.preset, arm.name)} | ({p.late_start_step} if arm.name == "dapo" else set())
+    return sorted(x for x in steps if x is not None)
+
+
 def train_memory(preset: Preset, arm: Arm, res) -> str:
     """The dry run's line for a GPU train job: its ranks and the per-rank memory estimate (armor.memory)."""
     from armor import memory
@@ -214,15 +286,22 @@ def train_memory(preset: Preset, arm: Arm, res) -> str:
 
 
 def _eval_job(plan: _Plan, arm: Arm, s: int, staged: list[str]) -> Job:
-    """Evaluating one arm and seed (one job array on SLURM), after θ* (baselines) or the arm's training."""
+    """Evaluating one arm and seed, after θ* (baselines) or the arm's training: its own job, so on SLURM it
+    waits for that arm alone; on a GPU preset it takes a node and splits the benchmarks over its GPUs."""
     preset, root = plan.preset, plan.root
     dep = f"peak/{arm.name}/seed{s}" if arm.stage == 1 else f"stage2/{arm.name}/seed{s}"
+    res = plan.res["evaluate"]
+    env = dict(plan.env)
+    if res.nodes * res.gpus_per_node > 1:   # the several-GPU path: torchrun ... -m eval.evaluate (evalplan)
+        env[EVAL_RANKS_ENV] = str(res.nodes * res.gpus_per_node)
+        env["ARMOR_THREADS"] = str(res.threads_per_rank)
     return Job(f"eval/{arm.name}/seed{s}", plan.command("evaluate", "--arm", arm.name, "--seed", str(s),
                                                         *plan.stage_args),
-               kind="evaluate", deps=[dep] + staged, resources=plan.res["evaluate"], array="evaluate", env=plan.env,
+               kind="evaluate", deps=[dep] + staged, resources=res, env=env,
                done=lambda arm=arm, s=s: eval_done(preset, root, arm, s),
                info={"benchmarks": ",".join(stage.staged_benchmarks(eval_benchmarks(preset), plan.items)),
-                     "protocol": preset.protocol.eval_protocol},
+                     "protocol": preset.protocol.eval_protocol, "stage": arm.stage,
+                     "steps": _run_steps(plan, arm), "ranks": int(env.get(EVAL_RANKS_ENV, 1))},
                description=f"evaluate {arm.name} seed {s}")
 
 
@@ -233,7 +312,7 @@ def _final_jobs(plan: _Plan, jobs: list[Job], only: Optional[list[str]]) -> list
     only_arg = ["--only", ",".join(only)] if only else []
     out = preset_root(root, preset)
     return [Job("collect", plan.command("collect", *seeds_arg), kind="collect",
-                deps=[j.key for j in jobs if j.kind in ("train", "evaluate", "select_peak")],
+                deps=[j.key for j in jobs if j.kind in ("train", "evaluate", "select_peak", "noise_floor")],
                 resources=plan.res["collect"], env=plan.env, done=lambda: collect_done(preset, root, seeds),
                 description=f"results table {out / 'results.parquet'}"),
             Job("figures", plan.command("figures", *seeds_arg, *only_arg), kind="figures", deps=["collect"],

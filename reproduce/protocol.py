@@ -80,10 +80,21 @@ class ProtocolConfig:
     eval_every: int = _f(0, "evaluate every N-th saved checkpoint (0 = only the selected ones)")
     eval_samples: Optional[int] = _f(None, "override the protocol's samples per problem (k)")
     eval_limit: Optional[int] = _f(None, "score only the first N problems of each benchmark")
+    noise_floor_repeats: int = _f(0, "the verdicts' evaluation noise floor: θ* of dapo (first seed) validated this "
+                                     "many times with different sampling seeds (docs/verdicts.md); 0 = not "
+                                     "measured (every verdict is then inconclusive)")
     nodes: int = _f(1, "nodes per training job (SLURM)")
     gpus_per_node: int = _f(0, "GPUs per training node (0 = a CPU preset)")
     procs_per_node: int = _f(0, "trainer ranks per training node (torchrun); 0 = one per GPU, or 1 on a CPU "
                                 "preset. A CPU preset with 2 runs 2-rank CPU jobs (gloo), e.g. on a test SLURM")
+    cpus_per_node: int = _f(0, "CPU cores of a GPU node the jobs ask for (0 = 8 per GPU); each rank runs "
+                               "cpus_per_node / ranks threads")
+    rollout_tokens_per_s: Optional[float] = _f(None, "plan's throughput assumption: generated tokens/s per GPU "
+                                                     "(null = reproduce/plan.py's default; the dry run names it)")
+    update_tokens_per_s: Optional[float] = _f(None, "plan's throughput assumption: trained tokens/s per GPU of "
+                                                    "the update (null = from an assumed MFU)")
+    response_fill: Optional[float] = _f(None, "plan's assumption: mean response length / lengths.max_response")
+    save_s: Optional[float] = _f(None, "plan's assumption: seconds per checkpoint save")
     seeds: list[int] = _f(factory=lambda: [0], help="seeds of every arm")
     single_seed_arms: list[str] = _f(factory=list, help="arms run on the first seed only (no figure claim rests "
                                                         "on them); the rest run every seed")
@@ -118,9 +129,16 @@ def validate_protocol(p: ProtocolConfig) -> None:
     c(p.peak_selection_window >= 1, "protocol.peak_selection_window", p.peak_selection_window, "must be >= 1")
     c(p.eval_samples is None or p.eval_samples >= 1, "protocol.eval_samples", p.eval_samples, "must be >= 1")
     c(p.eval_limit is None or p.eval_limit >= 1, "protocol.eval_limit", p.eval_limit, "must be >= 1")
+    c(p.noise_floor_repeats == 0 or p.noise_floor_repeats >= 2, "protocol.noise_floor_repeats",
+      p.noise_floor_repeats, "must be 0 (off) or >= 2 (a standard deviation needs two)")
     c(p.nodes >= 1, "protocol.nodes", p.nodes, "must be >= 1")
     c(p.gpus_per_node >= 0, "protocol.gpus_per_node", p.gpus_per_node, "must be >= 0")
     c(p.procs_per_node >= 0, "protocol.procs_per_node", p.procs_per_node, "must be >= 0")
+    c(p.cpus_per_node >= 0, "protocol.cpus_per_node", p.cpus_per_node, "must be >= 0")
+    for k in ("rollout_tokens_per_s", "update_tokens_per_s", "save_s"):
+        c(getattr(p, k) is None or getattr(p, k) > 0, f"protocol.{k}", getattr(p, k), "must be > 0 (or null)")
+    c(p.response_fill is None or 0 < p.response_fill <= 1, "protocol.response_fill", p.response_fill,
+      "must be in (0, 1] (or null)")
     c(len(p.seeds) >= 1, "protocol.seeds", p.seeds, "must list at least one seed")
     c(len(set(p.seeds)) == len(p.seeds), "protocol.seeds", p.seeds, "must not repeat a seed")
     c(p.world_version in (1, 2), "protocol.world_version", p.world_version, "must be 1 or 2 (the world designs)")

@@ -7,11 +7,12 @@ of the evaluation job array), `collect`, `figures`. Only `train` and `evaluate` 
 
 A user YAML file (``--resources FILE``) may set cluster-wide keys and per-kind keys:
 
-    partition: gpu          # cluster-wide: partition, account, qos, constraint, exclude, extra
+    partition: gpu          # cluster-wide: partition, account, qos, constraint, exclude, extra, env
     account: my-project
     train:   {nodes: 2, gpus_per_node: 8, time_min: 2880, mem_gb: 900}
     evaluate: {gpus_per_node: 1, partition: eval}
     extra: {reservation: armor}          # any further sbatch option (--reservation=armor)
+    env: {NCCL_SOCKET_IFNAME: ib0, GLOO_SOCKET_IFNAME: ib0}   # every job's environment (slurm/README.md)
 
 Precedence (later wins): defaults from the protocol < YAML file < flags (the non-cluster-wide flags size
 `train`).
@@ -19,18 +20,20 @@ Precedence (later wins): defaults from the protocol < YAML file < flags (the non
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from slurm.resources import Resources, resolve_resources
 
 KINDS = ("stage", "world", "train", "select_peak", "evaluate", "collect", "figures")
 
 
-def default_resources(nodes: int = 1, gpus_per_node: int = 0,
-                      procs_per_node: int = 0) -> dict[str, Resources]:
+def default_resources(nodes: int = 1, gpus_per_node: int = 0, procs_per_node: int = 0, cpus_per_node: int = 0,
+                      host_mem_gb: Optional[dict] = None) -> dict[str, Resources]:
     """Defaults for every kind. CPU presets (gpus_per_node == 0) get one-core jobs (the tiny world), or one
     core per rank when `procs_per_node` asks for several CPU ranks; GPU presets get full nodes for training
-    (8 CPU cores per GPU) and one GPU per evaluation task."""
+    and one full node per evaluation (its ranks split the checkpoint's benchmarks), with `cpus_per_node` cores
+    (0: 8 per GPU) and the host memory `host_mem_gb` gives per kind (reproduce/plan.py's estimate; none: the
+    cluster's default)."""
     if gpus_per_node <= 0:
         return {
             "stage": Resources(cpus_per_task=1, mem_gb=2, time_min=60),
@@ -43,23 +46,36 @@ def default_resources(nodes: int = 1, gpus_per_node: int = 0,
             "collect": Resources(cpus_per_task=1, mem_gb=2, time_min=15),
             "figures": Resources(cpus_per_task=1, mem_gb=2, time_min=15),
         }
+    cpus = cpus_per_node or 8 * gpus_per_node
+    mem = host_mem_gb or {}
     return {
         "stage": Resources(cpus_per_task=4, mem_gb=32, time_min=4 * 60),   # downloads tens of GB once
         "world": Resources(cpus_per_task=4, mem_gb=16, time_min=60),
         "train": Resources(nodes=nodes, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,
-                           cpus_per_task=8 * gpus_per_node,
-                           mem_gb=None, time_min=24 * 60),
+                           cpus_per_task=cpus, mem_gb=mem.get("train"), time_min=24 * 60),
         "select_peak": Resources(cpus_per_task=1, mem_gb=2, time_min=10),
-        "evaluate": Resources(nodes=1, gpus_per_node=1, cpus_per_task=8, mem_gb=64, time_min=8 * 60),
+        "evaluate": Resources(nodes=1, gpus_per_node=gpus_per_node, cpus_per_task=cpus,
+                              mem_gb=mem.get("evaluate", 64), time_min=8 * 60),
         "collect": Resources(cpus_per_task=2, mem_gb=8, time_min=30),
         "figures": Resources(cpus_per_task=2, mem_gb=8, time_min=30),
     }
 
 
 def load_resources(nodes: int = 1, gpus_per_node: int = 0, user_file: str | Path | None = None,
-                   flags: dict[str, Any] | None = None, procs_per_node: int = 0) -> dict[str, Resources]:
+                   flags: dict[str, Any] | None = None, procs_per_node: int = 0, cpus_per_node: int = 0,
+                   host_mem_gb: Optional[dict] = None) -> dict[str, Resources]:
     """Resources per kind. `flags`: cluster-wide keys (partition, account, qos, constraint, exclude) and
     train overrides (`nodes`, `gpus_per_node`, `time_min` ...) given on the command line; None values
     are ignored."""
-    return resolve_resources(default_resources(nodes, gpus_per_node, procs_per_node), user_file, flags,
-                             flags_kind="train")
+    return resolve_resources(default_resources(nodes, gpus_per_node, procs_per_node, cpus_per_node, host_mem_gb),
+                             user_file, flags, flags_kind="train")
+
+
+def preset_resources(preset, user_file: str | Path | None = None,
+                     flags: dict[str, Any] | None = None) -> dict[str, Resources]:
+    """Resources per kind of a preset: its protocol's sizes, the host memory reproduce/plan.py estimates for
+    its model (GPU presets), a user YAML file and flags."""
+    from reproduce.plan import default_host_memory
+    p = preset.protocol
+    return load_resources(p.nodes, p.gpus_per_node, user_file, flags, procs_per_node=p.procs_per_node,
+                          cpus_per_node=p.cpus_per_node, host_mem_gb=default_host_memory(preset))

@@ -4,13 +4,14 @@
     python reproduce/run_all.py --preset smoke --cluster local   # the seconds-long smoke protocol
     python reproduce/run_all.py --preset qwen25-math-7b --cluster slurm --partition gpu --account X
     python reproduce/run_all.py --preset qwen3-8b-base --dry-run # the plan, without GPUs or weights
+    python reproduce/run_all.py --preset qwen25-math-7b --dry-run --cluster-nodes 32 --budget-gpu-hours 50000
     python reproduce/run_all.py --preset tiny --only fig4,table1 # only these items (and what they need)
     python reproduce/run_all.py --preset tiny --status           # what is done / queued / running
     python reproduce/run_all.py --preset qwen25-math-7b --stage-dir /shared/armor_stage   # hub copies there
 
 The DAG (reproduce/jobs.py): staging of the hub models and datasets (presets that name hub ids;
 reproduce/stage.py) or the world build (toy presets) -> stage-1 baselines -> select θ* -> stage-2 arms ->
-evaluate (job array) -> runs/<preset>/results.parquet -> figures + REPRODUCTION.md.
+evaluate (one job per arm) -> runs/<preset>/results.parquet -> figures + REPRODUCTION.md.
 Reruns skip finished units (DONE markers, outputs) and never resubmit a queued or running job, so after an
 interruption (Ctrl-C, SIGKILL, a lost SSH session) rerunning the same command resumes. Bookkeeping and
 per-job logs: runs/<preset>/_jobs/<job key>/ (log.out, log.err); `python -m slurm.launcher status
@@ -42,7 +43,8 @@ from reproduce.presets import ExperimentError, fixed_peak, load_preset, preset_r
 from common.yaml_config import ConfigError  # noqa: E402
 from figures.checklist import read_verdicts, verdict_lines  # noqa: E402
 from slurm.launcher import ACTIVE, DONE, Launcher, LauncherError, topo_order  # noqa: E402
-from reproduce.resources import load_resources  # noqa: E402
+from reproduce import plan as sizing  # noqa: E402
+from reproduce.resources import preset_resources  # noqa: E402
 from slurm.resources import ResourceError  # noqa: E402
 
 
@@ -74,6 +76,19 @@ def parse_args(argv=None):
     g.add_argument("--nodes", type=int, help="training nodes per run (default: protocol.nodes)")
     g.add_argument("--gpus-per-node", type=int, help="training GPUs per node (default: protocol.gpus_per_node)")
     g.add_argument("--time-min", type=int, help="training time limit per job, minutes (jobs requeue and resume)")
+    g.add_argument("--mem-gb", type=float, help="training host memory per node, GB (default: reproduce/plan.py's "
+                                                "estimate on GPU presets)")
+    g.add_argument("--cpus-per-node", type=int, help="training CPU cores per node (default: protocol.cpus_per_node "
+                                                     "or 8 per GPU); each rank runs cores / ranks threads")
+    s = ap.add_argument_group("sizing (GPU presets; reproduce/plan.py): the dry run's hours, GPU-hours and disk")
+    s.add_argument("--cluster-nodes", type=int, help="nodes the plan may use at once (default: one train job's)")
+    s.add_argument("--rollout-tokens-per-s", type=float, help="generated tokens/s per GPU (throughput assumption)")
+    s.add_argument("--update-tokens-per-s", type=float, help="trained tokens/s per GPU (throughput assumption)")
+    s.add_argument("--response-fill", type=float, help="mean response length / lengths.max_response")
+    s.add_argument("--save-s", type=float, help="seconds per checkpoint save")
+    s.add_argument("--gpu-check", help="a GPU check report (gpu_check.json) to take the throughput from")
+    s.add_argument("--budget-gpu-hours", type=float, help="list which --only items this many GPU-hours cover, "
+                                                          "in order of cost")
     return ap.parse_args(argv)
 
 
@@ -101,7 +116,8 @@ def print_staging(items, stage_dir, show_sizes: bool) -> None:
               + (f"   [{note}]" if note else "") + f"   (for {', '.join(it.keys)})")
 
 
-def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=True, stage_dir=None) -> None:
+def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=True, stage_dir=None,
+               launcher=None, est=None, totals=()) -> None:
     figs = figure_arms(preset.protocol)
     chosen = [f for f in figs if not only or f in only]
     arms = build_arms(preset, only)
@@ -148,8 +164,18 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
             if j.kind == "train" and j.info.get("memory"):
                 print(f"{'':<{w}}    {j.info['memory']}")
             elif j.kind == "evaluate":
-                print(f"{'':<{w}}    eval.evaluate --benchmarks {j.info.get('benchmarks')} "
+                ranks = j.info.get("ranks", 1)
+                run = "torchrun --nproc-per-node %d -m eval.evaluate" % ranks if ranks > 1 else "eval.evaluate"
+                print(f"{'':<{w}}    {run} --benchmarks {j.info.get('benchmarks')} "
                       f"--protocol {j.info.get('protocol')} (checkpoints chosen at run time)")
+            e = (est or {}).get(j.key)
+            if e is not None and (e.gpus or e.watch):
+                print(f"{'':<{w}}    estimate: " + (e.detail if e.watch else
+                      f"{sizing.fmt_h(e.hours)}, {e.gpu_hours:,.0f} GPU-hours on {e.gpus} GPUs ({e.detail})"
+                      + (f"; checkpoints {sizing.fmt_bytes(e.ckpt_bytes)}" if e.ckpt_bytes else "")))
+            if launcher is not None and j.resources is not None and j.resources.gpus_per_node:
+                for name, line in launcher.command_lines(j).items():
+                    print(f"{'':<{w}}    {name}: {line}")
     counts: dict[str, int] = {}
     for s, _ in states.values():
         counts[s] = counts.get(s, 0) + 1
@@ -158,6 +184,8 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
     print(f"{len(order)} jobs: {counts.get(DONE, 0)} done, {counts.get('queued', 0)} queued, "
           f"{counts.get('running', 0)} running, {n_todo} to run"
           + (f" ({counts.get('failed')} failed before)" if counts.get("failed") else ""))
+    for line in totals:
+        print(line)
 
 
 def print_verdicts(figures_dir: Path) -> None:
@@ -194,9 +222,15 @@ def main(argv=None) -> int:
         seeds = [int(x) for x in a.seeds.split(",")] if a.seeds else list(preset.protocol.seeds)
         root = Path(a.root).resolve() if a.root else REPO_ROOT / "runs"
         flags = {"partition": a.partition, "account": a.account, "qos": a.qos, "constraint": a.constraint,
-                 "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "time_min": a.time_min}
-        res = load_resources(preset.protocol.nodes, preset.protocol.gpus_per_node, a.resources, flags,
-                             procs_per_node=preset.protocol.procs_per_node)
+                 "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "time_min": a.time_min, "mem_gb": a.mem_gb,
+                 "cpus_per_task": a.cpus_per_node}
+        res = preset_resources(preset, a.resources, flags)
+        gpu = bool(res["train"].gpus_per_node)
+        tp = sizing.throughput(preset, a.rollout_tokens_per_s, a.update_tokens_per_s, a.response_fill, a.save_s,
+                               a.gpu_check) if gpu else None
+        if gpu:
+            sizing.check_plan(preset, res, tp, "--mem-gb" if a.mem_gb is not None else
+                              f"train.mem_gb ({a.resources})" if a.resources else "train.mem_gb")
         stage_dir = Path(a.stage_dir).resolve() if a.stage_dir else stage.default_stage_dir(root)
         jobs = build_jobs(preset, root, seeds, only, res, stage_dir=stage_dir)
         out = preset_root(root, preset)
@@ -204,8 +238,16 @@ def main(argv=None) -> int:
                       progress=False if a.no_progress else None, preload=WARM_PRELOAD)
         if a.dry_run or a.status:
             states = la.states(jobs)
+            est, totals = None, []
+            if gpu and a.dry_run:
+                est = sizing.estimate_jobs(preset, jobs, tp)
+                nodes = a.cluster_nodes or res["train"].nodes
+                totals = [""] + sizing.summary_lines(preset, jobs, est, tp, nodes)
+                if a.budget_gpu_hours is not None:
+                    rows = sizing.item_costs(preset, root, seeds, res, stage_dir, est, tp)
+                    totals += sizing.budget_lines(rows, est, a.budget_gpu_hours)
             print_plan(preset, jobs, states, la.cluster, root, seeds, only, show_commands=a.dry_run,
-                       stage_dir=stage_dir)
+                       stage_dir=stage_dir, launcher=la if a.dry_run and gpu else None, est=est, totals=totals)
             return 0
         stage.check_ready(stage.plan(preset, stage_dir))   # a gated dataset without a token fails here
         missing = missing_entry_points(preset)
@@ -240,7 +282,7 @@ def main(argv=None) -> int:
             n = sum(1 for s, _ in states.values() if s in ACTIVE)
             print(f"\n{n} job(s) queued or running on {la.cluster}; rerun this command (or add --status) to follow")
         return 0
-    except (ExperimentError, ConfigError, LauncherError, ResourceError, stage.StageError) as e:
+    except (ExperimentError, ConfigError, LauncherError, ResourceError, stage.StageError, sizing.PlanError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

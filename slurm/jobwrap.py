@@ -84,9 +84,12 @@ def rank_command(argv: list[str], nnodes: int, nproc_per_node: int, node_rank: i
             *where, *rest]
 
 
-def _thread_env(env: dict) -> dict:
-    """Torch/BLAS thread count: ARMOR_THREADS if the launcher set it, else the SLURM allocation."""
-    threads = env.get("ARMOR_THREADS") or env.get("SLURM_CPUS_PER_TASK")
+def _thread_env(env: dict, ranks: int = 1) -> dict:
+    """Torch/BLAS thread count: ARMOR_THREADS if the launcher set it, else the SLURM allocation (one task per
+    node) divided among the node's `ranks`, so 8 ranks on a 64-core node start 8 threads each, not 64."""
+    threads = env.get("ARMOR_THREADS")
+    if not threads and env.get("SLURM_CPUS_PER_TASK"):
+        threads = str(max(1, int(env["SLURM_CPUS_PER_TASK"]) // max(1, ranks)))
     if threads:
         env.setdefault("ARMOR_THREADS", str(threads))
         env.setdefault("OMP_NUM_THREADS", str(threads))
@@ -148,9 +151,12 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
     attempts_file = job_dir / "attempts.jsonl"
     attempt = 1 + (sum(1 for line in attempts_file.read_text().splitlines() if sub in line)
                    if attempts_file.exists() else 0)
+    if not leader and slurm_job_id:
+        # another node: the leader may have appended this attempt's line already; SLURM counts requeues
+        attempt = 1 + int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     info = {"submission": sub, "attempt": attempt, "host": socket.gethostname(), "pid": os.getpid(),
             "pid_start": pid_start_time(os.getpid()), "time": time.time(), "slurm_job_id": slurm_job_id,
-            "node_rank": node_rank}
+            "node_rank": node_rank, "node": os.environ.get("SLURMD_NODENAME")}
     if leader:
         for name in END_MARKERS:
             (job_dir / name).unlink(missing_ok=True)
@@ -162,15 +168,18 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
     env.update({k: str(v) for k, v in (spec.get("env") or {}).items()})
     env["ARMOR_JOB_KEY"] = spec["key"]
     env["ARMOR_JOB_DIR"] = str(job_dir)
-    env = _thread_env(env)
     argv = list(spec["argv"])
+    ranks = 1
     if spec.get("launch") == "torchrun":
         ranks = int(spec.get("ranks_per_node") or spec.get("gpus_per_node") or 0)   # older specs: per GPU
         argv = rank_command(argv, nnodes, ranks, node_rank, master_addr, master_port)
+        ranks = max(1, ranks) if nnodes * max(1, ranks) > 1 else 1
+    env = _thread_env(env, ranks)
     suffix = "" if leader else f".node{node_rank}"
     out = open(job_dir / f"log{suffix}.out", "ab", buffering=0)
     err = open(job_dir / f"log{suffix}.err", "ab", buffering=0)
-    header = (f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} attempt {attempt} on {info['host']} "
+    where = info["host"] + (f" (node {info['node']})" if info["node"] else "")   # nodes may share a hostname
+    header = (f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} attempt {attempt} on {where} "
               f"(submission {sub}{', slurm job ' + slurm_job_id if slurm_job_id else ''}): "
               f"{' '.join(argv)}\n").encode()
     out.write(header)

@@ -54,7 +54,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from common.jsonl import read_json, write_json_atomic
 from slurm import jobwrap, warm
-from slurm.resources import Resources
+from slurm.resources import NET_ENV, Resources
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -388,15 +388,11 @@ class Launcher:
             (d / name).unlink(missing_ok=True)
         sub = uuid.uuid4().hex[:12]
         res = job.resources or Resources()
-        env = dict(job.env)
-        if self.cluster == "local":
-            env.setdefault("ARMOR_THREADS", str(self.threads))
-            env.setdefault("OMP_NUM_THREADS", str(self.threads))
-            env.setdefault("MKL_NUM_THREADS", str(self.threads))
+        env = self.job_env(job)
         spec = {"key": job.key, "argv": [str(a) for a in job.argv], "kind": job.kind, "env": env,
                 "cwd": str(job.cwd or REPO_ROOT), "submission": sub, "launch": job.launch,
                 "nodes": res.nodes, "gpus_per_node": res.gpus_per_node, "ranks_per_node": res.ranks_per_node,
-                "deps": job.deps,
+                "threads_per_rank": res.threads_per_rank, "deps": job.deps,
                 "resources": res.as_dict(), "created": time.time()}
         write_json_atomic(d / "spec.json", spec, **jobwrap.JSON_KW)
         return sub
@@ -564,14 +560,15 @@ class Launcher:
         return p
 
     # ------------------------------------------------------------------------------------- slurm
-    def _executor(self, folder: Path, job: Job, dependency_ids: list[str], n_array: int = 0):
-        if submitit is None:
-            raise LauncherError("submitit is not installed")
+    def slurm_params(self, job: Job, dependency_ids: list[str], n_array: int = 0) -> dict:
+        """The submitit SlurmExecutor parameters of one job (or of an array of n_array tasks like it): sbatch's
+        options and srun's. srun gets `--cpus-per-task` itself: since SLURM 22.05 a step does not inherit the
+        allocation's, and its one task per node would otherwise run every rank on one core."""
         res = job.resources or Resources()
-        ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=self.max_requeues)
         name = job.key.replace("/", ".") if not n_array else f"{job.array}[{n_array}]"
         params = dict(job_name=name[:120], time=int(res.time_min), nodes=res.nodes, ntasks_per_node=1,
                       cpus_per_task=res.cpus_per_task, signal_delay_s=self.signal_delay_s,
+                      srun_args=[f"--cpus-per-task={res.cpus_per_task}"],
                       setup=[f"export PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}}",
                              "export ARMOR_LAUNCHER=slurm"],
                       additional_parameters={"requeue": True, "chdir": str(job.cwd or REPO_ROOT),
@@ -587,8 +584,54 @@ class Launcher:
             params["dependency"] = "afterok:" + ":".join(dependency_ids)
         if n_array:
             params["array_parallelism"] = res.array_parallelism
-        ex.update_parameters(**params)
+        return params
+
+    def _executor(self, folder: Path, job: Job, dependency_ids: list[str], n_array: int = 0):
+        if submitit is None:
+            raise LauncherError("submitit is not installed")
+        ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=self.max_requeues)
+        ex.update_parameters(**self.slurm_params(job, dependency_ids, n_array))
         return ex
+
+    def command_lines(self, job: Job, dependency_ids: Optional[list[str]] = None) -> dict[str, str]:
+        """What a job runs on SLURM, for plans: `sbatch` (its options as submitit writes them), `srun` (the
+        step), and `torchrun` (the command each node runs: `jobwrap.rank_command`), or `command` for a job of
+        one rank. <...> marks what is known only when the job runs."""
+        from submitit.slurm.slurm import _make_sbatch_string
+        params = self.slurm_params(job, dependency_ids if dependency_ids is not None else
+                                   [f"<{d}>" for d in job.deps])
+        text = _make_sbatch_string(command="<python -u -m submitit.core._submit FOLDER>",
+                                   folder=self.job_dir(job.key) / "submitit", **params)
+        opts = [line.split(" ", 1)[1] for line in text.splitlines() if line.startswith("#SBATCH ")]
+        opts = [o for o in opts if not o.startswith(("--output=", "--error=", "--open-mode="))]
+        srun = next(line for line in text.splitlines() if line.startswith("srun "))
+        srun = " ".join(w for w in srun.split(" ") if "%j" not in w and w not in ("--output", "--error"))
+        out = {"sbatch": "sbatch " + " ".join(opts), "srun": srun.replace("<python -u -m submitit.core._submit "
+                                                                          "FOLDER>", "<submitit: slurm.jobwrap>")}
+        res = job.resources or Resources()
+        argv = [str(a) for a in job.argv]
+        if job.launch == "torchrun" and res.nodes * res.ranks_per_node > 1:
+            argv = jobwrap.rank_command(argv, res.nodes, res.ranks_per_node, "<SLURM_NODEID>" if res.nodes > 1
+                                        else 0, "<first host>", "<29500 + job id % 2000>")   # type: ignore
+            out["torchrun"] = " ".join(argv)
+        else:
+            out["command"] = " ".join(argv)
+        return out
+
+    def job_env(self, job: Job) -> dict:
+        """A job's environment: the network variables set in the driver's environment (resources.NET_ENV), its
+        resources' `env`, the job's own; locally also the thread count of one of `workers` parallel jobs, on
+        SLURM the node's CPUs divided among its ranks (`Resources.threads_per_rank`)."""
+        res = job.resources or Resources()
+        env = {k: os.environ[k] for k in NET_ENV if os.environ.get(k)}
+        env.update({k: str(v) for k, v in (res.env or {}).items()})
+        env.update(job.env)
+        threads = self.threads if self.cluster == "local" else res.threads_per_rank
+        if self.cluster == "local" or (job.launch == "torchrun" and res.ranks_per_node > 1):
+            env.setdefault("ARMOR_THREADS", str(threads))
+            env.setdefault("OMP_NUM_THREADS", str(threads))
+            env.setdefault("MKL_NUM_THREADS", str(threads))
+        return env
 
     def _run_slurm(self, order: list[Job], states: dict, wait: bool) -> dict:
         # groups in topological order: a single job, or all not-yet-submitted jobs of one array tag

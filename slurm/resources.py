@@ -8,6 +8,7 @@ A user YAML file (``--resources FILE``) may set cluster-wide keys and per-kind k
     account: my-project
     KIND: {nodes: 2, gpus_per_node: 8, time_min: 2880, mem_gb: 900}   # any kind of the table
     extra: {reservation: x}              # any further sbatch option (--reservation=x)
+    env: {NCCL_SOCKET_IFNAME: ib0}       # environment of every job (cluster-wide or per kind)
 
 Precedence (later wins): the caller's defaults < YAML file < flags.
 """
@@ -21,6 +22,11 @@ from typing import Any, Optional
 import yaml
 
 CLUSTER_KEYS = ("partition", "account", "qos", "constraint", "exclude")
+# the network interfaces NCCL / Gloo / torchrun's rendezvous use, and NCCL's transport choices: passed from the
+# driver's environment into every job (slurm/README.md "Network"); a resources file's `env:` sets them too
+NET_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_DISABLE",
+           "NCCL_IB_GID_INDEX", "NCCL_NET_GDR_LEVEL", "NCCL_P2P_LEVEL", "NCCL_DEBUG", "NCCL_CROSS_NIC",
+           "NCCL_NET", "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA")
 
 
 class ResourceError(ValueError):
@@ -42,10 +48,16 @@ class Resources:
     exclude: Optional[str] = None
     array_parallelism: int = 64           # job arrays: tasks running at once
     extra: dict = field(default_factory=dict)  # further sbatch options, e.g. {"reservation": "x"}
+    env: dict = field(default_factory=dict)    # environment variables of the job (e.g. NCCL_SOCKET_IFNAME)
 
     @property
     def ranks_per_node(self) -> int:
         return self.procs_per_node or max(1, self.gpus_per_node)
+
+    @property
+    def threads_per_rank(self) -> int:
+        """Torch/BLAS threads of each rank: the node's CPUs (cpus_per_task: one SLURM task per node) / ranks."""
+        return max(1, self.cpus_per_task // self.ranks_per_node)
 
     @property
     def world_size(self) -> int:
@@ -75,10 +87,13 @@ def apply(res: Resources, values: dict, where: str) -> Resources:
     unknown = set(values) - _FIELDS
     if unknown:
         raise ResourceError(f"{where}: unknown key(s) {sorted(unknown)} (known: {sorted(_FIELDS)})")
-    if "extra" in values:
-        extra = dict(res.extra)
-        extra.update(values.pop("extra") or {})
-        values["extra"] = extra
+    for k in ("extra", "env"):
+        if k in values:
+            if not isinstance(values[k] or {}, dict):
+                raise ResourceError(f"{where}: {k} must be a mapping, got {values[k]!r}")
+            merged = dict(getattr(res, k))
+            merged.update(values.pop(k) or {})
+            values[k] = merged
     out = dataclasses.replace(res, **values)
     for k in ("nodes", "cpus_per_task", "time_min", "array_parallelism"):
         if not isinstance(getattr(out, k), int) or getattr(out, k) < 1:
@@ -101,11 +116,11 @@ def resolve_resources(defaults: dict[str, Resources], user_file: str | Path | No
         data = yaml.safe_load(Path(user_file).read_text()) or {}
         if not isinstance(data, dict):
             raise ResourceError(f"{user_file}: expected a mapping")
-        common = {k: data[k] for k in (*CLUSTER_KEYS, "extra") if k in data}
+        common = {k: data[k] for k in (*CLUSTER_KEYS, "extra", "env") if k in data}
         unknown = set(data) - set(common) - set(table)
         if unknown:
             raise ResourceError(f"{user_file}: unknown key(s) {sorted(unknown)} "
-                                f"(cluster-wide: {list(CLUSTER_KEYS) + ['extra']}; kinds: {list(table)})")
+                                f"(cluster-wide: {list(CLUSTER_KEYS) + ['extra', 'env']}; kinds: {list(table)})")
         for kind in table:
             table[kind] = apply(table[kind], common, f"{user_file}")
             if kind in data:

@@ -61,8 +61,8 @@ from common.grading.shape import (BOUNDS, GOLD_MAXIMA, MAX_ANSWER_CHARS, AnswerS
                                   implausible_bound)
 
 __all__ = [
-    "Verdict", "REASONS", "MODES", "ANSWER_MODES", "ANSWER_TYPES", "BOUNDS", "GOLD_MAXIMA", "MAX_ANSWER_CHARS",
-    "AnswerShape", "answer_shape", "implausible_bound",
+    "Verdict", "REASONS", "MODES", "ANSWER_MODES", "ANSWER_TYPES", "BOUNDS", "GOLD_MAXIMA",
+    "MAX_ANSWER_CHARS", "AnswerShape", "answer_shape", "implausible_bound",
     "extract_boxed", "extract_answer_line", "extract_answer", "normalize_gold", "mc_letter",
     "grade_one", "Grader", "get_grader", "close_default_graders",
 ]

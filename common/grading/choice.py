@@ -1,7 +1,8 @@
 """Multiple-choice answers: the option letter (A-J) an answer or a gold names (``mc_letter``).
 
 ``\\text{}``, ``$``, parentheses and an "Option"/"The answer is" prefix are stripped: ``"C"``, ``"(C)"``,
-``"C. 42"``, ``"\\text{(C)}"`` all read as C. A multiple-choice answer is correct iff its letter is the gold's.
+``"C. 42"``, ``"\\text{(C)}"`` all read as C. A multiple-choice answer is correct iff its letter is the
+gold's.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ __all__ = ["mc_letter"]
 
 _MC_WRAP_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mathit|textit|bf|rm)\s*\{([^{}]*)\}")
 _MC_RE = re.compile(r"[\(\[\{\s]*([A-J])(?:[\)\]\}\.:,\s]|$)")
-_MC_PREFIX_RE = re.compile(r"(?i)^\s*(?:the\s+)?(?:correct\s+)?(?:answer|option|choice)\s*(?:is)?\s*[:\-]?\s*")
+_MC_PREFIX_RE = re.compile(r"(?i)^\s*(?:the\s+)?(?:correct\s+)?(?:answer|option|choice)\s*"
+                           r"(?:is)?\s*[:\-]?\s*")
 
 
 def mc_letter(s: str | None) -> str | None:

@@ -1,4 +1,5 @@
-"""Answer extraction: the final answer of a response, read as its answer mode says (the ANSWER_MODES registry).
+"""Answer extraction: the final answer of a response,
+read as its answer mode says (the ANSWER_MODES registry).
 
 * ``"boxed"``: the content of the LAST ``\\boxed{...}`` (or ``\\fbox{...}``); a correct number written
   anywhere else is ignored.
@@ -6,8 +7,8 @@
   DAPO the response is not first cut to its last 300 characters).
 * ``"boxed_or_answer_line"``: the last box if there is one, else the answer line.
 
-A new mode is one registered function ``text -> str | None`` (``@ANSWER_MODES.register("name")``); it is then a
-valid ``reward.answer_mode`` (config validation reads the registry), ``Grader`` mode and ``extract_answer``
+A new mode is one registered function ``text -> str | None`` (``@ANSWER_MODES.register("name")``); it is then
+a valid ``reward.answer_mode`` (config validation reads the registry), ``Grader`` mode and ``extract_answer``
 mode. Extraction is total: it never raises on a response (a non-string gives None).
 """
 from __future__ import annotations

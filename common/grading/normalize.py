@@ -80,7 +80,8 @@ def _canon(s: str) -> str:
 
 _NUMBER_RE = re.compile(
     r"(?P<sign>-?)(?:(?P<int>\d{1,60})|(?P<dec>\d{0,60}\.\d{1,60})"
-    r"|\\frac\{(?P<fn>-?\d{1,60})\}\{(?P<fd>\d{1,60})\}|\\frac(?P<sn>\d)(?P<sd>\d)|(?P<n>\d{1,60})/(?P<d>\d{1,60}))")
+    r"|\\frac\{(?P<fn>-?\d{1,60})\}\{(?P<fd>\d{1,60})\}|\\frac(?P<sn>\d)(?P<sd>\d)"
+    r"|(?P<n>\d{1,60})/(?P<d>\d{1,60}))")
 
 
 def _as_number(s: str):

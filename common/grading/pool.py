@@ -85,14 +85,15 @@ class Grader:
         startup_timeout_s: a worker that is not ready by then is replaced (RuntimeError after 4 failures).
         soft_timeout: arm SIGALRM in the workers (default). False leaves only the parent's kill (tests).
 
-    Items decided without math-verify (no answer, integer fast path, multiple choice, implausible) are graded in
-    the parent; each distinct (answer, gold, answer type) among the rest is graded once per call, and its
+    Items decided without math-verify (no answer, integer fast path, multiple choice, implausible) are graded
+    in the parent; each distinct (answer, gold, answer type) among the rest is graded once per call, and its
     result, a timeout included, is every duplicate's. Workers start lazily on the first call that needs
     them and are reused; call ``close()`` (or use ``with``) to stop them.
     """
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, mode: str = "boxed", *,
-                 chunk_size: int = 32, max_answer_chars: int = MAX_ANSWER_CHARS, max_memory_mb: int | None = 4096,
+                 chunk_size: int = 32, max_answer_chars: int = MAX_ANSWER_CHARS,
+                 max_memory_mb: int | None = 4096,
                  kill_grace_s: float = 1.0, startup_timeout_s: float = 120.0, soft_timeout: bool = True):
         check_mode(mode)
         if num_workers < 0:
@@ -111,9 +112,9 @@ class Grader:
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._closed = False
-        #: counters: items graded, decided in the parent, of those rejected as implausible, sent to math-verify
-        #: (unique), timeouts, worker kills and respawns, and the longest time one item took in a worker as seen
-        #: by the parent (seconds)
+        #: counters: items graded, decided in the parent, of those rejected as implausible, sent to
+        #: math-verify (unique), timeouts, worker kills and respawns, and the longest time one item took in a
+        #: worker as seen by the parent (seconds)
         self.stats = {"items": 0, "parent": 0, "implausible": 0, "pool": 0, "timeouts": 0, "kills": 0,
                       "respawns": 0, "max_item_s": 0.0}
 
@@ -236,7 +237,8 @@ class Grader:
         results: list[tuple[bool, str] | None] = [None] * len(tasks)
         pending = deque(range(len(tasks)))
         for idx, w in enumerate(self._workers):
-            if w.chunk is not None or w.proc.poll() is not None:  # left over from an interrupted call, or dead
+            # left over from an interrupted call, or dead
+            if w.chunk is not None or w.proc.poll() is not None:
                 self._stop_worker(w)
                 self._workers[idx] = self._spawn()
                 self.stats["respawns"] += 1

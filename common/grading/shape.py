@@ -15,18 +15,18 @@ from functools import lru_cache
 
 __all__ = ["AnswerShape", "BOUNDS", "GOLD_MAXIMA", "MAX_ANSWER_CHARS", "answer_shape", "implausible_bound"]
 
-#: Maxima over the gold answers of every shipped benchmark (1,930 golds of common/data/benchmarks, read through
-#: the registry; ``bench.grading.shipped_gold_maxima()`` measures them and prints them, a test checks that
-#: these still hold): length 210 characters (minerva_math), nesting 4 (minerva_math), exponents 7
+#: Maxima over the gold answers of every shipped benchmark (1,930 golds of common/data/benchmarks, read
+#: through the registry; ``bench.grading.shipped_gold_maxima()`` measures them and prints them, a test checks
+#: that these still hold): length 210 characters (minerva_math), nesting 4 (minerva_math), exponents 7
 #: (``x^8 + x^7 + ... + x^2 + x + 1``), exponent depth 1 (no gold has an exponent inside an exponent), digit
 #: run 8 (``10112369``), numeric power 10^303.7 (``2^{1009}``), combinatorial operand 10^2 (``100!``).
 GOLD_MAXIMA = {"length": 210, "nesting": 4, "exponents": 7, "exponent_depth": 1, "digit_run": 8,
                "power_log10": 303.74, "operand_log10": 2.0}
-#: Plausibility bounds (an answer above one is wrong with reason "implausible"), each well above its gold maximum
-#: (length 4.8x, nesting 2.5x, exponents 5.7x, exponent depth 3x, digit run 6x and above DAPO-Math-17k's 23,
-#: numeric power 33x in digits, combinatorial operand 1000x in value) and at or below where math-verify gets slow
-#: (10 nested braces cost it ~0.7 s, 26 parentheses ~1.9 s, 51 braces more than 2 s; ``(10^6)!`` ~4 s;
-#: ``10^{10^{10^{10}}}`` never finishes). Measures:
+#: Plausibility bounds (an answer above one is wrong with reason "implausible"), each well above its gold
+#: maximum (length 4.8x, nesting 2.5x, exponents 5.7x, exponent depth 3x, digit run 6x and above
+#: DAPO-Math-17k's 23, numeric power 33x in digits, combinatorial operand 1000x in value) and at or below
+#: where math-verify gets slow (10 nested braces cost it ~0.7 s, 26 parentheses ~1.9 s, 51 braces more than 2
+#: s; ``(10^6)!`` ~4 s; ``10^{10^{10^{10}}}`` never finishes). Measures:
 #:   length: characters of the extracted answer (the Grader's ``max_answer_chars`` overrides this one);
 #:   nesting: depth of (), [], {} (escaped or not) and \left ... \right pairs;
 #:   exponents: number of ``^`` / ``**``;  exponent_depth: exponents inside exponents (``x^2`` is 1,
@@ -208,8 +208,8 @@ def _gold_shape(gold: str) -> AnswerShape:
 
 
 def implausible_bound(answer: str, gold: str = "", max_chars: int | None = None) -> str | None:
-    """The first bound of ``BOUNDS`` that ``answer`` exceeds (None if it exceeds none): such an answer cannot be
-    a benchmark answer and is wrong without being parsed.
+    """The first bound of ``BOUNDS`` that ``answer`` exceeds (None if it exceeds none): such an answer cannot
+    be a benchmark answer and is wrong without being parsed.
 
     Each bound is raised to the gold's own measure where the gold exceeds it, so an answer no more extreme
     than its gold is never rejected (golds outside the shipped benchmarks, e.g. a long toy-world answer).

@@ -73,11 +73,12 @@ def _math_verify(extracted: str, gold: str) -> tuple[bool, str]:
 
 
 class _GradingTimeout(BaseException):
-    """Raised by SIGALRM inside a grading call (BaseException: math-verify's `except Exception` can't eat it)."""
+    """Raised by SIGALRM inside a grading call (BaseException: math-verify's `except Exception` can't eat
+    it)."""
 
 
-#: after the first alarm the timer repeats at this interval: code that swallows the raise (a bare `except:` deep
-#: in sympy) gets it again, so a timed-out grading call always ends
+#: after the first alarm the timer repeats at this interval: code that swallows the raise (a bare `except:`
+#: deep in sympy) gets it again, so a timed-out grading call always ends
 ALARM_REPEAT_S = 0.05
 _alarm_armed = False   # the handler raises only while a guarded call runs
 
@@ -134,7 +135,8 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _grade_inprocess(tasks: Sequence[tuple[str, str, str]], timeout_s: float | None) -> list[tuple[bool, str]]:
+def _grade_inprocess(tasks: Sequence[tuple[str, str, str]],
+                     timeout_s: float | None) -> list[tuple[bool, str]]:
     """Grade (extracted, gold, answer_type) tasks here. Timeouts only when in the main thread (SIGALRM)."""
     if timeout_s and _in_main_thread() and hasattr(signal, "SIGALRM"):
         old = signal.signal(signal.SIGALRM, _on_alarm)

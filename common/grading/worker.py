@@ -67,7 +67,8 @@ def _worker_main(read_fd: int, write_fd: int, timeout_s: float, max_memory_mb: i
 
 
 def _worker_entry() -> None:
-    """``python -c 'from common.grading.worker import _worker_entry; _worker_entry()' RFD WFD TIMEOUT MEM_MB``."""
+    """``python -c 'from common.grading.worker import _worker_entry;
+    _worker_entry()' RFD WFD TIMEOUT MEM_MB``."""
     import sys
 
     rfd, wfd, t, mem = sys.argv[1:5]

@@ -7,7 +7,8 @@ def build_engine(kind: str, model, tokenizer, *, model_path: str = "", **kw) -> 
     `model_path` (GPU; keywords of common.rollout.vllm_engine.VLLMEngine, max_model_len required)."""
     if kind == "hf":
         from common.rollout.hf import HFEngine
-        return HFEngine(model, tokenizer, **{k: v for k, v in kw.items() if k in ("max_batch", "static_cache")})
+        return HFEngine(model, tokenizer,
+                        **{k: v for k, v in kw.items() if k in ("max_batch", "static_cache")})
     if kind == "vllm":
         from common.rollout.vllm_engine import VLLMEngine
         return VLLMEngine(model_path, tokenizer, **{k: v for k, v in kw.items()

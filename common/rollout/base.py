@@ -1,8 +1,8 @@
 """The rollout-engine interface: one engine serves the policy and, with swapped weights, the reference.
 
-Weights are versioned: the trainer names what it hands over, ("policy", optimizer steps so far) or ("reference",
-resets so far), and an engine that already holds that version does nothing. So asking before every generate call
-is free, and a round with anchors costs at most one policy -> reference -> policy swap.
+Weights are versioned: the trainer names what it hands over, ("policy", optimizer steps so far) or
+("reference", resets so far), and an engine that already holds that version does nothing. So asking before
+every generate call is free, and a round with anchors costs at most one policy -> reference -> policy swap.
 """
 from __future__ import annotations
 
@@ -69,6 +69,8 @@ class RolloutEngine(abc.ABC):
     tokenizer = None
     version: Hashable | None = None   # the weights held: what the last sync was told (None: unknown)
     pushes: int = 0                   # syncs that moved weights (the others found the version held already)
+    ranks_per_engine: int = 1         # consecutive ranks that are one engine (tensor parallel): they make the
+                                      # same generate calls together (armor.spmd.sharded_map)
 
     @abc.abstractmethod
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout: ...
@@ -89,4 +91,5 @@ class RolloutEngine(abc.ABC):
 
     @abc.abstractmethod
     def _push(self, model: torch.nn.Module) -> None:
-        """Make the engine sample from `model`'s current weights (called by sync_weights when they changed)."""
+        """Make the engine sample from `model`'s current weights (called by sync_weights when they
+        changed)."""

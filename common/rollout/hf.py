@@ -14,8 +14,8 @@ from common.rollout.static_decode import make_stepper
 
 # A CPU decode step whose activations are smaller than this (rows x hidden size) runs on one thread: its
 # operations are so small that waking the other OpenMP threads costs more than they save (the suite sets
-# OMP_WAIT_POLICY=PASSIVE). The threshold is the tiny world's model at 128 rows; `python -m bench.step_time` (2 threads)
-# measures what it does to a training step (README, "Step-time benchmark").
+# OMP_WAIT_POLICY=PASSIVE). The threshold is the tiny world's model at 128 rows; `python -m bench.step_time`
+# (2 threads) measures what it does to a training step (README, "Step-time benchmark").
 SINGLE_THREAD_DECODE_BELOW = 128 * 64
 
 
@@ -43,7 +43,8 @@ class HFEngine(RolloutEngine):
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         if gen_eos is not None:
             self.eos_ids |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos])
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids))
+        self.pad_id = (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                       else next(iter(self.eos_ids)))
 
     def _push(self, model: torch.nn.Module) -> None:
         self.model = model   # same process, same device: serving a module is pointing at it
@@ -81,12 +82,14 @@ class HFEngine(RolloutEngine):
                 model.train()
 
     def _fit_threads(self, rows: int, device) -> None:
-        """One CPU thread for decode steps too small to share (SINGLE_THREAD_DECODE_BELOW); the caller restores."""
+        """One CPU thread for decode steps too small to share (SINGLE_THREAD_DECODE_BELOW);
+        the caller restores."""
         hidden = getattr(getattr(self.model, "config", None), "hidden_size", None)
         if device.type == "cpu" and hidden and rows * hidden < SINGLE_THREAD_DECODE_BELOW:
             torch.set_num_threads(1)
 
-    def _sample_rows(self, row_prompt: list[int], prompts: list[list[int]], params: SamplingParams, gen, device):
+    def _sample_rows(self, row_prompt: list[int], prompts: list[list[int]], params: SamplingParams,
+                     gen, device):
         uniq = sorted(set(row_prompt))
         row_of = {i: u for u, i in enumerate(uniq)}
         n, plen, T = len(row_prompt), max(len(prompts[i]) for i in uniq), params.max_new_tokens
@@ -120,7 +123,8 @@ class HFEngine(RolloutEngine):
                 scaled = logits if params.temperature == 1.0 else logits / params.temperature
                 logp_all = torch.log_softmax(top_p_filter(scaled, params.top_p), -1)
                 # Gumbel-max sampling with one draw per (row, vocab entry) for ALL n rows, finished ones too:
-                # the same random stream as sampling the full batch, so dropping finished rows changes no sample
+                # the same random stream as sampling the full batch, so dropping finished rows changes no
+                # sample
                 g = _gumbel(gen, n, logp_all.shape[-1]).to(device)
                 tok = (logp_all + (g if len(active) == n else g[active])).argmax(-1)
                 lp = logp_all.gather(-1, tok[:, None])[:, 0]

@@ -1,4 +1,5 @@
-"""Incremental decoding with a preallocated (static) KV cache, for the Llama-family layouts (Qwen2, Qwen3, Llama).
+"""Incremental decoding with a preallocated (static) KV cache,
+for the Llama-family layouts (Qwen2, Qwen3, Llama).
 
 The HF engine's sampling loop asks a *stepper* for next-token logits: `prefill` the left-padded prompts (each
 distinct prompt once), `expand` the cache to one copy per response, then `decode` one token per row at a time,
@@ -68,7 +69,8 @@ class HFStepper:
         self.cache = DynamicCache()
         self.cache_kw = {cache_arg(model): self.cache}
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
+                max_new_tokens: int) -> torch.Tensor:
         """ids, mask, pos: [N, P] (left-padded) -> logits of the next token [N, V]."""
         self.mask = torch.cat([mask, torch.ones(mask.shape[0], max_new_tokens, dtype=mask.dtype,
                                                 device=mask.device)], dim=1)
@@ -84,7 +86,8 @@ class HFStepper:
                           position_ids=pos[:, None], use_cache=True, **self.cache_kw).logits[:, -1, :]
 
     def keep(self, rows: torch.Tensor) -> None:
-        """Drop every row not in `rows` ([K] ascending indices into the current rows) from the cache and mask."""
+        """Drop every row not in `rows` ([K] ascending indices into the current rows) from the cache and
+        mask."""
         self.expand(rows)
 
     def expand(self, rows: torch.Tensor) -> None:
@@ -100,10 +103,10 @@ class StaticStepper:
     are fused, each with the RMSNorm weight before it folded in. RoPE's rotate_half is one product by a ±1
     matrix over all heads (cos 1 and sin 0 on the value heads).
     The norm's 1/rms(x) scales the product instead of the input, and addmm carries the residual additions.
-    The cache is preallocated for the whole call: keys transposed [layers, rows, kv heads, head_dim, slots] (so
-    q·Kᵀ reads them in place), values [layers, rows, kv heads, slots, head_dim]; finished rows are compacted
-    away in place. The fused matrices are a second copy of the weights while a call runs (at the paper's scale
-    the vLLM engine samples instead)."""
+    The cache is preallocated for the whole call: keys transposed [layers, rows, kv heads, head_dim, slots]
+    (so q·Kᵀ reads them in place), values [layers, rows, kv heads, slots, head_dim]; finished rows are
+    compacted away in place. The fused matrices are a second copy of the weights while a call runs (at the
+    paper's scale the vLLM engine samples instead)."""
 
     def __init__(self, model):
         self.model = model
@@ -113,7 +116,8 @@ class StaticStepper:
         self.head_dim = d = a0.head_dim
         self.q_heads, self.kv_heads = a0.q_proj.out_features // d, a0.k_proj.out_features // d
         self.heads = self.q_heads + 2 * self.kv_heads             # the q, k and v heads of one position
-        self.qk_norm = getattr(a0, "q_norm", None) is not None     # Qwen3: per-head RMSNorm before the rotation
+        # Qwen3: per-head RMSNorm before the rotation
+        self.qk_norm = getattr(a0, "q_norm", None) is not None
         self.scale = a0.scaling
         act = getattr(model.config, "hidden_act", None)
         self.act = F.silu if act == "silu" else self.layers[0].mlp.act_fn
@@ -132,7 +136,8 @@ class StaticStepper:
         if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
             return False
         rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-        if rope.get("rope_type", rope.get("type", "default")) == "dynamic":   # its frequencies follow the length
+        # its frequencies follow the length
+        if rope.get("rope_type", rope.get("type", "default")) == "dynamic":
             return False
         return getattr(cfg, "_attn_implementation", "sdpa") in ("sdpa", "eager")
 
@@ -145,10 +150,11 @@ class StaticStepper:
             projs = [a.q_proj, a.k_proj, a.v_proj]
             w = torch.cat([p.weight for p in projs])
             b = torch.cat([p.bias for p in projs]) if a.q_proj.bias is not None else None
-            gu_bias = None if mlp.gate_proj.bias is None else torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias])
+            gu_bias = (None if mlp.gate_proj.bias is None
+                       else torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]))
             self.fused.append(_FusedLayer(
-                w_in=_fold_norm(w, layer.input_layernorm).t(), b_in=b, eps_in=layer.input_layernorm.variance_epsilon,
-                w_o=a.o_proj.weight.t(), b_o=a.o_proj.bias,
+                w_in=_fold_norm(w, layer.input_layernorm).t(), b_in=b,
+                eps_in=layer.input_layernorm.variance_epsilon, w_o=a.o_proj.weight.t(), b_o=a.o_proj.bias,
                 w_gate_up=_fold_norm(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
                                      layer.post_attention_layernorm).t(),
                 b_gate_up=gu_bias, eps_post=layer.post_attention_layernorm.variance_epsilon,
@@ -180,8 +186,8 @@ class StaticStepper:
         return torch.addcmul(y * cs[:, 0], torch.mm(y.view(-1, d), self.rot).view(m, h, d), cs[:, 1])
 
     def _mlp(self, i: int, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-        """The rest of layer i after attention: x [M, H] plus the o-projection of o [M, q heads · head_dim], then
-        plus the MLP of that."""
+        """The rest of layer i after attention: x [M, H] plus the o-projection of o [M, q heads · head_dim],
+        then plus the MLP of that."""
         f = self.fused[i]
         x = torch.addmm(x, o, f.w_o) if f.b_o is None else torch.addmm(x, o, f.w_o).add_(f.b_o)
         inv = _inv_rms(x, f.eps_post)
@@ -196,7 +202,8 @@ class StaticStepper:
         return out if self.b_lm is None else out.add_(self.b_lm)
 
     # ---------------------------------------------------------------------------------------- stepping
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
+                max_new_tokens: int) -> torch.Tensor:
         """ids, mask, pos: [N, P] (left-padded) -> logits of the next token [N, V]."""
         n, plen = ids.shape
         dev = ids.device
@@ -208,16 +215,19 @@ class StaticStepper:
         # keys transposed ([.., head_dim, slots]: a decode step's q·Kᵀ then reads them in place), values not
         self.keys_t = x.new_empty(len(self.layers), n, hkv, d, size)
         self.values = x.new_empty(len(self.layers), n, hkv, size, d)
-        # cos and sin of every position for every head (1 and 0 on the value heads: the rotation leaves v alone)
+        # cos and sin of every position for every head (1 and 0 on the value heads: the rotation leaves v
+        # alone)
         cos, sin = self.body.rotary_emb(x, torch.arange(size, device=dev)[None])
         self.cs = x.new_zeros(size, 2, self.heads, d)
         self.cs[:, 0] = 1.0
         self.cs[:, 0, :hq + hkv] = cos[0, :, None]
         self.cs[:, 1, :hq + hkv] = sin[0, :, None]
         # keys a row may attend to: its real prompt tokens, then every generated token (slots fill in order);
-        # laid out [N, q heads, slots] so that a decode step's [N·kv heads, q heads per kv head, S] bias is a view
+        # laid out [N, q heads, slots] so that a decode step's [N·kv heads, q heads per kv head, S] bias
+        # is a view
         key_ok = torch.cat([mask.bool(), torch.ones(n, max_new_tokens, dtype=torch.bool, device=dev)], 1)
-        self.key_bias = torch.zeros(n, hq, size, dtype=x.dtype, device=dev).masked_fill_(~key_ok[:, None], float("-inf"))
+        self.key_bias = (torch.zeros(n, hq, size, dtype=x.dtype, device=dev)
+                         .masked_fill_(~key_ok[:, None], float("-inf")))
         self.plen = self.filled = plen
         causal = torch.ones(plen, plen, dtype=torch.bool, device=dev).tril()
         # a padding position attends to itself only, so its (unused) output is finite, never NaN
@@ -231,8 +241,8 @@ class StaticStepper:
             self.values[i, :, :, :plen] = kv[:, :, 1].transpose(1, 2)
             q = r[:, :hq].view(n, plen, hq, d).transpose(1, 2)
             o = F.scaled_dot_product_attention(q, self.keys_t[i, ..., :plen].transpose(-1, -2),
-                                               self.values[i, :, :, :plen], attn_mask=attend, scale=self.scale,
-                                               enable_gqa=hq != hkv)
+                                               self.values[i, :, :, :plen], attn_mask=attend,
+                                               scale=self.scale, enable_gqa=hq != hkv)
             x = self._mlp(i, x, o.transpose(1, 2).reshape(n * plen, hq * d))
         return self._logits(x.view(n, plen, -1)[:, -1])
 
@@ -240,17 +250,20 @@ class StaticStepper:
         """tok, pos: [N] (the t-th new token of each row, t >= 0) -> logits of the token after it [N, V]."""
         n = tok.shape[0]
         hq, hkv, d = self.q_heads, self.kv_heads, self.head_dim
-        g = hq // hkv                               # query heads per kv head: query head h reads kv head h // g
+        # query heads per kv head: query head h reads kv head h // g
+        g = hq // hkv
         end = self.plen + t + 1
         x = F.embedding(tok, self.body.embed_tokens.weight)
         cs = self.cs[pos]
         bias = self.key_bias[:, :, :end].view(n * hkv, g, end)
-        for i, (keys_t, values) in enumerate(zip(self.keys_t, self.values)):   # [N, kv heads, d, slots], [.., slots, d]
+        # [N, kv heads, d, slots], [.., slots, d]
+        for i, (keys_t, values) in enumerate(zip(self.keys_t, self.values)):
             r = self._qkv(i, x, cs)
             keys_t.select(3, end - 1).copy_(r.narrow(1, hq, hkv))
             values.select(2, end - 1).copy_(r.narrow(1, hq + hkv, hkv))
-            # softmax(q·Kᵀ·scale + bias)·V for the one new query: two batched products over (row, kv head) on views
-            # of the cache (faster on CPU at these sizes than scaled_dot_product_attention's kernel; equal to ~1e-6)
+            # softmax(q·Kᵀ·scale + bias)·V for the one new query: two batched products over (row, kv head) on
+            # views of the cache (faster on CPU at these sizes than scaled_dot_product_attention's kernel;
+            # equal to ~1e-6)
             scores = torch.baddbmm(bias, r.narrow(1, 0, hq).reshape(n * hkv, g, d),
                                    keys_t.narrow(3, 0, end).view(n * hkv, d, end), alpha=self.scale)
             o = torch.bmm(scores.softmax(-1), values.narrow(2, 0, end).view(n * hkv, end, d)).view(n, hq * d)
@@ -298,8 +311,10 @@ def _fold_norm(w: torch.Tensor, norm) -> torch.Tensor:
 
 
 def _inv_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """1 / sqrt(mean(x²) + eps) per row of x [M, H] -> [M, 1] (computed in float32, as the HF RMSNorm does)."""
-    inv = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32).square_().mul_(1.0 / x.shape[-1])
+    """1 / sqrt(mean(x²) + eps) per row of x [M, H] -> [M, 1] (computed in float32, as the HF RMSNorm
+    does)."""
+    inv = torch.linalg.vector_norm(x, dim=-1, keepdim=True,
+                                   dtype=torch.float32).square_().mul_(1.0 / x.shape[-1])
     inv = inv.add_(eps).rsqrt_()
     return inv if x.dtype == torch.float32 else inv.to(x.dtype)
 

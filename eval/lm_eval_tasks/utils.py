@@ -18,9 +18,9 @@ grader as ``python -m eval.evaluate``.
 Options (lm-eval ``--metadata '{"template": "dapo", "data_file": "..."}'``, passed to ``load_docs``):
 ``template`` (prompt template, default: the benchmark's / the toy protocol's ``plain``), ``data_file`` (read
 the benchmark from this file instead of the shipped copy). The tiny world's test split (task
-``armor_toy_test``) is read from, in order: ``data_file``, the ``ARMOR_TOY_DATA`` environment variable,
-``<repo>/runs/tiny/world/data/test.jsonl``. Environment: ``ARMOR_GRADER_WORKERS`` (math-verify worker
-processes, default 1).
+``armor_toy_test``) is read from ``data_file``, else the ``ARMOR_TOY_DATA`` environment variable (a world is
+built by the experiment driver, outside this package: the harness assumes no layout of it). Environment:
+``ARMOR_GRADER_WORKERS`` (math-verify worker processes, default 1).
 """
 from __future__ import annotations
 
@@ -37,18 +37,17 @@ except ImportError:  # pragma: no cover - the repo is not installed in this envi
 from common.benchmarks import build_messages, default_mode, load_benchmark, register_jsonl  # noqa: E402
 from common.metrics import maj_at_k, pass_at_k  # noqa: E402
 
-TOY_DEFAULT = REPO_ROOT / "runs" / "tiny" / "world" / "data" / "test.jsonl"
 TOY_BENCHMARKS = {"toy_test": "test", "toy_validation": "validation"}
 
 
 def toy_data_file(benchmark: str = "toy_test", data_file: str | None = None) -> Path:
-    """The tiny world's split file: data_file, else $ARMOR_TOY_DATA, else runs/tiny/world/data/<split>.jsonl."""
-    if data_file:
-        return Path(data_file).expanduser()
-    env = os.environ.get("ARMOR_TOY_DATA")
-    if env:
-        return Path(env).expanduser()
-    return REPO_ROOT / "runs" / "tiny" / "world" / "data" / f"{TOY_BENCHMARKS[benchmark]}.jsonl"
+    """The tiny world's split file: data_file, else $ARMOR_TOY_DATA (the path of `benchmark`'s split)."""
+    path = data_file or os.environ.get("ARMOR_TOY_DATA")
+    if not path:
+        raise FileNotFoundError(
+            f"{benchmark}: no data file: set ARMOR_TOY_DATA=<world>/data/{TOY_BENCHMARKS[benchmark]}.jsonl "
+            f"or pass lm-eval --metadata '{{\"data_file\": \"<path>\"}}'")
+    return Path(path).expanduser()
 
 
 def _system_user(messages: list[dict]) -> tuple[str, str]:
@@ -66,8 +65,8 @@ def docs(benchmark: str, samples: int, pass_ks=(), default_template: str | None 
         path = toy_data_file(benchmark, data_file)
         if not path.is_file():
             raise FileNotFoundError(
-                f"{benchmark}: data file not found: {path} (build the tiny world, or set ARMOR_TOY_DATA=<path> or "
-                f"lm-eval --metadata '{{\"data_file\": \"<path>\"}}')")
+                f"{benchmark}: data file not found: {path} (build the tiny world, or set "
+                f"ARMOR_TOY_DATA=<path> or lm-eval --metadata '{{\"data_file\": \"<path>\"}}')")
         register_jsonl(benchmark, path)
         data = load_benchmark(benchmark, limit=limit)
     else:
@@ -86,7 +85,8 @@ def docs(benchmark: str, samples: int, pass_ks=(), default_template: str | None 
 
 def load_docs(benchmark: str, samples: int, pass_ks=(), default_template: str | None = None,
               template: str | None = None, data_file: str | None = None, **_ignored):
-    """``custom_dataset`` entry point: {"test": datasets.Dataset} (extra lm-eval metadata keys are ignored)."""
+    """``custom_dataset`` entry point: {"test": datasets.Dataset} (extra lm-eval metadata keys are
+    ignored)."""
     import datasets
     rows = docs(benchmark, samples, pass_ks, default_template, template, data_file)
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
@@ -110,8 +110,9 @@ def process_results(doc: dict, results: list) -> dict:
     responses = results[0] if results and isinstance(results[0], (list, tuple)) else results
     k = int(doc["armor_k"])
     if len(responses) != k:
-        raise ValueError(f"{doc.get('armor_benchmark')} doc {doc.get('armor_index')}: got {len(responses)} responses, "
-                         f"expected {k} (the task needs repeats: {k} and a take_first_k filter with k: {k})")
+        raise ValueError(f"{doc.get('armor_benchmark')} doc {doc.get('armor_index')}: got {len(responses)} "
+                         f"responses, expected {k} (the task needs repeats: {k} and a take_first_k filter "
+                         f"with k: {k})")
     verdicts = grade(doc, responses)
     correct = [bool(v.correct) for v in verdicts]
     c = sum(correct)

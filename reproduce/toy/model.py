@@ -1,5 +1,5 @@
-"""The toy world's model: a tiny Qwen2ForCausalLM (~160K parameters), plus a small KV-cache sampler used by the
-world's acceptance checks (and usable by anyone who wants cheap CPU generation from a toy checkpoint)."""
+"""The toy world's model: a tiny Qwen2ForCausalLM (~160K parameters), plus a small KV-cache sampler used by
+the world's acceptance checks (and usable by anyone who wants cheap CPU generation from a toy checkpoint)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

@@ -76,7 +76,8 @@ def sft(model, tok, task_cfg: T.TaskConfig, cfg: SFTConfig, seed: int = 0, exclu
     try:
         torch.manual_seed(seed)
         rng = random.Random(f"toy-sft-{seed}")
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, cfg.beta2))
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                betas=(0.9, cfg.beta2))
 
         def lr_at(step):
             if step < cfg.warmup:
@@ -101,10 +102,11 @@ def sft(model, tok, task_cfg: T.TaskConfig, cfg: SFTConfig, seed: int = 0, exclu
             opt.step()
             losses.append(loss.item())
             if log and (step % log_every == 0 or step == cfg.steps - 1):
-                log(f"[sft] step {step:5d} loss {loss.item():.4f} lr {lr_at(step):.2e} {time.time() - t0:.1f}s")
+                log(f"[sft] step {step:5d} loss {loss.item():.4f} lr {lr_at(step):.2e} "
+                    f"{time.time() - t0:.1f}s")
         model.eval()
         tail = losses[-max(1, len(losses) // 10):]
-        return {"steps": cfg.steps, "final_loss": sum(tail) / len(tail), "seconds": round(time.time() - t0, 1),
-                "threads": cfg.threads}
+        return {"steps": cfg.steps, "final_loss": sum(tail) / len(tail),
+                "seconds": round(time.time() - t0, 1), "threads": cfg.threads}
     finally:
         torch.set_num_threads(old_threads)

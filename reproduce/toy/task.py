@@ -337,5 +337,9 @@ def classify(problem: str, response: str) -> str:
     return "chain"
 
 
+# every name classify returns (the trainer's logging.answer_modes logs each one's share per step)
+classify.modes = ("chain", "correct_chain", "sloppy", "chain_other", "direct", "shortcut", "malformed")
+
+
 def config_hash(d: dict) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,5 +1,5 @@
-"""A character-level tokenizer for the toy world, built locally with the ``tokenizers`` library and wrapped as a
-``transformers.PreTrainedTokenizerFast`` (``AutoTokenizer.from_pretrained(dir)`` loads it offline).
+"""A character-level tokenizer for the toy world, built locally with the ``tokenizers`` library and wrapped as
+a ``transformers.PreTrainedTokenizerFast`` (``AutoTokenizer.from_pretrained(dir)`` loads it offline).
 
 Vocabulary: 7 special tokens, then every printable ASCII character and newline (one token per character;
 anything else maps to ``<|unk|>``).
@@ -11,7 +11,8 @@ Chat template (Jinja, stored in the tokenizer config)::
 * ``<|eos|>`` (the eos token) ends every assistant turn; generation stops on it.
 * ``add_generation_prompt=True`` appends ``<|assistant|>``.
 * **System messages are ignored** (not rendered): the tiny base model was never trained with one, so a system
-  prompt (e.g. a generic "reason step by step" instruction from a preset) would only shift it off-distribution.
+  prompt (e.g. a generic "reason step by step" instruction from a preset) would only shift it
+  off-distribution.
 """
 from __future__ import annotations
 

@@ -21,7 +21,8 @@ SHOW = ("import os, torch; print(torch.backends.cpu.get_cpu_capability(), os.env
 # `python -m MODULE --help` (or the script) in this process, as the interpreter runs it, then what is in force
 RUN = ("import runpy, sys\nsys.argv = [{name!r}, '--help']\n"
        "try:\n    runpy.{how}({name!r}, run_name='__main__')\nexcept SystemExit:\n    pass\n" + SHOW)
-x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="the pins are x86-64's")
+x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                         reason="the pins are x86-64's")
 PINNED = ["AVX2", "AVX2,STRICT", "PASSIVE"]
 
 

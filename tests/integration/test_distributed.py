@@ -40,6 +40,20 @@ def _ok(r):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
 
 
+def _hf_weights(folder: Path) -> dict:
+    """The HF export's tensors: one model.safetensors (one rank), or the parts its index names (several ranks)."""
+    import json
+
+    from safetensors.torch import load_file
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return load_file(str(folder / "model.safetensors"))
+    out = {}
+    for part in sorted(set(json.loads(index.read_text())["weight_map"].values())):
+        out.update(load_file(str(folder / part)))
+    return out
+
+
 def _same(a: Path, b: Path, tol: float = 1e-5, weight_tol: float = 1e-6, steps: int = STEPS) -> None:
     ma, mb = read_jsonl(a / "metrics.jsonl"), read_jsonl(b / "metrics.jsonl")
     assert [r["step"] for r in ma] == [r["step"] for r in mb] == list(range(1, steps + 1))
@@ -51,9 +65,8 @@ def _same(a: Path, b: Path, tol: float = 1e-5, weight_tol: float = 1e-6, steps: 
                 assert rb[k] == pytest.approx(ra[k], abs=tol), (ra["step"], k, ra[k], rb[k])
     assert [(r["step"], r["value"]) for r in read_jsonl(a / "validation.jsonl")] == \
         [(r["step"], r["value"]) for r in read_jsonl(b / "validation.jsonl")]
-    from safetensors.torch import load_file
-    wa = load_file(str(a / "checkpoints" / f"step_{steps:06d}" / "model.safetensors"))
-    wb = load_file(str(b / "checkpoints" / f"step_{steps:06d}" / "model.safetensors"))
+    wa = _hf_weights(a / "checkpoints" / f"step_{steps:06d}")
+    wb = _hf_weights(b / "checkpoints" / f"step_{steps:06d}")
     assert set(wa) == set(wb)
     assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) <= weight_tol
     assert (b / "DONE").is_file()
@@ -120,15 +133,16 @@ def test_two_rank_kill_then_resume_on_two_ranks(runs, world):
 
 
 def test_two_rank_resume_after_a_reset_loads_the_reset_reference(runs, world):
-    """Killed right after the step-4 checkpoint, whose πref (reset at step 3) is its reference/ folder, resumed
-    on two ranks (every rank builds πref on the meta device, rank 0 reads the folder): steps 5 and 6, where πref
+    """Killed right after the step-4 checkpoint, whose πref (reset at step 3) is in its sharded state, resumed
+    on two ranks (every rank builds πref on the meta device and reads its own shards): steps 5 and 6, where πref
     enters the mixed ratio and the KL monitor, equal an uninterrupted run's."""
     six = ("schedule.total_steps=6",)
     ref, out = runs["tmp"] / "six", runs["tmp"] / "killed_after_reset"
     _ok(_run(world, ref, 2, extra=six))
     r = _run(world, out, 2, "saved@4", extra=six)
     assert r.returncode != 0 and not (out / "DONE").exists()
-    assert (out / "checkpoints" / f"step_{4:06d}" / "reference" / "model.safetensors").is_file()
+    from armor.checkpoint import sharded_keys
+    assert "reference" in sharded_keys(out / "checkpoints" / f"step_{4:06d}")
     _ok(_run(world, out, 2, extra=six))
     _same(ref, out, steps=6)
 

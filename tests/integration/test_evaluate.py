@@ -88,7 +88,8 @@ def test_max_new_tokens_resolution():
 
 def test_run_metadata(tmp_path):
     run = tmp_path / "runs" / "tiny" / "armor" / "seed3"
-    m = run_metadata(run, {"name": "x", "seed": 9, "step_offset": 30, "model": {"path": "Qwen/Qwen2.5-Math-7B"}},
+    m = run_metadata(run, {"name": "x", "seed": 9, "step_offset": 30,
+                           "model": {"path": "Qwen/Qwen2.5-Math-7B"}},
                      run / "checkpoints" / "step_000010")
     assert (m["preset"], m["arm"], m["seed"], m["step_offset"], m["model"]) == ("tiny", "armor", 3, 30,
                                                                                  "Qwen2.5-Math-7B")
@@ -100,17 +101,21 @@ def test_run_metadata(tmp_path):
 def test_settings_are_normalized_and_checked_where_made():
     tiny = str(ROOT / "reproduce" / "presets" / "tiny.yaml")     # a path: the harness knows no preset folder
     s = E.EvalSettings(benchmarks="a, b,", protocol="toy", pass_ks="1,2", preset=tiny)
-    assert (s.benchmarks, s.protocol, s.pass_ks, s.preset["name"]) == (("a", "b"), get_protocol("toy"), (1, 2),
-                                                                       "tiny")
+    assert (s.benchmarks, s.protocol, s.pass_ks, s.preset["name"]) == (("a", "b"), get_protocol("toy"),
+                                                                       (1, 2), "tiny")
     assert replace(s, seed=3) == E.EvalSettings(benchmarks=["a", "b"], protocol=get_protocol("toy"),
                                                 pass_ks=[1, 2], preset=s.preset, seed=3)
-    for bad, msg in ((dict(engine="tgi"), "unknown engine 'tgi'"), (dict(seed=-1), "seed must be an integer >= 0"),
+    for bad, msg in ((dict(engine="tgi"), "unknown engine 'tgi'"),
+                     (dict(seed=-1), "seed must be an integer >= 0"),
                      (dict(chunk_size=True), "chunk_size must be an integer >= 1, got True"),
-                     (dict(samples=0), r"samples \(k\) must be"), (dict(pass_ks="1,x"), "pass_ks: 'x' is not"),
-                     (dict(limit=0), "limit must be a positive"), (dict(max_new_tokens=0), "max_new_tokens must"),
+                     (dict(samples=0), r"samples \(k\) must be"),
+                     (dict(pass_ks="1,x"), "pass_ks: 'x' is not"),
+                     (dict(limit=0), "limit must be a positive"),
+                     (dict(max_new_tokens=0), "max_new_tokens must"),
                      (dict(device="tpu"), "device must be auto, cpu or cuda, got 'tpu'"),
                      (dict(template="chatml"), "unknown prompt template 'chatml'"),
-                     (dict(protocol="fast"), "unknown protocol 'fast'"), (dict(preset="nope"), "preset 'nope'")):
+                     (dict(protocol="fast"), "unknown protocol 'fast'"),
+                     (dict(preset="nope"), "preset 'nope'")):
         with pytest.raises(E.EvalError, match=msg):
             E.EvalSettings(**bad)
     with pytest.raises(E.EvalError, match="unknown engine"):
@@ -133,7 +138,8 @@ def test_checkpoint_end_to_end(ckpt, toy, tmp_path):
     assert summ["step"] == 7 and summ["samples"] == 4 and summ["n_problems"] == 8
     assert set(summ["metrics"]) == {"avg@4", "pass@4", "maj@4"}
     st = summ["settings"]
-    assert (st["protocol"], st["template"], st["samples"], st["temperature"], st["top_p"], st["max_new_tokens"]) \
+    assert (st["protocol"], st["template"], st["samples"], st["temperature"], st["top_p"],
+            st["max_new_tokens"]) \
         == ("toy", "plain", 4, 1.0, 0.7, 48)
     rows = _rows(d / "toy_test__toy__k4.samples.jsonl")
     assert len(rows) == 32
@@ -141,7 +147,8 @@ def test_checkpoint_end_to_end(ckpt, toy, tmp_path):
     assert sorted((r["index"], r["sample"]) for r in rows) == [(i, j) for i in range(8) for j in range(4)]
     acc = sum(r["correct"] for r in rows) / len(rows)
     assert summ["metrics"]["avg@4"] == pytest.approx(acc)
-    # same numbers as the trainer's validation path (common.sampling.sample_and_grade) for the same chunk seeds
+    # same numbers as the trainer's validation path (common.sampling.sample_and_grade) for the same chunk
+    # seeds
     from common.models import load_model, load_tokenizer
     from common.rollout import SamplingParams, build_engine
     from common.benchmarks import load_benchmark
@@ -158,8 +165,8 @@ def test_checkpoint_end_to_end(ckpt, toy, tmp_path):
 
     # a second call reuses the summary (no generation); a different seed is refused before generation
     calls = []
-    again = E.evaluate_checkpoint(ckpt, toy, "toy", limit=8, chunk_size=4, after_chunk=lambda *a: calls.append(a),
-                                  **FAST)
+    again = E.evaluate_checkpoint(ckpt, toy, "toy", limit=8, chunk_size=4,
+                                  after_chunk=lambda *a: calls.append(a), **FAST)
     assert again[0]["metrics"] == s["metrics"] and calls == []
     settings = E.EvalSettings(benchmarks=toy, protocol="toy", limit=8, chunk_size=4, grader_workers=0,
                               progress=False, log=lambda *a: None)
@@ -208,8 +215,8 @@ def test_run_skips_scored_checkpoints(world, toy, tmp_path):
     assert sorted(set(df["step"])) == [12, 14]
     # --out named step_NNNNNN (what reproduce.experiments passes) is used as the step folder itself
     out = run / "eval" / "step_000004"
-    again = E.evaluate_checkpoint(run / "checkpoints" / "step_000004", toy, "toy", limit=4, chunk_size=4, out=out,
-                                  after_chunk=hook, **FAST)
+    again = E.evaluate_checkpoint(run / "checkpoints" / "step_000004", toy, "toy", limit=4, chunk_size=4,
+                                  out=out, after_chunk=hook, **FAST)
     assert chunks == [(2, 0), (4, 0)] and again[0]["metrics"] == both[1]["metrics"]
 
 
@@ -231,8 +238,8 @@ sys.exit(E.main(sys.argv[1:]))
 
 
 def test_killed_evaluation_resumes(ckpt, toy, tmp_path):
-    args = ["--checkpoint", str(ckpt), "--benchmarks", toy, "--protocol", "toy", "--limit", "12", "--chunk-size",
-            "4", "--grader-workers", "0", "--threads", "1", "--no-progress"]
+    args = ["--checkpoint", str(ckpt), "--benchmarks", toy, "--protocol", "toy", "--limit", "12",
+            "--chunk-size", "4", "--grader-workers", "0", "--threads", "1", "--no-progress"]
     out_k = tmp_path / "killed"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ARMOR_PROGRESS": "0", "TOKENIZERS_PARALLELISM": "false"}
     p = subprocess.Popen([sys.executable, "-c", _KILLABLE, *args, "--out", str(out_k)], cwd=ROOT, env=env,
@@ -265,19 +272,21 @@ def test_killed_evaluation_resumes(ckpt, toy, tmp_path):
 
 
 def _eval_args(ckpt, toy, out) -> list[str]:
-    return ["--checkpoint", str(ckpt), "--benchmarks", toy, "--protocol", "toy", "--limit", "12", "--chunk-size",
-            "4", "--grader-workers", "0", "--threads", "1", "--no-progress", "--out", str(out)]
+    return ["--checkpoint", str(ckpt), "--benchmarks", toy, "--protocol", "toy", "--limit", "12",
+            "--chunk-size", "4", "--grader-workers", "0", "--threads", "1", "--no-progress",
+            "--out", str(out)]
 
 
 def test_evaluation_split_over_two_ranks_equals_one_process(ckpt, toy, tmp_path):
-    """torchrun with 2 ranks: rank r draws chunks r, r + 2 into its own file, rank 0 merges them and writes the
-    summary; the samples are byte for byte one process's (chunk seeds do not depend on the rank)."""
+    """torchrun with 2 ranks: rank r draws chunks r, r + 2 into its own file, rank 0 merges them and writes
+    the summary; the samples are byte for byte one process's (chunk seeds do not depend on the rank)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ARMOR_PROGRESS": "0", "TOKENIZERS_PARALLELISM": "false"}
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                         "-m", "eval.evaluate", *_eval_args(ckpt, toy, tmp_path / "two")], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert len([ln for ln in r.stdout.splitlines() if ln.startswith("step_000007 toy_test")]) == 1   # rank 0's
+    # rank 0's
+    assert len([ln for ln in r.stdout.splitlines() if ln.startswith("step_000007 toy_test")]) == 1
     one = E.evaluate_checkpoint(ckpt, toy, "toy", limit=12, chunk_size=4, out=tmp_path / "one", **FAST)
     d1, d2 = tmp_path / "one" / "step_000007", tmp_path / "two" / "step_000007"
     name = "toy_test__toy__k4"

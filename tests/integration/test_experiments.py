@@ -192,10 +192,14 @@ def test_dag_structure(name, tmp_path):
         j = by[key]
         assert j.kind == "train" and j.launch == "torchrun" and j.resources.nodes == p.protocol.nodes
         assert j.resources.gpus_per_node == p.protocol.gpus_per_node
+        total1 = p.protocol.stage1_steps or p.cfg.schedule.total_steps
+
+        def ready(base, s, step):   # a step before the end of stage 1: its checkpoint-ready job
+            return f"stage1/{base}/seed{s}" if step is None or step >= total1 else f"ckpt/{base}/seed{s}/step{step}"
         if arm.stage == 1:
             assert j.deps == staging + world
         elif arm.start == "late" and p.protocol.late_start_step is not None:
-            assert j.deps == ["stage1/dapo/seed0"]
+            assert j.deps == [ready("dapo", 0, p.protocol.late_start_step)]
         elif arm.start == "restart":      # the authors' reset: from armor_reset_never's chosen checkpoint
             assert j.deps == ["restart/armor_reset_never/seed0"]
             src = arms["armor_reset_never"]
@@ -207,15 +211,22 @@ def test_dag_structure(name, tmp_path):
         else:                     # θ* (and the late start by rule) from the mean curve of the selection seeds
             assert j.deps == [f"peak/{arm.baseline}/seed0"]
             over = selection_seeds(p.protocol, arm_seeds(p.protocol, arms[arm.baseline], p.protocol.seeds))
-            assert by[f"peak/{arm.baseline}/seed0"].deps == [f"stage1/{arm.baseline}/seed{s}" for s in over]
+            fixed = fixed_peak(p, arm.baseline)
+            assert by[f"peak/{arm.baseline}/seed0"].deps == [ready(arm.baseline, s, fixed) for s in over]
             if 4 in arm_seeds(p.protocol, arms[arm.baseline], p.protocol.seeds) and 4 not in over:
-                assert by[f"peak/{arm.baseline}/seed4"].deps == [f"stage1/{arm.baseline}/seed{s}"
+                assert by[f"peak/{arm.baseline}/seed4"].deps == [ready(arm.baseline, s, fixed)
                                                                  for s in over + [4]]
+            for d in by[f"peak/{arm.baseline}/seed0"].deps:
+                if d.startswith("ckpt/"):   # it runs beside stage 1, after what stage 1 waits for
+                    assert by[d].kind == "wait_checkpoint" and by[d].deps == staging + world
         if arm.evaluate:
             e = by[f"eval/{arm.name}/seed0"]
-            assert e.array == "evaluate" and e.kind == "evaluate"
+            assert e.array is None and e.kind == "evaluate"   # its own job: it waits for this arm alone
             assert e.deps == ([f"peak/{arm.name}/seed0"] if arm.stage == 1 else [key]) + staging
-    assert set(by["collect"].deps) == {k for k, j in by.items() if j.kind in ("train", "evaluate", "select_peak")}
+    assert set(by["collect"].deps) == {k for k, j in by.items()
+                                       if j.kind in ("train", "evaluate", "select_peak", "noise_floor")}
+    if p.protocol.noise_floor_repeats:      # the verdicts' noise floor: after θ* of the first seed
+        assert by["noise_floor"].deps == ["peak/dapo/seed0"] and by["noise_floor"].kind == "noise_floor"
     assert by["figures"].deps == ["collect"]
 
 
@@ -322,16 +333,19 @@ def test_dry_run_qwen25_math_7b(tmp_path):
         assert frag in cmd
     mem = lines[lines.index(row) + 2]        # ranks and the per-rank memory estimate (armor.memory)
     assert mem.strip().startswith("128 ranks (16 node(s) x 8); update memory/rank ~")
-    assert "context 10240 tokens" in mem and "0.6 of the GPU" in mem
+    assert "context 10240 tokens" in mem and "0.6 of each GPU" in mem and " + step 3.9)" in mem  # whole-step
     late = lines[lines.index(next(l for l in lines if l.startswith("stage2/armor_late/seed0"))) + 1]
     assert "step_000200" in late and "step_offset=200" in late
-    assert next(l for l in lines if l.startswith("eval/armor/seed0")).split()[2] == "1x1gpu"
+    assert next(l for l in lines if l.startswith("eval/armor/seed0")).split()[2] == "1x8gpu"
     n_train = sum(1 for l in lines if l.startswith("stage") and " train " in l)
     assert n_train == len(CONTRACT_7B) - 1
-    assert "42 jobs: 0 done, 0 queued, 0 running, 42 to run" in out   # 41 + the staging job
+    # 41 + the staging job + 3 checkpoint-ready jobs (θ* of dapo and qae, the late start)
+    assert "45 jobs: 0 done, 0 queued, 0 running, 45 to run" in out
     assert not tmp_path.joinpath("qwen25-math-7b").exists()  # a dry run writes nothing
     rc, out = _dry(["--preset", "qwen25-math-7b", "--dry-run", "--cluster", "slurm", "--root", str(tmp_path),
-                    "--nodes", "2", "--gpus-per-node", "4", "--partition", "gpu", "--only", "fig2"])
+                    "--nodes", "2", "--gpus-per-node", "4", "--partition", "gpu", "--only", "fig2",
+                    "--rollout-tokens-per-s", "20000"])   # default: a round on 8 GPUs outlasts parallel.timeout_s
+    assert rc == 0
     row = next(l for l in out.splitlines() if l.startswith("stage2/kl_k3_b1/seed0"))
     assert "2x4gpu" in row and "p=gpu" in row
     keys = [line.split()[0] for line in out.splitlines() if line.strip()]
@@ -350,7 +364,7 @@ def test_dry_run_qwen3_8b_base(tmp_path):
     cmd = lines[lines.index(row) + 1]
     assert "algo.mix.alpha=0.875" in cmd and "algo.reference.reset.until_step=110" in cmd and "step_offset=70" in cmd
     assert "context 22528 tokens" in lines[lines.index(row) + 2]
-    assert "16 jobs: 0 done, 0 queued, 0 running, 16 to run" in out   # 15 + the staging job
+    assert "17 jobs: 0 done, 0 queued, 0 running, 17 to run" in out   # 15 + staging + θ*'s checkpoint-ready job
 
 
 # ------------------------------------------------------------------------------------------ fake pipeline

@@ -101,7 +101,7 @@ def test_without_a_gpu_the_vllm_part_is_skipped_even_when_vllm_imports(vllm, mon
 
 def test_gpu_check_on_a_cpu_machine_with_vllm_importable(tmp_path):
     """The whole command, CPU-only (CUDA_VISIBLE_DEVICES empty), with the fake vllm importable: exit 0, the
-    vLLM part skipped with the reason, no pass/fail check ran."""
+    vLLM part skipped with the reason; the only pass/fail check that ran is the trainer's save and resume."""
     args = ["gpu_check", "--out", str(tmp_path), "--tiny", "--device", "cpu", "--prompt", "8",
             "--response", "24", "--chunk", "16", "--steps", "1"]
     code = (f"import runpy, sys, vllm; assert vllm.__file__.startswith({str(FAKE)!r}); sys.argv = {args!r}; "
@@ -112,5 +112,5 @@ def test_gpu_check_on_a_cpu_machine_with_vllm_importable(tmp_path):
                        timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert rep["vllm"]["vllm"].startswith("skipped: no GPU") and rep["ok"] is None
-    assert "result: no pass/fail check ran" in r.stdout
+    assert rep["vllm"]["vllm"].startswith("skipped: no GPU") and rep["ok"] is True
+    assert rep["checks"] == {"resume_exact": True} and "result: PASS (resume_exact)" in r.stdout

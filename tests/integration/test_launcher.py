@@ -25,16 +25,24 @@ PY = sys.executable
 def test_resources_from_protocol_yaml_and_flags(tmp_path):
     r = load_resources(nodes=16, gpus_per_node=8)
     assert (r["train"].nodes, r["train"].gpus_per_node, r["train"].cpus_per_task) == (16, 8, 64)
-    assert r["evaluate"].gpus_per_node == 1 and r["collect"].gpus_per_node == 0
+    # evaluation takes a node and splits the benchmarks over its GPUs (torchrun ... -m eval.evaluate)
+    assert r["evaluate"].gpus_per_node == 8 and r["collect"].gpus_per_node == 0
+    assert r["train"].threads_per_rank == 8 and r["train"].mem_gb is None     # no estimate given: the default
+    r = load_resources(nodes=2, gpus_per_node=8, cpus_per_node=96, host_mem_gb={"train": 230, "evaluate": 190})
+    assert (r["train"].cpus_per_task, r["train"].threads_per_rank, r["train"].mem_gb) == (96, 12, 230)
+    assert (r["evaluate"].cpus_per_task, r["evaluate"].mem_gb) == (96, 190)
     cpu = load_resources(nodes=1, gpus_per_node=0)
     assert all(x.gpus_per_node == 0 and x.nodes == 1 for x in cpu.values())
     f = tmp_path / "res.yaml"
-    f.write_text("partition: gpu\naccount: proj\ntrain: {nodes: 2, time_min: 2880}\n"
-                 "evaluate: {partition: eval}\nextra: {reservation: armor}\n")
+    f.write_text("partition: gpu\naccount: proj\n"
+                 "evaluate: {partition: eval}\nextra: {reservation: armor}\n"
+                 "env: {NCCL_SOCKET_IFNAME: ib0}\ntrain: {nodes: 2, time_min: 2880, env: {NCCL_DEBUG: WARN}}\n")
     r = load_resources(16, 8, f, {"qos": "high", "nodes": 4, "constraint": None})
     assert r["train"].nodes == 4 and r["train"].time_min == 2880 and r["train"].partition == "gpu"
     assert r["evaluate"].partition == "eval" and r["evaluate"].account == "proj"
     assert all(x.qos == "high" for x in r.values()) and r["figures"].extra == {"reservation": "armor"}
+    assert r["figures"].env == {"NCCL_SOCKET_IFNAME": "ib0"}
+    assert r["train"].env == {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_DEBUG": "WARN"}
     f.write_text("trian: {nodes: 2}\n")
     with pytest.raises(ResourceError, match="trian"):
         load_resources(1, 0, f)

@@ -1,5 +1,5 @@
-"""lm-eval tasks (eval/lm_eval_tasks): YAML consistency, docs/prompts/grading shared with eval.evaluate, and the
-real `lm_eval` command line on the tiny model agreeing with `eval.evaluate` (greedy, same problems)."""
+"""lm-eval tasks (eval/lm_eval_tasks): YAML consistency, docs/prompts/grading shared with eval.evaluate, and
+the real `lm_eval` command line on the tiny model agreeing with `eval.evaluate` (greedy, same problems)."""
 from __future__ import annotations
 
 import glob
@@ -66,7 +66,8 @@ def test_task_yamls_are_consistent():
         assert t["custom_dataset"] == "!function utils.load_docs"
         assert (t["description"], t["doc_to_text"]) == ("armor_system", "armor_user")
     for b in ("aime24", "aime25", "amc23", "amc"):
-        assert tasks[f"armor_{b}"]["repeats"] == 32 and tasks[f"armor_{b}"]["dataset_kwargs"]["pass_ks"] == [16]
+        assert (tasks[f"armor_{b}"]["repeats"] == 32
+                and tasks[f"armor_{b}"]["dataset_kwargs"]["pass_ks"] == [16])
     assert tasks["armor_mmlu_pro_sample300"]["repeats"] == 8
     toy = tasks["armor_toy_test"]
     assert toy["repeats"] == 4 and toy["generation_kwargs"]["max_gen_toks"] == 48
@@ -88,8 +89,8 @@ def test_docs_match_eval_benchmarks(utils):
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_lm_eval_loads_every_task(world, tmp_path, monkeypatch):
-    """lm-eval's own TaskManager indexes the folder, builds the docs (from any working directory) and renders the
-    chat messages of common.benchmarks.build_messages (system + user)."""
+    """lm-eval's own TaskManager indexes the folder, builds the docs (from any working directory) and renders
+    the chat messages of common.benchmarks.build_messages (system + user)."""
     from lm_eval.tasks import TaskManager, get_task_dict
     monkeypatch.setenv("ARMOR_TOY_DATA", str(world / "data" / "test.jsonl"))
     monkeypatch.chdir(tmp_path)
@@ -110,7 +111,8 @@ def test_lm_eval_loads_every_task(world, tmp_path, monkeypatch):
 
 def test_toy_data_resolution(utils, world, tmp_path, monkeypatch):
     monkeypatch.delenv("ARMOR_TOY_DATA", raising=False)
-    assert utils.toy_data_file() == ROOT / "runs" / "tiny" / "world" / "data" / "test.jsonl"
+    with pytest.raises(FileNotFoundError, match="ARMOR_TOY_DATA"):      # no default layout of a world
+        utils.toy_data_file()
     monkeypatch.setenv("ARMOR_TOY_DATA", str(world / "data" / "test.jsonl"))
     docs = utils.docs("toy_test", 4, [4], default_template="plain", limit=3)
     assert [d["armor_user"] for d in docs] == [p.problem for p in load_benchmark("toy_test", limit=3)]
@@ -139,9 +141,9 @@ def test_lm_eval_cli_matches_evaluate(world, tmp_path):
            "TOKENIZERS_PARALLELISM": "false", "ARMOR_GRADER_WORKERS": "0"}
     out = tmp_path / "lm_eval_out"
     cmd = [str(lm_eval), "--model", "hf", "--model_args", f"pretrained={world / 'base_model'},dtype=float32",
-           "--include_path", str(TASK_DIR), "--tasks", "armor_toy_test", "--limit", "8", "--apply_chat_template",
-           "--gen_kwargs", "temperature=0,do_sample=False", "--device", "cpu", "--output_path", str(out),
-           "--log_samples"]
+           "--include_path", str(TASK_DIR), "--tasks", "armor_toy_test", "--limit", "8",
+           "--apply_chat_template", "--gen_kwargs", "temperature=0,do_sample=False", "--device", "cpu",
+           "--output_path", str(out), "--log_samples"]
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(Path(glob.glob(str(out / "**" / "results_*.json"), recursive=True)[0]).read_text())
@@ -162,8 +164,9 @@ def test_lm_eval_cli_matches_evaluate(world, tmp_path):
                                         log=lambda *a: None)
     finally:
         torch.set_num_threads(n)
-    ours = {x["index"]: x for x in map(json.loads, (tmp_path / "ours" / "step_000000" /
-                                                     "toy_test__greedy__k1.samples.jsonl").read_text().splitlines())}
+    ours = {x["index"]: x
+            for x in map(json.loads, (tmp_path / "ours" / "step_000000"
+                                      / "toy_test__greedy__k1.samples.jsonl").read_text().splitlines())}
     tok = load_tokenizer(str(world / "base_model"))
     problems = load_benchmark("toy_test", limit=8)
     assert len(samples) == 8

@@ -1,5 +1,5 @@
-"""Logging backends (armor/logging_backends.py): TensorBoard event files and W&B offline runs carry exactly the
-rows of metrics.jsonl / validation.jsonl, also across a kill and resume (ARMOR_FAULT, no timed race)."""
+"""Logging backends (armor/logging_backends.py): TensorBoard event files and W&B offline runs carry exactly
+the rows of metrics.jsonl / validation.jsonl, also across a kill and resume (ARMOR_FAULT, no timed race)."""
 import json
 import os
 import signal
@@ -65,7 +65,8 @@ def test_tiny_preset_writes_tensorboard_events_equal_to_its_metrics(world, tmp_p
     """The tiny preset's own logging (tensorboard by default), on the smoke world, for 3 steps."""
     assert load_config(PRESETS / "tiny.yaml").logging.backends == ["jsonl", "tensorboard"]
     out = tmp_path / "tiny"
-    r = _train("tiny", world, out, "schedule.total_steps=3", "schedule.validate_every=2", "schedule.save_every=2")
+    r = _train("tiny", world, out, "schedule.total_steps=3", "schedule.validate_every=2",
+               "schedule.save_every=2")
     assert r.returncode == 0, r.stderr[-3000:]
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3]
     _assert_tb_equals_jsonl(out)
@@ -94,8 +95,10 @@ def test_a_backend_whose_package_is_missing_is_refused_naming_the_key(monkeypatc
     from armor import logging_backends
     cfg = load_config(PRESETS / "smoke.yaml", ["logging.backends=[jsonl,wandb]"])
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
-    with pytest.raises(ValueError, match=r"logging\.backends: \['jsonl', 'wandb'\] names 'wandb'.*pip install wandb"):
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ValueError,
+                       match=r"logging\.backends: \['jsonl', 'wandb'\] names 'wandb'.*pip install wandb"):
         logging_backends.check(cfg.logging)
     logging_backends.check(load_config(PRESETS / "smoke.yaml").logging)   # jsonl needs nothing
 
@@ -135,7 +138,8 @@ def _wandb_history(run: Path) -> list[tuple[str, int, dict]]:
     for f in sorted((run / "wandb").glob("offline-run-*/run-*.wandb")):
         for rec in _wandb_records(f):
             if rec.WhichOneof("record_type") == "history":
-                items = {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in rec.history.item}
+                items = {(i.key or "/".join(i.nested_key)): json.loads(i.value_json)
+                         for i in rec.history.item}
                 out.append((f.parent.name, rec.history.step.num,
                             {k: v for k, v in items.items() if not k.startswith("_")}))
     return out
@@ -143,11 +147,12 @@ def _wandb_history(run: Path) -> list[tuple[str, int, dict]]:
 
 def test_wandb_offline_run_resumes_the_same_run_without_duplicate_steps(world, tmp_path):
     """A W&B offline run (skipped, with the reason, where wandb is not installed), killed while writing the
-    step-4 checkpoint and resumed from step 2: one W&B run id for both processes; the offline folder left holds
-    every step once (the killed process's folder is superseded: W&B loses what its service had buffered at a
-    SIGKILL, so the resumed process sends again the rows the run keeps), with the numbers of metrics.jsonl and
-    validation.jsonl."""
-    pytest.importorskip("wandb", reason="wandb is not installed (pip install wandb): the W&B backend is not tested")
+    step-4 checkpoint and resumed from step 2: one W&B run id for both processes; the offline folder left
+    holds every step once (the killed process's folder is superseded: W&B loses what its service had buffered
+    at a SIGKILL, so the resumed process sends again the rows the run keeps), with the numbers of
+    metrics.jsonl and validation.jsonl."""
+    pytest.importorskip("wandb",
+                        reason="wandb is not installed (pip install wandb): the W&B backend is not tested")
     out = tmp_path / "run"
     args = ["logging.backends=[jsonl,wandb]", "logging.wandb_mode=offline", "schedule.total_steps=6",
             "schedule.save_every=2", "schedule.validate_every=2"]

@@ -1,5 +1,6 @@
-"""Reports that travel: the generated REPRODUCTION.md prints no absolute path of the machine that wrote it, links
-each run's live logs (TensorBoard, W&B) relative to itself, and the model column names the preset's model."""
+"""Reports that travel: the generated REPRODUCTION.md prints no absolute path of the machine that wrote it,
+links each run's live logs (TensorBoard, W&B) relative to itself, and the model column names the preset's
+model."""
 import json
 from pathlib import Path
 
@@ -16,8 +17,8 @@ def test_report_paths_are_relative_and_live_logs_are_linked(tmp_path):
     w.close()
     (runs / "armor" / "seed0" / "wandb.json").write_text(json.dumps(
         {"id": "ab12cd34", "project": "armor-repro", "entity": None, "mode": "offline"}))
-    report = write_report(results, runs / "REPRODUCTION.md", preset="tiny", command="python reproduce/run_all.py",
-                          runs_dir=runs)
+    report = write_report(results, runs / "REPRODUCTION.md", preset="tiny",
+                          command="python reproduce/run_all.py", runs_dir=runs)
     text = report.read_text()
     assert str(tmp_path) not in text and str(REPO_ROOT) not in text
     assert "| results | `results.parquet` |" in text
@@ -41,7 +42,8 @@ def test_model_column_is_the_presets_display_name(tmp_path):
     run = tmp_path / "tiny" / "dapo" / "seed0"
     run.mkdir(parents=True)
     (run / "validation.jsonl").write_text(json.dumps(
-        {"step": 10, "total_step": 10, "benchmark": "toy_val", "metric": "avg@4", "k": 4, "value": 0.5}) + "\n")
+        {"step": 10, "total_step": 10, "benchmark": "toy_val", "metric": "avg@4", "k": 4, "value": 0.5})
+        + "\n")
     results = collect(p, tmp_path, [0])
     ctx = load_context(results, preset="tiny")
     assert ctx.model == "toy Qwen2 (167K)"

@@ -1,4 +1,5 @@
-"""The HF rollout engine: the static-KV-cache stepper must give the model's own logits; weight sync is versioned."""
+"""The HF rollout engine: the static-KV-cache stepper must give the model's own logits;
+weight sync is versioned."""
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
@@ -39,7 +40,8 @@ def _left_pad(prompts, pad=0):
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_static_stepper_gives_the_models_logits(name):
-    """Prefill + 5 decode steps on left-padded prompts, one row dropped midway, against a full forward pass."""
+    """Prefill + 5 decode steps on left-padded prompts, one row dropped midway,
+    against a full forward pass."""
     model = MODELS[name]()
     assert StaticStepper.supports(model)
     prompts = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
@@ -71,7 +73,8 @@ def test_static_stepper_gives_the_models_logits(name):
 @pytest.mark.parametrize("name", ["qwen2-gqa", "qwen3"])
 def test_prefill_once_then_expand_gives_each_rows_logits(name, static):
     """The engine prefills each distinct prompt once and copies its cache to the prompt's responses: after
-    expand([0, 0, 1, 2, 2, 2]) and decoding different tokens per copy, every row has its own sequence's logits."""
+    expand([0, 0, 1, 2, 2, 2]) and decoding different tokens per copy, every row has its own sequence's
+    logits."""
     model = MODELS[name]()
     prompts = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
     ids, mask, pos = _left_pad(prompts)
@@ -95,8 +98,8 @@ def test_prefill_once_then_expand_gives_each_rows_logits(name, static):
 
 @pytest.mark.parametrize("name", ["qwen2-gqa", "qwen3", "llama-bias"])
 def test_static_stepper_runs_in_bfloat16(name):
-    """The GPU dtype on the CPU: norms in float32 as HF computes them, everything else in bfloat16; logits agree
-    with the bfloat16 forward to bfloat16 rounding, and a decode step keeps the dtype."""
+    """The GPU dtype on the CPU: norms in float32 as HF computes them, everything else in bfloat16; logits
+    agree with the bfloat16 forward to bfloat16 rounding, and a decode step keeps the dtype."""
     model = MODELS[name]().to(torch.bfloat16)
     ids, mask, pos = _left_pad([[5, 6, 7, 8], [9, 10]])
     with torch.inference_mode():
@@ -167,8 +170,8 @@ def test_engine_samples_the_same_with_either_decoder():
 
 
 def test_small_cpu_decodes_run_on_one_thread_and_restore_the_count(monkeypatch):
-    """Decode steps below SINGLE_THREAD_DECODE_BELOW (rows x hidden) run on one thread; generate() restores the
-    caller's thread count afterwards, and larger batches keep it."""
+    """Decode steps below SINGLE_THREAD_DECODE_BELOW (rows x hidden) run on one thread; generate() restores
+    the caller's thread count afterwards, and larger batches keep it."""
     import common.rollout.hf as hf
     model = MODELS["qwen2"]()                      # hidden 32
     seen = []
@@ -210,7 +213,8 @@ def test_hf_engine_sync_is_versioned():
     assert eng.sync_weights(reference, ("reference", 0)) is True and eng.model is reference
     assert eng.sync_weights(reference, ("reference", 0)) is False
     assert eng.generate([[5, 6, 7]], params).logprobs != before.logprobs      # the reference's distribution
-    assert eng.sync_weights(policy, ("policy", 1)) is True and eng.model is policy and eng.version == ("policy", 1)
+    assert (eng.sync_weights(policy, ("policy", 1)) is True and eng.model is policy
+            and eng.version == ("policy", 1))
     again = eng.generate([[5, 6, 7]], params)
     assert (again.response_ids, again.logprobs) == (before.response_ids, before.logprobs)
     assert eng.sync_weights(policy) is True and eng.sync_weights(policy) is True and eng.pushes == 5

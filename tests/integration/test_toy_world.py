@@ -83,8 +83,8 @@ def test_chains_borrow_right_at_the_configured_rate():
     pr = "2-6+1-9+0=?"
     assert T.render(pr, "chain", random.Random(0), p_correct_borrow=1.0) == T.render(pr, "correct_chain",
                                                                                     random.Random(0))
-    assert T.render(pr, "chain", random.Random(3), slip=0.3) == T.render(pr, "chain", random.Random(3), slip=0.3,
-                                                                         p_correct_borrow=0.0)
+    assert T.render(pr, "chain", random.Random(3), slip=0.3) == T.render(pr, "chain", random.Random(3),
+                                                                         slip=0.3, p_correct_borrow=0.0)
 
 
 def test_shortcut_rates(splits):

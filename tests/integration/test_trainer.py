@@ -1,4 +1,5 @@
 """The trainer on the smoke preset: every arm runs; anchors, resets and πref behave; resume is exact."""
+import hashlib
 import json
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from armor.config import load_config
+from common.yaml_config import ConfigError
 from armor.trainer import Trainer, PhaseTimes, RolloutStats, train
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -310,3 +312,22 @@ def test_draw_size():
     assert draw_size(need=1, full=16, kept=8, drawn=16, margin=2) == 4    # ceil(2 * 1 * 16 / 8)
     assert draw_size(need=2, full=16, kept=0, drawn=16, margin=2) == 16   # nothing kept yet: no rate to go by
     assert draw_size(need=1, full=16, kept=8, drawn=16, margin=None) == 16   # no margin: always full rounds
+
+
+def test_answer_modes_are_logging_only(world, tmp_path):
+    """logging.answer_modes adds each step's mode shares and changes nothing else: the same weights, bit for bit,
+    as a run without it; a classifier that is not "module:function" with `modes` fails before work."""
+    common = ["schedule.total_steps=2", "schedule.validate_every=0", "validation.benchmarks=[]",
+              "algo.anchor.enabled=true", "algo.mix.variant=mixed", "algo.mix.alpha=0.875"]
+    digests = {}
+    for name, extra in (("with", []), ("without", ["logging.answer_modes="])):
+        train(load_config(SMOKE, smoke(world, tmp_path / name, *common, *extra)))
+        digests[name] = hashlib.sha256((tmp_path / name / "checkpoints" / "step_000002" /
+                                        "model.safetensors").read_bytes()).hexdigest()
+        last = rows(tmp_path / name / "metrics.jsonl")[-1]
+        assert ("mode_chain" in last) == (name == "with") and ("anchor_mode_shortcut" in last) == (name == "with")
+    assert digests["with"] == digests["without"]
+    row = rows(tmp_path / "with" / "metrics.jsonl")[-1]
+    assert sum(v for k, v in row.items() if k.startswith("mode_")) == pytest.approx(1.0)
+    with pytest.raises(ConfigError, match="logging.answer_modes"):
+        load_config(SMOKE, smoke(world, tmp_path / "bad", "logging.answer_modes=reproduce.toy.task:parse_problem"))

@@ -80,7 +80,7 @@ def test_llm_arguments_of_the_colocated_engine(vllm, world, tmp_path, monkeypatc
         max_model_len=10240, hf_overrides={"max_position_embeddings": 10240}, logprobs_mode="processed_logprobs",
         enforce_eager=False,
         distributed_executor_backend="external_launcher", enable_sleep_mode=True, load_format="dummy",
-        device="cuda:3")
+        device="cuda:3", tp_group=[0])
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and eng.version is None   # random weights
     with pytest.raises(ValueError, match="greater than the derived max_model_len"):       # why the override
         vllm.LLM(str(path), max_model_len=10240)
@@ -115,9 +115,32 @@ def test_each_rank_takes_its_local_gpu(vllm, world, monkeypatch):
         engine(world / "base_model")
 
 
-def test_colocated_tensor_parallelism_is_refused(vllm, world):
-    with pytest.raises(ValueError, match="rollout.tensor_parallel_size: 2"):
+def test_colocated_tensor_parallel_groups(vllm, world, monkeypatch):
+    """The 8B preset's engine: 0.8 of each GPU, tensor parallel 2. Under external_launcher vLLM cuts the
+    trainer's world into groups of 2 consecutive ranks (rank 3 of 8 is in [2, 3]); the engine says so
+    (ranks_per_engine), and a size that does not divide the ranks per node or the world is refused, naming the
+    key and value."""
+    r = load_config(ROOT / "reproduce" / "presets" / "qwen3-8b-base.yaml").rollout
+    assert (r.gpu_memory_utilization, r.tensor_parallel_size) == (0.8, 2)
+    for k, v in {"RANK": "3", "LOCAL_RANK": "3", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8"}.items():
+        monkeypatch.setenv(k, v)
+    eng = engine(world / "base_model", tensor_parallel_size=r.tensor_parallel_size,
+                 gpu_memory_utilization=r.gpu_memory_utilization)
+    args = vllm.CALLS[-1][1]
+    assert (args["tensor_parallel_size"], args["gpu_memory_utilization"]) == (2, 0.8)
+    assert args["tp_group"] == [2, 3]
+    assert args["distributed_executor_backend"] == "external_launcher" and eng.ranks_per_engine == 2
+    n = len(vllm.CALLS)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "6")
+    monkeypatch.setenv("WORLD_SIZE", "12")
+    with pytest.raises(ValueError, match="tensor_parallel_size: 4 does not divide the ranks per node 6"):
+        engine(world / "base_model", tensor_parallel_size=4)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(ValueError, match="rollout.tensor_parallel_size: 2 does not divide the world size 3"):
         engine(world / "base_model", tensor_parallel_size=2)
+    assert len(vllm.CALLS) == n                          # refused before vLLM starts
+    assert engine(world / "base_model", colocate=False, tensor_parallel_size=2).ranks_per_engine == 1   # eval
 
 
 # ----------------------------------------------------------------------------------- weights and sleep
@@ -138,13 +161,14 @@ def test_call_order_and_versioned_pushes(vllm, world):
     p = SamplingParams(n=2, max_new_tokens=8, seed=3)
     assert eng.sync_weights(policy, ("policy", 0)) is True          # first push: the engine is still awake
     eng.generate([[5, 6]], p)
-    assert calls(vllm) == ["LLM", "reload_weights", "reset_prefix_cache", "generate", "sleep"]
+    assert calls(vllm) == ["LLM", "reload_weights", "reset_prefix_cache", "sleep", "wake_up", "generate",
+                           "sleep"]
     push = vllm.CALLS[1][1]
     expected = list(policy.state_dict())     # every entry: lm_head.weight too, though tied to embed_tokens
     assert "lm_head.weight" in expected and push["missing"] == []
     assert push["names"] == expected and push["streamed"] and push["is_checkpoint_format"] is True
     assert push["shapes"] == [tuple(policy.state_dict()[k].shape) for k in expected]
-    assert vllm.CALLS[4][1] == {"level": 1}
+    assert vllm.CALLS[3][1] == vllm.CALLS[6][1] == {"level": 1}
 
     n = len(vllm.CALLS)
     assert eng.sync_weights(policy, ("policy", 0)) is False          # held already: nothing
@@ -156,12 +180,40 @@ def test_call_order_and_versioned_pushes(vllm, world):
     assert eng.sync_weights(reference, ("reference", 0)) is True     # the swap: one push
     assert eng.sync_weights(reference, ("reference", 0)) is False
     eng.generate([[5, 6]], p)
-    assert calls(vllm, n) == ["wake_up", "reload_weights", "reset_prefix_cache", "wake_up", "generate", "sleep"]
-    assert [vllm.CALLS[n][1], vllm.CALLS[n + 3][1]] == [{"tags": ["weights"]}, {"tags": ["kv_cache"]}]
+    assert calls(vllm, n) == ["wake_up", "reload_weights", "reset_prefix_cache", "wake_up", "sleep",
+                              "wake_up", "generate", "sleep"]
+    assert [vllm.CALLS[n + i][1] for i in (0, 3, 5)] == [{"tags": ["weights"]}, {"tags": ["kv_cache"]},
+                                                        {"tags": ["weights", "kv_cache"]}]
     assert eng.sync_weights(policy, ("policy", 1)) is True           # back, at the next optimizer step
     assert eng.pushes == 3 and eng.version == ("policy", 1)
     assert calls(vllm).count("reload_weights") == 3
     assert eng.sync_weights(policy) is True                          # unnamed weights: always pushed
+
+
+def test_nothing_stays_awake_after_a_push_or_a_generate(vllm, world):
+    """Awake states counted after every engine call, on every path: a push no generate follows (an anchor
+    chunk or validation shard other ranks draw), a push then a generate, a swap, a generate alone, two pushes
+    in a row. The fake plays vLLM's executor, which ignores sleep() while any part sleeps: the old adapter
+    (sleep only after generate, and a plain llm.sleep after a push) left the weights awake here."""
+    eng = engine(world / "base_model")
+    policy, reference = load_model(str(world / "base_model")), _perturbed(world / "base_model")
+    p = SamplingParams(n=1, max_new_tokens=4, seed=1)
+    awake = []
+
+    def after(call, *a):
+        call(*a)
+        awake.append((call.__name__, sorted({"weights", "kv_cache"} - eng.llm.sleeping)))
+    after(eng.sync_weights, policy, ("policy", 0))                  # dummy start -> push, no generate
+    after(eng.sync_weights, reference, ("reference", 0))            # a swap no generate follows
+    after(eng.sync_weights, policy, ("policy", 1))
+    after(eng.generate, [[5, 6]], p)
+    after(eng.sync_weights, reference, ("reference", 0))
+    after(eng.generate, [[5, 6]], p)
+    after(eng.sleep)
+    assert [a for a in awake if a[1]] == [] and len(awake) == 7
+    assert eng.awake == set()                                      # the adapter's view is vLLM's
+    assert not [c for n, c in vllm.CALLS if c.get("ignored")]       # every sleep and wake_up took effect
+    assert calls(vllm).count("reload_weights") == 4
 
 
 def test_a_layer_sent_no_weights_keeps_its_old_ones(vllm, world, monkeypatch):
@@ -173,7 +225,8 @@ def test_a_layer_sent_no_weights_keeps_its_old_ones(vllm, world, monkeypatch):
     monkeypatch.setattr(V, "named_full_tensors",
                         lambda m, dtype=None: ((k, t) for k, t in full(m, dtype) if k != "lm_head.weight"))
     eng.sync_weights(load_model(str(world / "base_model")), ("policy", 0))
-    assert vllm.CALLS[-2][1]["missing"] == ["lm_head.weight"] and "partly stale" in eng.llm.weights
+    push = [c for n, c in vllm.CALLS if n == "reload_weights"][-1]
+    assert push["missing"] == ["lm_head.weight"] and "partly stale" in eng.llm.weights
 
 
 def test_no_sleep_mode_where_the_platform_has_none(vllm, world, monkeypatch):
@@ -198,8 +251,10 @@ def test_a_closure_would_be_refused(vllm):
 
 
 def test_sharded_model_is_pushed_as_full_tensors(world, tmp_path):
-    """An FSDP2-sharded model (1 gloo rank, in a child process) streams the same HF names and full values as the
-    plain one: what each rank's engine receives from `named_full_tensors`."""
+    """An FSDP2-sharded model (1 gloo rank, in a child process) streams the same HF names and full values as
+    the plain one: what each rank's engine receives from `named_full_tensors`. For a bf16 engine each shard is
+    cast before the gather (the gather moves bf16: half the bytes of the fp32 masters); for an fp32 engine
+    (the CPU worlds) the fp32 shards are gathered as they are, values unchanged."""
     code = f"""
 import os, torch, torch.distributed as dist
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)   # in-process: binds no port
@@ -208,10 +263,17 @@ from armor.parallel import shard_model
 from common.rollout.vllm_engine import named_full_tensors
 plain = dict(named_full_tensors(load_model({str(world / 'base_model')!r})))
 sharded = shard_model(load_model({str(world / 'base_model')!r}))
+from torch.distributed.tensor import DTensor
+gathered, full_tensor = [], DTensor.full_tensor
+DTensor.full_tensor = lambda self, **kw: gathered.append(self.dtype) or full_tensor(self, **kw)
 got = list(named_full_tensors(sharded, torch.bfloat16))
 assert [k for k, _ in got] == list(plain), ([k for k, _ in got], list(plain))
 assert all(type(t) is torch.Tensor and t.dtype == torch.bfloat16 and torch.equal(t, plain[k].bfloat16())
            for k, t in got)
+assert len(gathered) == len(got) and set(gathered) == {{torch.bfloat16}}, gathered
+gathered.clear()
+got = list(named_full_tensors(sharded, torch.float32))
+assert set(gathered) == {{torch.float32}} and all(torch.equal(t, plain[k]) for k, t in got)
 print("ok")
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -274,7 +336,8 @@ def _smoke(world, out, *extra):
 @pytest.mark.parametrize("kind", ["hf", "vllm"])
 def test_trainer_swaps_at_most_once_per_round(kind, world, tmp_path, monkeypatch, request):
     """Every generate call samples the weights it asks for; a round with anchors is at most one policy ->
-    reference -> policy swap, and a version the engine holds is never pushed again. The engine's log-probs
+    reference -> policy swap, and a version the engine holds is never pushed again; nothing of the engine is
+    awake while the update computes. The engine's log-probs
     travel with each kept group, one per response token."""
     import hashlib
 
@@ -314,6 +377,10 @@ def test_trainer_swaps_at_most_once_per_round(kind, world, tmp_path, monkeypatch
         asked.append(((which, self.models.versions[which]), self.models.model(which)))
         return real(self, which, *a)
     monkeypatch.setattr(Trainer, "_generate", traced)
+    awake = []                  # the engine's parts awake whenever the update computes (vLLM: none may be)
+    for name in ("logprobs", "policy_forward"):
+        monkeypatch.setattr(t.models, name, lambda *a, _m=getattr(t.models, name), **k:
+                            awake.append(sorted(getattr(engine, "awake", set()))) or _m(*a, **k))
     rows = [t.train_step() for _ in range(2)]
     t.validate()
     assert served and all(want == version and held == expected for want, version, expected, held in served)
@@ -323,6 +390,7 @@ def test_trainer_swaps_at_most_once_per_round(kind, world, tmp_path, monkeypatch
     rounds = sum(r["rounds"] for r in rows)
     assert sum(v[0] == "reference" for v in pushed) <= rounds
     assert len(pushed) <= 2 * rounds + 1                                  # + validation after the last step
+    assert awake and not any(awake)
     groups = t.collect(PhaseTimes(), RolloutStats())
     assert groups and all(len(g.engine_logprobs) == len(g.responses) for g in groups)
     assert all(len(lp) == len(r) for g in groups for r, lp in zip(g.responses, g.engine_logprobs))

@@ -34,7 +34,8 @@ def _runs(tmp_path, dapo: dict, natural=None, acc=None, clip=(0.024, 0.4), world
     df.to_parquet(d / "results.parquet")
     if world:
         (d / "world").mkdir()
-        (d / "world" / "world.json").write_text(json.dumps({"splits": {"validation": {"chain_ceiling": 0.7}}}))
+        (d / "world" / "world.json").write_text(
+            json.dumps({"splits": {"validation": {"chain_ceiling": 0.7}}}))
     return load_context(d / "results.parquet")
 
 
@@ -43,7 +44,8 @@ def _verdicts(ctx):
 
 
 def test_a_world_that_passes_every_check(tmp_path):
-    ctx = _runs(tmp_path, {0: RISE_FALL, 1: [v + 0.01 for v in RISE_FALL]}, natural=[0.4, 0.6, 0.72, 0.8, 0.85])
+    ctx = _runs(tmp_path, {0: RISE_FALL, 1: [v + 0.01 for v in RISE_FALL]},
+                natural=[0.4, 0.6, 0.72, 0.8, 0.85])
     v = _verdicts(ctx)
     assert {k: c.verdict for k, c in v.items()} == {k: W.PASS for k in v}
     assert abs(v["dapo_gain"].numbers["0"]["gain"] - 0.2) < 1e-9
@@ -76,7 +78,8 @@ def test_the_world_item_is_drawn_only_where_the_control_ran(tmp_path):
     ctx = _runs(tmp_path / "a", {0: RISE_FALL}, natural=[0.4, 0.9])
     produced = draw_all(ctx, tmp_path / "a" / "figs", only=["world"])
     assert (tmp_path / "a" / "figs" / "world_checks.md").is_file() and "world" in produced
-    assert W.main([str(tmp_path / "a" / "tiny")]) == 1             # the control ends at .65 < .60 + .10: FAIL -> rc 1
+    # the control ends at .65 < .60 + .10: FAIL -> rc 1
+    assert W.main([str(tmp_path / "a" / "tiny")]) == 1
     plain = _runs(tmp_path / "b", {0: RISE_FALL})
     assert not W.applies(plain)
     assert "world" not in draw_all(plain, tmp_path / "b" / "figs", only=None)

@@ -52,7 +52,8 @@ def test_invalid_members_ignored():
 
 def test_qae_binary_by_hand():
     r = torch.tensor([[1.0, -1.0, -1.0, -1.0],   # sorted [-1,-1,-1,1], pos .45*3 = 1.35 -> Q = -1
-                      [1.0, 1.0, -1.0, -1.0],    # sorted [-1,-1,1,1], pos 1.35: v1=-1, v2=1 -> Q = -1+.35*2 = -0.3
+                      # sorted [-1,-1,1,1], pos 1.35: v1=-1, v2=1 -> Q = -1+.35*2 = -0.3
+                      [1.0, 1.0, -1.0, -1.0],
                       [1.0, 1.0, 1.0, -1.0]])    # sorted [-1,1,1,1], pos 1.35 -> Q = 1
     # stds (unbiased): row0 1 (see grpo test); row1 mean 0, Σdev² 4, var 4/3 -> 1.1547; row2 1
     s1 = (4 / 3) ** 0.5

@@ -38,7 +38,8 @@ def test_assemble_anchor_groups():
     assert isinstance(g, AnchorGroups)
     assert g.keep.tolist() == [True, False, False]          # row 1 all correct, row 2 no correct ref
     assert g.anchor_index.tolist() == [1, 0, -1]
-    assert torch.equal(g.group_rewards[0], torch.tensor([1.0, -1.0, -1.0, 1.0]))  # anchor = ref 1 (first correct)
+    # anchor = ref 1 (first correct)
+    assert torch.equal(g.group_rewards[0], torch.tensor([1.0, -1.0, -1.0, 1.0]))
     assert g.group_rewards.shape == (3, 4)
     assert g.is_anchor.tolist() == [[False, False, False, True]] * 3
     # the anchor gets a positive advantage on a kept group:

@@ -126,18 +126,22 @@ def test_missing_file(tmp_path):
 
 def test_malformed_rows(tmp_path):
     f = tmp_path / "bad.jsonl"
-    f.write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n" + json.dumps({"problem": "2+2?"}) + "\n")
-    with pytest.raises(BenchmarkError, match=r"aime24: row 1 of .*bad\.jsonl: missing or empty answer field 'answer'"
+    f.write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n"
+                 + json.dumps({"problem": "2+2?"}) + "\n")
+    with pytest.raises(BenchmarkError,
+                       match=r"aime24: row 1 of .*bad\.jsonl: missing or empty answer field 'answer'"
                                              r" \(fields present: problem\)"):
         load_benchmark("aime24", f)
     f.write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")
-    with pytest.raises(BenchmarkError, match="missing or empty problem field 'problem' / 'question'|fields present"):
+    with pytest.raises(BenchmarkError,
+                       match="missing or empty problem field 'problem' / 'question'|fields present"):
         load_benchmark("math500", f)
     f.write_text('{"problem": "x", "answer": "1"}\n{not json\n')
     with pytest.raises(BenchmarkError, match=r"line 2: invalid JSON"):
         load_benchmark("aime24", f)
     f.write_text(json.dumps({"problem": "x", "solution": "no box here"}) + "\n")
-    with pytest.raises(BenchmarkError, match=r"minerva_math: row 0 .*no \\boxed\{\} answer in field 'solution'"):
+    with pytest.raises(BenchmarkError,
+                       match=r"minerva_math: row 0 .*no \\boxed\{\} answer in field 'solution'"):
         load_benchmark("minerva_math", f)
     f.write_text(json.dumps({"question": "x\n Options are:\nA. a\nB. b\n", "answer": "Q"}) + "\n")
     with pytest.raises(BenchmarkError, match="answer 'Q' is not an option letter"):
@@ -201,7 +205,8 @@ def test_mmlu_pro_hub_format(monkeypatch):
     rows = [{"question": "What is 2+2?", "options": ["3", "4", "5"], "answer": "B", "answer_index": 1,
              "category": "math"}]
     fake = types.ModuleType("datasets")
-    fake.load_dataset = lambda name, config, split: rows if (name, split) == ("TIGER-Lab/MMLU-Pro", "test") else 1 / 0
+    fake.load_dataset = lambda name, config, split: (rows if (name, split) == ("TIGER-Lab/MMLU-Pro", "test")
+                                                     else 1 / 0)
     monkeypatch.setitem(sys.modules, "datasets", fake)
     data = load_benchmark("mmlu_pro", "hub")
     assert data.report_name == "mmlu_pro"
@@ -244,7 +249,8 @@ def test_register_jsonl_toy_world(tmp_path):
 def test_templates():
     p = Problem(0, "What is 1+1?", "2")
     assert build_messages(p, "qwen_math") == [
-        {"role": "system", "content": "Please reason step by step, and put your final answer within \\boxed{}."},
+        {"role": "system",
+         "content": "Please reason step by step, and put your final answer within \\boxed{}."},
         {"role": "user", "content": "What is 1+1?"}]
     assert SYSTEM_PROMPT_BOXED == "Please reason step by step, and put your final answer within \\boxed{}."
     dapo = build_messages("What is 1+1?", "dapo")

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from armor.config import FOREIGN_SECTIONS, ConfigError, apply_overrides, dump_config, load_config, read_yaml, to_dict
+from armor.config import (FOREIGN_SECTIONS, ConfigError, apply_overrides, dump_config, load_config, read_yaml,
+                          to_dict)
 
 PRESETS = Path(__file__).resolve().parents[2] / "reproduce" / "presets"
 P7B = PRESETS / "qwen25-math-7b.yaml"
@@ -20,7 +21,8 @@ def test_qwen25_math_7b_preset_carries_appendix_b():
     assert (c.rollout.temperature, c.rollout.top_p) == (1.0, 1.0)
     assert (c.rollout.gen_batch_prompts, c.rollout.max_rounds) == (4 * 512, 10)
     assert (c.validation.benchmarks, c.validation.temperature, c.validation.top_p) == (["aime24"], 1.0, 0.7)
-    assert c.schedule.validate_every == 5     # its protocol: tests/integration/test_experiments.py (reproduce/protocol.py)
+    # its protocol: tests/integration/test_experiments.py (reproduce/protocol.py)
+    assert c.schedule.validate_every == 5
 
 
 def test_qwen3_preset_inherits_and_overrides():
@@ -112,30 +114,35 @@ def test_override_creates_nested_and_values_are_yaml():
 
 
 def test_logging_backends_accept_a_list_or_comma_text():
-    assert load_config(P7B, ["logging.backends=jsonl,tensorboard"]).logging.backends == ["jsonl", "tensorboard"]
+    assert (load_config(P7B, ["logging.backends=jsonl,tensorboard"]).logging.backends
+            == ["jsonl", "tensorboard"])
     assert load_config(P7B, ["logging.backends=[wandb]"]).logging.backends == ["wandb"]
     with pytest.raises(ConfigError, match=r"logging.backends: \['tensorboard', 'tensorboard'\] names"):
         load_config(P7B, ["logging.backends=tensorboard,tensorboard"])
 
 
 def test_the_trainer_keeps_other_tools_sections_unread_and_writes_them_back(tmp_path):
-    """`protocol:` is the experiment driver's (reproduce/protocol.py): the trainer accepts a preset that has one,
-    does not validate it, and copies it into the run's config.yaml (eval.evaluate --run reads it there)."""
+    """`protocol:` is the experiment driver's (reproduce/protocol.py): the trainer accepts a preset that has
+    one, does not validate it, and copies it into the run's config.yaml (eval.evaluate --run reads it
+    there)."""
     assert set(FOREIGN_SECTIONS) == {"protocol"}
     c = load_config(P7B, ["protocol.armor_alpha=2", "protocol.not_a_key=1"])   # not the trainer's to check
     assert not hasattr(c, "protocol")
     proto = c.foreign["protocol"]
-    assert proto["armor_alpha"] == 2 and proto["not_a_key"] == 1 and proto["peak_step"] == 140   # `base:` merged
+    # `base:` merged
+    assert proto["armor_alpha"] == 2 and proto["not_a_key"] == 1 and proto["peak_step"] == 140
     assert to_dict(c)["protocol"] == proto and list(to_dict(c))[-1] == "protocol"
     dump_config(c, tmp_path / "config.yaml")
     again = load_config(tmp_path / "config.yaml")
     assert read_yaml(tmp_path / "config.yaml")["protocol"]["eval_benchmarks"] == proto["eval_benchmarks"]
     assert again.foreign == c.foreign and again.algo == c.algo
-    (tmp_path / "bare.yaml").write_text("model: {path: m}\ndata: {train: t.jsonl}\nschedule: {validate_every: 0}\n")
+    (tmp_path / "bare.yaml").write_text("model: {path: m}\ndata: {train: t.jsonl}\nschedule: "
+                                        "{validate_every: 0}\n")
     bare = load_config(tmp_path / "bare.yaml")
     assert bare.foreign == {} and "protocol" not in to_dict(bare)
     # a typo in a trainer section, or in a section name, is still an error naming the key
-    with pytest.raises(ConfigError, match=r"^protocl: unknown key \(known: .*; sections of other tools: protocol\)"):
+    with pytest.raises(ConfigError,
+                       match=r"^protocl: unknown key \(known: .*; sections of other tools: protocol\)"):
         load_config(P7B, ["protocl.armor_alpha=0.5"])
     with pytest.raises(ConfigError, match=r"^algo.mix.alfa: unknown key"):
         load_config(P7B, ["algo.mix.alfa=0.5"])

@@ -1,5 +1,6 @@
 """Self-documenting config: every field carries its help (dataclass metadata), `python -m armor.train --help
-[SECTION]` prints keys, types, defaults and help, and docs/config.md is the generated reference, up to date."""
+[SECTION]` prints keys, types, defaults and help, and docs/config.md is the generated reference, up to
+date."""
 import dataclasses
 import subprocess
 import sys
@@ -31,8 +32,8 @@ def test_every_field_has_help():
 
 
 def _help(*args):
-    return subprocess.run([sys.executable, "-m", "armor.train", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-m", "armor.train", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
 
 
 def test_help_lists_every_key_with_type_default_and_help():
@@ -57,7 +58,7 @@ def test_help_of_one_section_and_of_an_unknown_one():
     r = _help("--help", "algo.mixx")
     assert r.returncode == 2 and "algo.mixx" in r.stderr and "unknown config key or section" in r.stderr
     r = _help("--help", "protocol")            # another tool's section: says whose it is
-    assert r.returncode == 2 and "not a trainer section" in r.stderr and "reproduce/protocol.py" in r.stderr
+    assert r.returncode == 2 and "not a trainer section" in r.stderr and "docs/protocol.md" in r.stderr
 
 
 def test_docs_config_md_is_the_generated_reference():

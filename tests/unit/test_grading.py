@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.grading import (SLOW_IN_BOUNDS, adversarial_strings, pathological_set, plausibility_report, shipped_gold_maxima,
-                                shipped_golds)
+from bench.grading import (SLOW_IN_BOUNDS, adversarial_strings, pathological_set, plausibility_report,
+                           shipped_gold_maxima, shipped_golds)
 from common.benchmarks import load_benchmark
 from common.grading import (BOUNDS, GOLD_MAXIMA, REASONS, Grader, Verdict, answer_shape, extract_answer,
-                            extract_answer_line, extract_boxed, get_grader, grade_one, implausible_bound, mc_letter,
-                            normalize_gold)
+                            extract_answer_line, extract_boxed, get_grader, grade_one, implausible_bound,
+                            mc_letter, normalize_gold)
 from common.grading.normalize import _cheap_compare
 from common.grading.verify import _math_verify
 
@@ -161,8 +161,9 @@ def test_cheap_paths_agree_with_math_verify():
     rng = random.Random(0)
     pairs = [(str(rng.randint(-50, 50)), str(rng.randint(-50, 50))) for _ in range(30)]
     pairs += [("007", "7"), ("-0", "0"), (r"\frac{2}{4}", "0.5"), ("0.3333333", r"\frac{1}{3}"),
-              ("0.33", r"\frac13"), ("3/7", r"\frac{3}{7}"), ("1.50", "1.5"), ("2.5", "5/2"), ("-3/4", "-0.75"),
-              (r"\dfrac{3}{4}", r"\frac{3}{4}"), (r"\left(1,2\right)", "(1, 2)"), ("x=3", "3"), ("y = 2/3", "4/6")]
+              ("0.33", r"\frac13"), ("3/7", r"\frac{3}{7}"), ("1.50", "1.5"), ("2.5", "5/2"),
+              ("-3/4", "-0.75"), (r"\dfrac{3}{4}", r"\frac{3}{4}"), (r"\left(1,2\right)", "(1, 2)"),
+              ("x=3", "3"), ("y = 2/3", "4/6")]
     import math_verify
 
     for pred, gold in pairs:
@@ -206,7 +207,8 @@ def _in_process(kind: str) -> dict:
 
 
 def test_in_process_timeout():
-    assert implausible_bound(extract_boxed(SLOW_IN_BOUNDS), "5") is None  # within the bounds: math-verify runs
+    # within the bounds: math-verify runs
+    assert implausible_bound(extract_boxed(SLOW_IN_BOUNDS), "5") is None
     out = _in_process("slow")
     assert out["reason"] == "timeout" and not out["correct"]
     assert out["after"] == [True, "ok"]  # the grader still works afterwards
@@ -303,7 +305,8 @@ def _check_math_verify_accepts_golds(name, limit):
 
     from common.grading.verify import _on_alarm
 
-    probs = [p for p in load_benchmark(name, "local") if p.answer_type == "math" and not p.gold.lstrip("-").isdigit()]
+    probs = [p for p in load_benchmark(name, "local") if p.answer_type == "math"
+             and not p.gold.lstrip("-").isdigit()]
     probs = probs[:limit]
     old = signal.signal(signal.SIGALRM, _on_alarm)
     bad = []
@@ -369,8 +372,8 @@ def test_other_gold_is_wrong_full(grader, name):
 
 # ---------------------------------------------------------------------------------------------- pathological
 def _run_pathological(strings, timeout, workers=2):
-    """Grade adversarial strings: every verdict is a Verdict with a known reason and none is correct. (How long
-    it takes is measured by `python -m bench.grading --pathological`, not asserted here.)"""
+    """Grade adversarial strings: every verdict is a Verdict with a known reason and none is correct. (How
+    long it takes is measured by `python -m bench.grading --pathological`, not asserted here.)"""
     gold = r"\frac{3}{7}"
     with Grader(num_workers=workers, timeout_s=timeout, kill_grace_s=1.0) as g:
         v = g.grade(strings, [gold] * len(strings))
@@ -407,7 +410,8 @@ def _tower(base: str, height: int) -> str:
     ("a^b^c", dict(exponent_depth=2)),                                       # a chain nests like a tower
     (r"x^2 y^3 z^4", dict(exponents=3, exponent_depth=1)),                   # not a chain
     ("9**9**9", dict(exponents=2, exponent_depth=2)),
-    (r"\left(\left[1\right)\right.", dict(nesting=2)),                       # \left X ... \right Y is one pair
+    # \left X ... \right Y is one pair
+    (r"\left(\left[1\right)\right.", dict(nesting=2)),
     (r"\{1, \{2\}\}", dict(nesting=2)),
     ("[1, 2)", dict(nesting=1)),
     (")))(", dict(nesting=1)),                                               # unmatched closers are ignored
@@ -433,7 +437,8 @@ def test_answer_shape(answer, measures):
 AT_AND_OVER = {
     "length": ("1+" * 499 + "11", "1+" * 500 + "1"),
     "nesting": ("(" * 10 + "x" + ")" * 10, "(" * 11 + "x" + ")" * 11),
-    "exponents": (" + ".join(f"x^{{{k}}}" for k in range(1, 41)), " + ".join(f"x^{{{k}}}" for k in range(1, 42))),
+    "exponents": (" + ".join(f"x^{{{k}}}" for k in range(1, 41)),
+                  " + ".join(f"x^{{{k}}}" for k in range(1, 42))),
     "exponent_depth": (_tower("x", 4), _tower("x", 5)),                    # x^{x^{x^{x}}} has depth 3
     "digit_run": ("x + " + "1" * 50, "x + " + "1" * 51),
     "power_log10": ("10^{10000}", "10^{10001}"),
@@ -468,8 +473,8 @@ def test_gold_at_each_maximum_is_not_rejected(name):
 
 
 def test_gold_maxima_recorded_and_bounds_have_margin():
-    """GOLD_MAXIMA (documented in common.grading) are the maxima measured on the shipped golds, and every bound is
-    at least twice its gold maximum (the log10 ones: at least 1000 times in value)."""
+    """GOLD_MAXIMA (documented in common.grading) are the maxima measured on the shipped golds, and every
+    bound is at least twice its gold maximum (the log10 ones: at least 1000 times in value)."""
     maxima = shipped_gold_maxima()
     assert {k: round(v, 2) for k, (v, _, _) in maxima.items()} == pytest.approx(GOLD_MAXIMA, abs=0.01)
     for name, bound in BOUNDS.items():
@@ -540,7 +545,8 @@ def test_cli_end_to_end(tmp_path):
     with open(resp, "w") as f:
         for p in probs:
             for _ in range(2):  # k = 2 samples per problem share an index
-                f.write(json.dumps({"index": p.index, "response": _gold_response(p.gold), "sample": _}) + "\n")
+                f.write(json.dumps({"index": p.index, "response": _gold_response(p.gold), "sample": _})
+                        + "\n")
     r = _run_cli("--benchmark", "aime24", "--responses", str(resp), "--workers", "2", "--timeout", "5")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "accuracy: 1.0000"

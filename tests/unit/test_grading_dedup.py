@@ -98,9 +98,9 @@ def test_repeated_slow_answer_reaches_math_verify_once(monkeypatch):
     assert [x.reason for x in v[12:]] == ["ok", "ok", "no_answer", "ok"] and v[15].correct
 
 
-# In-process timeouts use SIGALRM: run in a child process (as tests/unit/test_grading.py does), so a regression
-# hangs the child, whose `timeout=` fails the test, not pytest. The fake math-verify never returns on the
-# slow answer, so its timeout is certain.
+# In-process timeouts use SIGALRM: run in a child process (as tests/unit/test_grading.py does), so a
+# regression hangs the child, whose `timeout=` fails the test, not pytest. The fake math-verify never returns
+# on the slow answer, so its timeout is certain.
 _TIMEOUT_CHILD = r"""
 import json
 import common.grading.verify as V

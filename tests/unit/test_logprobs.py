@@ -21,7 +21,8 @@ def model_and_batch(world):
 def _grads(model, batch, chunk):
     model.zero_grad(set_to_none=True)
     logp, ent = forward_logprobs(model, batch, temperature=0.7, with_entropy=True, chunk_tokens=chunk)
-    w = torch.linspace(-1, 1, logp.numel()).view_as(logp)       # an objective that weighs every token differently
+    # an objective that weighs every token differently
+    w = torch.linspace(-1, 1, logp.numel()).view_as(logp)
     (logp * w).sum().backward()
     return logp.detach(), ent, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 

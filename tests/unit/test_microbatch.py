@@ -1,6 +1,7 @@
 """Micro-batch plans (armor.microbatch): by rows they are the contiguous parts and chunks the trainer always
 used; by tokens every row lands exactly once, no micro-batch exceeds the budget, ranks are balanced and get
-equal counts. Values through the trainer: tests/integration/test_trainer.py and tests/integration/test_distributed.py."""
+equal counts. Values through the trainer: tests/integration/test_trainer.py and
+tests/integration/test_distributed.py."""
 import pytest
 import torch
 

@@ -3,10 +3,10 @@ import math
 import pytest
 import torch
 
-from armor.objectives import (LossConfig, aggregate_loss, clipped_surrogate, importance_ratio, kl_forward_estimate,
-                              kl_penalty, kl_reverse_estimate, log_ratio, masked_mean, masked_sum, mixed_log_prob,
-                              mixed_ratio, mopd_token_advantages, opd_token_advantages, policy_loss,
-                              ratio_and_clip_range)
+from armor.objectives import (LossConfig, aggregate_loss, clipped_surrogate, importance_ratio,
+                              kl_forward_estimate, kl_penalty, kl_reverse_estimate, log_ratio, masked_mean,
+                              masked_sum, mixed_log_prob, mixed_ratio, mopd_token_advantages,
+                              opd_token_advantages, policy_loss, ratio_and_clip_range)
 
 L = math.log
 
@@ -25,7 +25,8 @@ def test_masked_sum_mean_by_hand():
     assert masked_mean(x, m) == 7.0 / 3.0
     assert torch.equal(masked_sum(x, m, dim=-1), torch.tensor([3.0, 4.0]))
     assert torch.equal(masked_mean(x, m, dim=-1), torch.tensor([1.5, 4.0]))
-    assert torch.equal(masked_mean(x, m.float(), dim=0), torch.tensor([2.5, 2.0, 0.0]))  # col 3 all masked -> 0
+    # col 3 all masked -> 0
+    assert torch.equal(masked_mean(x, m.float(), dim=0), torch.tensor([2.5, 2.0, 0.0]))
     z = torch.zeros(2, 3)
     assert masked_mean(x, z) == 0.0 and masked_sum(x, z) == 0.0
 
@@ -107,7 +108,8 @@ def test_clipped_surrogate_by_hand():
     # A=-1:  max(r, clip(r)):            .5 -> .8  ; 1 -> 1  ; 1.5 -> 1.5   ; 3 -> 3
     assert close(loss, [[-0.5, -1.0, -1.28, -1.28], [0.8, 1.0, 1.5, 3.0]])
     # clipped active: (A>0, r=1.5), (A>0, r=3), (A<0, r=.5) -> 3/8 ; low 1/8 ; high 2/8
-    assert close(st["clipfrac"], 3 / 8) and close(st["clipfrac_low"], 1 / 8) and close(st["clipfrac_high"], 2 / 8)
+    assert (close(st["clipfrac"], 3 / 8) and close(st["clipfrac_low"], 1 / 8)
+            and close(st["clipfrac_high"], 2 / 8))
     assert st["dualclip_frac"] == 0
     # [B, T] advantages give the same
     loss2, _ = clipped_surrogate(RATIOS, adv[:, None].expand(2, 4), mask, 0.2, 0.28)
@@ -182,7 +184,8 @@ def _batch(seed=0, B=6, T=7):
 
 def test_token_mean_normalizer_micro_batches_add_up():
     lp, old, ref, adv, mask = _batch()
-    cfg = LossConfig(ratio_variant="mixed", alpha=0.9, eps_low=0.2, eps_high=0.28, dual_clip_c=10.0, kl_coef=0.1)
+    cfg = LossConfig(ratio_variant="mixed", alpha=0.9, eps_low=0.2, eps_high=0.28, dual_clip_c=10.0,
+                     kl_coef=0.1)
     lp_full = lp.clone().requires_grad_(True)
     full, _ = policy_loss(lp_full, old, adv, mask, cfg, ref_logp=ref)
     full.backward()
@@ -197,8 +200,8 @@ def test_token_mean_normalizer_micro_batches_add_up():
     assert torch.allclose(lp_mb.grad, lp_full.grad, atol=1e-7)
     # and directly on aggregate_loss
     x = torch.randn(6, 7)
-    a = aggregate_loss(x[:2], mask[:2], "token-mean", normalizer=n) + aggregate_loss(x[2:], mask[2:], "token-mean",
-                                                                                      normalizer=n)
+    a = (aggregate_loss(x[:2], mask[:2], "token-mean", normalizer=n)
+         + aggregate_loss(x[2:], mask[2:], "token-mean", normalizer=n))
     assert torch.allclose(a, aggregate_loss(x, mask, "token-mean"), atol=1e-6)
 
 
@@ -294,7 +297,8 @@ def test_policy_loss_by_hand_and_metrics():
     old = torch.tensor([[L(0.25), L(0.5)]])
     ref = torch.tensor([[L(0.25), L(0.5)]])
     adv = torch.tensor([1.0])
-    loss, met = policy_loss(lp, old, adv, torch.ones(1, 2), LossConfig(kl_coef=0.5, kl_estimator="k3"), ref_logp=ref)
+    loss, met = policy_loss(lp, old, adv, torch.ones(1, 2), LossConfig(kl_coef=0.5, kl_estimator="k3"),
+                            ref_logp=ref)
     # ratios [2, 1] -> pg [-1.28, -1] -> mean -1.14 ; k3 [0.1931, 0] -> mean 0.09657 ; loss -1.14 + .5*.09657
     k3 = (0.5 + L(2) - 1) / 2
     assert close(met["pg_loss"], -1.14) and close(met["kl_penalty"], k3)
@@ -314,14 +318,16 @@ def test_alpha_one_reproduces_dapo_exactly(agg):
     outs = []
     for variant, a in (("plain", 1.0), ("mixed", 1.0)):
         x = lp.clone().requires_grad_(True)
-        loss, met = policy_loss(x, old, adv, mask, LossConfig(ratio_variant=variant, alpha=a, dual_clip_c=10.0,
+        loss, met = policy_loss(x, old, adv, mask,
+                                LossConfig(ratio_variant=variant, alpha=a, dual_clip_c=10.0,
                                                                loss_agg=agg), ref_logp=ref)
         loss.backward()
         outs.append((loss.detach(), x.grad, met))
     assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
     assert outs[0][2] == outs[1][2]
     # and static clip at α = 1 is the plain loss too
-    loss_s, _ = policy_loss(lp, old, adv, mask, LossConfig(ratio_variant="static_clip", alpha=1.0, dual_clip_c=10.0,
+    loss_s, _ = policy_loss(lp, old, adv, mask,
+                            LossConfig(ratio_variant="static_clip", alpha=1.0, dual_clip_c=10.0,
                                                            loss_agg=agg))
     assert torch.equal(loss_s, outs[0][0])
 
@@ -345,7 +351,8 @@ def test_mixed_trust_region_gradients():
     lo = (1 - el) * po - el * (1 - a) / a * pr          # .8*.3 - .2*.25*.5 = .24 - .025 = .215
     assert abs(up - 0.419) < 1e-12 and abs(lo - 0.215) < 1e-12
     d = 0.005
-    # one token per column: [above upper (A>0), inside near upper (A>0), below lower (A<0), inside near lower (A<0)]
+    # one token per column: [above upper (A>0), inside near upper (A>0), below lower (A<0), inside near lower
+    # (A<0)]
     p = [[up + d, up - d, lo - d, lo + d]]
     adv = [[1.0, 1.0, -1.0, -1.0]]
     r, g = _grad_wrt_logp(p, [[po] * 4], [[pr] * 4], adv, "mixed", a)
@@ -369,7 +376,8 @@ def test_mixed_trust_region_gradients():
 def test_no_nan_extreme_logprobs_and_padded_rows():
     B, T = 3, 4
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
-    cases = [(-80.0, 0.0, 0.0), (0.0, -80.0, -80.0), (-80.0, -80.0, 0.0), (-80.0, 0.0, -80.0), (-80.0, -80.0, -80.0)]
+    cases = [(-80.0, 0.0, 0.0), (0.0, -80.0, -80.0), (-80.0, -80.0, 0.0), (-80.0, 0.0, -80.0),
+             (-80.0, -80.0, -80.0)]
     for lpv, oldv, refv in cases:
         for variant in ("plain", "mixed", "static_clip", "offpolicy_anchor"):
             for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
@@ -377,8 +385,8 @@ def test_no_nan_extreme_logprobs_and_padded_rows():
                     lp = torch.full((B, T), lpv, requires_grad=True)
                     cfg = LossConfig(ratio_variant=variant, alpha=0.875, dual_clip_c=10.0, loss_agg=agg,
                                      kl_coef=0.1, kl_estimator=est)
-                    loss, met = policy_loss(lp, torch.full((B, T), oldv), torch.tensor([1.0, -1.0, 0.5]), mask,
-                                            cfg, ref_logp=torch.full((B, T), refv),
+                    loss, met = policy_loss(lp, torch.full((B, T), oldv), torch.tensor([1.0, -1.0, 0.5]),
+                                            mask, cfg, ref_logp=torch.full((B, T), refv),
                                             is_anchor=torch.tensor([False, True, False]))
                     loss.backward()
                     assert torch.isfinite(loss), (lpv, oldv, refv, variant, agg, est)
@@ -387,7 +395,8 @@ def test_no_nan_extreme_logprobs_and_padded_rows():
                     assert all(math.isfinite(v) for v in met.values())
         lp = torch.full((B, T), lpv)
         ref = torch.full((B, T), refv)
-        assert torch.isfinite(kl_reverse_estimate(lp, ref, mask)) and torch.isfinite(kl_forward_estimate(lp, ref, mask))
+        assert (torch.isfinite(kl_reverse_estimate(lp, ref, mask))
+                and torch.isfinite(kl_forward_estimate(lp, ref, mask)))
         assert torch.isfinite(mixed_log_prob(lp, ref, 0.5)).all()
     # an all-padding batch gives loss 0 and zero gradients
     lp = torch.full((B, T), -80.0, requires_grad=True)
@@ -400,7 +409,8 @@ def test_no_nan_extreme_logprobs_and_padded_rows():
 # ----------------------------------------------------------------------------- training/inference mismatch
 
 def test_logprob_mismatch_by_hand():
-    """mean |log π_engine − log π_trainer| over the masked (on-policy, sampled) tokens; padding and -inf ignored."""
+    """mean |log π_engine − log π_trainer| over the masked (on-policy, sampled) tokens;
+    padding and -inf ignored."""
     from armor.objectives import logprob_mismatch, pad_token_values
     eng, have = pad_token_values([[-1.0, -2.0], [-0.5], [-0.25, -0.5, -0.75, -1.0]], 3)
     assert eng.tolist() == [[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0], [-0.25, -0.5, -0.75]]     # the last row cut

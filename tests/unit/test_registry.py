@@ -1,7 +1,8 @@
 """Variants registered by name with their needs (common.registry, armor.registry): the config's choices are
 the registries' names, validation refuses what is not registered or whose needs the config does not meet, a
 new ratio variant is one registered function (it is then a valid `algo.mix.variant`, dispatched, and its needs
-read), and so is a new answer mode (common.grading.ANSWER_MODES: a valid `reward.answer_mode` and Grader mode)."""
+read), and so is a new answer mode (common.grading.ANSWER_MODES: a valid `reward.answer_mode` and Grader
+mode)."""
 import pytest
 import torch
 
@@ -52,13 +53,16 @@ def test_a_new_answer_mode_is_one_registered_function(monkeypatch):
     assert load_config(None, BASE + ["reward.answer_mode=last_line"]).reward.answer_mode == "last_line"
     assert extract_answer("work\n 42 \n", "last_line") == "42"
     with Grader(num_workers=0, mode="last_line") as g:
-        assert [v.correct for v in g.grade(["so\n42", "so\n41", ""], ["42", "42", "42"])] == [True, False, False]
+        assert ([v.correct for v in g.grade(["so\n42", "so\n41", ""], ["42", "42", "42"])]
+                == [True, False, False])
     assert grade_one("so\n\\frac{1}{2}", "0.5", mode="last_line").correct
-    assert ANSWER_MODES.names()[-1] == "last_line" and MODES == ("boxed", "answer_line", "boxed_or_answer_line")
+    assert (ANSWER_MODES.names()[-1] == "last_line"
+            and MODES == ("boxed", "answer_line", "boxed_or_answer_line"))
 
 
 def test_a_new_ratio_variant_is_one_registered_function(monkeypatch):
-    monkeypatch.setattr(RATIOS, "_entries", dict(RATIOS._entries))     # the registry as it was, after the test
+    # the registry as it was, after the test
+    monkeypatch.setattr(RATIOS, "_entries", dict(RATIOS._entries))
 
     @RATIOS.register("half_plain", needs={"anchors"})
     def _half(logp, old_logp, ref_logp, alpha, eps_low, eps_high, is_anchor, clamp):
@@ -94,5 +98,6 @@ def test_registry_refuses_unknown_needs_and_duplicates():
 
 def test_advantage_dispatch_is_the_estimators():
     r = torch.tensor([[1.0, -1.0, -1.0, 1.0]])
-    torch.testing.assert_close(group_advantages(r, "grpo_no_std", k=0.3), torch.tensor([[1.0, -1.0, -1.0, 1.0]]))
+    torch.testing.assert_close(group_advantages(r, "grpo_no_std", k=0.3),
+                               torch.tensor([[1.0, -1.0, -1.0, 1.0]]))
     assert group_advantages(r, "qae", k=0.45).shape == (1, 4)

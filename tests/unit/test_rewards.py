@@ -15,7 +15,8 @@ def test_overlong_penalty_by_hand():
     # 10: -(−50)/40 = +1.25 -> 0 ; 60: 0 ; 70: -10/40 = -0.25 ; 80: -0.5 ; 100: -1
     assert torch.allclose(overlong_penalty(L, 100, 40), torch.tensor([0.0, 0.0, -0.25, -0.5, -1.0]))
     # factor 0.5 halves it: 80 -> -0.25
-    assert torch.allclose(overlong_penalty(L, 100, 40, factor=0.5), torch.tensor([0.0, 0.0, -0.125, -0.25, -0.5]))
+    assert torch.allclose(overlong_penalty(L, 100, 40, factor=0.5),
+                          torch.tensor([0.0, 0.0, -0.125, -0.25, -0.5]))
     # buffer disabled
     assert torch.equal(overlong_penalty(L, 100, 0), torch.zeros(5))
 

@@ -2,8 +2,8 @@
 venv that script makes (.venv-vllm). Run: `bash scripts/vllm_tier.sh` (the README's test command runs it after
 the default suite). In a venv without vLLM (the default suite's) every test here is skipped, with that reason.
 
-Fixtures: `vllm_world`, the quick toy world with a model of head width 32 (vLLM's CPU attention takes 32 to 512;
-the default world's 16 would fail at the first forward).
+Fixtures: `vllm_world`, the quick toy world with a model of head width 32 (vLLM's CPU attention takes 32 to
+512; the default world's 16 would fail at the first forward).
 """
 import os
 from pathlib import Path

@@ -55,7 +55,8 @@ def test_dummy_start_then_push_gives_the_models_logprobs(setup):
     assert eng.version is None and eng.sleep_mode is False        # random weights; the CPU build has no sleep
     assert eng.sync_weights(policy, ("policy", 0)) is True
     ro = eng.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=40, seed=1))
-    assert len(ro) == 2 * len(prompts) and all(len(r) == len(lp) for r, lp in zip(ro.response_ids, ro.logprobs))
+    assert len(ro) == 2 * len(prompts) and all(len(r) == len(lp)
+                                               for r, lp in zip(ro.response_ids, ro.logprobs))
     assert max_gap(policy, ro) < 1e-5
     again = eng.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=40, seed=1))
     assert again.response_ids == ro.response_ids                  # per-prompt seeds: the same samples

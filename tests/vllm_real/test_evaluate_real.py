@@ -1,5 +1,5 @@
-"""eval.evaluate with the real vLLM engine (its CPU build, float32 by the one dtype rule): greedy samples equal
-the HF engine's sample for sample, on one process and split over 2 ranks."""
+"""eval.evaluate with the real vLLM engine (its CPU build, float32 by the one dtype rule): greedy samples
+equal the HF engine's sample for sample, on one process and split over 2 ranks."""
 import json
 import os
 import shutil
@@ -23,9 +23,10 @@ def ckpt(vllm_world, tmp_path_factory) -> Path:
 def evaluate(ckpt: Path, world: Path, out: Path, engine: str, ranks: int = 1) -> list[dict]:
     launch = [sys.executable] + (["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
                                  if ranks > 1 else [])
-    cmd = [*launch, "-m", "eval.evaluate", "--checkpoint", str(ckpt), "--protocol", "greedy", "--limit", str(N),
-           "--benchmarks", f"toy_test={world / 'data' / 'test.jsonl'}", "--engine", engine, "--enforce-eager",
-           "--chunk-size", "16", "--grader-workers", "0", "--no-progress", "--out", str(out)]
+    cmd = [*launch, "-m", "eval.evaluate", "--checkpoint", str(ckpt), "--protocol", "greedy",
+           "--limit", str(N), "--benchmarks", f"toy_test={world / 'data' / 'test.jsonl'}", "--engine", engine,
+           "--enforce-eager", "--chunk-size", "16", "--grader-workers", "0", "--no-progress",
+           "--out", str(out)]
     env = {**os.environ, "ARMOR_PROGRESS": "0", "OMP_NUM_THREADS": "1"}
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]

@@ -36,7 +36,8 @@ def test_cpu_form_passes(tmp_path):
     assert r.returncode == 0, r.stderr[-4000:]
     assert v["vllm_dtype"] == "float32" and v["vllm_logprob_mismatch_bound"] == 1e-3
     assert v["vllm_logprob_mismatch"] < 1e-3 and v["vllm_pushes"] == 3 and v["vllm_ok"] is True
-    assert rep["checks"] == {"vllm_ok": True} and rep["ok"] is True and "result: PASS" in r.stdout
+    assert rep["checks"] == {"resume_exact": True, "vllm_ok": True} and rep["ok"] is True
+    assert "result: PASS" in r.stdout
 
 
 def test_a_push_that_misses_lm_head_fails(tmp_path):

@@ -14,10 +14,11 @@ SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
 def armor_args(world: Path, out: Path, *extra: str) -> list[str]:
     return ["--config", str(SMOKE), f"model.path={world / 'base_model'}",
             f"data.train={world / 'data' / 'train.jsonl'}",
-            f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", "validation.max_problems=8",
-            f"output_dir={out}", "rollout.engine=vllm", "rollout.enforce_eager=true", "algo.anchor.enabled=true",
-            "algo.mix.variant=mixed", "algo.mix.alpha=0.875", "algo.reference.reset.every=2",
-            "batch.prompts_per_step=4", "rollout.gen_batch_prompts=8", *extra]
+            f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]",
+            "validation.max_problems=8", f"output_dir={out}", "rollout.engine=vllm",
+            "rollout.enforce_eager=true", "algo.anchor.enabled=true", "algo.mix.variant=mixed",
+            "algo.mix.alpha=0.875", "algo.reference.reset.every=2", "batch.prompts_per_step=4",
+            "rollout.gen_batch_prompts=8", *extra]
 
 
 def run(cmd: list[str]) -> subprocess.CompletedProcess:

@@ -104,6 +104,12 @@ class LLM:
             env = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
             self.device = f"cuda:{env['LOCAL_RANK']}"
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            # distributed/parallel_state.py initialize_model_parallel: the trainer's world reshaped to
+            # (-1, dp, pp, pcp, tp); a tensor-parallel group is tp consecutive ranks
+            world, rank, tp = int(os.environ.get("WORLD_SIZE", "1")), int(env["RANK"]), tensor_parallel_size
+            if world % tp:
+                raise RuntimeError(f"shape '[-1, 1, 1, 1, {tp}]' is invalid for input of size {world}")
+            self.args["tp_group"] = list(range(rank - rank % tp, rank - rank % tp + tp))
         hf = json.loads((Path(model) / "config.json").read_text())
         hf.update(hf_overrides or {})
         self.vocab = hf["vocab_size"]
@@ -118,15 +124,25 @@ class LLM:
 
     # ------------------------------------------------------------------------------------ memory, weights
     def sleep(self, level: int = 1, mode: str = "abort") -> None:            # entrypoints/llm.py:839
+        """v1/executor/abstract.py Executor.sleep: while any part sleeps (is_sleeping: set by sleep, cleared
+        only when wake_up has woken every tag) it logs "Executor is already sleeping." and does nothing."""
+        if self.sleeping:
+            CALLS.append(("sleep", {"level": level, "ignored": "Executor is already sleeping."}))
+            return
         CALLS.append(("sleep", {"level": level}))
         self.sleeping = {"weights", "kv_cache"}
         if level == 2:
             self.weights = "discarded"
 
     def wake_up(self, tags: list[str] | None = None) -> bool:                # entrypoints/llm.py:872
+        """Executor.wake_up: nothing (a warning) when nothing sleeps, or when a tag asked for is not
+        asleep."""
         for t in tags or []:                                                  # v1/executor/abstract.py:412
             if t not in ("weights", "kv_cache", "scheduling"):
                 raise ValueError(f"wake_up tag {t!r}")
+        if not self.sleeping or any(t not in self.sleeping for t in tags or []):
+            CALLS.append(("wake_up", {"tags": tags, "ignored": True}))
+            return not self.sleeping
         self.sleeping -= set(tags) if tags else set(self.sleeping)
         CALLS.append(("wake_up", {"tags": tags}))
         return not self.sleeping

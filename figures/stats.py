@@ -1,0 +1,184 @@
+"""The statistics of the verdicts (figures/checklist.py), pure functions of plain numbers; the rule that turns
+them into a class is `classify` (written out in docs/verdicts.md).
+
+    d = paired_differences({0: .15, 1: .22}, {0: .12, 1: .11})   # {seed: a - b} on the seeds both have
+    s = t_interval(list(d.values()))                                # Interval(mean, lo, hi, n, sd, p)
+    classify(s, floor=0.011, kind=GREATER)                          # ("yes" | "no" | "inconclusive", why)
+
+The unit is the seed: each seed gives one number (a paired difference of two arms that start from the same
+θ*, or a change of one arm), and the interval is Student's t interval over those numbers:
+    mean ± t_{1-(1-level)/2, n-1} · sd / √n,  sd = √(Σ (x_i - mean)² / (n - 1)).
+The t quantile is computed here (regularised incomplete beta function, bisection): no SciPy.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Mapping, Optional, Sequence
+
+LEVEL = 0.95            # the intervals' confidence level
+NOISE_MULTIPLE = 2.0    # an effect is decided only when |mean| >= this x the evaluation noise floor
+
+YES, NO, INCONCLUSIVE, NOT_TESTABLE = "yes", "no", "inconclusive", "not testable here"
+# claim kinds: what "yes" asserts about the per-seed quantity x
+GREATER = "greater"      # x > 0 (a difference or a change in the claimed direction)
+NO_CHANGE = "no_change"  # x = 0 within the noise (e.g. "stagnates")
+NO_DROP = "no_drop"      # x is not below 0 by more than the noise (e.g. "stays stable")
+
+
+@dataclass
+class Interval:
+    """Student's t interval of a mean over n per-seed numbers: mean, [lo, hi], sd (n-1 denominator), the
+    two-sided p-value of mean = 0; lo/hi/sd/p are None with n < 2."""
+    mean: float
+    lo: Optional[float]
+    hi: Optional[float]
+    n: int
+    sd: Optional[float]
+    p: Optional[float]
+    level: float = LEVEL
+
+    def asdict(self) -> dict:
+        return asdict(self)
+
+
+def mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def sample_sd(xs: Sequence[float]) -> Optional[float]:
+    """√(Σ (x - mean)² / (n - 1)); None with fewer than 2 numbers."""
+    if len(xs) < 2:
+        return None
+    m = mean(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes 6.4)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+
+    def keep(v: float) -> float:
+        return v if abs(v) > tiny else tiny
+    c, d = 1.0, 1.0 / keep(1.0 - qab * x / qap)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))          # even step
+        d, c = 1.0 / keep(1.0 + aa * d), keep(1.0 + aa / c)
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))  # odd step
+        d, c = 1.0 / keep(1.0 + aa * d), keep(1.0 + aa / c)
+        h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b), 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbeta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(lbeta) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(lbeta) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with df degrees of freedom: 1 - I_{df/(df+t²)}(df/2, 1/2) / 2 for t >= 0."""
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(q: float, df: float) -> float:
+    """The q-quantile of Student's t (0 < q < 1), by bisection on t_cdf to 1e-12."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"quantile {q} not in (0, 1)")
+    lo, hi = -1e6, 1e6
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < q:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12:
+            break
+    return 0.5 * (lo + hi)
+
+
+def t_interval(xs: Sequence[float], level: float = LEVEL) -> Interval:
+    """Student's t interval of the mean of xs (module docstring), and the two-sided p of mean = 0
+    (2·(1 - t_cdf(|mean| / (sd/√n), n - 1)); p = 1 when every x is 0, 0 when they are equal and not 0)."""
+    xs = [float(x) for x in xs]
+    if not xs:
+        raise ValueError("t_interval of no numbers")
+    n, m = len(xs), mean(xs)
+    sd = sample_sd(xs)
+    if sd is None:
+        return Interval(m, None, None, n, None, None, level)
+    se = sd / math.sqrt(n)
+    half = t_quantile(1.0 - (1.0 - level) / 2.0, n - 1) * se
+    if se == 0.0:
+        p = 1.0 if m == 0.0 else 0.0
+    else:
+        p = 2.0 * (1.0 - t_cdf(abs(m) / se, n - 1))
+    return Interval(m, m - half, m + half, n, sd, p, level)
+
+
+def paired_differences(a: Mapping[int, float], b: Mapping[int, float]) -> dict[int, float]:
+    """{seed: a[seed] - b[seed]} over the seeds both have (None values skipped), in seed order."""
+    return {s: a[s] - b[s] for s in sorted(set(a) & set(b)) if a[s] is not None and b[s] is not None}
+
+
+def classify(iv: Optional[Interval], floor: Optional[float], kind: str = GREATER,
+             multiple: float = NOISE_MULTIPLE) -> tuple[str, str]:
+    """(class, reason) of a claim about the per-seed quantity whose interval is iv; floor = the evaluation
+    noise floor (sd of one evaluation of fixed weights), m = multiple · floor:
+    - GREATER (x > 0): yes when lo > 0 and mean >= m; no when hi < 0 and -mean >= m.
+    - NO_CHANGE (x = 0): yes when the interval lies inside [-m, m]; no when it excludes 0 and |mean| >= m.
+    - NO_DROP (x >= 0 up to noise): yes when lo > -m; no when hi < 0 and -mean >= m.
+    Otherwise inconclusive; always inconclusive without a measured floor or with fewer than 2 seeds."""
+    if iv is None:
+        return INCONCLUSIVE, "no seed has both numbers"
+    if floor is None:
+        return INCONCLUSIVE, "noise floor not measured"
+    if iv.lo is None or iv.hi is None:
+        return INCONCLUSIVE, f"{iv.n} seed: no interval"
+    m = multiple * floor
+    big = abs(iv.mean) >= m
+    excl = f"interval excludes 0 and |mean| {abs(iv.mean):.3f} >= {multiple:g} x floor {m:.3f}"
+    if kind == GREATER:
+        if iv.lo > 0 and big:
+            return YES, excl
+        if iv.hi < 0 and big:
+            return NO, excl + " (the other direction)"
+    elif kind == NO_CHANGE:
+        if -m <= iv.lo and iv.hi <= m:
+            return YES, f"interval inside ±{multiple:g} x floor = ±{m:.3f}"
+        if (iv.lo > 0 or iv.hi < 0) and big:
+            return NO, excl
+    elif kind == NO_DROP:
+        if iv.lo > -m:
+            return YES, f"interval above -{multiple:g} x floor = {-m:.3f}"
+        if iv.hi < 0 and big:
+            return NO, excl
+    else:
+        raise ValueError(f"unknown claim kind {kind!r}")
+    return INCONCLUSIVE, (f"interval [{iv.lo:+.3f}, {iv.hi:+.3f}] and mean {iv.mean:+.3f} vs {multiple:g} x floor "
+                          f"{m:.3f}: not decided")
+
+
+def combine(classes: Sequence[str]) -> str:
+    """One class from sub-claims that must all hold: no if any is no, yes if all are yes, not testable if all
+    are, else inconclusive (not-testable parts dropped when others are testable)."""
+    testable = [c for c in classes if c != NOT_TESTABLE]
+    if not testable:
+        return NOT_TESTABLE
+    if NO in testable:
+        return NO
+    if all(c == YES for c in testable):
+        return YES
+    return INCONCLUSIVE

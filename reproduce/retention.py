@@ -1,0 +1,92 @@
+"""Checkpoint retention as the driver plans it: which steps each run must keep for θ*, the late start and the
+evaluation, passed to the trainer through its config (schedule.keep_steps: saved and never deleted;
+schedule.keep_best_window: the best validation's checkpoint under the peak selection's smoothing), and the
+plan-time check that the preset's schedule.keep_last deletes nothing a pending θ* or evaluation needs.
+
+    retention_overrides(preset, arm, start)    # ["schedule.keep_steps=[140,200]", ...] (none without keep_last)
+    check_retention(preset, arms, seeds)       # ExperimentError naming the key and value, before any job
+
+What each consumer needs (reproduce/peaks.py, reproduce/evalplan.py): θ* = protocol.peak_step (or
+qae_peak_step) when fixed, else the argmax of the smoothed validation curve (of the seed mean with several
+seeds) among checkpoints; the late start = protocol.late_start_step, or by rule any DAPO checkpoint after θ*;
+a stage-2 arm's evaluation = its best checkpoint by smoothed validation, every protocol.eval_every-th
+checkpoint, the paper's table step. The figures read validation and evaluation files only: no checkpoint.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from reproduce.presets import REPO_ROOT, ExperimentError, Preset, fixed_peak, stage_steps
+
+
+def paper_table_step(preset: Preset, arm) -> Optional[int]:
+    """Total step of the paper's table row for this arm (paper presets only), from figures/paper_numbers.yaml."""
+    f = REPO_ROOT / "figures" / "paper_numbers.yaml"
+    if not f.is_file():
+        return None
+    try:
+        import yaml
+        data = yaml.safe_load(f.read_text()) or {}
+    except Exception:
+        return None
+    steps = ((data.get("presets") or {}).get(preset.name) or {}).get("table_steps") or {}
+    key = {"armor": "dapo_armor"}.get(arm.name, arm.name)
+    if arm.name.startswith("qae_armor"):
+        key = "qae_armor"
+    v = steps.get(key)
+    return int(v) if isinstance(v, (int, float)) else None
+
+
+def keep_steps(preset: Preset, arm, start: Optional[dict] = None) -> list[int]:
+    """The run-local steps a run must save and keep: a stage-1 baseline its fixed θ* and (DAPO) the fixed late
+    start, plus the preset's own schedule.keep_steps; a stage-2 arm the paper's table step (with a known start)."""
+    p = preset.protocol
+    if arm.stage == 1:
+        fixed = {fixed_peak(preset, arm.name), p.late_start_step if arm.name == "dapo" else None}
+        return sorted({x for x in fixed if x is not None} | set(preset.cfg.schedule.keep_steps))
+    table = paper_table_step(preset, arm)
+    if table is None or start is None:
+        return []
+    local = table - int(start["step"])
+    return [local] if 0 < local <= stage_steps(preset)[1] else []
+
+
+def retention_overrides(preset: Preset, arm, start: Optional[dict] = None) -> list[str]:
+    """The trainer's retention overrides of one run (the arm's train job). Without schedule.keep_last nothing is
+    deleted, and only the stage-1 keep_steps (fixed θ*, late start) are passed, as before retention existed."""
+    keep = keep_steps(preset, arm, start)
+    pruned = preset.cfg.schedule.keep_last is not None
+    out = [f"schedule.keep_steps=[{','.join(map(str, keep))}]"] if keep and (arm.stage == 1 or pruned) else []
+    if pruned:
+        out.append(f"schedule.keep_best_window={preset.protocol.peak_selection_window}")
+    return out
+
+
+def check_retention(preset: Preset, arms: dict, seeds: list[int]) -> None:
+    """Fail at plan time when schedule.keep_last would delete a checkpoint a pending θ*, late start or evaluation
+    needs, naming the key and value; and when a fixed step lies outside its stage. (keep_last with
+    protocol.late_start_fraction is refused when the preset loads: reproduce.presets.load_preset.)"""
+    p, s = preset.protocol, preset.cfg.schedule
+    s1, s2 = stage_steps(preset)
+    for name in ("peak_step", "qae_peak_step", "late_start_step"):
+        v = getattr(p, name)
+        if v is not None and not 1 <= v <= s1:
+            raise ExperimentError(f"protocol.{name}={v}: no checkpoint of the {s1}-step stage 1 can be it")
+    k = s.keep_last
+    if k is None:
+        return
+    from reproduce.arms import arm_seeds
+    for arm in arms.values():
+        if arm.stage != 1 or arm.alias_of:
+            continue
+        starts = any(a.baseline == arm.name and a.stage == 2 for a in arms.values())
+        if (starts or arm.evaluate) and fixed_peak(preset, arm.name) is None and \
+                len(arm_seeds(p, arm, seeds)) > 1:
+            raise ExperimentError(
+                f"schedule.keep_last={k}: θ* of {arm.name} is the argmax of the seed-mean validation curve among "
+                f"the checkpoints every seed kept, which no run can know alone; set schedule.keep_last: null or "
+                f"fix protocol.{'qae_' if arm.name == 'qae' else ''}peak_step")
+    if p.eval_every and any(a.evaluate and a.stage == 2 for a in arms.values()):
+        raise ExperimentError(f"schedule.keep_last={k}: protocol.eval_every={p.eval_every} evaluates every "
+                              f"{p.eval_every}-th checkpoint of each evaluated arm, which keep_last deletes; set "
+                              "schedule.keep_last: null or protocol.eval_every: 0")

@@ -1,0 +1,154 @@
+"""The sized plan of the paper presets (reproduce/plan.py through `run_all.py --dry-run`), the job shape SLURM
+is asked for, plan-time errors, and the checkpoint-ready dependency on the local backend."""
+import io
+import json
+import sys
+import textwrap
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from reproduce import run_all
+from reproduce.plan import wait_checkpoint
+from slurm.launcher import DONE, Job, Launcher
+from slurm.resources import Resources
+
+REPO = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+
+def _dry(*argv):
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = run_all.main(["--dry-run", "--cluster", "slurm", *argv])
+    return rc, buf.getvalue()
+
+
+def _block(lines, key):
+    """The job's row and its indented lines."""
+    i = next(n for n, line in enumerate(lines) if line.startswith(key + " "))
+    out = [lines[i]]
+    for line in lines[i + 1:]:
+        if not line.startswith(" "):
+            break
+        out.append(line.strip())
+    return out
+
+
+def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")
+    rc, out = _dry("--preset", "qwen25-math-7b", "--root", str(tmp_path), "--budget-gpu-hours", "30000")
+    assert rc == 0
+    lines = out.splitlines()
+    train = _block(lines, "stage2/armor/seed0")
+    assert "16x8gpu 64cpu 230GB" in train[0]          # host memory from the estimate (reproduce/plan.py)
+    assert any(x.startswith("128 ranks (16 node(s) x 8); update memory/rank ~") for x in train)
+    est = next(x for x in train if x.startswith("estimate: "))
+    assert " h" in est and "GPU-hours on 128 GPUs" in est and "checkpoints " in est and "TB" in est
+    sb = next(x for x in train if x.startswith("sbatch: "))
+    for flag in ("--cpus-per-task=64", "--mem=235520M", "--gpus-per-node=8", "--nodes=16", "--ntasks-per-node=1",
+                 "--dependency='afterok:<peak/dapo/seed0>'"):
+        assert flag in sb, flag
+    assert next(x for x in train if x.startswith("srun: ")).startswith("srun: srun --unbuffered --cpus-per-task=64")
+    tr = next(x for x in train if x.startswith("torchrun: "))
+    assert "-m torch.distributed.run --nnodes=16 --nproc_per_node=8" in tr and "reproduce.experiments train" in tr
+    # stage 2 waits for θ*'s checkpoint, not the end of stage 1
+    assert _block(lines, "peak/dapo/seed0")[0].split()[-1] == "ckpt/dapo/seed0/step140"
+    ready = _block(lines, "ckpt/dapo/seed0/step140")
+    assert ready[0].split()[-1] == "stage" and "saved step 140" in ready[1]
+    assert _block(lines, "stage2/armor_late/seed0")[0].split()[-1] == "ckpt/dapo/seed0/step200"
+    # each arm's evaluation: its own job after that arm alone, on a node's 8 GPUs
+    ev = _block(lines, "eval/armor/seed0")
+    assert "1x8gpu" in ev[0] and ev[0].split()[-1] == "stage2/armor/seed0,stage"
+    assert ev[1].startswith("torchrun --nproc-per-node 8 -m eval.evaluate")
+    assert "--dependency='afterok:<stage2/armor/seed0>:<stage>'" in next(x for x in ev if x.startswith("sbatch"))
+    assert "GPU-hours on 8 GPUs" in next(x for x in ev if x.startswith("estimate"))
+    # totals: the assumption named, GPU-hours, disk, the critical path and the time on the cluster
+    assert "[assumed (reproduce/plan.py defaults), not measured]" in out and "throughput: rollout 2,500" in out
+    assert next(x for x in lines if x.startswith("total: ")).endswith("evaluation)")
+    assert "checkpoints: " in out and "kept at the end under the retention policy" in out
+    crit = next(x for x in lines if x.startswith("critical path (unlimited nodes): "))
+    assert "ckpt/qae/seed0/step230 -> peak/qae/seed0" in crit
+    assert next(x for x in lines if x.startswith("on 16 node(s)"))
+    assert "budget 30,000 GPU-hours" in out and "  -> --only " in out
+    covered = next(x for x in lines if x.startswith("  -> --only ")).split()[-1].split(",")
+    assert covered and "fig3" not in covered        # the most expensive item is not within 30,000 GPU-hours
+    # a faster assumption: fewer hours, named as the flag's
+    rc2, fast = _dry("--preset", "qwen25-math-7b", "--root", str(tmp_path), "--rollout-tokens-per-s", "5000",
+                     "--cluster-nodes", "32")
+    assert rc2 == 0 and "from --rollout-tokens-per-s" in fast and "on 32 node(s)" in fast
+
+    def total(text):
+        return float(next(x for x in text.splitlines() if x.startswith("total: ")).split()[1].replace(",", ""))
+    assert total(fast) < total(out)
+
+
+@pytest.mark.parametrize("argv, key", [
+    (["--mem-gb", "100"], "--mem-gb: 100 is below the host-memory estimate"),
+    (["--rollout-tokens-per-s", "10"], "parallel.timeout_s: 36000 is below one generation round's expected"),
+])
+def test_bad_input_fails_at_plan_time(tmp_path, capsys, argv, key):
+    assert run_all.main(["--preset", "qwen25-math-7b", "--dry-run", "--root", str(tmp_path), *argv]) == 2
+    assert key in capsys.readouterr().err
+
+
+def test_tensor_parallel_must_divide_the_gpus_per_node(tmp_path, capsys):
+    f = tmp_path / "tp3.yaml"
+    f.write_text(f"base: {REPO / 'reproduce/presets/qwen25-math-7b.yaml'}\nname: tp3\n"
+                 "rollout: {tensor_parallel_size: 3}\n")
+    assert run_all.main(["--preset", str(f), "--dry-run", "--root", str(tmp_path)]) == 2
+    assert "rollout.tensor_parallel_size: 3 does not divide the 8 GPUs per node" in capsys.readouterr().err
+
+
+def test_job_env_threads_and_network_variables(tmp_path, monkeypatch):
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth1")
+    la = Launcher(tmp_path, cluster="slurm", progress=False)
+    res = Resources(nodes=2, gpus_per_node=8, cpus_per_task=64, env={"NCCL_DEBUG": "WARN"})
+    env = la.job_env(Job("t", [PY, "-m", "x"], resources=res, launch="torchrun"))
+    assert env["ARMOR_THREADS"] == env["OMP_NUM_THREADS"] == "8"
+    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"], env["NCCL_DEBUG"]) == ("ib0", "eth1", "WARN")
+    lines = la.command_lines(Job("t", [PY, "-m", "x"], resources=res, launch="torchrun", deps=["a"]))
+    assert "--cpus-per-task=64" in lines["srun"] and "--dependency='afterok:<a>'" in lines["sbatch"]
+    assert "--nnodes=2" in lines["torchrun"] and "--node_rank=<SLURM_NODEID>" in lines["torchrun"]
+
+
+def test_wait_checkpoint_outcomes(tmp_path):
+    run, jd = tmp_path / "run", tmp_path / "job"
+    jd.mkdir()
+    (run / "checkpoints" / "step_000004").mkdir(parents=True)
+    logs = []
+    (jd / "failed").write_text(json.dumps({"end": time.time() + 3600, "rc": 1}))
+    assert wait_checkpoint(run, 4, jd, 0.01, log=lambda *a, **k: logs.append(a)) == 1   # incomplete + failed
+    (run / "checkpoints" / "step_000004" / "trainer_state.pt").write_bytes(b"x")
+    assert wait_checkpoint(run, 4, jd, 0.01, log=lambda *a, **k: None) == 0
+    (run / "DONE").write_text("{}")
+    assert wait_checkpoint(run, 8, None, 0.01, log=lambda *a, **k: None) == 1           # ended without it
+
+
+def test_local_backend_starts_stage_2_while_stage_1_runs(tmp_path):
+    """A fake stage-1 job saves step 2, then waits until the job that depends on step 2 has started: the
+    driver can only finish if it started that job while stage 1 was still running."""
+    run = tmp_path / "run"
+    started = tmp_path / "stage2_started"
+    stage1 = textwrap.dedent(f"""
+        import pathlib, sys, time
+        ck = pathlib.Path({str(run)!r}) / "checkpoints" / "step_000002"
+        ck.mkdir(parents=True); (ck / "trainer_state.pt").write_bytes(b"x")
+        deadline = time.time() + 120
+        while not pathlib.Path({str(started)!r}).exists():
+            if time.time() > deadline: sys.exit(3)
+            time.sleep(0.05)
+        (pathlib.Path({str(run)!r}) / "DONE").write_text("{{}}")
+    """)
+    jobs = [Job("stage1/a/seed0", [PY, "-c", stage1], kind="train", done=lambda: (run / "DONE").exists()),
+            Job("ckpt/a/seed0/step2", [PY, "-m", "reproduce.plan", "wait-checkpoint", "--run", str(run), "--step",
+                                       "2", "--poll", "0.05"], kind="wait_checkpoint"),
+            Job("stage2/b/seed0", [PY, "-c", f"open({str(started)!r}, 'w').close()"], kind="train",
+                deps=["ckpt/a/seed0/step2"], done=lambda: started.exists())]
+    la = Launcher(tmp_path / "root", cluster="local", workers=3, progress=False, poll_s=0.05, log=lambda s: None,
+                  warm_start=False)
+    states = la.run(jobs)
+    assert all(s == DONE for s, _ in states.values()), states

@@ -1,0 +1,84 @@
+"""figures/stats.py: the t quantile against printed tables, the interval and the classes by hand."""
+import math
+
+import pytest
+
+from figures import stats as S
+
+
+@pytest.mark.parametrize("df,q975", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (30, 2.0423)])
+def test_t_quantile_matches_the_printed_table(df, q975):
+    assert S.t_quantile(0.975, df) == pytest.approx(q975, abs=1e-4)
+    assert S.t_quantile(0.025, df) == pytest.approx(-q975, abs=1e-4)
+    assert S.t_cdf(0.0, df) == pytest.approx(0.5)
+
+
+def test_t_cdf_of_one_degree_is_the_cauchy_cdf():
+    for t in (-3.0, -0.5, 0.7, 2.0):        # df = 1: 1/2 + atan(t)/π
+        assert S.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)
+
+
+def test_t_interval_by_hand():
+    # the issue's ARMOR - dapo_cont end gaps: mean 0.155/3; deviations -0.018667, 0.059333, -0.040667
+    xs = [0.033, 0.111, 0.011]
+    m = 0.155 / 3
+    sd = math.sqrt((0.018667 ** 2 + 0.059333 ** 2 + 0.040667 ** 2) / 2)
+    iv = S.t_interval(xs)
+    assert iv.mean == pytest.approx(m) and iv.sd == pytest.approx(sd, rel=1e-4) and iv.n == 3
+    half = 4.302653 * sd / math.sqrt(3)
+    assert iv.lo == pytest.approx(m - half, rel=1e-4) and iv.hi == pytest.approx(m + half, rel=1e-4)
+    # t = mean / (sd/√3) = 1.703; two-sided p with 2 df = 1 - t/√(t²+2) = 0.2307
+    t = m / (sd / math.sqrt(3))
+    assert iv.p == pytest.approx(1 - t / math.sqrt(t * t + 2), rel=1e-3)
+    assert iv.p == pytest.approx(0.2307, abs=1e-3)
+
+
+def test_one_seed_has_no_interval():
+    iv = S.t_interval([0.2])
+    assert iv.mean == 0.2 and iv.lo is None and iv.sd is None
+    assert S.classify(iv, 0.01)[0] == S.INCONCLUSIVE
+
+
+def test_paired_differences_keep_common_seeds():
+    assert S.paired_differences({0: 0.5, 1: 0.4, 2: None}, {1: 0.1, 0: 0.2, 2: 0.3, 3: 0.0}) == \
+        pytest.approx({0: 0.3, 1: 0.3})
+
+
+def test_classify_greater():
+    clear = S.Interval(0.10, 0.05, 0.15, 3, 0.02, 0.01)
+    assert S.classify(clear, 0.01)[0] == S.YES                 # lo > 0 and 0.10 >= 2 x 0.01
+    assert S.classify(clear, 0.06)[0] == S.INCONCLUSIVE        # 0.10 < 2 x 0.06: below the noise multiple
+    assert S.classify(clear, None) == (S.INCONCLUSIVE, "noise floor not measured")
+    wide = S.Interval(0.05, -0.08, 0.18, 3, 0.05, 0.23)
+    assert S.classify(wide, 0.011)[0] == S.INCONCLUSIVE        # the interval holds 0
+    neg = S.Interval(-0.10, -0.15, -0.05, 3, 0.02, 0.01)
+    assert S.classify(neg, 0.01)[0] == S.NO
+
+
+def test_classify_no_change_and_no_drop():
+    small = S.Interval(0.002, -0.01, 0.014, 3, 0.005, 0.5)
+    assert S.classify(small, 0.011, S.NO_CHANGE)[0] == S.YES   # inside ±0.022
+    assert S.classify(small, 0.005, S.NO_CHANGE)[0] == S.INCONCLUSIVE   # 0.014 > 0.010, but holds 0
+    moved = S.Interval(-0.3, -0.35, -0.25, 3, 0.02, 0.001)
+    assert S.classify(moved, 0.011, S.NO_CHANGE)[0] == S.NO
+    assert S.classify(moved, 0.011, S.NO_DROP)[0] == S.NO
+    rise = S.Interval(0.3, 0.25, 0.35, 3, 0.02, 0.001)
+    assert S.classify(rise, 0.011, S.NO_DROP)[0] == S.YES
+    assert S.classify(rise, 0.011, S.NO_CHANGE)[0] == S.NO
+
+
+def test_combine():
+    assert S.combine([S.YES, S.NOT_TESTABLE]) == S.YES
+    assert S.combine([S.YES, S.INCONCLUSIVE]) == S.INCONCLUSIVE
+    assert S.combine([S.YES, S.NO]) == S.NO
+    assert S.combine([S.NOT_TESTABLE]) == S.NOT_TESTABLE
+
+
+def test_a_floor_measured_as_zero_is_the_scores_resolution():
+    from types import SimpleNamespace
+    from figures.checklist import floor_of
+    zero = {"sd": 0.0, "resolution": 1 / 1024, "values": [0.5, 0.5]}
+    assert floor_of(SimpleNamespace(noise_floor=zero)) == 1 / 1024
+    assert floor_of(SimpleNamespace(noise_floor={**zero, "sd": 0.011})) == 0.011
+    assert floor_of(SimpleNamespace(noise_floor={"sd": 0.02, "values": [0.1]})) == 0.02   # older files
+    assert floor_of(SimpleNamespace(noise_floor=None)) is None
