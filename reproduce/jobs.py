@@ -174,7 +174,8 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
         jobs.append(Job(f"peak/{arm.name}/seed{s}",
                         plan.command("select-peak", "--arm", arm.name, "--seed", str(s),
                                      "--seeds", ",".join(map(str, over))),
-                        kind="select_peak", deps=[_ready_key(plan, arm.name, x, fixed) for x in _with(over, s)],
+                        kind="select_peak",
+                        deps=[_ready_key(plan, arm.name, x, fixed) for x in _with(over, s)],
                         resources=plan.res["select_peak"], env=plan.env,
                         done=lambda pf=pf, fixed=fixed: peak_done(pf, fixed, late_rule),
                         info={"peak": how}, description=f"choose θ* of {arm.name} seed {s}"))

@@ -96,8 +96,8 @@ def load_preset(name_or_path: str | Path) -> Preset:
 
 
 def _check_restart(preset: Preset) -> None:
-    """protocol.restart_within leaves armor_restart a validated checkpoint of armor_reset_never to start from,
-    and the checkpoints are kept (the restart point is chosen after armor_reset_never's runs end)."""
+    """protocol.restart_within leaves armor_restart a validated checkpoint of armor_reset_never to start from
+    (with schedule.keep_last, reproduce/retention.py keeps every candidate)."""
     p, cfg = preset.protocol, preset.cfg
     if p.restart_within is None:
         return
@@ -107,11 +107,6 @@ def _check_restart(preset: Preset) -> None:
         raise ExperimentError(f"protocol.restart_within={p.restart_within}: the first "
                               f"{int(p.restart_within * s2)} of {s2} stage-2 steps hold no validation (every "
                               f"{every}) to choose a restart point")
-    if cfg.schedule.keep_last is not None:
-        raise ExperimentError(f"protocol.restart_within={p.restart_within}: the restart point is chosen "
-                              f"among "
-                              f"armor_reset_never's checkpoints after it ends, but schedule.keep_last="
-                              f"{cfg.schedule.keep_last} deletes them; set schedule.keep_last: null")
 
 
 def _check_eval_samples(proto: ProtocolConfig) -> None:
