@@ -39,8 +39,8 @@ def paper_table_step(preset: Preset, arm) -> Optional[int]:
 
 def keep_steps(preset: Preset, arm, start: Optional[dict] = None) -> list[int]:
     """The run-local steps a run must save and keep: a stage-1 baseline its fixed θ* and (DAPO) the fixed late
-    start, plus the preset's own schedule.keep_steps; a stage-2 arm the paper's table step (with a known start);
-    armor_reset_never, with protocol.restart_within, every validated step the restart point may be."""
+    start, plus the preset's own schedule.keep_steps; a stage-2 arm the paper's table step (with a known
+    start); armor_reset_never, with protocol.restart_within, every validated step the restart point may be."""
     p = preset.protocol
     from reproduce.arms import RESTART_FROM
     if arm.name == RESTART_FROM and p.restart_within is not None:

@@ -262,16 +262,18 @@ def test_the_wall_time_line_the_driver_prints(tmp_path, monkeypatch):
 
 
 def test_with_keep_last_armor_reset_never_keeps_every_candidate_restart_point(tmp_path):
-    """schedule.keep_last prunes checkpoints; the restart point is chosen after armor_reset_never ends, so that
-    run keeps every validated step of the window (reproduce/retention.py)."""
-    text = THREE.replace("save_every: 2, validate_every: 2}}", "save_every: 2, validate_every: 2, keep_last: 1}}")
-    text = text.replace("  late_start_step: 6\n", "  late_start_step: 6\n  peak_step: 4\n  qae_peak_step: 4\n")
+    """schedule.keep_last prunes checkpoints; the restart point is chosen after armor_reset_never ends, so
+    that run keeps every validated step of the window (reproduce/retention.py)."""
+    text = THREE.replace("save_every: 2, validate_every: 2}}",
+                         "save_every: 2, validate_every: 2, keep_last: 1}}")
+    text = text.replace("  late_start_step: 6\n",
+                        "  late_start_step: 6\n  peak_step: 4\n  qae_peak_step: 4\n")
     p = load_preset(_preset(tmp_path, text))
     assert p.cfg.schedule.keep_last == 1
     arms = arm_definitions(p.protocol)
     start = {"step": 4, "checkpoint": "x"}
     never = dict(o.split("=", 1) for o in train_overrides(p, tmp_path, arms["armor_reset_never"], 0, start))
-    assert never["schedule.keep_steps"] == "[2,4]"       # stage 2 of 8 steps, restart_within 0.5, validated every 2
+    assert never["schedule.keep_steps"] == "[2,4]"    # stage 2 of 8 steps, restart_within 0.5, validated at 2, 4
     other = dict(o.split("=", 1) for o in train_overrides(p, tmp_path, arms["armor"], 0, start))
     assert "schedule.keep_steps" not in other
     # without keep_last nothing is pruned and nothing is passed (tiny: its runs unchanged)
