@@ -272,6 +272,7 @@ def test_the_shipped_world_loads_and_equals_its_config_hash(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)           # ~3.5 min of SFT on one thread alone; more beside other jobs
 def test_a_rebuild_of_the_shipped_world_equals_it_byte_for_byte(tmp_path):
     """`python -m reproduce.toy.build --rebuild` (~3.5 min of SFT) writes every file of the shipped world byte
     for byte; world.json differs only in its timings (build_seconds, sft.seconds)."""
