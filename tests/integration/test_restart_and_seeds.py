@@ -273,7 +273,7 @@ def test_with_keep_last_armor_reset_never_keeps_every_candidate_restart_point(tm
     arms = arm_definitions(p.protocol)
     start = {"step": 4, "checkpoint": "x"}
     never = dict(o.split("=", 1) for o in train_overrides(p, tmp_path, arms["armor_reset_never"], 0, start))
-    assert never["schedule.keep_steps"] == "[2,4]"    # stage 2: 8 steps, restart_within 0.5, validated at 2, 4
+    assert never["schedule.keep_steps"] == "[2,4]"    # stage 2: 8 steps, restart_within 0.5, validated: 2, 4
     other = dict(o.split("=", 1) for o in train_overrides(p, tmp_path, arms["armor"], 0, start))
     assert "schedule.keep_steps" not in other
     # without keep_last nothing is pruned and nothing is passed (tiny: its runs unchanged)
