@@ -11,7 +11,9 @@ protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rules:
   fig3   mix_a<α> for α in alpha_sweep; anchor_only, anchor_static_clip, anchor_offpolicy, armor;
          armor_late, dapo_late from the late start  (needs alpha_sweep or late_start_step/_fraction)
   fig4   armor_reset_never + armor_reset_<τ> for τ in reset_sweep       (needs reset_sweep)
-  fig5   dapo_cont + kl_k2_b<β>                                         (needs kl_betas)
+         + armor_restart, the authors' reset: a new run from armor_reset_never's best checkpoint (needs
+           restart_within; reproduce/peaks.py choose_restart)
+  fig5   dapo_cont + kl_k2_b<β>                                 (needs kl_betas and kl_k2_sweep)
   fig6   qae (stage 1), qae_cont, qae_armor_reset_never, qae_armor_reset_<τ> (needs qae_reset_sweep)
   fig7   dapo_cont, armor_tau1, armor_tau1_until<S>, clip_expand        (needs qwen3_tau1_until)
   table1/table2  dapo (θ*), armor; with QAE in the preset also qae (θ*) and the qae_armor_* arms; evaluated
@@ -25,7 +27,12 @@ Stage 1 (from the base model): `dapo`, `qae` with schedule.total_steps = stage1_
 algo.reference.path = θ*'s checkpoint (reproduce/peaks.py), step_offset = θ*'s step, schedule.total_steps =
 stage2_steps, output_dir = runs/<preset>/<arm>/seed<s>; armor_late/dapo_late start from the DAPO checkpoint
 at late_start_step, or the one chosen by late_start_fraction (peak.json), instead (same length).
-protocol.single_seed_arms run on the first seed only (`arm_seeds`); every other arm runs every seed.
+armor_restart (start "restart") starts from the checkpoint of armor_reset_never chosen by
+protocol.restart_within (restart.json, same stage-2 step r on every seed): model.path = algo.reference.path =
+it (πref = the restart point), a new run folder (fresh optimizer, its learning rate warmed up over
+restart_warmup_steps), step_offset = θ* + r, and stage2_steps − r steps, so it ends at the same total step as
+every stage-2 arm; no in-run reset. protocol.single_seed_arms run on the first seed only, protocol.side_arms
+on the first side_arm_seeds (`arm_seeds`); every other arm runs every seed.
 """
 from __future__ import annotations
 
@@ -46,6 +53,7 @@ TABLES = ("table1", "table2", "table3")
 WORLD = "world"                      # the tiny world's own checks (headroom control, DAPO's dynamics, clipping)
 ITEMS = FIGURES + TABLES + (WORLD,)
 BASELINES = ("dapo", "qae")
+RESTART_ARM, RESTART_FROM, RESTART_START = "armor_restart", "armor_reset_never", "restart"
 
 
 def _val(x: Any) -> str:
@@ -68,7 +76,7 @@ class Arm:
     stage: int                       # 1: from the base model; 2: continual from a baseline's checkpoint
     baseline: str                    # dapo | qae (the stage-1 run it belongs to / starts from)
     overrides: list[str]             # the arm's own config overrides (without run location / start point)
-    start: str = "base"              # base | peak | late
+    start: str = "base"              # base | peak | late | restart
     figures: list[str] = field(default_factory=list)
     evaluate: bool = False
     alias_of: Optional[str] = None
@@ -108,7 +116,7 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
     add("anchor_only", 2, "dapo", _anchors(p), "peak")
     for b in p.kl_betas:
         add(f"kl_k3_b{fmt_beta(b)}", 2, "dapo", [f"algo.kl.coef={_val(float(b))}", "algo.kl.estimator=k3"], "peak")
-    for b in p.kl_betas:
+    for b in (p.kl_betas if p.kl_k2_sweep else []):
         add(f"kl_k2_b{fmt_beta(b)}", 2, "dapo", [f"algo.kl.coef={_val(float(b))}", "algo.kl.estimator=k2"], "peak")
     for al in p.alpha_sweep:
         add(f"mix_a{fmt_alpha(al)}", 2, "dapo", _mixed(al), "peak")
@@ -123,6 +131,11 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
         add("armor_reset_never", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(None), "peak")
         for t in p.reset_sweep:
             add(f"armor_reset_{int(t)}", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(int(t)), "peak")
+        if p.restart_within is not None:
+            w = p.restart_warmup_steps
+            warm = [] if w is None else [f"optim.warmup_steps={int(w)}"]
+            add(RESTART_ARM, 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(None) + warm,
+                RESTART_START)
     if "qae" in a:
         q = ["algo.advantage=qae"]
         add("qae_cont", 2, "qae", q, "peak")
@@ -173,8 +186,9 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
                      + ["anchor_only", "anchor_static_clip", "anchor_offpolicy"]
                      + (["armor_late", "dapo_late"] if p.has_late_start else []))
     if p.reset_sweep:
-        f["fig4"] = ["dapo", "armor", "armor_reset_never"] + [f"armor_reset_{int(t)}" for t in p.reset_sweep]
-    if p.kl_betas:
+        f["fig4"] = (["dapo", "armor", "armor_reset_never"] + [f"armor_reset_{int(t)}" for t in p.reset_sweep]
+                     + ([RESTART_ARM] if RESTART_ARM in arms else []))
+    if p.kl_betas and p.kl_k2_sweep:
         f["fig5"] = ["dapo", "dapo_cont"] + [f"kl_k2_b{fmt_beta(b)}" for b in p.kl_betas]
     if p.qae_reset_sweep:
         f["fig6"] = (["qae", "qae_cont", "qae_armor_reset_never"]
@@ -197,24 +211,39 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
 
 
 def arm_seeds(p: ProtocolConfig, arm: Arm, seeds: list[int]) -> list[int]:
-    """The seeds an arm runs: the first of `seeds` for protocol.single_seed_arms (an alias follows its canonical
-    arm), else all of them."""
-    single = arm.name in p.single_seed_arms or arm.run_arm in p.single_seed_arms
-    return list(seeds[:1]) if single else list(seeds)
+    """The seeds an arm runs: the first of `seeds` for protocol.single_seed_arms, the first side_arm_seeds for
+    protocol.side_arms (an alias follows its canonical arm), else all of them."""
+    names = {arm.name, arm.run_arm}
+    if names & set(p.single_seed_arms):
+        return list(seeds[:1])
+    if names & set(p.side_arms):
+        return list(seeds[:p.side_arm_seeds])
+    return list(seeds)
+
+
+def selection_seeds(p: ProtocolConfig, seeds: list[int]) -> list[int]:
+    """The seeds whose mean curve makes a choice (θ*, late start, restart point) among the `seeds` a run has:
+    protocol.selection_seeds among them, else all of them."""
+    return [s for s in seeds if s in p.selection_seeds] or list(seeds)
 
 
 def _check_single_seed_arms(p: ProtocolConfig, defs: dict[str, Arm], chosen: dict[str, Arm]) -> None:
-    """protocol.single_seed_arms names arms of this protocol, and no baseline runs fewer seeds than an arm that
-    starts from it."""
-    unknown = [n for n in p.single_seed_arms if n not in defs]
-    if unknown:
-        raise ExperimentError(f"protocol.single_seed_arms: {unknown} are not arms of this protocol "
-                              f"(known: {', '.join(defs)})")
+    """protocol.single_seed_arms and side_arms name arms of this protocol, and no arm runs a seed that the run
+    it starts from (its stage-1 baseline; armor_reset_never for armor_restart) does not."""
+    for key in ("single_seed_arms", "side_arms"):
+        unknown = [n for n in getattr(p, key) if n not in defs]
+        if unknown:
+            raise ExperimentError(f"protocol.{key}: {unknown} are not arms of this protocol "
+                                  f"(known: {', '.join(defs)})")
     for arm in chosen.values():
-        base = defs[arm.baseline]
-        if arm.stage == 2 and len(arm_seeds(p, base, p.seeds)) < len(arm_seeds(p, arm, p.seeds)):
-            raise ExperimentError(f"protocol.single_seed_arms: {base.name!r} runs one seed but {arm.name!r}, which "
-                                  f"starts from it, runs all {p.seeds}: add {arm.name!r} or remove {base.name!r}")
+        if arm.stage != 2:
+            continue
+        base = defs[RESTART_FROM if arm.start == RESTART_START else arm.baseline]
+        lacking = sorted(set(arm_seeds(p, arm, p.seeds)) - set(arm_seeds(p, base, p.seeds)))
+        if lacking:
+            raise ExperimentError(f"protocol.single_seed_arms/side_arms: {arm.name!r} runs seed(s) "
+                                  f"{lacking}, which {base.name!r}, the run it starts from, does not run: "
+                                  f"give {arm.name!r} as few seeds or {base.name!r} as many")
 
 
 def parse_only(only: str | list[str] | None) -> Optional[list[str]]:
@@ -252,6 +281,8 @@ def build_arms(preset: Preset, only: Optional[list[str]] = None) -> dict[str, Ar
         if arm.alias_of and arm.alias_of not in out:
             canon = defs[arm.alias_of]
             out[canon.name] = canon
+    if RESTART_ARM in out and RESTART_FROM not in out:   # the restart starts from a checkpoint of this run
+        out[RESTART_FROM] = defs[RESTART_FROM]
     # stage-1 baselines of everything chosen
     for arm in list(out.values()):
         if arm.baseline not in out:
@@ -279,9 +310,15 @@ def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Opti
             raise ExperimentError(f"{arm.name}: its start checkpoint is not known yet (θ* of {arm.baseline} "
                                   f"seed {seed} not selected)")
         ck = _val(str(start["checkpoint"]))
+        # a restart from stage-2 step r (start["stage2_step"]) of armor_reset_never runs the rest of stage 2
+        steps = s2 - int(start.get("stage2_step", 0)) if arm.start == RESTART_START else s2
+        if steps < 1:
+            raise ExperimentError(f"{arm.name} seed {seed}: its start {start} leaves no stage-2 step "
+                                  f"(stage2_steps {s2})")
         out += [f"model.path={ck}", f"algo.reference.path={ck}", f"step_offset={int(start['step'])}",
-                f"schedule.total_steps={s2}"]
+                f"schedule.total_steps={steps}"]
         if p.stage2_validate_every:
             out += [f"schedule.validate_every={p.stage2_validate_every}"]
+        out += list(p.stage2_overrides)
         out += retention_overrides(preset, arm, start)
     return out + arm.overrides

@@ -3,6 +3,7 @@
     python -m reproduce.experiments stage       --preset P --root R [--stage-dir D]    (hub -> stage folder)
     python -m reproduce.experiments train       --preset P --root R --arm A --seed S   (execs armor.train)
     python -m reproduce.experiments select-peak --preset P --root R --arm dapo --seed S
+    python -m reproduce.experiments select-restart --preset P --root R --seed S   (armor_restart's start)
     python -m reproduce.experiments evaluate    --preset P --root R --arm A --seed S   (runs eval.evaluate)
     python -m reproduce.experiments noise-floor --preset P --root R --seed S           (θ* validated k times)
     python -m reproduce.experiments collect     --preset P --root R                    (results.parquet)
@@ -36,11 +37,12 @@ from typing import Optional
 
 from common.jsonl import append_jsonl, read_jsonl, write_json_atomic
 from reproduce import stage
-from reproduce.arms import arm_definitions, arm_seeds, build_arms, figure_arms, parse_only, train_overrides
+from reproduce.arms import (arm_definitions, arm_seeds, build_arms, figure_arms, parse_only, selection_seeds,
+                            train_overrides)
 from reproduce.collect import collect, link_aliases, write_figures_stamp
 from reproduce.entrypoints import entry
 from reproduce.evalplan import eval_command, eval_steps, write_eval_stamp
-from reproduce.peaks import late_error, peak_file, select_peak, start_point
+from reproduce.peaks import late_error, peak_file, restart_file, select_peak, select_restart, start_point
 from common.yaml_config import ConfigError
 from reproduce.presets import (REPO_ROOT, STATE_JSON, ExperimentError, Preset, ckpt_dir, load_preset,
                                preset_root, run_dir)
@@ -67,6 +69,9 @@ def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: O
         why = late_error(preset, root, seed) if start is None and arm.start == "late" else None
         if why:
             raise ExperimentError(f"{arm.name} seed {seed}: no late start: {why}")
+        if start is None and arm.start == "restart":
+            raise ExperimentError(f"{arm.name} seed {seed}: {restart_file(root, preset, seed)} is missing "
+                                  f"(run select-restart first)")
         if start is None:
             raise ExperimentError(f"{arm.name} seed {seed}: {peak_file(root, preset, arm.baseline, seed)} is "
                                   f"missing (run select-peak first)")
@@ -93,7 +98,8 @@ def cmd_select_peak(preset: Preset, root: Path, arm: str, seed: int,
     if arm not in arms or arms[arm].stage != 1:
         raise ExperimentError(f"select-peak --arm {arm!r}: not a stage-1 baseline of preset {preset.name} "
                               f"(those: {', '.join(a for a in arms if arms[a].stage == 1)})")
-    seeds = seeds if seeds is not None else arm_seeds(preset.protocol, arms[arm], preset.protocol.seeds)
+    seeds = seeds if seeds is not None else selection_seeds(
+        preset.protocol, arm_seeds(preset.protocol, arms[arm], preset.protocol.seeds))
     info = select_peak(preset, root, arm, seed, seeds)
     write_json_atomic(peak_file(root, preset, arm, seed), info, **STATE_JSON)
     over = f" (mean of seeds {info['seeds']})" if "seeds" in info else ""
@@ -103,6 +109,24 @@ def cmd_select_peak(preset: Preset, root: Path, arm: str, seed: int,
         print(f"late start of {arm} seed {seed}: " + (f"step {late['step']} -> {late['checkpoint']}"
                                                       if "step" in late
                                                        else f"none ({late['error']})"))
+    return 0
+
+
+def cmd_select_restart(preset: Preset, root: Path, seed: int, seeds: Optional[list[int]] = None) -> int:
+    """restart.json of armor_reset_never seed `seed` (armor_restart's start), from the mean curve over
+    `seeds`."""
+    arms = arm_definitions(preset.protocol)
+    if "armor_restart" not in arms:
+        raise ExperimentError(f"select-restart: preset {preset.name} has no armor_restart "
+                              f"(protocol.restart_within)")
+    src = arms["armor_reset_never"]
+    seeds = seeds if seeds is not None else selection_seeds(
+        preset.protocol, arm_seeds(preset.protocol, src, preset.protocol.seeds))
+    info = select_restart(preset, root, seed, seeds)
+    write_json_atomic(restart_file(root, preset, seed), info, **STATE_JSON)
+    print(f"restart point of {src.name} seed {seed}: stage-2 step {info['stage2_step']} "
+          f"(total {info['step']}, "
+          f"mean of seeds {info['seeds']}) -> {info['checkpoint']}; {info['remaining']} steps left")
     return 0
 
 
@@ -223,6 +247,11 @@ def main(argv=None) -> int:
     common(sub.add_parser("select-peak", help="write peak.json of a stage-1 baseline (θ* from the mean curve "
                                               "over --seeds; default: the arm's seeds)"), arm=True,
            seeds=True)
+    sr = sub.add_parser("select-restart", help="write restart.json of armor_reset_never (armor_restart's "
+                                               "start, from the mean curve over --seeds; default: the arm's "
+                                               "selection seeds)")
+    common(sr, seeds=True)
+    sr.add_argument("--seed", type=int, default=0)
     common(sub.add_parser("evaluate", help="evaluate the selected checkpoints of one run"), arm=True,
            staged=True)
     common(sub.add_parser("noise-floor", help="validate θ* of dapo k times (the verdicts' noise floor)"),
@@ -249,6 +278,9 @@ def main(argv=None) -> int:
         if a.cmd == "select-peak":
             return cmd_select_peak(preset, root, a.arm, a.seed,
                                    [int(x) for x in a.seeds.split(",")] if a.seeds else None)
+        if a.cmd == "select-restart":
+            return cmd_select_restart(preset, root, a.seed,
+                                      [int(x) for x in a.seeds.split(",")] if a.seeds else None)
         if a.cmd == "evaluate":
             return cmd_evaluate(preset, root, a.arm, a.seed, sd)
         if a.cmd == "noise-floor":

@@ -20,12 +20,13 @@ from typing import Optional
 
 from armor.config import load_config
 from reproduce import stage
-from reproduce.arms import Arm, arm_seeds, build_arms, train_overrides
+from reproduce.arms import (RESTART_FROM, RESTART_START, Arm, arm_seeds, build_arms, selection_seeds,
+                            train_overrides)
 from reproduce.collect import collect_done, figures_done
 from reproduce.entrypoints import entry
 from reproduce.evalplan import EVAL_RANKS_ENV, eval_benchmarks, eval_done
 from reproduce import noise
-from reproduce.peaks import peak_done, peak_file, start_point
+from reproduce.peaks import peak_done, peak_file, restart_done, restart_file, start_point
 from common.layout import list_checkpoints
 from reproduce.presets import Preset, ckpt_dir, fixed_peak, preset_root, repo_path, run_dir
 from reproduce.resources import preset_resources
@@ -105,10 +106,12 @@ def _noise_job(plan: _Plan, arm: Arm) -> Job:
 def _train_order(plan: _Plan, arms: dict[str, Arm]) -> list[tuple[Arm, int]]:
     """(arm, seed) of every train job, in the order they start when ready (local workers take ready jobs in
     this order; SLURM's FIFO queue is submitted in it): first every seed of the stage-1 baselines that stage 2
-    starts from (θ* waits for all of them), then the other stage-1 runs (the headroom control), then stage 2,
-    seed by seed."""
+    starts from (θ* waits for all of them), then the other stage-1 runs (the headroom control), then every
+    seed of the stage-2 run armor_restart starts from (its restart point waits for them), then the rest of
+    stage 2, seed by seed."""
     names = list(arms)
     gating = {a.baseline for a in arms.values() if a.stage == 2}
+    gating2 = {RESTART_FROM for a in arms.values() if a.start == RESTART_START}
     units = [(arm, s) for s in plan.seeds for arm in arms.values()
              if not arm.alias_of and s in plan.arm_seeds(arm)]
 
@@ -116,7 +119,7 @@ def _train_order(plan: _Plan, arms: dict[str, Arm]) -> list[tuple[Arm, int]]:
         arm, s = u
         if arm.stage == 1:
             return (0 if arm.name in gating else 1, names.index(arm.name), s)
-        return (2, s, names.index(arm.name))
+        return (2, 0 if arm.name in gating2 else 1, s, names.index(arm.name))
     return sorted(units, key=key)
 
 
@@ -148,6 +151,8 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
         deps = list(first)
     elif arm.start == "late" and preset.protocol.late_start_step is not None:
         deps = [_ready_key(plan, "dapo", s, preset.protocol.late_start_step)]
+    elif arm.start == RESTART_START:
+        deps = [f"restart/{RESTART_FROM}/seed{s}"]
     else:
         deps = [f"peak/{arm.baseline}/seed{s}"]
     run = run_dir(root, preset, arm.name, s)
@@ -162,8 +167,7 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
     if arm.stage == 1 and (starts_others or arm.evaluate):
         fixed = fixed_peak(preset, arm.name)
         pf = peak_file(root, preset, arm.name, s)
-        # θ* from the mean curve of the arm's seeds: every one must be trained
-        over = plan.arm_seeds(arm)
+        over = selection_seeds(preset.protocol, plan.arm_seeds(arm))   # θ* from their mean curve: all trained
         how = (f"step {fixed} (protocol)" if fixed is not None else
                f"argmax of validation (window {preset.protocol.peak_selection_window}"
                + (f", mean of seeds {','.join(map(str, over))})" if len(over) > 1 else ")"))
@@ -172,10 +176,23 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
         jobs.append(Job(f"peak/{arm.name}/seed{s}",
                         plan.command("select-peak", "--arm", arm.name, "--seed", str(s),
                                      "--seeds", ",".join(map(str, over))),
-                        kind="select_peak", deps=[_ready_key(plan, arm.name, x, fixed) for x in over],
+                        kind="select_peak",
+                        deps=[_ready_key(plan, arm.name, x, fixed) for x in _with(over, s)],
                         resources=plan.res["select_peak"], env=plan.env,
                         done=lambda pf=pf, fixed=fixed: peak_done(pf, fixed, late_rule),
                         info={"peak": how}, description=f"choose θ* of {arm.name} seed {s}"))
+    if any(a.start == RESTART_START for a in arms.values()) and arm.name == RESTART_FROM:
+        over = selection_seeds(preset.protocol, plan.arm_seeds(arm))   # the restart point: their mean curve
+        rf = restart_file(root, preset, s)
+        jobs.append(Job(f"restart/{arm.name}/seed{s}",
+                        plan.command("select-restart", "--seed", str(s), "--seeds", ",".join(map(str, over))),
+                        kind="select_peak", deps=[f"stage2/{arm.name}/seed{x}" for x in _with(over, s)],
+                        resources=plan.res["select_peak"], env=plan.env, done=lambda rf=rf: restart_done(rf),
+                        info={"restart": f"argmax of validation (window "
+                                         f"{preset.protocol.peak_selection_window}, mean of seeds "
+                                         f"{','.join(map(str, over))}) within the first "
+                                         f"{preset.protocol.restart_within} of stage 2"},
+                        description=f"choose the restart point of {arm.name} seed {s}"))
     if arm.stage == 1:
         steps = {fixed_peak(preset, arm.name)} | ({preset.protocol.late_start_step} if arm.name == "dapo"
                                                   and any(
@@ -183,6 +200,11 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
         jobs += [_ready_job(plan, arm, s, k, first) for k in sorted(x for x in steps if x is not None)
                  if _ready_key(plan, arm.name, s, k) != key]
     return jobs
+
+
+def _with(seeds: list[int], s: int) -> list[int]:
+    """The runs a choice for seed s reads: the selection seeds' curves, and seed s's own checkpoints."""
+    return list(seeds) + ([s] if s not in seeds else [])
 
 
 def _stage1_steps(plan: _Plan) -> int:
@@ -229,6 +251,10 @@ def _train_info(plan: _Plan, arm: Arm, s: int) -> dict:
     if arm.stage == 1 or start is not None:
         ov = train_overrides(preset, root, arm, s, start, plan.stage_dir if plan.items else None)
         info["overrides"] = " ".join(ov)
+    elif arm.start == RESTART_START:
+        info["overrides"] = (f"restart point of {RESTART_FROM} seed {s} chosen at run time (argmax of "
+                             f"validation within the first {preset.protocol.restart_within} of stage 2); "
+                             + " ".join(arm.overrides))
     else:
         info["overrides"] = "θ* of %s seed %d chosen at run time (argmax of validation); " % (
             arm.baseline, s) + " ".join(arm.overrides)

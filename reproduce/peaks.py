@@ -2,12 +2,20 @@
 
 θ* of a stage-1 baseline = protocol.peak_step (qae_peak_step for QAE) if set, else the argmax of the
 validation curve smoothed over peak_selection_window points, among steps that have a checkpoint; written to
-runs/<preset>/<baseline>/seed<s>/peak.json by `python -m reproduce.experiments select-peak`. With several seeds
-the curve is the seed mean (steps validated in every seed) and the candidates the steps checkpointed in every
-seed: one θ* for all seeds, so their stage-2 curves share a step axis and the choice averages out the noise of
-one evaluation. A stage-2 arm starts from it (`start_point`). armor_late/dapo_late start from the DAPO checkpoint
-at late_start_step, or, with late_start_fraction f, from the first checkpoint after θ* whose smoothed validation
-is ≤ peak − f·(peak − floor), floor = the lowest smoothed value after θ* (`choose_late`, peak.json's "late").
+runs/<preset>/<baseline>/seed<s>/peak.json by `python -m reproduce.experiments select-peak`. With several
+seeds the curve is the seed mean (steps validated in every seed) and the candidates the steps checkpointed in
+every seed: one θ* for all seeds, so their stage-2 curves share a step axis and the choice averages out the
+noise of one evaluation. protocol.selection_seeds fixes the seeds of that curve: seeds added later take their
+choice (tiny: seeds 0-2 choose, 3-4 follow, so adding seeds changes no earlier run). A stage-2 arm starts from
+it (`start_point`). armor_late/dapo_late start from the DAPO checkpoint at late_start_step, or, with
+late_start_fraction f, from the first checkpoint after θ* whose smoothed validation is ≤ peak − f·(peak −
+floor), floor = the lowest smoothed value after θ* (`choose_late`, peak.json's "late").
+
+The authors' reset (armor_restart, protocol.restart_within = w): the restart point is chosen as θ* is, on
+armor_reset_never's stage-2 curve: the argmax of its seed-mean validation smoothed over peak_selection_window,
+among the stage-2 steps r with a checkpoint in every seed and 0 < r ≤ w · stage2_steps (`choose_restart`;
+ties: earliest). One r for all seeds; each seed restarts from its own run's checkpoint at r. Written to
+runs/<preset>/armor_reset_never/seed<s>/restart.json by `python -m reproduce.experiments select-restart`.
 """
 from __future__ import annotations
 
@@ -18,8 +26,8 @@ from typing import Optional
 
 from common.jsonl import read_json, read_jsonl
 from common.layout import list_checkpoints
-from reproduce.arms import Arm
-from reproduce.presets import ExperimentError, Preset, ckpt_dir, fixed_peak, run_dir
+from reproduce.arms import RESTART_FROM, RESTART_START, Arm
+from reproduce.presets import ExperimentError, Preset, ckpt_dir, fixed_peak, run_dir, stage_steps
 
 
 def validation_benchmark(preset: Preset) -> Optional[str]:
@@ -112,10 +120,11 @@ def choose_late(curve: list[tuple[int, float]], checkpoints: list[int], peak_ste
 
 
 def select_peak(preset: Preset, root: Path, baseline: str, seed: int, seeds: Optional[list[int]] = None) -> dict:
-    """peak.json of one baseline and seed: θ* from the mean curve over `seeds` (default: this seed alone), and
-    for DAPO with protocol.late_start_fraction the late start of this seed's run (an {"error": ...} if none)."""
+    """peak.json of one baseline and seed: θ* from the mean curve over `seeds` (default: this seed alone; with
+    protocol.selection_seeds a seed outside them takes their choice), and for DAPO with
+    protocol.late_start_fraction the late start of this seed's run (an {"error": ...} if none)."""
     p = preset.protocol
-    seeds = sorted(set(seeds or [seed]) | {seed})
+    seeds = sorted(set(seeds or [seed]))
     run = run_dir(root, preset, baseline, seed)
     fixed = fixed_peak(preset, baseline)
     bench = validation_benchmark(preset)
@@ -127,7 +136,7 @@ def select_peak(preset: Preset, root: Path, baseline: str, seed: int, seeds: Opt
             raise ExperimentError(f"θ* of {baseline} is chosen from the mean curve of seeds {seeds}, but seed(s) "
                                   f"{lacking} have no validation yet ({runs[seeds.index(lacking[0])]})")
     curve = mean_curve(curves)
-    ckpts = sorted(set.intersection(*(set(list_checkpoints(r)) for r in runs)))
+    ckpts = sorted(set.intersection(*(set(list_checkpoints(r)) for r in runs + [run])))
     info = choose_peak(curve, ckpts, p.peak_selection_window, fixed)
     if len(seeds) > 1:
         info["seeds"] = seeds
@@ -143,6 +152,66 @@ def select_peak(preset: Preset, root: Path, baseline: str, seed: int, seeds: Opt
     return info
 
 
+def choose_restart(curve: list[tuple[int, float]], checkpoints: list[int], last: int,
+                   window: int = 1) -> dict:
+    """The restart point of the authors' reset: choose_peak over the run-local steps r with 0 < r ≤ last (the
+    start, r = 0, is θ* itself: restarting there would only repeat the run)."""
+    cands = [s for s in checkpoints if 0 < s <= last]
+    if not cands:
+        raise ExperimentError(f"no checkpoint of {RESTART_FROM} at a stage-2 step in (0, {last}] "
+                              f"(checkpoints {checkpoints[:20]}) to restart from")
+    info = choose_peak(curve, cands, window)
+    info["last"] = last
+    return info
+
+
+def restart_file(root: Path, preset: Preset, seed: int) -> Path:
+    return run_dir(root, preset, RESTART_FROM, seed) / "restart.json"
+
+
+def select_restart(preset: Preset, root: Path, seed: int, seeds: Optional[list[int]] = None) -> dict:
+    """restart.json of one seed: the restart point from armor_reset_never's mean curve over `seeds` (default:
+    this seed), its checkpoint in this seed's run, and the total step the restarted run counts from."""
+    p = preset.protocol
+    if p.restart_within is None:
+        raise ExperimentError(f"preset {preset.name}: protocol.restart_within is not set (no armor_restart)")
+    seeds = sorted(set(seeds or [seed]))
+    runs = [run_dir(root, preset, RESTART_FROM, x) for x in seeds]
+    bench = validation_benchmark(preset)
+    curves = [read_validation(r, bench) for r in runs]
+    lacking = [x for x, r in zip(seeds, runs) if not (r / "DONE").is_file()]
+    if lacking:
+        raise ExperimentError(f"the restart point is chosen from {RESTART_FROM}'s finished runs of seeds "
+                              f"{seeds}, but seed(s) {lacking} are not DONE "
+                              f"({runs[seeds.index(lacking[0])]})")
+    s2 = stage_steps(preset)[1]
+    run = run_dir(root, preset, RESTART_FROM, seed)
+    ckpts = sorted(set.intersection(*(set(list_checkpoints(r)) for r in runs + [run])))
+    info = choose_restart(mean_curve(curves), ckpts, int(p.restart_within * s2), p.peak_selection_window)
+    pk = read_peak(root, preset, "dapo", seed)
+    if pk is None:
+        raise ExperimentError(f"θ* of dapo seed {seed} is not chosen "
+                              f"({peak_file(root, preset, 'dapo', seed)})")
+    offset = int(pk["step"])              # armor_reset_never's stage 2 counts from θ*
+    r = info["step"]
+    info.update(source=RESTART_FROM, seed=seed, seeds=seeds, benchmark=bench, stage2_step=r, step=offset + r,
+                checkpoint=str(ckpt_dir(run, r)), remaining=s2 - r, within=p.restart_within, time=time.time())
+    return info
+
+
+def read_restart(root: Path, preset: Preset, seed: int) -> Optional[dict]:
+    try:
+        return json.loads(restart_file(root, preset, seed).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def restart_done(path: Path) -> bool:
+    """restart.json is written and its checkpoint exists."""
+    d = read_json(path)
+    return bool(d) and Path(d.get("checkpoint", "")).exists()
+
+
 def peak_file(root: Path, preset: Preset, baseline: str, seed: int) -> Path:
     return run_dir(root, preset, baseline, seed) / "peak.json"
 
@@ -155,7 +224,11 @@ def read_peak(root: Path, preset: Preset, baseline: str, seed: int) -> Optional[
 
 
 def start_point(preset: Preset, root: Path, arm: Arm, seed: int) -> Optional[dict]:
-    """{step, checkpoint} a stage-2 arm starts from, or None while θ* is not chosen yet."""
+    """{step, checkpoint} a stage-2 arm starts from (armor_restart: and stage2_step), or None while θ* (the
+    restart point) is not chosen yet."""
+    if arm.start == RESTART_START:
+        rs = read_restart(root, preset, seed)
+        return None if rs is None else {k: rs[k] for k in ("step", "checkpoint", "stage2_step")}
     if arm.start == "late" and preset.protocol.late_start_step is not None:
         step = preset.protocol.late_start_step
         return {"step": step, "checkpoint": str(ckpt_dir(run_dir(root, preset, "dapo", seed), step))}

@@ -92,9 +92,26 @@ def load_preset(name_or_path: str | Path) -> Preset:
     if preset.protocol.late_start_fraction is not None and cfg.schedule.keep_last is not None:
         raise ExperimentError(f"protocol.late_start_fraction={preset.protocol.late_start_fraction}: the late "
                               f"start is chosen among stage-1 DAPO's checkpoints after it ends, but "
-                              f"schedule.keep_last={cfg.schedule.keep_last} deletes them; set "
-                              f"schedule.keep_last: null")
+                              f"schedule.keep_last="
+                              f"{cfg.schedule.keep_last} deletes them; set schedule.keep_last: null")
+    _check_restart(preset)
+    if preset.protocol.stage2_overrides:      # every stage-2 run's config validates before any job is planned
+        load_config(p, list(preset.protocol.stage2_overrides))
     return preset
+
+
+def _check_restart(preset: Preset) -> None:
+    """protocol.restart_within leaves armor_restart a validated checkpoint of armor_reset_never to start from
+    (with schedule.keep_last, reproduce/retention.py keeps every candidate)."""
+    p, cfg = preset.protocol, preset.cfg
+    if p.restart_within is None:
+        return
+    s2 = p.stage2_steps or cfg.schedule.total_steps
+    every = p.stage2_validate_every or cfg.schedule.validate_every
+    if not every or int(p.restart_within * s2) < every:
+        raise ExperimentError(f"protocol.restart_within={p.restart_within}: the first "
+                              f"{int(p.restart_within * s2)} of {s2} stage-2 steps hold no validation (every "
+                              f"{every}) to choose a restart point")
 
 
 def _check_eval_samples(proto: ProtocolConfig) -> None:

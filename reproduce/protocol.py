@@ -35,6 +35,9 @@ class ProtocolConfig:
     stage1_steps: int = _f(0, "RL steps of the stage-1 baselines from the base model (0 = "
                               "schedule.total_steps)")
     stage2_steps: int = _f(0, "RL steps of every stage-2 arm from θ* (0 = schedule.total_steps)")
+    stage2_overrides: list[str] = _f(factory=list,
+                                     help="trainer overrides (key=value) of every stage-2 arm, e.g. a slower "
+                                          "stage-2 clock (optim.lr=...); stage 1 as the preset")
     stage2_validate_every: int = _f(0, "validate every N steps in stage 2 (0 = schedule.validate_every); "
                                        "training is the same either way (validation samples with its own seeds)")
     world_version: int = _f(1, "the toy world's design the `world` job builds (reproduce/toy/build.py WORLDS; "
@@ -56,8 +59,18 @@ class ProtocolConfig:
     armor_reset_every: Optional[int] = _f(None, "τ of the `armor` arm's reference reset (null = never)")
     armor_reset_until: Optional[int] = _f(None, "the `armor` arm stops resetting after this step")
     reset_sweep: list[int] = _f(factory=list, help="Fig. 4: reset periods τ")
+    restart_within: Optional[float] = _f(
+        None, "Fig. 4, the authors' reset (arm armor_restart; needs reset_sweep): a new run from the best "
+              "checkpoint of armor_reset_never (argmax of its seed-mean validation smoothed over "
+              "peak_selection_window, among its checkpoints after θ* up to this fraction of stage2_steps), "
+              "with πref = that checkpoint, a fresh optimizer and warm-up, for the rest of stage 2 (it ends "
+              "where every stage-2 arm ends); null = not run")
+    restart_warmup_steps: Optional[int] = _f(None, "learning-rate warm-up of armor_restart, RL steps (null = "
+                                                   "optim.warmup_steps)")
     alpha_sweep: list[float] = _f(factory=list, help="Fig. 3a: α of the mix-only arms")
     kl_betas: list[float] = _f(factory=list, help="Fig. 2 / 5: β of the KL arms")
+    kl_k2_sweep: bool = _f(True, "Fig. 5: the kl_betas sweep with the k2 estimator too (false: Fig. 2's k3 "
+                                 "sweep only)")
     kl_after_steps: int = _f(100, "Fig. 2b: KLs read after this many steps")
     qae_reset_sweep: list[int] = _f(factory=list, help="Fig. 6: reset periods of ARMOR from the QAE peak")
     qwen3_tau1_until: list[int] = _f(factory=list, help="Fig. 7: τ = 1 until these stage-2 steps, then frozen")
@@ -85,6 +98,13 @@ class ProtocolConfig:
     seeds: list[int] = _f(factory=lambda: [0], help="seeds of every arm")
     single_seed_arms: list[str] = _f(factory=list, help="arms run on the first seed only (no figure claim rests "
                                                         "on them); the rest run every seed")
+    selection_seeds: list[int] = _f(factory=list,
+                                    help="seeds whose mean validation curve chooses θ*, the late start and "
+                                         "the restart point, once for every seed (empty = every seed the run "
+                                         "to choose from runs)")
+    side_arms: list[str] = _f(factory=list, help="arms run on the first side_arm_seeds seeds (side arms a "
+                                                 "report cites; no headline verdict rests on them)")
+    side_arm_seeds: int = _f(3, "seeds of protocol.side_arms (the first N of protocol.seeds)")
 
     @property
     def has_late_start(self) -> bool:
@@ -126,6 +146,20 @@ def validate_protocol(p: ProtocolConfig) -> None:
     c(p.stage2_validate_every >= 0, "protocol.stage2_validate_every", p.stage2_validate_every, "must be >= 0")
     c(not p.headroom_steps or bool(p.headroom_data), "protocol.headroom_data", p.headroom_data,
       f"must name the control's training prompts (protocol.headroom_steps is {p.headroom_steps})")
+    c(set(p.selection_seeds) <= set(p.seeds), "protocol.selection_seeds", p.selection_seeds,
+      f"must be seeds of protocol.seeds {p.seeds}")
+    for i, o in enumerate(p.stage2_overrides):
+        c("=" in o and o.split("=", 1)[0].strip() != "", f"protocol.stage2_overrides[{i}]", o,
+          "must be key=value")
+    c(p.side_arm_seeds >= 1, "protocol.side_arm_seeds", p.side_arm_seeds, "must be >= 1")
+    both = sorted(set(p.side_arms) & set(p.single_seed_arms))
+    c(not both, "protocol.side_arms", p.side_arms, f"names arms of protocol.single_seed_arms too: {both}")
+    r = p.restart_within
+    c(r is None or 0 < r < 1, "protocol.restart_within", r, "must be in (0, 1)")
+    c(r is None or bool(p.reset_sweep), "protocol.restart_within", r,
+      "needs protocol.reset_sweep (the restart starts from armor_reset_never, a Fig. 4 arm)")
+    c(p.restart_warmup_steps is None or p.restart_warmup_steps >= 0, "protocol.restart_warmup_steps",
+      p.restart_warmup_steps, "must be >= 0")
     f = p.late_start_fraction
     c(f is None or 0 < f < 1, "protocol.late_start_fraction", f, "must be in (0, 1)")
     c(f is None or p.late_start_step is None, "protocol.late_start_fraction", f,

@@ -42,11 +42,20 @@ def paper_table_step(preset: Preset, arm) -> Optional[int]:
 def keep_steps(preset: Preset, arm, start: Optional[dict] = None) -> list[int]:
     """The run-local steps a run must save and keep: a stage-1 baseline its fixed θ* and (DAPO) the fixed late
     start, plus the preset's own schedule.keep_steps; a stage-2 arm the paper's table step (with a known
-    start)."""
+    start); armor_reset_never, with protocol.restart_within, every validated step the restart point may be."""
     p = preset.protocol
+    from reproduce.arms import RESTART_FROM
+    if arm.name == RESTART_FROM and p.restart_within is not None:
+        every = p.stage2_validate_every or preset.cfg.schedule.validate_every
+        window = list(range(every, int(p.restart_within * stage_steps(preset)[1]) + 1, every))
+        return sorted(set(window) | set(_table_steps(preset, arm, start)))
     if arm.stage == 1:
         fixed = {fixed_peak(preset, arm.name), p.late_start_step if arm.name == "dapo" else None}
         return sorted({x for x in fixed if x is not None} | set(preset.cfg.schedule.keep_steps))
+    return _table_steps(preset, arm, start)
+
+
+def _table_steps(preset: Preset, arm, start: Optional[dict]) -> list[int]:
     table = paper_table_step(preset, arm)
     if table is None or start is None:
         return []

@@ -34,9 +34,9 @@ from common import cpu_numerics  # noqa: E402
 cpu_numerics.pin()   # a process starts here: its CPU numerics, before torch loads; its jobs inherit them
 
 from reproduce import stage  # noqa: E402
-from reproduce.arms import arm_seeds, build_arms, figure_arms, parse_only  # noqa: E402
+from reproduce.arms import arm_seeds, build_arms, figure_arms, parse_only, selection_seeds  # noqa: E402
 from reproduce.entrypoints import missing_entry_points  # noqa: E402
-from reproduce.experiments import DRIVER_START_ENV, record_driver_run  # noqa: E402
+from reproduce.experiments import DRIVER_START_ENV, driver_wall_time, record_driver_run  # noqa: E402
 from reproduce.jobs import WARM_PRELOAD, build_jobs  # noqa: E402
 from reproduce.peaks import read_peak  # noqa: E402
 from reproduce.presets import ExperimentError, fixed_peak, load_preset, preset_root  # noqa: E402
@@ -133,7 +133,7 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
                 how = f"step {fixed} (protocol)"
             else:
                 how = f"argmax of validation smoothed over {preset.protocol.peak_selection_window} point(s)"
-                over = arm_seeds(preset.protocol, arms[b], seeds)
+                over = selection_seeds(preset.protocol, arm_seeds(preset.protocol, arms[b], seeds))
                 if len(over) > 1:
                     how += f", mean curve of seeds {','.join(map(str, over))}"
             have = ", ".join(f"seed{s}: {g['step']}" for s, g in zip(seeds, got) if g)
@@ -199,6 +199,21 @@ def print_verdicts(figures_dir: Path) -> None:
             print("\n".join(verdict_lines(read_verdicts(path))))
 
 
+def _hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h {s % 3600 // 60:02d}m {s % 60:02d}s ({s} s)"
+
+
+def wall_time_line(out: Path, t0: float, t1: float) -> str:
+    """This invocation's wall time, and (after interrupted ones) the total of every run_all invocation on the
+    preset's runs folder (its driver log, as the report's wall time)."""
+    line = f"wall time of this command: {_hms(t1 - t0)}"
+    total = driver_wall_time(out)
+    if total is not None and total - (t1 - t0) > 1:
+        line += f"; all run_all invocations on {out}: {_hms(total)}"
+    return line
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
     try:
@@ -246,12 +261,15 @@ def main(argv=None) -> int:
             print("\ninterrupted: rerun the same command to resume (finished units are kept)", file=sys.stderr)
             return 130
         finally:
-            record_driver_run(out, t0, time.time())
+            t1 = time.time()
+            record_driver_run(out, t0, t1)
+            os.environ.pop(DRIVER_START_ENV, None)   # recorded: the driver log now holds this invocation
         bad = {k: v for k, v in states.items() if v[0] not in (DONE, *ACTIVE)}
         if bad:
             print(f"\n{len(bad)} job(s) did not finish:")
             for k, (s, d) in bad.items():
                 print(f"  {k}: {s} {d}  (log: {la.job_dir(k) / 'log.err'})")
+            print(wall_time_line(out, t0, t1))
             return 1
         if all(s == DONE for s, _ in states.values()):
             print(f"\nall {len(states)} jobs done ({time.time() - t0:.0f}s): results {out / 'results.parquet'}, "
@@ -259,6 +277,7 @@ def main(argv=None) -> int:
             print_verdicts(out / "figures")
             if any(out.glob("*/seed*/tensorboard")):
                 print(f"live logs: tensorboard --logdir {out}")
+            print(wall_time_line(out, t0, t1))
         else:
             n = sum(1 for s, _ in states.values() if s in ACTIVE)
             print(f"\n{n} job(s) queued or running on {la.cluster}; rerun this command (or add --status) to follow")

@@ -1,6 +1,7 @@
 """Build the toy world: data splits, tokenizer and SFT base model, with acceptance checks.
 
-    python -m reproduce.toy.build --out DIR [--seed S] [--quick]
+    python -m reproduce.toy.build --out DIR [--seed S] [--quick] [--version V] [--rebuild]
+    python -m reproduce.toy.build --ship [--version V]     # rebuild the shipped reproduce/worlds/<hash>/
 
 Writes (atomically: built in ``DIR.tmp`` then renamed)::
 
@@ -10,6 +11,12 @@ Writes (atomically: built in ``DIR.tmp`` then renamed)::
 
 Cached: if ``DIR/world.json`` exists with the same config hash, nothing is done. ``--quick`` runs a short SFT
 (``sft.QUICK_SFT``, ~40 s) through the same code path and skips the acceptance checks (tests, the ``smoke`` preset).
+
+Shipped: the repository carries built worlds in ``reproduce/worlds/<config hash>/`` (SHIPPED_DIR; the tiny
+presets' world v2, 2.9 MB). A build whose config hash has a shipped copy copies it (seconds) instead of
+running the SFT (~3 min); ``--rebuild`` builds from scratch. ``--ship`` rebuilds the shipped copy itself
+(remove the old folder first); tests/integration/test_toy_world.py (slow) checks that a rebuild equals the
+shipped world file for file, byte for byte (world.json: all but its timings).
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ from .model import ModelConfig, build_model, n_params, sample
 from .sft import QUICK_SFT, SFTConfig, sft
 from .tokenizer import build_tokenizer
 
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "worlds"   # reproduce/worlds/<config hash>/
 MODEL = ModelConfig()
 # The same model with 2 heads of width 32: vLLM's CPU attention takes head widths 32 to 512 (MODEL's are 16), so
 # the real-vLLM test tier (tests/vllm_real) builds its quick world with this one.
@@ -174,11 +182,19 @@ def _complete(out: Path) -> dict | None:
     return world
 
 
+def shipped_world(h: str) -> Path | None:
+    """The shipped copy of the world with config hash ``h`` (complete, same hash), or None."""
+    d = SHIPPED_DIR / h
+    w = _complete(d)
+    return d if w is not None and w.get("config_hash") == h else None
+
+
 def build_world(out_dir, seed: int = 0, quick: bool = False, log=None, version: int = WORLD_VERSION,
-                model: ModelConfig = MODEL) -> Path:
+                model: ModelConfig = MODEL, shipped: bool = True) -> Path:
     """Build (or reuse) the toy world of design ``version`` (WORLDS) with a model of shape ``model`` in
-    ``out_dir``; returns its path. Raises WorldCheckError if the SFT base model fails the acceptance checks (not
-    in quick mode)."""
+    ``out_dir``; returns its path. With ``shipped`` a shipped copy of the same config hash (SHIPPED_DIR) is
+    copied instead of built. Raises WorldCheckError if the SFT base model fails the acceptance checks (not in
+    quick mode)."""
     log = log or _print
     out = Path(out_dir)
     cfg = world_config(seed, quick, version, model)
@@ -193,10 +209,19 @@ def build_world(out_dir, seed: int = 0, quick: bool = False, log=None, version: 
     if out.is_symlink() and not out.exists():
         raise FileExistsError(f"{out} is a broken symlink (to {os.readlink(out)}); remove it or use another --out")
 
-    t0 = time.time()
     tmp = out.with_name(out.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
+    src = shipped_world(h) if shipped else None
+    if src is not None and src.resolve() != out.resolve():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src, tmp)
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        tmp.rename(out)
+        log(f"[toy] world copied from the shipped {src} (config {h}; --rebuild builds it from scratch)")
+        return out
+    t0 = time.time()
     tmp.mkdir(parents=True)
 
     splits = T.make_splits(task, seed)
@@ -246,14 +271,20 @@ def build_world(out_dir, seed: int = 0, quick: bool = False, log=None, version: 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="the world's folder (required unless --ship)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="seconds-long SFT, no acceptance checks")
     ap.add_argument("--version", type=int, default=WORLD_VERSION, choices=sorted(WORLDS),
                     help=f"the world design (default {WORLD_VERSION}; docs/toy_world.md)")
+    ap.add_argument("--rebuild", action="store_true", help="build from scratch even where a copy is shipped")
+    ap.add_argument("--ship", action="store_true", help=f"build from scratch into the shipped copy "
+                                                        f"{SHIPPED_DIR}/<config hash>/")
     a = ap.parse_args(argv)
+    if not a.ship and not a.out:
+        ap.error("--out is required (or --ship)")
+    out = SHIPPED_DIR / T.config_hash(world_config(a.seed, a.quick, a.version)) if a.ship else a.out
     try:
-        build_world(a.out, seed=a.seed, quick=a.quick, version=a.version)
+        build_world(out, seed=a.seed, quick=a.quick, version=a.version, shipped=not (a.rebuild or a.ship))
     except WorldCheckError as e:
         print(f"[toy] ERROR: {e}", file=sys.stderr)
         return 1

@@ -16,7 +16,8 @@ import pytest
 
 from common.results import RESULT_COLUMNS
 from armor.config import load_config
-from reproduce.arms import arm_definitions, arm_seeds, build_arms, figure_arms, parse_only, train_overrides
+from reproduce.arms import (arm_definitions, arm_seeds, build_arms, figure_arms, parse_only, selection_seeds,
+                            train_overrides)
 from reproduce.collect import collect, link_aliases
 from reproduce.experiments import DRIVER_START_ENV, driver_wall_time, record_driver_run
 from reproduce.jobs import build_jobs
@@ -199,11 +200,22 @@ def test_dag_structure(name, tmp_path):
             assert j.deps == staging + world
         elif arm.start == "late" and p.protocol.late_start_step is not None:
             assert j.deps == [ready("dapo", 0, p.protocol.late_start_step)]
-        else:                     # θ* (and the late start by rule) from the mean curve of the baseline's seeds
+        elif arm.start == "restart":      # the authors' reset: from armor_reset_never's chosen checkpoint
+            assert j.deps == ["restart/armor_reset_never/seed0"]
+            src = arms["armor_reset_never"]
+            over = selection_seeds(p.protocol, arm_seeds(p.protocol, src, p.protocol.seeds))
+            deps = [f"stage2/armor_reset_never/seed{s}" for s in over]
+            assert by["restart/armor_reset_never/seed0"].deps == deps
+            # seed 4 is no selection seed: its own run joins (its checkpoint)
+            assert by["restart/armor_reset_never/seed4"].deps == deps + ["stage2/armor_reset_never/seed4"]
+        else:                     # θ* (and the late start by rule) from the mean curve of the selection seeds
             assert j.deps == [f"peak/{arm.baseline}/seed0"]
-            over = arm_seeds(p.protocol, arms[arm.baseline], p.protocol.seeds)
+            over = selection_seeds(p.protocol, arm_seeds(p.protocol, arms[arm.baseline], p.protocol.seeds))
             fixed = fixed_peak(p, arm.baseline)
             assert by[f"peak/{arm.baseline}/seed0"].deps == [ready(arm.baseline, s, fixed) for s in over]
+            if 4 in arm_seeds(p.protocol, arms[arm.baseline], p.protocol.seeds) and 4 not in over:
+                assert by[f"peak/{arm.baseline}/seed4"].deps == [ready(arm.baseline, s, fixed)
+                                                                 for s in over + [4]]
             for d in by[f"peak/{arm.baseline}/seed0"].deps:
                 if d.startswith("ckpt/"):   # it runs beside stage 1, after what stage 1 waits for
                     assert by[d].kind == "wait_checkpoint" and by[d].deps == staging + world
@@ -224,9 +236,13 @@ def test_train_jobs_start_with_every_seed_of_the_baselines_theta_star_waits_for(
     stage 2. (The order of the seed loop used to start the 200-step control before DAPO's last seeds.)"""
     p = load_preset("tiny")
     train = [j.key for j in topo_order(build_jobs(p, tmp_path / "runs")) if j.kind == "train"]
-    assert train[:5] == ["stage1/dapo/seed0", "stage1/dapo/seed1", "stage1/dapo/seed2", "stage1/qae/seed0",
-                         "stage1/dapo_natural/seed0"]
-    assert all(k.startswith("stage2/") for k in train[5:]) and len(train) > 40
+    assert train[:6] == ["stage1/dapo/seed0", "stage1/dapo/seed1", "stage1/dapo/seed2", "stage1/dapo/seed3",
+                         "stage1/dapo/seed4", "stage1/dapo_natural/seed0"]
+    assert all(k.startswith("stage2/") for k in train[6:]) and len(train) > 40
+    v2 = [j.key for j in topo_order(build_jobs(load_preset("tiny-v2"), tmp_path / "runs"))
+          if j.kind == "train"]
+    assert v2[:5] == ["stage1/dapo/seed0", "stage1/dapo/seed1", "stage1/dapo/seed2", "stage1/qae/seed0",
+                      "stage1/dapo_natural/seed0"]
 
 
 def test_only_selects_items_and_what_they_need(tmp_path):

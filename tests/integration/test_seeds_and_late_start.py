@@ -126,7 +126,8 @@ def test_jobs_run_single_seed_arms_once_and_wait_for_every_seed_before_the_peak(
     (lambda t: t.replace("single_seed_arms: [qae,", "single_seed_arms: [qea,"),
      r"protocol.single_seed_arms: \['qea'\] are not arms"),
     (lambda t: t.replace("single_seed_arms: [qae, qae_cont,", "single_seed_arms: [qae,"),
-     r"protocol.single_seed_arms: 'qae' runs one seed but 'qae_cont'"),
+     r"protocol.single_seed_arms/side_arms: 'qae_cont' runs seed\(s\) \[1\], which 'qae', the run it starts "
+     r"from, does not run"),
     (lambda t: t.replace("schedule: {{total_steps: 6,", "schedule: {{total_steps: 6, keep_last: 2,"),
      r"protocol.late_start_fraction=0.5: .*schedule.keep_last=2"),
 ])

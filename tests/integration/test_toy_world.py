@@ -235,3 +235,55 @@ def test_world_designs():
     assert T.config_hash(v1) != T.config_hash(v2)
     with pytest.raises(ValueError, match="world version 3"):
         build.world_config(0, False, version=3)
+
+
+# ------------------------------------------------------------------------------------------ the shipped world
+SHIPPED_V2 = "0521b9493602d23f"      # reproduce/worlds/<config hash>: world v2, seed 0, full build (tiny)
+
+
+def _files(d):
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())
+
+
+def test_the_shipped_world_loads_and_equals_its_config_hash(tmp_path):
+    """The shipped folder is named by its config hash, which is the hash of the world the tiny presets ask
+    for; its data and model load; a build of that config copies it (no SFT) and is then cached."""
+    from transformers import AutoModelForCausalLM
+
+    from reproduce.toy import build
+    d = build.SHIPPED_DIR / SHIPPED_V2
+    world = json.loads((d / "world.json").read_text())
+    cfg = build.world_config(0, False, version=2)
+    assert world["config"] == json.loads(json.dumps(cfg))
+    assert world["config_hash"] == T.config_hash(cfg) == SHIPPED_V2
+    assert world["checks"]["passed"] is True and build.shipped_world(SHIPPED_V2) == d
+    assert build.shipped_world(T.config_hash(build.world_config(0, True))) is None    # quick: not shipped
+    model = AutoModelForCausalLM.from_pretrained(d / "base_model")
+    assert n_params(model) == world["n_params"]
+    splits = T.make_splits(build.WORLDS[2][0], seed=0)                    # the data are the task's splits
+    for name, recs in splits.items():
+        assert [json.loads(x) for x in (d / "data" / f"{name}.jsonl").read_text().splitlines()] == recs
+    logs = []
+    out = build_world(tmp_path / "w", seed=0, version=2, log=logs.append)
+    assert "copied from the shipped" in logs[-1] and _files(out) == _files(d)
+    assert all((out / f).read_bytes() == (d / f).read_bytes() for f in _files(d))
+    build_world(out, seed=0, version=2, log=logs.append)
+    assert "nothing to do" in logs[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)           # ~3.5 min of SFT on one thread alone; more beside other jobs
+def test_a_rebuild_of_the_shipped_world_equals_it_byte_for_byte(tmp_path):
+    """`python -m reproduce.toy.build --rebuild` (~3.5 min of SFT) writes every file of the shipped world byte
+    for byte; world.json differs only in its timings (build_seconds, sft.seconds)."""
+    from reproduce.toy import build
+    d = build.SHIPPED_DIR / SHIPPED_V2
+    out = build_world(tmp_path / "w", seed=0, version=2, shipped=False, log=lambda m: None)
+    assert _files(out) == _files(d)
+    for f in _files(d):
+        if f != "world.json":
+            assert (out / f).read_bytes() == (d / f).read_bytes(), f
+    a, b = (json.loads((x / "world.json").read_text()) for x in (out, d))
+    for w in (a, b):
+        w.pop("build_seconds"), w["sft"].pop("seconds")
+    assert a == b

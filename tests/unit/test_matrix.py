@@ -1,0 +1,87 @@
+"""Pure parts of the arm matrix: seeds per arm, the seeds a choice is made on, the restart point's rule, and
+the power calculation behind the seed counts (reproduce/arms.py, reproduce/peaks.py, reproduce/power.py)."""
+import dataclasses
+import math
+
+import pandas as pd
+import pytest
+from scipy import stats
+
+from reproduce import power as pw
+from reproduce.arms import RESTART_ARM, arm_definitions, arm_seeds, figure_arms, selection_seeds
+from reproduce.peaks import choose_restart
+from reproduce.presets import ExperimentError
+from reproduce.protocol import ProtocolConfig, load_protocol
+
+P = ProtocolConfig(seeds=[0, 1, 2, 3, 4], reset_sweep=[20], restart_within=0.5, restart_warmup_steps=2,
+                   single_seed_arms=["mopd"], side_arms=["opd"], side_arm_seeds=3, selection_seeds=[0, 1, 2])
+
+
+def test_seeds_per_arm():
+    a = arm_definitions(P)
+    assert arm_seeds(P, a["armor"], P.seeds) == [0, 1, 2, 3, 4]
+    assert arm_seeds(P, a["opd"], P.seeds) == [0, 1, 2] and arm_seeds(P, a["mopd"], P.seeds) == [0]
+    assert arm_seeds(P, a["opd"], [3]) == [3]                       # a plan of fewer seeds (--seeds 3)
+    assert selection_seeds(P, [0, 1, 2, 3, 4]) == [0, 1, 2] and selection_seeds(P, [3, 4]) == [3, 4]
+
+
+def test_the_restart_arm_is_armor_without_in_run_resets_plus_warm_up():
+    a = arm_definitions(P)
+    r = a[RESTART_ARM]
+    assert r.start == "restart" and r.stage == 2 and r.alias_of is None
+    never = dict(o.split("=", 1) for o in a["armor_reset_never"].overrides)
+    assert dict(o.split("=", 1) for o in r.overrides) == {**never, "optim.warmup_steps": "2"}
+    assert figure_arms(P)["fig4"][-1] == RESTART_ARM
+    assert RESTART_ARM not in arm_definitions(dataclasses.replace(P, restart_within=None))
+    # null warm-up: the preset's optim.warmup_steps (no override)
+    r0 = arm_definitions(dataclasses.replace(P, restart_warmup_steps=None))[RESTART_ARM]
+    assert not any(o.startswith("optim.warmup_steps=") for o in r0.overrides)
+
+
+def test_restart_point_rule():
+    curve = [(0, 0.6), (10, 0.55), (20, 0.58), (30, 0.4), (40, 0.7)]
+    assert choose_restart(curve, [0, 10, 20, 30, 40], 30)["step"] == 20
+    assert choose_restart(curve, [0, 10, 20, 30, 40], 40)["step"] == 40
+    assert choose_restart(curve, [0, 10, 30], 30)["step"] == 10
+    with pytest.raises(ExperimentError):
+        choose_restart(curve, [0, 40], 30)
+
+
+@pytest.mark.parametrize("section,message", [
+    ({"restart_within": 0.5}, "needs protocol.reset_sweep"),
+    ({"reset_sweep": [20], "restart_within": 0}, "must be in"),
+    ({"seeds": [0, 1], "selection_seeds": [2]}, "must be seeds of protocol.seeds"),
+    ({"side_arms": ["opd"], "single_seed_arms": ["opd"]}, "names arms of protocol.single_seed_arms too"),
+    ({"stage2_overrides": ["optim.lr"]}, "must be key=value"),
+])
+def test_bad_protocol_values(section, message):
+    with pytest.raises(Exception, match=message):
+        load_protocol(section)
+
+
+def test_power_matches_the_noncentral_t_and_grows_with_seeds():
+    for n, d, s in ((5, 1.0, 1.0), (10, 0.05, 0.05), (4, 0.3, 0.2)):
+        t = stats.t.ppf(0.975, n - 1)
+        nc = d * math.sqrt(n) / s
+        assert pw.power(n, d, s) == pytest.approx(stats.nct.sf(t, n - 1, nc) + stats.nct.cdf(-t, n - 1, nc),
+                                                  abs=1e-6)
+    ps = [pw.power(n, 0.05, 0.05) for n in range(2, 15)]
+    assert ps == sorted(ps) and pw.power(3, 0.0, 1.0) == pytest.approx(0.05, abs=1e-6)
+    n = pw.seeds_needed(0.05, 0.05)
+    assert pw.power(n, 0.05, 0.05) >= 0.8 > pw.power(n - 1, 0.05, 0.05)
+
+
+def test_gaps_end_values_and_the_evaluation_noise_from_a_table():
+    rows = []
+    for seed, (a, b) in enumerate(((0.3, 0.1), (0.5, 0.2), (0.4, 0.4))):
+        for step, (va, vb) in enumerate(((0.6, 0.6), (a, b), (a, b), (a, b))):
+            rows += [{"arm": "armor", "seed": seed, "step": 10 * step, "value": va},
+                     {"arm": "dapo_cont", "seed": seed, "step": 10 * step, "value": vb}]
+        rows += [{"arm": "opd", "seed": seed, "step": 10 * k, "value": v}
+                 for k, v in enumerate((0.5, 0.52, 0.48))]
+    df = pd.DataFrame(rows).assign(source="validation", metric="avg@4", benchmark="toy_val")
+    c = pw.validation_curves(df)
+    assert pw.gaps(c, "armor", "dapo_cont") == pytest.approx({0: 0.2, 1: 0.3, 2: 0.0})
+    assert pw.gaps(c, "armor", pw.THETA) == pytest.approx({0: -0.3, 1: -0.1, 2: -0.2})
+    assert pw.eval_sd(c, "opd") == pytest.approx(0.02)
+    assert "ARMOR vs dapo_cont" in pw.report(df)
