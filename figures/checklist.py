@@ -20,6 +20,8 @@ Quantities (fractions of the validation benchmark's avg@k; "end" = mean of a see
                        dapo_cont's on every seed
 4. resets_raise_ceiling  per reset arm τ: peak after its first reset (steps > θ* + τ) minus
                        armor_reset_never's peak on the same steps; yes when some τ says yes
+4b. restart_raises_ceiling  the authors' reset (armor_restart: a new run from never's best checkpoint, πref =
+                       it): its peak after the restart point minus armor_reset_never's on the same steps
 5. anchor_only_stable  end(anchor_only) - start ("no drop")
 6. mix_collapses       start - end(mix_a*) for each mix arm with >= 2 seeds; end(mix) - end(dapo_cont) is
                        shown beside it (every unregularised arm collapses in this world: the control)
@@ -298,6 +300,32 @@ def check_resets_raise_ceiling(ctx: Context) -> Verdict:
     return _merge(key, q, parts, how=_any_yes)
 
 
+def check_restart_raises_ceiling(ctx: Context) -> Verdict:
+    q = ("Did the authors' reset (armor_restart: a new run from armor_reset_never's best checkpoint, πref = it, "
+         "a fresh optimizer) raise the ceiling (peak after the restart point vs never, same steps)?")
+    key, arm, never = "restart_raises_ceiling", "armor_restart", "armor_reset_never"
+    missing = [a for a in (arm, never) if ctx.val_curve(a).empty]
+    if missing:
+        return Verdict(key, q, NOT_RUN, "not run: " + ", ".join(missing))
+    diffs, windows = {}, {}
+    for s in ctx.seeds(arm):
+        r, n = _seed_curve(ctx, arm, s), _seed_curve(ctx, never, s)
+        start = ctx.for_seed(s).arm_start(arm)
+        if r.empty or n.empty or start is None:
+            continue
+        # at the restart point both are the same checkpoint: compare the steps after it
+        ra, na = r.after(start), n.after(start)
+        common = sorted(set(ra.step) & set(na.step))
+        if common:
+            diffs[s] = max(ra.at(x) for x in common) - max(na.at(x) for x in common)
+            windows[s] = common
+    quantity = f"peak({arm}) − peak(never) after the restart point"
+    if not diffs:
+        return Verdict(key, q, NOT_TESTABLE, f"{arm}: no validation point after its restart point",
+                       quantity=quantity)
+    return _decide(key, q, quantity, diffs, floor_of(ctx), numbers={"windows": windows})
+
+
 def check_anchor_only_stable(ctx: Context) -> Verdict:
     q = "Did anchor-only (Anchor Rollout with plain DAPO) stay at or above θ*?"
     change = S.paired_differences(ends(ctx, "anchor_only"), starts(ctx, "anchor_only"))
@@ -386,7 +414,7 @@ def check_opd_below_armor(ctx: Context) -> Verdict:
 
 
 CHECKS = [check_baseline_collapse, check_armor_holds, check_beta1_stagnates, check_resets_raise_ceiling,
-          check_anchor_only_stable, check_mix_collapses, check_opd_below_armor]
+          check_restart_raises_ceiling, check_anchor_only_stable, check_mix_collapses, check_opd_below_armor]
 
 
 def _safe(check, ctx: Context) -> Verdict:
