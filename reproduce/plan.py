@@ -197,11 +197,11 @@ def _bench_name(b: str) -> str:
 
 
 def _needs_reference(cfg) -> int:
-    """Extra forward passes of an update besides the old policy's: πref (KL, anchors, mixed ratios),
-    teacher."""
+    """Extra forward passes of an update besides the old policy's: πref's (the trainer's rule,
+    armor.config.needs_reference_logprobs) and a separate teacher's."""
+    from armor.config import needs_reference_logprobs
     a = cfg.algo
-    n = int(a.kl.coef > 0 or a.anchor.enabled or a.mix.variant != "plain")
-    return n + int(a.distill.mode != "none")
+    return int(needs_reference_logprobs(cfg)) + int(a.distill.mode != "none" and bool(a.distill.teacher_path))
 
 
 def train_step_seconds(cfg, t: Throughput, gpus: int, n_params: Optional[int]) -> float:
