@@ -195,7 +195,8 @@ def markdown() -> str:
     """docs/protocol.md: the protocol's keys (tests/unit/test_config_help.py checks it is up to date)."""
     return "\n".join([
         "<!-- GENERATED FILE: python -m reproduce.protocol --markdown > docs/protocol.md (from "
-        "ProtocolConfig in reproduce/protocol.py; tests/unit/test_config_help.py checks it is up to date) -->", "",
+        "ProtocolConfig in reproduce/protocol.py; tests/unit/test_config_help.py checks it is up to date) "
+        "-->", "",
         "# Protocol reference", "",
         "The `protocol:` section of a preset (`reproduce/presets/*.yaml`): the numbers of the "
         "continual-training protocol that the experiment driver (`python reproduce/run_all.py`, "
