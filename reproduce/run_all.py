@@ -151,7 +151,8 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
             print(f"  θ* of {b}: {how}" + (f"; chosen: {have}" if have else ""))
             if b == "dapo" and preset.protocol.late_start_fraction is not None:
                 print(f"  late start of dapo: first checkpoint after θ* "
-                      f"{preset.protocol.late_start_fraction} of the way from the peak down to the floor (smoothed validation)")
+                      f"{preset.protocol.late_start_fraction} of the way from the peak down to the floor "
+                      f"(smoothed validation)")
     aliases = [f"{a.name} = {a.alias_of}" for a in arms.values() if a.alias_of]
     if aliases:
         print(f"  aliases (same configuration, trained once): {'; '.join(aliases)}")
