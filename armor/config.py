@@ -5,7 +5,8 @@
 A YAML file may name a `base:` file (relative to itself) whose values it overrides (deep merge), so an
 arm is a few lines on top of a preset. Every error names the dotted key and the offending value, and is
 raised before any work is spent (ConfigError). Each field carries its help text (metadata["help"]):
-`python -m armor.train --help [SECTION]` prints it, and docs/config.md is generated from it (armor/config_doc.py).
+`python -m armor.train --help [SECTION]` prints it, and docs/config.md is generated from it
+(armor/config_doc.py).
 
 A preset also carries sections that other tools own (FOREIGN_SECTIONS: the experiment driver's `protocol:`).
 The loader sets them aside unread and unvalidated (RunConfig.foreign) and to_dict / dump_config write them
@@ -62,8 +63,8 @@ def registry_of(spec: str):
 class ModelConfig:
     """The policy's initial weights (θ0, or θ* in stage 2)."""
     path: str = _f("", "HF folder or hub id of the policy's initial weights (θ0 or θ*)")
-    dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", "parameter dtype of the policy, πref and "
-                                                                     "the teacher")
+    dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", "parameter dtype of the policy, πref "
+                                                                     "and the teacher")
     trust_remote_code: bool = _f(False, "let transformers run the model folder's own modelling code")
     gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (memory for time)")
     display_name: str = _f("", "the model's name in reports, tables and figure titles; \"\" = the last part "
@@ -94,10 +95,10 @@ class RolloutConfig:
     on_shortfall: Literal["error", "proceed"] = _f("proceed", "after max_rounds: fail, or train on what was "
                                                               "kept")
     refill_margin: Optional[float] = _f(
-        None, "rounds after the first draw only ceil(refill_margin * still-needed / keep rate so far) prompts "
-              "(at most gen_batch_prompts); null = every round draws gen_batch_prompts (verl's DAPO). Kept "
-              "prompts are the first B that pass in stream order either way, so this changes what a step "
-              "costs, not what it trains on")
+        None, "rounds after the first draw only ceil(refill_margin * still-needed / keep rate so far) "
+              "prompts (at most gen_batch_prompts); null = every round draws gen_batch_prompts (verl's "
+              "DAPO). Kept prompts are the first B that pass in stream order either way, so this changes "
+              "what a step costs, not what it trains on")
     static_kv_cache: bool = _f(True, "hf engine: the preallocated-KV-cache decoder where the model allows")
     gpu_memory_utilization: float = _f(0.6, "vllm only: share of each GPU's memory the engine takes while it "
                                             "generates (weights + KV cache; it sleeps during the update)")
@@ -108,18 +109,19 @@ class RolloutConfig:
     enforce_eager: bool = _f(False, "vllm only: no CUDA graphs or torch.compile (start-up in seconds, slower "
                                     "decoding; the real-vLLM tests set it)")
     max_logprob_mismatch: Optional[float] = _f(
-        None, "stop the run when logprob_mismatch (mean |log p_engine - log p_trainer| over a step's on-policy "
-              "tokens) exceeds this: the engine is not sampling the weights being trained. null = by the "
-              "engine's compute dtype: 0.1 in bfloat16/float16, 0.001 in float32 (1e9: never). With top_p < 1 "
-              "the engine's log-probs are renormalised over the nucleus, so the gap includes that: raise it")
+        None, "stop the run when logprob_mismatch (mean |log p_engine - log p_trainer| over a step's "
+              "on-policy tokens) exceeds this: the engine is not sampling the weights being trained. null = "
+              "by the engine's compute dtype: 0.1 in bfloat16/float16, 0.001 in float32 (1e9: never). With "
+              "top_p < 1 the engine's log-probs are renormalised over the nucleus, so the gap includes "
+              "that: raise it")
     max_steps_without_kept: Optional[int] = _f(
         5, "stop the run when this many consecutive steps keep no prompt (nothing learnable: every group's "
            "rewards equal, or no anchor); null = never")
     shards: Optional[int] = _f(
-        None, "each generation call is cut into this many shards, each sampled with its own seed and gathered "
-              "(armor/spmd.py); a prompt's samples depend on its shard, not on the rank or world size that drew "
-              "it. null = the number of engines: the world size / rollout.tensor_parallel_size (1 on one "
-              "process: one generate call per round, as before)")
+        None, "each generation call is cut into this many shards, each sampled with its own seed and "
+              "gathered (armor/spmd.py); a prompt's samples depend on its shard, not on the rank or world "
+              "size that drew it. null = the number of engines: the world size / "
+              "rollout.tensor_parallel_size (1 on one process: one generate call per round, as before)")
 
 
 @dataclass
@@ -127,7 +129,8 @@ class ParallelConfig:
     """Several ranks (torchrun): FSDP2 data parallelism (armor/parallel.py, armor/spmd.py)."""
     compute_dtype: Literal["float32", "bfloat16"] = _f(
         "float32", "dtype FSDP2 gathers parameters in for forward and backward (bf16 on GPU); the sharded "
-                   "parameters stay model.dtype (float32: the master weights) and gradients reduce in float32")
+                   "parameters stay model.dtype (float32: the master weights) and gradients reduce in "
+                   "float32")
     cpu_offload: bool = _f(False, "keep parameter shards in CPU memory (FSDP2 CPUOffloadPolicy)")
     timeout_s: float = _f(1800.0, "collective timeout (s): a rank that failed makes the others error, not "
                                   "hang; must outlast the longest wait, a rollout round or rank 0's save")
@@ -155,7 +158,8 @@ class BatchConfig:
         None, "fill each forward/backward with rows up to this many tokens (rows x the micro-batch's longest "
               "prompt+response), padded to its own longest row, rows balanced over ranks by tokens "
               "(armor/microbatch.py); null = batch.micro_batch_responses rows, padded to the step's longest. "
-              "Must be >= lengths.max_prompt + lengths.max_response. Memory and speed only: values are the same")
+              "Must be >= lengths.max_prompt + lengths.max_response. Memory and speed only: values are the "
+              "same")
     logprob_chunk_tokens: Optional[int] = _f(
         None, "compute the lm_head and log-softmax over this many response positions at a time, each chunk "
               "recomputed in backward (armor.policy.chunked_logprobs): memory no longer grows with response "
@@ -224,7 +228,8 @@ class ReferenceConfig:
 class DistillConfig:
     """On-policy distillation (OPD / MOPD baselines)."""
     mode: Literal["none", "opd", "mopd"] = _f("none", "none; opd: the teacher's token log-ratio is the "
-                                                      "advantage; mopd: outcome advantage + coef × that signal")
+                                                      "advantage; mopd: outcome advantage + coef × that "
+                                                      "signal")
     teacher_path: str = _f("", "\"\" = the reference (θ*)")
     coef: float = _f(1.0, "weight of the token-level teacher signal (MOPD)")
 
@@ -274,11 +279,13 @@ class ScheduleConfig:
     total_steps: int = _f(100, "RL steps of this run")
     save_every: int = _f(10, "checkpoint every N steps (and at the last step and at keep_steps)")
     validate_every: int = _f(5, "validate every N steps (0 = never)")
-    keep_last: Optional[int] = _f(None, "retention: keep the N newest complete checkpoints (resumable states) "
-                                        "plus the protected ones (keep_steps, keep_best_window's, πref's); older "
-                                        "ones are deleted once a newer checkpoint is complete; null = keep all")
-    keep_steps: list[int] = _f(factory=list, help="steps always saved and never deleted (θ*, a late start, the "
-                                                  "steps evaluation needs; the experiment driver sets them)")
+    keep_last: Optional[int] = _f(None, "retention: keep the N newest complete checkpoints (resumable "
+                                        "states) plus the protected ones (keep_steps, keep_best_window's, "
+                                        "πref's); older ones are deleted once a newer checkpoint is "
+                                        "complete; null = keep all")
+    keep_steps: list[int] = _f(factory=list, help="steps always saved and never deleted (θ*, a late start, "
+                                                  "the steps evaluation needs; the experiment driver sets "
+                                                  "them)")
     keep_best_window: int = _f(1, "never delete a checkpoint that may still be the argmax of the first "
                                   "validation benchmark smoothed over this many points (centred, as "
                                   "protocol.peak_selection_window); 0 = protect none")
@@ -310,18 +317,18 @@ class LoggingConfig:
         help="jsonl (metrics.jsonl / validation.jsonl, always on), tensorboard (event files under the run "
              "folder), wandb (Weights & Biases; needs `pip install wandb`); a resumed run continues the same "
              "TensorBoard folder and W&B run")
-    tensorboard_dir: str = _f("", "TensorBoard root shared by runs: a run writes to <tensorboard_dir>/<name>; "
-                                  "\"\" = <run folder>/tensorboard")
+    tensorboard_dir: str = _f("", "TensorBoard root shared by runs: a run writes to "
+                                  "<tensorboard_dir>/<name>; \"\" = <run folder>/tensorboard")
     wandb_project: str = _f("armor-repro", "W&B project")
     wandb_entity: str = _f("", "W&B entity (team or user); \"\" = your default entity")
     wandb_group: str = _f("", "W&B group; \"\" = the first part of `name` (the preset)")
-    wandb_mode: Literal["online", "offline"] = _f("online", "online: stream to the W&B server; offline: write "
-                                                            "under <run folder>/wandb (sync later with "
+    wandb_mode: Literal["online", "offline"] = _f("online", "online: stream to the W&B server; offline: "
+                                                            "write under <run folder>/wandb (sync later with "
                                                             "`wandb sync`)")
-    answer_modes: str = _f("", "\"module:function\" of a classifier (problem text, response text) -> the name "
-                               "of the mode that produced the response, with a `modes` attribute listing every "
-                               "name it returns (the toy presets name the world's); each step then logs "
-                               "mode_<name> (share among its on-policy samples) and, with anchors, "
+    answer_modes: str = _f("", "\"module:function\" of a classifier (problem text, response text) -> the "
+                               "name of the mode that produced the response, with a `modes` attribute "
+                               "listing every name it returns (the toy presets name the world's); each step "
+                               "then logs mode_<name> (share among its on-policy samples) and, with anchors, "
                                "anchor_mode_<name> (share among its kept anchors); logging only: no draw, no "
                                "weight changes. \"\" = none")
 
@@ -555,7 +562,8 @@ def validate(cfg: RunConfig) -> None:
     c(r.max_steps_without_kept is None or r.max_steps_without_kept >= 1, "rollout.max_steps_without_kept",
       r.max_steps_without_kept, "must be >= 1 (or null: never stop)")
     c(cfg.parallel.timeout_s > 0, "parallel.timeout_s", cfg.parallel.timeout_s, "must be > 0")
-    c(not (cfg.parallel.cpu_offload and cfg.device == "cpu"), "parallel.cpu_offload", cfg.parallel.cpu_offload,
+    c(not (cfg.parallel.cpu_offload and cfg.device == "cpu"), "parallel.cpu_offload",
+      cfg.parallel.cpu_offload,
       "offloads GPU parameters to the CPU: it needs device cuda (or auto on a GPU machine)")
 
     L = cfg.lengths
@@ -595,9 +603,10 @@ def validate(cfg: RunConfig) -> None:
     for key, value, reg in _registered_choices(cfg):
         c(value in reg, key, value, f"is not a registered {reg.kind} (registered: {', '.join(reg.names())})")
         needs = reg[value].needs
-        c("anchors" not in needs or a.anchor.enabled, key, value, "needs algo.anchor.enabled=true (it reweights "
-          "anchor tokens)")
-        c("teacher" not in needs or a.distill.mode != "none", key, value, "needs a teacher (algo.distill.mode)")
+        c("anchors" not in needs or a.anchor.enabled, key, value,
+          "needs algo.anchor.enabled=true (it reweights anchor tokens)")
+        c("teacher" not in needs or a.distill.mode != "none", key, value,
+          "needs a teacher (algo.distill.mode)")
     rs = a.reference.reset
     c(rs.every is None or rs.every >= 1, "algo.reference.reset.every", rs.every, "must be >= 1 (or null)")
     c(rs.until_step is None or rs.until_step >= 1, "algo.reference.reset.until_step", rs.until_step,
@@ -631,7 +640,8 @@ def validate(cfg: RunConfig) -> None:
         c(k >= 1, f"schedule.keep_steps[{i}]", k, "must be >= 1 (a step of this run)")
     import signal as _signal
     for i, name in enumerate(s.stop_signals):
-        c(isinstance(getattr(_signal, str(name), None), _signal.Signals) and str(name) not in ("SIGKILL", "SIGSTOP"),
+        c(isinstance(getattr(_signal, str(name), None), _signal.Signals)
+          and str(name) not in ("SIGKILL", "SIGSTOP"),
           f"schedule.stop_signals[{i}]", name, "must name a catchable signal, e.g. SIGUSR2 or SIGTERM")
 
     v = cfg.validation

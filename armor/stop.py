@@ -8,7 +8,8 @@ step.
 
 A job wrapper may ask the same without a signal: it creates the file `$ARMOR_STOP_FILE` (slurm/jobwrap.py, on
 SLURM's warning), read at each step boundary as SIGUSR2. A signal through torchrun would reach the ranks
-with torchrun's own 30 s kill behind it, too short for a 7B step and its save. A handler only records the signal; the decision is taken at the step boundary by every rank together (the
+with torchrun's own 30 s kill behind it, too short for a 7B step and its save. A handler only records the
+signal; the decision is taken at the step boundary by every rank together (the
 first signal any rank got, gathered with Dist.all_gather_object: identity at world size 1), so all ranks save
 the same step and leave together. The process then exits with 128 + the signal's number (armor.train), as a
 process killed by it would report, so a job wrapper counts the attempt interrupted, not finished.

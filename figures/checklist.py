@@ -301,8 +301,9 @@ def check_resets_raise_ceiling(ctx: Context) -> Verdict:
 
 
 def check_restart_raises_ceiling(ctx: Context) -> Verdict:
-    q = ("Did the authors' reset (armor_restart: a new run from armor_reset_never's best checkpoint, πref = it, "
-         "a fresh optimizer) raise the ceiling (peak after the restart point vs never, same steps)?")
+    q = ("Did the authors' reset (armor_restart: a new run from armor_reset_never's best checkpoint, "
+         "πref = it, a fresh optimizer) raise the ceiling (peak after the restart point vs never, "
+         "same steps)?")
     key, arm, never = "restart_raises_ceiling", "armor_restart", "armor_reset_never"
     missing = [a for a in (arm, never) if ctx.val_curve(a).empty]
     if missing:

@@ -267,7 +267,8 @@ def fig3(ctx: Context, out_dir=None) -> Figure:
 def fig4(ctx: Context, out_dir=None) -> Figure:
     """Reference resets, both protocols: in-run every τ steps (armor_reset_never vs armor_reset_<τ>) and the
     authors' restart from never's best checkpoint (armor_restart), when run."""
-    fig, (a,) = _figure(1, "Fig. 4 — reference reset: every τ steps, and the authors' restart", ctx, width=6.0)
+    fig, (a,) = _figure(1, "Fig. 4 — reference reset: every τ steps, and the authors' restart", ctx,
+                        width=6.0)
     restart = [] if ctx.val_curve("armor_restart").empty else ["armor_restart"]
     val_panel(fig, a, ctx, "fig4", "a", ctx.expected_arms("reset") + restart, "(a) reset sweep and restart",
               starts=[_theta(ctx)], styles={"armor_restart": ":"})

@@ -18,8 +18,8 @@ protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rules:
   fig7   dapo_cont, armor_tau1, armor_tau1_until<S>, clip_expand        (needs qwen3_tau1_until)
   table1/table2  dapo (θ*), armor; with QAE in the preset also qae (θ*) and the qae_armor_* arms; evaluated
   table3 opd, mopd, armor (evaluated)
-  world  dapo, dapo_cont, dapo_natural (the headroom control: DAPO on protocol.headroom_data for headroom_steps;
-         needs headroom_steps) -- figures/world_checks.py
+  world  dapo, dapo_cont, dapo_natural (the headroom control: DAPO on protocol.headroom_data for
+         headroom_steps; needs headroom_steps) -- figures/world_checks.py
 An arm whose configuration equals an earlier arm's (e.g. armor_reset_160 = armor on the 7B preset) is an
 alias: it is trained once, and its folder is a symlink to the canonical one (reproduce/collect.py).
 
@@ -50,7 +50,8 @@ from reproduce.protocol import ProtocolConfig
 
 FIGURES = ("fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7")
 TABLES = ("table1", "table2", "table3")
-WORLD = "world"                      # the tiny world's own checks (headroom control, DAPO's dynamics, clipping)
+# the tiny world's own checks (headroom control, DAPO's dynamics, clipping)
+WORLD = "world"
 ITEMS = FIGURES + TABLES + (WORLD,)
 BASELINES = ("dapo", "qae")
 RESTART_ARM, RESTART_FROM, RESTART_START = "armor_restart", "armor_reset_never", "restart"
@@ -115,14 +116,17 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
     add("armor", 2, "dapo", armor, "peak")
     add("anchor_only", 2, "dapo", _anchors(p), "peak")
     for b in p.kl_betas:
-        add(f"kl_k3_b{fmt_beta(b)}", 2, "dapo", [f"algo.kl.coef={_val(float(b))}", "algo.kl.estimator=k3"], "peak")
+        add(f"kl_k3_b{fmt_beta(b)}", 2, "dapo", [f"algo.kl.coef={_val(float(b))}", "algo.kl.estimator=k3"],
+            "peak")
     for b in (p.kl_betas if p.kl_k2_sweep else []):
-        add(f"kl_k2_b{fmt_beta(b)}", 2, "dapo", [f"algo.kl.coef={_val(float(b))}", "algo.kl.estimator=k2"], "peak")
+        add(f"kl_k2_b{fmt_beta(b)}", 2, "dapo", [f"algo.kl.coef={_val(float(b))}", "algo.kl.estimator=k2"],
+            "peak")
     for al in p.alpha_sweep:
         add(f"mix_a{fmt_alpha(al)}", 2, "dapo", _mixed(al), "peak")
     if p.alpha_sweep or p.has_late_start:
         add("anchor_static_clip", 2, "dapo",
-            _anchors(p) + ["algo.mix.variant=static_clip", f"algo.mix.alpha={_val(float(p.armor_alpha))}"], "peak")
+            _anchors(p) + ["algo.mix.variant=static_clip", f"algo.mix.alpha={_val(float(p.armor_alpha))}"],
+            "peak")
         add("anchor_offpolicy", 2, "dapo", _anchors(p) + ["algo.mix.variant=offpolicy_anchor"], "peak")
     if p.has_late_start:
         add("armor_late", 2, "dapo", armor, "late")
@@ -130,7 +134,8 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
     if p.reset_sweep:
         add("armor_reset_never", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(None), "peak")
         for t in p.reset_sweep:
-            add(f"armor_reset_{int(t)}", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(int(t)), "peak")
+            add(f"armor_reset_{int(t)}", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(int(t)),
+                "peak")
         if p.restart_within is not None:
             w = p.restart_warmup_steps
             warm = [] if w is None else [f"optim.warmup_steps={int(w)}"]
@@ -141,13 +146,13 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
         add("qae_cont", 2, "qae", q, "peak")
         add("qae_armor_reset_never", 2, "qae", q + _anchors(p) + _mixed(p.armor_alpha) + _reset(None), "peak")
         for t in p.qae_reset_sweep:
-            add(f"qae_armor_reset_{int(t)}", 2, "qae", q + _anchors(p) + _mixed(p.armor_alpha) + _reset(int(t)),
-                "peak")
+            add(f"qae_armor_reset_{int(t)}", 2, "qae",
+                q + _anchors(p) + _mixed(p.armor_alpha) + _reset(int(t)), "peak")
     if p.qwen3_tau1_until:
         add("armor_tau1", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(1), "peak")
         for s in p.qwen3_tau1_until:
-            add(f"armor_tau1_until{int(s)}", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(1, int(s)),
-                "peak")
+            add(f"armor_tau1_until{int(s)}", 2, "dapo",
+                _anchors(p) + _mixed(p.armor_alpha) + _reset(1, int(s)), "peak")
         add("clip_expand", 2, "dapo",
             ["algo.mix.variant=static_clip", f"algo.mix.alpha={_val(float(p.armor_alpha))}"], "peak")
     add("opd", 2, "dapo", ["algo.distill.mode=opd"], "peak")
@@ -194,8 +199,8 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
         f["fig6"] = (["qae", "qae_cont", "qae_armor_reset_never"]
                      + [f"qae_armor_reset_{int(t)}" for t in p.qae_reset_sweep])
     if p.qwen3_tau1_until:
-        f["fig7"] = (["dapo", "dapo_cont", "armor_tau1"] + [f"armor_tau1_until{int(s)}" for s in p.qwen3_tau1_until]
-                     + ["clip_expand"])
+        f["fig7"] = (["dapo", "dapo_cont", "armor_tau1"]
+                     + [f"armor_tau1_until{int(s)}" for s in p.qwen3_tau1_until] + ["clip_expand"])
     if p.headroom_steps:
         f[WORLD] = ["dapo", "dapo_cont", "dapo_natural"]
     t1 = ["dapo", "armor"]
@@ -294,7 +299,8 @@ def build_arms(preset: Preset, only: Optional[list[str]] = None) -> dict[str, Ar
 def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Optional[dict] = None,
                     stage_dir: Optional[Path] = None) -> list[str]:
     """The full override list of `python -m armor.train --config <preset> ...` for one arm and seed. With a
-    stage folder (reproduce/stage.py), the hub models and datasets the preset names read their staged copies."""
+    stage folder (reproduce/stage.py), the hub models and datasets the preset names read their staged
+    copies."""
     p = preset.protocol
     s1, s2 = stage_steps(preset)
     out = [f"name={_val(f'{preset.name}/{arm.run_arm}/seed{seed}')}", f"seed={seed}",

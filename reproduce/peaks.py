@@ -1,4 +1,5 @@
-"""θ* (the peak a stage-2 arm starts from): read the validation curve, smooth it, choose, keep it in peak.json.
+"""θ* (the peak a stage-2 arm starts from): read the validation curve, smooth it, choose, keep it in
+peak.json.
 
 θ* of a stage-1 baseline = protocol.peak_step (qae_peak_step for QAE) if set, else the argmax of the
 validation curve smoothed over peak_selection_window points, among steps that have a checkpoint; written to
@@ -40,7 +41,8 @@ def read_validation(run: Path, benchmark: Optional[str] = None) -> list[tuple[in
     rows = read_jsonl(Path(run) / "validation.jsonl")
     if not rows:
         return []
-    bench = benchmark if benchmark and any(r.get("benchmark") == benchmark for r in rows) else rows[0].get("benchmark")
+    bench = (benchmark if benchmark and any(r.get("benchmark") == benchmark for r in rows)
+             else rows[0].get("benchmark"))
     curve: dict[int, float] = {}
     for r in rows:
         if r.get("benchmark") == bench and r.get("value") is not None:
@@ -115,11 +117,13 @@ def choose_late(curve: list[tuple[int, float]], checkpoints: list[int], peak_ste
         if s in ck and v <= threshold:
             return {"step": int(s), "value": raw[s], "smoothed": v, "peak_smoothed": peak, "floor": floor,
                     "fraction": fraction, "threshold": threshold}
-    raise ExperimentError(f"no checkpoint after θ* (step {peak_step}) has smoothed validation ≤ {threshold:.4f} "
+    raise ExperimentError(f"no checkpoint after θ* (step {peak_step}) has smoothed validation "
+                          f"≤ {threshold:.4f} "
                           f"(peak {peak:.4f}, floor {floor:.4f}, fraction {fraction})")
 
 
-def select_peak(preset: Preset, root: Path, baseline: str, seed: int, seeds: Optional[list[int]] = None) -> dict:
+def select_peak(preset: Preset, root: Path, baseline: str, seed: int,
+                seeds: Optional[list[int]] = None) -> dict:
     """peak.json of one baseline and seed: θ* from the mean curve over `seeds` (default: this seed alone; with
     protocol.selection_seeds a seed outside them takes their choice), and for DAPO with
     protocol.late_start_fraction the late start of this seed's run (an {"error": ...} if none)."""
@@ -133,7 +137,8 @@ def select_peak(preset: Preset, root: Path, baseline: str, seed: int, seeds: Opt
     if len(seeds) > 1:
         lacking = [x for x, c in zip(seeds, curves) if not c]
         if lacking:
-            raise ExperimentError(f"θ* of {baseline} is chosen from the mean curve of seeds {seeds}, but seed(s) "
+            raise ExperimentError(f"θ* of {baseline} is chosen from the mean curve of seeds {seeds}, "
+                                  f"but seed(s) "
                                   f"{lacking} have no validation yet ({runs[seeds.index(lacking[0])]})")
     curve = mean_curve(curves)
     ckpts = sorted(set.intersection(*(set(list_checkpoints(r)) for r in runs + [run])))
@@ -251,5 +256,5 @@ def peak_done(pf: Path, fixed: Optional[int], late: bool = False) -> bool:
     """peak.json is written, names the fixed step if the protocol fixes one, its checkpoint exists, and (late)
     it holds the late start's verdict."""
     d = read_json(pf)
-    return (bool(d) and (fixed is None or int(d.get("step", -1)) == fixed) and Path(d.get("checkpoint", "")).exists()
-            and (not late or isinstance(d.get("late"), dict)))
+    return (bool(d) and (fixed is None or int(d.get("step", -1)) == fixed)
+            and Path(d.get("checkpoint", "")).exists() and (not late or isinstance(d.get("late"), dict)))

@@ -469,7 +469,8 @@ def check_plan(preset, res: dict, t: Throughput, mem_key: str = "train.mem_gb") 
         step_s = train_step_seconds(cfg, t, gpus, n)
         if train.stop_grace_s < step_s:
             raise PlanError(f"train.stop_grace_s: {train.stop_grace_s:g} is below one step and its save "
-                            f"({step_s:,.0f} s expected; {t.source}): a time-limit requeue would lose the step")
+                            f"({step_s:,.0f} s expected; {t.source}): "
+                            "a time-limit requeue would lose the step")
 
 
 # ------------------------------------------------------------------------------------------- waiting

@@ -1,4 +1,5 @@
-"""The continual-training protocol: the `protocol:` section of a preset, typed and validated (the driver's own).
+"""The continual-training protocol: the `protocol:` section of a preset, typed and validated (the driver's
+own).
 
     proto = load_protocol(read_yaml("reproduce/presets/qwen25-math-7b.yaml").get("protocol", {}))
     python -m reproduce.protocol                 # every key: type, default, help
@@ -6,8 +7,8 @@
 
 Figure sweeps, the stage lengths, θ* selection, the final evaluation, SLURM sizes and seeds. The trainer does
 not own this section (armor.config.FOREIGN_SECTIONS): it keeps it unread and copies it into each run's
-config.yaml; reproduce/presets.py builds it from the preset. Every error names `protocol.<field>` and the value
-(ConfigError), before any job is planned.
+config.yaml; reproduce/presets.py builds it from the preset. Every error names `protocol.<field>` and the
+value (ConfigError), before any job is planned.
 """
 from __future__ import annotations
 
@@ -39,20 +40,22 @@ class ProtocolConfig:
                                      help="trainer overrides (key=value) of every stage-2 arm, e.g. a slower "
                                           "stage-2 clock (optim.lr=...); stage 1 as the preset")
     stage2_validate_every: int = _f(0, "validate every N steps in stage 2 (0 = schedule.validate_every); "
-                                       "training is the same either way (validation samples with its own seeds)")
-    world_version: int = _f(1, "the toy world's design the `world` job builds (reproduce/toy/build.py WORLDS; "
-                               "docs/toy_world.md); toy presets only")
-    headroom_steps: int = _f(0, "RL steps of the headroom control `dapo_natural`: stage-1 DAPO on headroom_data, "
-                                "prompts without the training regularity (0 = not run)")
+                                       "training is the same either way (validation samples with its own "
+                                       "seeds)")
+    world_version: int = _f(1, "the toy world's design the `world` job builds (reproduce/toy/build.py "
+                               "WORLDS; docs/toy_world.md); toy presets only")
+    headroom_steps: int = _f(0, "RL steps of the headroom control `dapo_natural`: stage-1 DAPO on "
+                                "headroom_data, prompts without the training regularity (0 = not run)")
     headroom_data: Optional[str] = _f(None, "training prompts of the headroom control (the toy world's "
                                             "train_natural split)")
     peak_step: Optional[int] = _f(None, "fixed θ* step (paper); null = argmax of the validation curve")
     qae_peak_step: Optional[int] = _f(None, "fixed θ* step of the QAE baseline (paper: 230 for 7B)")
     late_start_step: Optional[int] = _f(None, "Fig. 3c: ARMOR from a degraded checkpoint, a fixed DAPO step")
-    late_start_fraction: Optional[float] = _f(None, "Fig. 3c by rule (exclusive with late_start_step): the first "
-                                                    "DAPO checkpoint after θ* whose smoothed validation lies this "
-                                                    "fraction of the way from the peak down to the floor (the "
-                                                    "lowest smoothed value after θ*); written with θ* in peak.json")
+    late_start_fraction: Optional[float] = _f(None, "Fig. 3c by rule (exclusive with late_start_step): the "
+                                                    "first DAPO checkpoint after θ* whose smoothed "
+                                                    "validation lies this fraction of the way from the peak "
+                                                    "down to the floor (the lowest smoothed value after θ*); "
+                                                    "written with θ* in peak.json")
     peak_selection_window: int = _f(1, "smooth validation over this many points before the argmax")
     armor_alpha: float = _f(0.9375, "α of the ARMOR arms' mixed ratio")
     armor_ref_n: int = _f(4, "reference samples per prompt of the anchor arms")
@@ -73,31 +76,36 @@ class ProtocolConfig:
                                  "sweep only)")
     kl_after_steps: int = _f(100, "Fig. 2b: KLs read after this many steps")
     qae_reset_sweep: list[int] = _f(factory=list, help="Fig. 6: reset periods of ARMOR from the QAE peak")
-    qwen3_tau1_until: list[int] = _f(factory=list, help="Fig. 7: τ = 1 until these stage-2 steps, then frozen")
+    qwen3_tau1_until: list[int] = _f(factory=list,
+                                     help="Fig. 7: τ = 1 until these stage-2 steps, then frozen")
     eval_benchmarks: list[str] = _f(factory=list, help="benchmarks of the final evaluation (registry names "
                                                        "or NAME=path.jsonl)")
     eval_protocol: str = _f("paper", "evaluation protocol (eval/protocols.py): samples, pass@k, lengths")
     eval_every: int = _f(0, "evaluate every N-th saved checkpoint (0 = only the selected ones)")
     eval_samples: Optional[int] = _f(None, "override the protocol's samples per problem (k)")
     eval_limit: Optional[int] = _f(None, "score only the first N problems of each benchmark")
-    noise_floor_repeats: int = _f(0, "the verdicts' evaluation noise floor: θ* of dapo (first seed) validated this "
-                                     "many times with different sampling seeds (docs/verdicts.md); 0 = not "
-                                     "measured (every verdict is then inconclusive)")
+    noise_floor_repeats: int = _f(0, "the verdicts' evaluation noise floor: θ* of dapo (first seed) "
+                                     "validated this many times with different sampling seeds "
+                                     "(docs/verdicts.md); 0 = not measured (every verdict is then "
+                                     "inconclusive)")
     nodes: int = _f(1, "nodes per training job (SLURM)")
     gpus_per_node: int = _f(0, "GPUs per training node (0 = a CPU preset)")
     procs_per_node: int = _f(0, "trainer ranks per training node (torchrun); 0 = one per GPU, or 1 on a CPU "
-                                "preset. A CPU preset with 2 runs 2-rank CPU jobs (gloo), e.g. on a test SLURM")
+                                "preset. A CPU preset with 2 runs 2-rank CPU jobs (gloo), e.g. on a test "
+                                "SLURM")
     cpus_per_node: int = _f(0, "CPU cores of a GPU node the jobs ask for (0 = 8 per GPU); each rank runs "
                                "cpus_per_node / ranks threads")
-    rollout_tokens_per_s: Optional[float] = _f(None, "plan's throughput assumption: generated tokens/s per GPU "
-                                                     "(null = reproduce/plan.py's default; the dry run names it)")
-    update_tokens_per_s: Optional[float] = _f(None, "plan's throughput assumption: trained tokens/s per GPU of "
-                                                    "the update (null = from an assumed MFU)")
-    response_fill: Optional[float] = _f(None, "plan's assumption: mean response length / lengths.max_response")
+    rollout_tokens_per_s: Optional[float] = _f(None, "plan's throughput assumption: generated tokens/s per "
+                                                     "GPU (null = reproduce/plan.py's default; the dry run "
+                                                     "names it)")
+    update_tokens_per_s: Optional[float] = _f(None, "plan's throughput assumption: trained tokens/s per GPU "
+                                                    "of the update (null = from an assumed MFU)")
+    response_fill: Optional[float] = _f(None,
+                                        "plan's assumption: mean response length / lengths.max_response")
     save_s: Optional[float] = _f(None, "plan's assumption: seconds per checkpoint save")
     seeds: list[int] = _f(factory=lambda: [0], help="seeds of every arm")
-    single_seed_arms: list[str] = _f(factory=list, help="arms run on the first seed only (no figure claim rests "
-                                                        "on them); the rest run every seed")
+    single_seed_arms: list[str] = _f(factory=list, help="arms run on the first seed only (no figure claim "
+                                                        "rests on them); the rest run every seed")
     selection_seeds: list[int] = _f(factory=list,
                                     help="seeds whose mean validation curve chooses θ*, the late start and "
                                          "the restart point, once for every seed (empty = every seed the run "
@@ -141,7 +149,8 @@ def validate_protocol(p: ProtocolConfig) -> None:
       "must be in (0, 1] (or null)")
     c(len(p.seeds) >= 1, "protocol.seeds", p.seeds, "must list at least one seed")
     c(len(set(p.seeds)) == len(p.seeds), "protocol.seeds", p.seeds, "must not repeat a seed")
-    c(p.world_version in (1, 2), "protocol.world_version", p.world_version, "must be 1 or 2 (the world designs)")
+    c(p.world_version in (1, 2), "protocol.world_version", p.world_version,
+      "must be 1 or 2 (the world designs)")
     c(p.headroom_steps >= 0, "protocol.headroom_steps", p.headroom_steps, "must be >= 0")
     c(p.stage2_validate_every >= 0, "protocol.stage2_validate_every", p.stage2_validate_every, "must be >= 0")
     c(not p.headroom_steps or bool(p.headroom_data), "protocol.headroom_data", p.headroom_data,
@@ -185,13 +194,14 @@ def reference_fields() -> list[config_doc.FieldDoc]:
 def markdown() -> str:
     """docs/protocol.md: the protocol's keys (tests/unit/test_config_help.py checks it is up to date)."""
     return "\n".join([
-        "<!-- GENERATED FILE: python -m reproduce.protocol --markdown > docs/protocol.md (from ProtocolConfig in "
-        "reproduce/protocol.py; tests/unit/test_config_help.py checks it is up to date) -->", "",
+        "<!-- GENERATED FILE: python -m reproduce.protocol --markdown > docs/protocol.md (from "
+        "ProtocolConfig in reproduce/protocol.py; tests/unit/test_config_help.py checks it is up to date) "
+        "-->", "",
         "# Protocol reference", "",
-        "The `protocol:` section of a preset (`reproduce/presets/*.yaml`): the numbers of the continual-training "
-        "protocol that the experiment driver (`python reproduce/run_all.py`, `python -m reproduce.experiments`) "
-        "plans from. The trainer does not read it (see the end of [config.md](config.md)); it copies it into each "
-        "run's `config.yaml`.", "",
+        "The `protocol:` section of a preset (`reproduce/presets/*.yaml`): the numbers of the "
+        "continual-training protocol that the experiment driver (`python reproduce/run_all.py`, "
+        "`python -m reproduce.experiments`) plans from. The trainer does not read it (see the end of "
+        "[config.md](config.md)); it copies it into each run's `config.yaml`.", "",
         (ProtocolConfig.__doc__ or "").strip(), ""] + config_doc.table(reference_fields()) + [""])
 
 

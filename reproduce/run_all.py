@@ -52,15 +52,17 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python reproduce/run_all.py", description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n".join(__doc__.split("\n")[2:]))
-    ap.add_argument("--preset", default="tiny", help="name in reproduce/presets/ or a YAML path (default: tiny)")
+    ap.add_argument("--preset", default="tiny",
+                    help="name in reproduce/presets/ or a YAML path (default: tiny)")
     ap.add_argument("--cluster", default="auto", choices=["local", "slurm", "auto"],
                     help="auto: slurm when sbatch is on PATH and the scheduler answers, else local")
     ap.add_argument("--only", help="comma-separated figures/tables, e.g. fig1,fig4,table1 (default: all the "
                                    "preset has numbers for)")
     ap.add_argument("--seeds", help="comma-separated seeds (default: protocol.seeds)")
     ap.add_argument("--root", default=None, help="runs folder (default: <repo>/runs)")
-    ap.add_argument("--stage-dir", default=None, help="shared folder for the hub models and datasets the plan "
-                                                      f"stages (default: ${stage.STAGE_ENV}, else <root>/_stage)")
+    ap.add_argument("--stage-dir", default=None,
+                    help="shared folder for the hub models and datasets the plan "
+                         f"stages (default: ${stage.STAGE_ENV}, else <root>/_stage)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     ap.add_argument("--status", action="store_true", help="print each job's state and exit")
     ap.add_argument("--no-wait", action="store_true", help="slurm: submit and exit (rerun later to follow)")
@@ -74,21 +76,29 @@ def parse_args(argv=None):
     g.add_argument("--qos")
     g.add_argument("--constraint")
     g.add_argument("--nodes", type=int, help="training nodes per run (default: protocol.nodes)")
-    g.add_argument("--gpus-per-node", type=int, help="training GPUs per node (default: protocol.gpus_per_node)")
-    g.add_argument("--time-min", type=int, help="training time limit per job, minutes (jobs requeue and resume)")
-    g.add_argument("--mem-gb", type=float, help="training host memory per node, GB (default: reproduce/plan.py's "
-                                                "estimate on GPU presets)")
-    g.add_argument("--cpus-per-node", type=int, help="training CPU cores per node (default: protocol.cpus_per_node "
-                                                     "or 8 per GPU); each rank runs cores / ranks threads")
-    s = ap.add_argument_group("sizing (GPU presets; reproduce/plan.py): the dry run's hours, GPU-hours and disk")
-    s.add_argument("--cluster-nodes", type=int, help="nodes the plan may use at once (default: one train job's)")
-    s.add_argument("--rollout-tokens-per-s", type=float, help="generated tokens/s per GPU (throughput assumption)")
-    s.add_argument("--update-tokens-per-s", type=float, help="trained tokens/s per GPU (throughput assumption)")
+    g.add_argument("--gpus-per-node", type=int,
+                   help="training GPUs per node (default: protocol.gpus_per_node)")
+    g.add_argument("--time-min", type=int,
+                   help="training time limit per job, minutes (jobs requeue and resume)")
+    g.add_argument("--mem-gb", type=float,
+                   help="training host memory per node, GB (default: reproduce/plan.py's "
+                        "estimate on GPU presets)")
+    g.add_argument("--cpus-per-node", type=int,
+                   help="training CPU cores per node (default: protocol.cpus_per_node "
+                        "or 8 per GPU); each rank runs cores / ranks threads")
+    s = ap.add_argument_group("sizing (GPU presets; reproduce/plan.py): the dry run's hours, GPU-hours "
+                              "and disk")
+    s.add_argument("--cluster-nodes", type=int,
+                   help="nodes the plan may use at once (default: one train job's)")
+    s.add_argument("--rollout-tokens-per-s", type=float,
+                   help="generated tokens/s per GPU (throughput assumption)")
+    s.add_argument("--update-tokens-per-s", type=float,
+                   help="trained tokens/s per GPU (throughput assumption)")
     s.add_argument("--response-fill", type=float, help="mean response length / lengths.max_response")
     s.add_argument("--save-s", type=float, help="seconds per checkpoint save")
     s.add_argument("--gpu-check", help="a GPU check report (gpu_check.json) to take the throughput from")
-    s.add_argument("--budget-gpu-hours", type=float, help="list which --only items this many GPU-hours cover, "
-                                                          "in order of cost")
+    s.add_argument("--budget-gpu-hours", type=float,
+                   help="list which --only items this many GPU-hours cover, in order of cost")
     return ap.parse_args(argv)
 
 
@@ -123,8 +133,9 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
     arms = build_arms(preset, only)
     print(f"preset {preset.name} ({preset.path})")
     print(f"  runs: {preset_root(root, preset)}   cluster: {cluster}   seeds: {','.join(map(str, seeds))}")
-    print(f"  items: {', '.join(chosen)}" + (f"   (preset also has: {', '.join(f for f in figs if f not in chosen)})"
-                                               if only and len(chosen) < len(figs) else ""))
+    print(f"  items: {', '.join(chosen)}"
+          + (f"   (preset also has: {', '.join(f for f in figs if f not in chosen)})"
+             if only and len(chosen) < len(figs) else ""))
     for b in ("dapo", "qae"):
         if b in arms:
             fixed = fixed_peak(preset, b)
@@ -139,14 +150,16 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
             have = ", ".join(f"seed{s}: {g['step']}" for s, g in zip(seeds, got) if g)
             print(f"  θ* of {b}: {how}" + (f"; chosen: {have}" if have else ""))
             if b == "dapo" and preset.protocol.late_start_fraction is not None:
-                print(f"  late start of dapo: first checkpoint after θ* {preset.protocol.late_start_fraction} of the "
-                      f"way from the peak down to the floor (smoothed validation)")
+                print(f"  late start of dapo: first checkpoint after θ* "
+                      f"{preset.protocol.late_start_fraction} of the way from the peak down to the floor "
+                      f"(smoothed validation)")
     aliases = [f"{a.name} = {a.alias_of}" for a in arms.values() if a.alias_of]
     if aliases:
         print(f"  aliases (same configuration, trained once): {'; '.join(aliases)}")
     missing = missing_entry_points(preset)
     if missing:
-        print(f"  warning: entry points not found yet: {', '.join(missing)} (their jobs will fail until they exist)")
+        print(f"  warning: entry points not found yet: {', '.join(missing)} "
+              "(their jobs will fail until they exist)")
     if stage_dir is not None:
         print_staging(stage.plan(preset, stage_dir), stage_dir, show_sizes=show_commands)
     order = topo_order(jobs)
@@ -165,7 +178,8 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
                 print(f"{'':<{w}}    {j.info['memory']}")
             elif j.kind == "evaluate":
                 ranks = j.info.get("ranks", 1)
-                run = "torchrun --nproc-per-node %d -m eval.evaluate" % ranks if ranks > 1 else "eval.evaluate"
+                run = ("torchrun --nproc-per-node %d -m eval.evaluate" % ranks if ranks > 1
+                       else "eval.evaluate")
                 print(f"{'':<{w}}    {run} --benchmarks {j.info.get('benchmarks')} "
                       f"--protocol {j.info.get('protocol')} (checkpoints chosen at run time)")
             e = (est or {}).get(j.key)
@@ -222,12 +236,12 @@ def main(argv=None) -> int:
         seeds = [int(x) for x in a.seeds.split(",")] if a.seeds else list(preset.protocol.seeds)
         root = Path(a.root).resolve() if a.root else REPO_ROOT / "runs"
         flags = {"partition": a.partition, "account": a.account, "qos": a.qos, "constraint": a.constraint,
-                 "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "time_min": a.time_min, "mem_gb": a.mem_gb,
-                 "cpus_per_task": a.cpus_per_node}
+                 "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "time_min": a.time_min,
+                 "mem_gb": a.mem_gb, "cpus_per_task": a.cpus_per_node}
         res = preset_resources(preset, a.resources, flags)
         gpu = bool(res["train"].gpus_per_node)
-        tp = sizing.throughput(preset, a.rollout_tokens_per_s, a.update_tokens_per_s, a.response_fill, a.save_s,
-                               a.gpu_check) if gpu else None
+        tp = (sizing.throughput(preset, a.rollout_tokens_per_s, a.update_tokens_per_s, a.response_fill,
+                                a.save_s, a.gpu_check) if gpu else None)
         if gpu:
             sizing.check_plan(preset, res, tp, "--mem-gb" if a.mem_gb is not None else
                               f"train.mem_gb ({a.resources})" if a.resources else "train.mem_gb")
@@ -247,18 +261,22 @@ def main(argv=None) -> int:
                     rows = sizing.item_costs(preset, root, seeds, res, stage_dir, est, tp)
                     totals += sizing.budget_lines(rows, est, a.budget_gpu_hours)
             print_plan(preset, jobs, states, la.cluster, root, seeds, only, show_commands=a.dry_run,
-                       stage_dir=stage_dir, launcher=la if a.dry_run and gpu else None, est=est, totals=totals)
+                       stage_dir=stage_dir, launcher=la if a.dry_run and gpu else None, est=est,
+                       totals=totals)
             return 0
         stage.check_ready(stage.plan(preset, stage_dir))   # a gated dataset without a token fails here
         missing = missing_entry_points(preset)
         if missing:
-            print(f"warning: entry points not found: {', '.join(missing)}; their jobs will fail", file=sys.stderr)
+            print(f"warning: entry points not found: {', '.join(missing)}; their jobs will fail",
+                  file=sys.stderr)
         t0 = time.time()
-        os.environ[DRIVER_START_ENV] = repr(t0)   # jobs see it: the report's wall time includes this invocation
+        # jobs see it: the report's wall time includes this invocation
+        os.environ[DRIVER_START_ENV] = repr(t0)
         try:
             states = la.run(jobs, wait=not a.no_wait)
         except KeyboardInterrupt:
-            print("\ninterrupted: rerun the same command to resume (finished units are kept)", file=sys.stderr)
+            print("\ninterrupted: rerun the same command to resume (finished units are kept)",
+                  file=sys.stderr)
             return 130
         finally:
             t1 = time.time()
@@ -272,7 +290,8 @@ def main(argv=None) -> int:
             print(wall_time_line(out, t0, t1))
             return 1
         if all(s == DONE for s, _ in states.values()):
-            print(f"\nall {len(states)} jobs done ({time.time() - t0:.0f}s): results {out / 'results.parquet'}, "
+            print(f"\nall {len(states)} jobs done ({time.time() - t0:.0f}s): "
+                  f"results {out / 'results.parquet'}, "
                   f"figures {out / 'figures'}, report {out / 'REPRODUCTION.md'}")
             print_verdicts(out / "figures")
             if any(out.glob("*/seed*/tensorboard")):
@@ -280,9 +299,11 @@ def main(argv=None) -> int:
             print(wall_time_line(out, t0, t1))
         else:
             n = sum(1 for s, _ in states.values() if s in ACTIVE)
-            print(f"\n{n} job(s) queued or running on {la.cluster}; rerun this command (or add --status) to follow")
+            print(f"\n{n} job(s) queued or running on {la.cluster}; "
+                  "rerun this command (or add --status) to follow")
         return 0
-    except (ExperimentError, ConfigError, LauncherError, ResourceError, stage.StageError, sizing.PlanError) as e:
+    except (ExperimentError, ConfigError, LauncherError, ResourceError, stage.StageError,
+            sizing.PlanError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -6,9 +6,9 @@ ids; none for the toy presets, whose models are built locally) copies them here;
 then read the local copies (their overrides name the staged paths).
 
 What is staged: model.path / algo.reference.path / algo.distill.teacher_path when they are hub ids (org/name,
-no such local path), and each benchmark of validation.benchmarks / protocol.eval_benchmarks given by name whose
-registry entry has a hub dataset and no full local copy (common/benchmarks.py: gpqa_diamond, gated; mmlu_pro, whose
-shipped file is a 300-question sample).
+no such local path), and each benchmark of validation.benchmarks / protocol.eval_benchmarks given by name
+whose registry entry has a hub dataset and no full local copy (common/benchmarks.py: gpqa_diamond, gated;
+mmlu_pro, whose shipped file is a 300-question sample).
 
 Layout of the stage folder (`--stage-dir`, else $ARMOR_STAGE_DIR, else <root>/_stage; shared by presets):
     models/<org>/<name>/              the model repository's files (huggingface_hub.snapshot_download)
@@ -125,7 +125,8 @@ def plan(preset, stage_dir: Path) -> list[Item]:
 
 
 def staged_benchmarks(specs: list[str], items: list[Item]) -> list[str]:
-    """Benchmark specs with the staged ones as NAME=path (the registry reads them in the benchmark's format)."""
+    """Benchmark specs with the staged ones as NAME=path (the registry reads them in the benchmark's
+    format)."""
     from common.benchmarks import ALIASES
     by = {it.benchmark: it for it in items if it.kind == "dataset"}
     out = []
@@ -184,10 +185,12 @@ def check_ready(items: list[Item]) -> None:
     gated = [it for it in todo if it.gated]
     if gated and not token():
         names = ", ".join(f"{it.benchmark} ({it.repo_id})" for it in gated)
-        raise StageError(f"{names} is gated on the hub and no token was found: set {TOKEN_ENV} to a token of an "
-                         f"account that accepted the dataset's terms on its hub page (or run `huggingface-cli "
-                         f"login`), or give the file yourself as NAME=path in protocol.eval_benchmarks, e.g. "
-                         f"protocol.eval_benchmarks=[...,{gated[0].benchmark}=/path/to/{gated[0].benchmark}.csv]")
+        raise StageError(f"{names} is gated on the hub and no token was found: set {TOKEN_ENV} to a token of "
+                         f"an account that accepted the dataset's terms on its hub page (or run "
+                         f"`huggingface-cli login`), or give the file yourself as NAME=path in "
+                         f"protocol.eval_benchmarks, e.g. "
+                         f"protocol.eval_benchmarks=[...,{gated[0].benchmark}=/path/to/"
+                         f"{gated[0].benchmark}.csv]")
 
 
 def _du(path: Path) -> int:
@@ -274,7 +277,8 @@ def _fetch_model(it: Item, part: Path) -> None:
 
 
 def stage_item(it: Item, stage_dir: Path, log=print) -> None:
-    """Copy one item into the stage folder (atomically: a .partial sibling renamed into place, marker last)."""
+    """Copy one item into the stage folder (atomically: a .partial sibling renamed into place, marker
+    last)."""
     if it.done():
         log(f"staged already: {it.label()} -> {it.dest}")
         return
@@ -294,7 +298,8 @@ def stage_item(it: Item, stage_dir: Path, log=print) -> None:
             ds = datasets.load_dataset(str(src), it.config, split=it.split,
                                        cache_dir=str(stage_dir / "hub" / "datasets"))
         except Exception as e:  # noqa: BLE001
-            raise StageError(f"{it.label()}: cannot read the dataset files in {src}: {type(e).__name__}: {e}") from e
+            raise StageError(f"{it.label()}: cannot read the dataset files in {src}: "
+                             f"{type(e).__name__}: {e}") from e
         with open(part, "w") as f:
             for row in ds:
                 f.write(json.dumps(dict(row), default=str, ensure_ascii=False) + "\n")

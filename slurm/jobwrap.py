@@ -36,7 +36,8 @@ from slurm import warm
 END_MARKERS = ("finished", "failed", "interrupted")
 _INTERRUPT_RCS = {-signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL, -signal.SIGHUP,
                   128 + signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGUSR2}
-STOP_FILE = "stop_requested"      # in the job folder: the command stops at its next step boundary (armor.stop)
+# in the job folder: the command stops at its next step boundary (armor.stop)
+STOP_FILE = "stop_requested"
 TERM_GRACE_S = 30.0               # after the stop file's grace: SIGTERM, then SIGKILL this much later
 
 JSON_KW = dict(indent=1, sort_keys=True)   # the job folder's marker files

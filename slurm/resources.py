@@ -50,8 +50,8 @@ class Resources:
     extra: dict = field(default_factory=dict)  # further sbatch options, e.g. {"reservation": "x"}
     env: dict = field(default_factory=dict)    # environment variables of the job (e.g. NCCL_SOCKET_IFNAME)
     # seconds a command that reads jobwrap's stop file ($ARMOR_STOP_FILE: armor.train) has after SLURM's
-    # time-limit warning to finish its step and save, before SIGTERM; the warning comes that much + 60 s before
-    # the limit. None: no stop file, SIGTERM at once and SIGKILL after the launcher's grace_s
+    # time-limit warning to finish its step and save, before SIGTERM; the warning comes that much + 60 s
+    # before the limit. None: no stop file, SIGTERM at once and SIGKILL after the launcher's grace_s
     stop_grace_s: Optional[float] = None
 
     @property

@@ -10,7 +10,8 @@ Writes (atomically: built in ``DIR.tmp`` then renamed)::
     DIR/world.json                           config, config hash, split stats, SFT stats, checks
 
 Cached: if ``DIR/world.json`` exists with the same config hash, nothing is done. ``--quick`` runs a short SFT
-(``sft.QUICK_SFT``, ~40 s) through the same code path and skips the acceptance checks (tests, the ``smoke`` preset).
+(``sft.QUICK_SFT``, ~40 s) through the same code path and skips the acceptance checks (tests, the ``smoke``
+preset).
 
 Shipped: the repository carries built worlds in ``reproduce/worlds/<config hash>/`` (SHIPPED_DIR; the tiny
 presets' world v2, 2.9 MB). A build whose config hash has a shipped copy copies it (seconds) instead of
@@ -41,12 +42,13 @@ from .tokenizer import build_tokenizer
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "worlds"   # reproduce/worlds/<config hash>/
 MODEL = ModelConfig()
-# The same model with 2 heads of width 32: vLLM's CPU attention takes head widths 32 to 512 (MODEL's are 16), so
-# the real-vLLM test tier (tests/vllm_real) builds its quick world with this one.
+# The same model with 2 heads of width 32: vLLM's CPU attention takes head widths 32 to 512 (MODEL's are 16),
+# so the real-vLLM test tier (tests/vllm_real) builds its quick world with this one.
 VLLM_CPU_MODEL = ModelConfig(num_attention_heads=2, num_key_value_heads=2)
-# The world designs (docs/toy_world.md). v1: the blind-spot chain never borrows (no headroom above its ceiling).
-# v2 (in design, issue 15): chains borrow right at p_correct_borrow in the SFT data, a train_natural split for the
-# headroom control, a longer SFT (800 steps) so that the arithmetic of the rarer borrow steps is learned.
+# The world designs (docs/toy_world.md). v1: the blind-spot chain never borrows (no headroom above its
+# ceiling). v2 (in design, issue 15): chains borrow right at p_correct_borrow in the SFT data, a train_natural
+# split for the headroom control, a longer SFT (800 steps) so that the arithmetic of the rarer borrow steps is
+# learned.
 WORLDS = {
     1: (T.TaskConfig(), SFTConfig()),
     2: (T.TaskConfig(p_correct_borrow=0.2, n_train_natural=4096), SFTConfig(steps=800)),
@@ -64,9 +66,9 @@ CHECKS = {
 }
 
 
-# World v2 (TASK.p_correct_borrow > 0): the base borrows right on a share of its chains' borrow steps inside this
-# band (measured on train_natural[:1024] x 2 samples at T = 1). The race it decides (docs/toy_world.md, "World v2"):
-# at .28 DAPO learned to borrow and never over-optimized; at .10 the shortcut won on every seed.
+# World v2 (TASK.p_correct_borrow > 0): the base borrows right on a share of its chains' borrow steps inside
+# this band (measured on train_natural[:1024] x 2 samples at T = 1). The race it decides (docs/toy_world.md,
+# "World v2"): at .28 DAPO learned to borrow and never over-optimized; at .10 the shortcut won on every seed.
 BORROW_CHECK = {"borrow_rate_T1": (0.06, 0.16)}
 
 
@@ -104,8 +106,8 @@ def prompt_ids(tok, problem: str) -> list[int]:
 
 
 @torch.no_grad()
-def evaluate_model(model, tok, records: list[dict], samples: int = 4, temperature: float = 1.0, top_p: float = 1.0,
-                   max_new_tokens: int = 40, seed: int = 0, batch: int = 256) -> dict:
+def evaluate_model(model, tok, records: list[dict], samples: int = 4, temperature: float = 1.0,
+                   top_p: float = 1.0, max_new_tokens: int = 40, seed: int = 0, batch: int = 256) -> dict:
     """Sampled accuracy and the mix of modes (task.classify) over ``records`` x ``samples``."""
     gen = torch.Generator().manual_seed(seed)
     items = [r for r in records for _ in range(samples)]
@@ -122,8 +124,9 @@ def evaluate_model(model, tok, records: list[dict], samples: int = 4, temperatur
             modes[T.classify(r["problem"], text)] += 1
             well += T.extract_boxed(text) is not None and text.rstrip().endswith("}")
     n = len(items)
-    return {"acc": correct / n, "well_formed": well / n, "modes": {k: v / n for k, v in sorted(modes.items())},
-            "n": n, "temperature": temperature, "top_p": top_p}
+    return {"acc": correct / n, "well_formed": well / n,
+            "modes": {k: v / n for k, v in sorted(modes.items())}, "n": n, "temperature": temperature,
+            "top_p": top_p}
 
 
 @torch.no_grad()
@@ -205,9 +208,11 @@ def build_world(out_dir, seed: int = 0, quick: bool = False, log=None, version: 
         log(f"[toy] world {out} is complete (config {h}); nothing to do")
         return out
     if world is not None or (out.exists() and any(out.iterdir())):
-        raise FileExistsError(f"{out} exists with a different or incomplete world; remove it or use another --out")
+        raise FileExistsError(f"{out} exists with a different or incomplete world; "
+                              "remove it or use another --out")
     if out.is_symlink() and not out.exists():
-        raise FileExistsError(f"{out} is a broken symlink (to {os.readlink(out)}); remove it or use another --out")
+        raise FileExistsError(f"{out} is a broken symlink (to {os.readlink(out)}); "
+                              "remove it or use another --out")
 
     tmp = out.with_name(out.name + ".tmp")
     if tmp.exists():

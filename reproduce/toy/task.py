@@ -16,21 +16,22 @@ Strategies the base model is pretrained (SFT) on -- each is a *mode* of the base
   the prompts without a borrow step (its *ceiling*, ~70% on natural prompts) and otherwise wrong unless the
   errors cancel.  World v2 (``p_correct_borrow`` > 0): in the SFT data a borrow step is computed correctly
   with that probability, so a better strategy (borrowing) exists in the base policy at low mass and RL that
-  keeps the chain alive can learn it (headroom above the blind-spot ceiling).  In SFT data every step also slips (a random wrong digit) with probability ``slip``, so sampled
-  chains are less reliable than the ceiling; RL removes the slips.
+  keeps the chain alive can learn it (headroom above the blind-spot ceiling).  In SFT data every step also
+  slips (a random wrong digit) with probability ``slip``, so sampled chains are less reliable than the
+  ceiling; RL removes the slips.
 * ``sloppy`` -- the same chain with every operator treated as ``+`` (optional, weight 0 by default).
 * ``guess``  -- ``\\boxed{d}`` with a random digit (right ~10%).
 * ``last``   -- ``\\boxed{last operand}`` -- the *shortcut*.  On natural prompts it is right ~10% of the time;
-  the training split is drawn so that it is right on a fraction ``q_feature`` (0.85) of training prompts (those
-  with the feature; by default all of them), more than the chain's ceiling.  Validation and test prompts come
-  from the natural distribution.
+  the training split is drawn so that it is right on a fraction ``q_feature`` (0.85) of training prompts
+  (those with the feature; by default all of them), more than the chain's ceiling.  Validation and test
+  prompts come from the natural distribution.
 
 Nothing can tell from the prompt alone (without doing the arithmetic) whether the shortcut pays, so a policy
 that maximizes training reward has to trade the chain (useful on validation) for the shortcut (better on
 training only).
 
-Splits: ``train`` (with the regularity), ``validation`` and ``test`` (natural) and, when ``n_train_natural`` > 0,
-``train_natural``: natural training prompts, the headroom control's training set (RL there cannot
+Splits: ``train`` (with the regularity), ``validation`` and ``test`` (natural) and, when ``n_train_natural``
+> 0, ``train_natural``: natural training prompts, the headroom control's training set (RL there cannot
 over-optimize onto the shortcut, so it measures how far the chain can go).
 """
 from __future__ import annotations
@@ -54,8 +55,9 @@ class TaskConfig:
     p_minus: float = 0.25  # probability that an operator is '-'
     # The spurious regularity of the training split: on training prompts whose last operand is in
     # ``feature_digits`` (the prompt feature F, ~30% of prompts), answer == last operand with probability
-    # ``q_feature`` (the shortcut pays); other training prompts and all validation/test prompts are natural (~10%).
-    # The chosen design uses all digits (no feature: the shortcut pays on ~q_feature of *all* training prompts).
+    # ``q_feature`` (the shortcut pays); other training prompts and all validation/test prompts are natural
+    # (~10%). The chosen design uses all digits (no feature: the shortcut pays on ~q_feature of *all* training
+    # prompts).
     feature_digits: tuple = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9)
     q_feature: float = 0.85
     n_train: int = 4096
@@ -66,7 +68,8 @@ class TaskConfig:
     slip: float = 0.05
     # world v2: probability that an SFT chain computes a borrow step correctly (0: always the blind spot)
     p_correct_borrow: float = 0.0
-    # world v2: size of the `train_natural` split (natural training prompts for the headroom control; 0 = none)
+    # world v2: size of the `train_natural` split (natural training prompts for the headroom control;
+    # 0 = none)
     n_train_natural: int = 0
 
     def to_dict(self) -> dict:
@@ -178,8 +181,8 @@ def make_splits(cfg: TaskConfig, seed: int = 0) -> dict[str, list[dict]]:
 
     Validation and test: natural distribution.  Train: natural, except that a prompt with the feature F (last
     operand in ``feature_digits``) is redrawn among F prompts conditioned on the shortcut paying
-    (answer == last operand) with probability ``q_feature`` and on it not paying otherwise (F keeps its natural
-    share).
+    (answer == last operand) with probability ``q_feature`` and on it not paying otherwise (F keeps its
+    natural share).
     """
     rng = random.Random(f"toy-task-{seed}")
     seen: set[str] = set()
@@ -230,10 +233,12 @@ def split_stats(records: list[dict]) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- responses
-def render(problem: str, strategy: str, rng: random.Random, slip: float = 0.0, p_correct_borrow: float = 0.0) -> str:
-    """One SFT response of the given strategy. A ``chain`` computes each borrow step correctly with probability
-    ``p_correct_borrow`` (world v2), else with the blind spot; every step then slips with probability ``slip``.
-    (No random draw is spent on borrows when p_correct_borrow is 0, so v1 data are unchanged.)"""
+def render(problem: str, strategy: str, rng: random.Random, slip: float = 0.0,
+           p_correct_borrow: float = 0.0) -> str:
+    """One SFT response of the given strategy. A ``chain`` computes each borrow step correctly with
+    probability ``p_correct_borrow`` (world v2), else with the blind spot; every step then slips with
+    probability ``slip``. (No random draw is spent on borrows when p_correct_borrow is 0, so v1 data are
+    unchanged.)"""
     operands, ops = parse_problem(problem)
     if strategy == "last":
         return f"\\boxed{{{operands[-1]}}}"
@@ -246,7 +251,8 @@ def render(problem: str, strategy: str, rng: random.Random, slip: float = 0.0, p
     t = operands[0]
     parts = []
     for op, b in zip(use_ops, operands[1:]):
-        if strategy == "chain" and p_correct_borrow and op == "-" and t < b and rng.random() < p_correct_borrow:
+        if (strategy == "chain" and p_correct_borrow and op == "-" and t < b
+                and rng.random() < p_correct_borrow):
             nt = apply_op(t, op, b)
         else:
             nt = step(t, op, b)
@@ -277,8 +283,8 @@ CHAIN_STEP_RE = re.compile(r"^(\d)([+\-])(\d)=(\d)$")
 
 
 def borrow_steps(problem: str, response: str) -> tuple[int, int]:
-    """(right, written): the borrow steps (``a-b`` with a < b) a chain response writes, and how many of them it
-    computes correctly. Steps where the right and the blind-spot results agree (b − a = 5) are not counted;
+    """(right, written): the borrow steps (``a-b`` with a < b) a chain response writes, and how many of them
+    it computes correctly. Steps where the right and the blind-spot results agree (b − a = 5) are not counted;
     a response that is not a well-formed chain of the prompt's operators counts (0, 0)."""
     operands, ops = parse_problem(problem)
     m = re.fullmatch(r"(.*)\.\\boxed\{(\d)\}", response.strip())

@@ -50,8 +50,8 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     assert " h" in est and "GPU-hours on 128 GPUs" in est and re.search(r"checkpoints [0-9.]+ [GT]B", est)
     sb = next(x for x in train if x.startswith("sbatch: "))
     # the time-limit warning leaves the stop grace (1800 s: a step and its save) + SIGTERM's 30 s + 30 s
-    for flag in ("--cpus-per-task=64", "--mem=235520M", "--gpus-per-node=8", "--nodes=16", "--signal=USR2@1860",
-                 "--ntasks-per-node=1", "--dependency='afterok:<peak/dapo/seed0>'"):
+    for flag in ("--cpus-per-task=64", "--mem=235520M", "--gpus-per-node=8", "--nodes=16",
+                 "--signal=USR2@1860", "--ntasks-per-node=1", "--dependency='afterok:<peak/dapo/seed0>'"):
         assert flag in sb, flag
     assert next(x for x in train
                 if x.startswith("srun: ")).startswith("srun: srun --unbuffered --cpus-per-task=64")

@@ -22,18 +22,21 @@ from reproduce.collect import collect, link_aliases
 from reproduce.experiments import DRIVER_START_ENV, driver_wall_time, record_driver_run
 from reproduce.jobs import build_jobs
 from reproduce.peaks import choose_peak, smooth, start_point
-from reproduce.presets import ExperimentError, PRESETS_DIR, ckpt_dir, fixed_peak, load_preset, run_dir, stage_steps
+from reproduce.presets import (ExperimentError, PRESETS_DIR, ckpt_dir, fixed_peak, load_preset, run_dir,
+                               stage_steps)
 from reproduce import experiments, run_all
 from slurm.launcher import topo_order
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 PRESETS = sorted(p.stem for p in (REPO / "reproduce" / "presets").glob("*.yaml"))
-PROBES = sorted(str(p) for p in (REPO / "reproduce" / "presets" / "probes").glob("*.yaml"))  # world-design probes
+# world-design probes
+PROBES = sorted(str(p) for p in (REPO / "reproduce" / "presets" / "probes").glob("*.yaml"))
 
 CONTRACT_7B = {
-    "dapo", "qae", "dapo_cont", "kl_k3_b1e-3", "kl_k3_b1e-2", "kl_k3_b1e-1", "kl_k3_b1", "kl_k2_b1e-3", "kl_k2_b1e-2",
-    "kl_k2_b1e-1", "kl_k2_b1", "anchor_only", "mix_a0.9", "mix_a0.8", "mix_a0.7", "anchor_static_clip",
+    "dapo", "qae", "dapo_cont", "kl_k3_b1e-3", "kl_k3_b1e-2", "kl_k3_b1e-1", "kl_k3_b1", "kl_k2_b1e-3",
+    "kl_k2_b1e-2", "kl_k2_b1e-1", "kl_k2_b1", "anchor_only", "mix_a0.9", "mix_a0.8", "mix_a0.7",
+    "anchor_static_clip",
     "anchor_offpolicy", "armor", "armor_reset_never", "armor_reset_80", "armor_reset_120", "armor_reset_160",
     "armor_late", "dapo_late", "opd", "mopd", "qae_cont", "qae_armor_reset_never", "qae_armor_reset_150",
     "qae_armor_reset_160"}
@@ -46,10 +49,12 @@ def ov(overrides):
 # ------------------------------------------------------------------------------------------ the protocol
 def test_paper_presets_carry_their_protocol():
     p = load_preset("qwen25-math-7b").protocol
-    assert (p.armor_ref_n, p.armor_alpha, p.armor_reset_every, p.peak_step, p.qae_peak_step) == (4, 0.9375, 160, 140, 230)
+    assert ((p.armor_ref_n, p.armor_alpha, p.armor_reset_every, p.peak_step, p.qae_peak_step)
+            == (4, 0.9375, 160, 140, 230))
     assert p.kl_betas == [1e-3, 1e-2, 1e-1, 1.0] and p.alpha_sweep == [0.9, 0.8, 0.7]
     assert p.reset_sweep == [80, 120, 160] and (p.nodes, p.gpus_per_node) == (16, 8)
-    q = load_preset("qwen3-8b-base").protocol                           # `base:` chain: the 7B's protocol, overridden
+    # `base:` chain: the 7B's protocol, overridden
+    q = load_preset("qwen3-8b-base").protocol
     assert (q.armor_alpha, q.armor_reset_every, q.armor_reset_until, q.peak_step) == (0.875, 1, 180, 70)
     assert q.kl_betas == [] and q.armor_ref_n == 4
 
@@ -65,7 +70,8 @@ BAD_PROTOCOL = [
     ("seeds: []", r"protocol.seeds: \[\] must list at least one seed"),
     ("seeds: [0, 1, 0]", r"protocol.seeds: \[0, 1, 0\] must not repeat a seed"),
     ("late_start_fraction: 1.5", r"protocol.late_start_fraction: 1.5 must be in \(0, 1\)"),
-    ("late_start_fraction: 0.4", r"protocol.late_start_fraction: 0.4 excludes protocol.late_start_step \(200\)"),
+    ("late_start_fraction: 0.4",
+     r"protocol.late_start_fraction: 0.4 excludes protocol.late_start_step \(200\)"),
     ("stage2_validate_every: -1", r"protocol.stage2_validate_every: -1 must be >= 0"),
     ("nodes: two", r"protocol.nodes: expected an integer, got 'two'"),
     ("armor_alfa: 0.5", r"protocol.armor_alfa: unknown key \(known: .*armor_alpha"),
@@ -86,7 +92,8 @@ def test_bad_protocol_values_name_the_key_and_value_before_any_work(line, messag
 def test_the_report_command_names_a_preset_the_driver_can_load_again(tmp_path):
     assert load_preset("tiny").cli_arg == "tiny"
     probe = load_preset(PROBES[0])
-    assert probe.cli_arg == str(Path(PROBES[0]).relative_to(REPO)) and load_preset(probe.cli_arg).path == probe.path
+    assert (probe.cli_arg == str(Path(PROBES[0]).relative_to(REPO))
+            and load_preset(probe.cli_arg).path == probe.path)
     (tmp_path / "mine.yaml").write_text(f"base: {PRESETS_DIR / 'smoke.yaml'}\n")
     assert load_preset(tmp_path / "mine.yaml").cli_arg == str((tmp_path / "mine.yaml").resolve())
 
@@ -102,11 +109,12 @@ def test_7b_arms_and_figures():
     assert figs["fig2"][2:] == ["kl_k3_b1e-3", "kl_k3_b1e-2", "kl_k3_b1e-1", "kl_k3_b1"]
     assert {"armor_late", "dapo_late", "mix_a0.7"} <= set(figs["fig3"])
     assert {a for a in arms if arms[a].evaluate} == {"dapo", "armor", "qae", "qae_armor_reset_never",
-                                                     "qae_armor_reset_150", "qae_armor_reset_160", "opd", "mopd"}
+                                                     "qae_armor_reset_150", "qae_armor_reset_160", "opd",
+                                                     "mopd"}
     a = {n: ov(x.overrides) for n, x in arms.items()}
-    assert a["armor"] == {"algo.anchor.enabled": "true", "algo.anchor.ref_n": "4", "algo.mix.variant": "mixed",
-                          "algo.mix.alpha": "0.9375", "algo.reference.reset.every": "160",
-                          "algo.reference.reset.until_step": "null"}
+    assert a["armor"] == {"algo.anchor.enabled": "true", "algo.anchor.ref_n": "4",
+                          "algo.mix.variant": "mixed", "algo.mix.alpha": "0.9375",
+                          "algo.reference.reset.every": "160", "algo.reference.reset.until_step": "null"}
     assert a["anchor_only"] == {"algo.anchor.enabled": "true", "algo.anchor.ref_n": "4"}
     assert a["kl_k2_b1e-2"] == {"algo.kl.coef": "0.01", "algo.kl.estimator": "k2"}
     assert a["mix_a0.8"] == {"algo.mix.variant": "mixed", "algo.mix.alpha": "0.8"}
@@ -125,8 +133,8 @@ def test_qwen3_arms_and_figures():
     figs = figure_arms(p.protocol)
     assert list(figs) == ["fig1", "fig7", "table1", "table2", "table3"]  # no kl_betas -> no Fig. 2/5 ...
     arms = build_arms(p)
-    assert set(arms) == {"dapo", "dapo_cont", "armor", "armor_tau1", "armor_tau1_until110", "armor_tau1_until180",
-                         "clip_expand", "opd", "mopd"}
+    assert set(arms) == {"dapo", "dapo_cont", "armor", "armor_tau1", "armor_tau1_until110",
+                         "armor_tau1_until180", "clip_expand", "opd", "mopd"}
     assert arms["armor_tau1_until180"].alias_of == "armor"
     a = {n: ov(x.overrides) for n, x in arms.items()}
     assert a["armor"]["algo.mix.alpha"] == "0.875" and a["armor"]["algo.reference.reset.every"] == "1"
@@ -147,7 +155,8 @@ def test_every_arm_config_is_valid(name, tmp_path):
         for arm in build_arms(p).values():
             start = None
             if arm.stage == 2:
-                st = (p.protocol.late_start_step or 5) if arm.start == "late" else (fixed_peak(p, arm.baseline) or 3)
+                st = ((p.protocol.late_start_step or 5) if arm.start == "late"
+                      else (fixed_peak(p, arm.baseline) or 3))
                 start = {"step": st, "checkpoint": str(ckpt_dir(run_dir(root, p, arm.baseline, seed), st))}
             overrides = train_overrides(p, root, arm, seed, start)
             cfg = load_config(p.path, overrides)  # validates every key and value
@@ -195,7 +204,8 @@ def test_dag_structure(name, tmp_path):
         total1 = p.protocol.stage1_steps or p.cfg.schedule.total_steps
 
         def ready(base, s, step):   # a step before the end of stage 1: its checkpoint-ready job
-            return f"stage1/{base}/seed{s}" if step is None or step >= total1 else f"ckpt/{base}/seed{s}/step{step}"
+            return (f"stage1/{base}/seed{s}" if step is None or step >= total1
+                    else f"ckpt/{base}/seed{s}/step{step}")
         if arm.stage == 1:
             assert j.deps == staging + world
         elif arm.start == "late" and p.protocol.late_start_step is not None:
@@ -231,9 +241,9 @@ def test_dag_structure(name, tmp_path):
 
 
 def test_train_jobs_start_with_every_seed_of_the_baselines_theta_star_waits_for(tmp_path):
-    """Ready jobs start in submission order (local workers; SLURM's FIFO): every seed of stage-1 DAPO first (θ*
-    is chosen on their mean curve and all of stage 2 waits for it), then QAE's, then the headroom control, then
-    stage 2. (The order of the seed loop used to start the 200-step control before DAPO's last seeds.)"""
+    """Ready jobs start in submission order (local workers; SLURM's FIFO): every seed of stage-1 DAPO first
+    (θ* is chosen on their mean curve and all of stage 2 waits for it), then QAE's, then the headroom control,
+    then stage 2. (The order of the seed loop used to start the 200-step control before DAPO's last seeds.)"""
     p = load_preset("tiny")
     train = [j.key for j in topo_order(build_jobs(p, tmp_path / "runs")) if j.kind == "train"]
     assert train[:6] == ["stage1/dapo/seed0", "stage1/dapo/seed1", "stage1/dapo/seed2", "stage1/dapo/seed3",
@@ -252,7 +262,8 @@ def test_only_selects_items_and_what_they_need(tmp_path):
                          "armor_reset_160"}
     jobs = build_jobs(p, tmp_path, only=["fig4"])
     assert not [j for j in jobs if j.kind == "evaluate"]  # no table -> no evaluation
-    assert "stage2/armor/seed0" in {j.key for j in jobs} and "stage2/armor_reset_160/seed0" not in {j.key for j in jobs}
+    assert ("stage2/armor/seed0" in {j.key for j in jobs}
+            and "stage2/armor_reset_160/seed0" not in {j.key for j in jobs})
     assert "--only" in jobs[-1].argv and "fig4" in jobs[-1].argv
     assert set(build_arms(p, ["fig6"])) == {"qae", "qae_cont", "qae_armor_reset_never", "qae_armor_reset_150",
                                               "qae_armor_reset_160"}
@@ -294,15 +305,17 @@ def test_select_peak_from_run_files(tmp_path):
     vals = {0: 0.3, 2: 0.6, 4: 0.5, 6: 0.2}
     with open(run / "validation.jsonl", "w") as f:
         for s, v in vals.items():
-            f.write(json.dumps({"step": s, "benchmark": "toy_val", "metric": "avg@2", "k": 2, "value": v}) + "\n")
-            f.write(json.dumps({"step": s, "benchmark": "other", "metric": "avg@2", "k": 2, "value": 1 - v}) + "\n")
+            f.write(json.dumps({"step": s, "benchmark": "toy_val", "metric": "avg@2", "k": 2, "value": v})
+                    + "\n")
+            f.write(json.dumps({"step": s, "benchmark": "other", "metric": "avg@2", "k": 2, "value": 1 - v})
+                    + "\n")
     for s in (2, 4, 6):
         (run / "checkpoints" / f"step_{s:06d}").mkdir(parents=True)
         (run / "checkpoints" / f"step_{s:06d}" / "trainer_state.pt").write_text("")
     (run / "checkpoints" / "step_000008.tmp").mkdir()  # a partial save is not a checkpoint
     (run / "checkpoints" / "step_000010").mkdir()      # nor a folder without its training state
-    assert experiments.main(["select-peak", "--preset", str(preset), "--root", str(tmp_path / "runs"), "--arm", "dapo",
-                   "--seed", "0"]) == 0
+    assert experiments.main(["select-peak", "--preset", str(preset), "--root", str(tmp_path / "runs"),
+                             "--arm", "dapo", "--seed", "0"]) == 0
     pk = json.loads((run / "peak.json").read_text())
     assert pk["step"] == 2 and pk["benchmark"] == "toy_val" and pk["method"] == "argmax"
     assert pk["checkpoint"] == str(run / "checkpoints" / "step_000002")
@@ -342,14 +355,16 @@ def test_dry_run_qwen25_math_7b(tmp_path):
     # 41 + the staging job + 3 checkpoint-ready jobs (θ* of dapo and qae, the late start)
     assert "45 jobs: 0 done, 0 queued, 0 running, 45 to run" in out
     assert not tmp_path.joinpath("qwen25-math-7b").exists()  # a dry run writes nothing
+    # --rollout-tokens-per-s: with the default, a round on 8 GPUs outlasts parallel.timeout_s
     rc, out = _dry(["--preset", "qwen25-math-7b", "--dry-run", "--cluster", "slurm", "--root", str(tmp_path),
                     "--nodes", "2", "--gpus-per-node", "4", "--partition", "gpu", "--only", "fig2",
-                    "--rollout-tokens-per-s", "20000"])   # default: a round on 8 GPUs outlasts parallel.timeout_s
+                    "--rollout-tokens-per-s", "20000"])
     assert rc == 0
     row = next(l for l in out.splitlines() if l.startswith("stage2/kl_k3_b1/seed0"))
     assert "2x4gpu" in row and "p=gpu" in row
     keys = [line.split()[0] for line in out.splitlines() if line.strip()]
-    assert "stage2/kl_k2_b1/seed0" not in keys and not any(k.startswith("eval/") for k in keys)   # no eval jobs
+    # no eval jobs
+    assert "stage2/kl_k2_b1/seed0" not in keys and not any(k.startswith("eval/") for k in keys)
 
 
 def test_dry_run_qwen3_8b_base(tmp_path):
@@ -362,9 +377,11 @@ def test_dry_run_qwen3_8b_base(tmp_path):
     row = next(l for l in lines if l.startswith("stage2/armor_tau1_until110/seed0"))
     assert "16x8gpu" in row
     cmd = lines[lines.index(row) + 1]
-    assert "algo.mix.alpha=0.875" in cmd and "algo.reference.reset.until_step=110" in cmd and "step_offset=70" in cmd
+    assert ("algo.mix.alpha=0.875" in cmd and "algo.reference.reset.until_step=110" in cmd
+            and "step_offset=70" in cmd)
     assert "context 22528 tokens" in lines[lines.index(row) + 2]
-    assert "17 jobs: 0 done, 0 queued, 0 running, 17 to run" in out   # 15 + staging + θ*'s checkpoint-ready job
+    # 15 + staging + θ*'s checkpoint-ready job
+    assert "17 jobs: 0 done, 0 queued, 0 running, 17 to run" in out
 
 
 # ------------------------------------------------------------------------------------------ fake pipeline
@@ -500,7 +517,8 @@ def test_pipeline_with_fake_jobs_is_idempotent(tmp_path, monkeypatch):
     _fakes(tmp_path, monkeypatch)
     preset = _mini_preset(tmp_path)
     root = tmp_path / "runs"
-    argv = ["--preset", str(preset), "--cluster", "local", "--root", str(root), "--workers", "2", "--no-progress"]
+    argv = ["--preset", str(preset), "--cluster", "local", "--root", str(root), "--workers", "2",
+            "--no-progress"]
     rc, out = _dry(argv)
     assert rc == 0, out
     assert "all" in out and "jobs done" in out
@@ -517,8 +535,8 @@ def test_pipeline_with_fake_jobs_is_idempotent(tmp_path, monkeypatch):
     late = df[(df.arm == "armor_late") & (df.source == "validation")]
     assert sorted(late["step"]) == [6, 8, 10]
     ev = df[df.source == "eval"]
-    assert set(ev["arm"]) == {"dapo", "qae", "armor", "armor_reset_2", "qae_armor_reset_never", "qae_armor_reset_2",
-                              "opd", "mopd"}  # armor_reset_2 is armor's run
+    assert set(ev["arm"]) == {"dapo", "qae", "armor", "armor_reset_2", "qae_armor_reset_never",
+                              "qae_armor_reset_2", "opd", "mopd"}  # armor_reset_2 is armor's run
     dapo_ev = ev[ev.arm == "dapo"]
     assert set(dapo_ev["step"]) == {4} and set(dapo_ev["metric"]) == {"avg@4", "pass@2"}
     assert set(dapo_ev["benchmark"]) == {"toy_test"} and set(dapo_ev["n"]) == {4}
@@ -563,7 +581,8 @@ def test_pipeline_killed_driver_resumes(tmp_path, monkeypatch, wait_until):
            "--only", "fig4", *DRIVER_ARGS]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
     peak = root / "mini" / "dapo" / "seed0" / "peak.json"
-    wait_until((root / "mini" / "armor" / "seed0" / "metrics.jsonl").exists, "a stage-2 job's first metrics", p)
+    wait_until((root / "mini" / "armor" / "seed0" / "metrics.jsonl").exists, "a stage-2 job's first metrics",
+               p)
     assert peak.exists(), "the driver did not reach stage 2"
     p.send_signal(signal.SIGKILL)
     p.wait()
@@ -585,8 +604,8 @@ def test_pipeline_with_fake_jobs_on_slurm(slurm_cluster, tmp_path, monkeypatch):
     _fakes(tmp_path, monkeypatch)
     preset = _mini_preset(tmp_path)
     root = tmp_path / "runs"
-    argv = ["--preset", str(preset), "--cluster", "slurm", "--root", str(root), "--only", "fig4", "--no-progress",
-            "--poll", "0.5"]
+    argv = ["--preset", str(preset), "--cluster", "slurm", "--root", str(root), "--only", "fig4",
+            "--no-progress", "--poll", "0.5"]
     rc, out = _dry(argv)
     assert rc == 0, out
     assert "[submit] stage2/armor/seed0 -> slurm" in out and "after" in out

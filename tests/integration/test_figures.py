@@ -520,8 +520,8 @@ def test_the_restart_is_compared_after_its_restart_point():
         # restarts at 35 (never's best): equal there, higher after it by 0.1 + 0.01 * seed
         for step, v in ((35, 0.6), (45, 0.7 + 0.01 * seed), (55, 0.65)):
             rows.append(("armor_restart", seed, step, v))
-    df = pd.DataFrame([dict(preset="t", model="m", arm=a, seed=s, step=st, benchmark="toy_val", metric="avg@4",
-                            k=4, value=v, n=4, source="validation") for a, s, st, v in rows])
+    df = pd.DataFrame([dict(preset="t", model="m", arm=a, seed=s, step=st, benchmark="toy_val",
+                            metric="avg@4", k=4, value=v, n=4, source="validation") for a, s, st, v in rows])
     v = checklist.check_restart_raises_ceiling(load_context(df))
     assert v.numbers["windows"] == {0: [45, 55], 1: [45, 55], 2: [45, 55]}
     assert v.verdict == "inconclusive" and "noise floor not measured" in v.reason   # no floor in this table

@@ -1,5 +1,5 @@
-"""Seeds as an axis of the matrix (one θ* from the seed-mean curve, single-seed arms) and the late start chosen by
-rule from stage-1 validation (reproduce/peaks.py, reproduce/jobs.py)."""
+"""Seeds as an axis of the matrix (one θ* from the seed-mean curve, single-seed arms) and the late start
+chosen by rule from stage-1 validation (reproduce/peaks.py, reproduce/jobs.py)."""
 import json
 
 import pytest
@@ -13,7 +13,8 @@ from reproduce.presets import ExperimentError, load_preset, run_dir
 from test_experiments import MINI
 
 TWO_SEEDS = MINI.replace("  late_start_step: 6\n", "  late_start_fraction: 0.5\n").replace(
-    "  seeds: [0]\n", "  seeds: [0, 1]\n  single_seed_arms: [qae, qae_cont, qae_armor_reset_never, qae_armor_reset_2]\n")
+    "  seeds: [0]\n",
+    "  seeds: [0, 1]\n  single_seed_arms: [qae, qae_cont, qae_armor_reset_never, qae_armor_reset_2]\n")
 
 
 def _preset(tmp_path, text=TWO_SEEDS):
@@ -27,7 +28,8 @@ def _fake_run(run, curve, checkpoints):
     run.mkdir(parents=True, exist_ok=True)
     with open(run / "validation.jsonl", "w") as f:
         for s, v in curve:
-            f.write(json.dumps({"step": s, "benchmark": "toy_val", "metric": "avg@2", "k": 2, "value": v}) + "\n")
+            f.write(json.dumps({"step": s, "benchmark": "toy_val", "metric": "avg@2", "k": 2, "value": v})
+                    + "\n")
     for s in checkpoints:
         (run / "checkpoints" / f"step_{s:06d}").mkdir(parents=True, exist_ok=True)
         (run / "checkpoints" / f"step_{s:06d}" / "trainer_state.pt").write_text("")
@@ -94,17 +96,21 @@ def test_a_run_that_never_degrades_has_no_late_start_and_the_late_arm_says_so(tm
         assert experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
                                  "--seed", str(s)]) == 0
     assert "late start of dapo seed 1: none" in capsys.readouterr().out
-    rc = experiments.main(["train", "--preset", str(f), "--root", str(root), "--arm", "armor_late", "--seed", "0"])
-    assert rc == 2 and "armor_late seed 0: no late start: validation never falls below θ*'s 0.6000 after step 4" in capsys.readouterr().err
+    rc = experiments.main(["train", "--preset", str(f), "--root", str(root), "--arm", "armor_late",
+                           "--seed", "0"])
+    assert rc == 2 and ("armor_late seed 0: no late start: validation never falls below θ*'s 0.6000 after "
+                        "step 4" in capsys.readouterr().err)
 
 
 def test_peak_selection_over_seeds_needs_every_seed(tmp_path, capsys):
     f = _preset(tmp_path)
     p, root = load_preset(f), tmp_path / "runs"
     _fake_run(run_dir(root, p, "dapo", 0), [(0, 0.3), (2, 0.6)], [2])
-    rc = experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo", "--seed", "0"])
+    rc = experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
+                           "--seed", "0"])
     assert rc == 2 and "seed(s) [1] have no validation yet" in capsys.readouterr().err
-    rc = experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "armor", "--seed", "0"])
+    rc = experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "armor",
+                           "--seed", "0"])
     assert rc == 2 and "not a stage-1 baseline" in capsys.readouterr().err
 
 
@@ -112,7 +118,8 @@ def test_jobs_run_single_seed_arms_once_and_wait_for_every_seed_before_the_peak(
     p = load_preset(_preset(tmp_path))
     jobs = {j.key: j for j in build_jobs(p, tmp_path / "runs")}
     assert "stage1/dapo/seed1" in jobs and "stage2/armor/seed1" in jobs and "stage2/armor_late/seed1" in jobs
-    assert "stage1/qae/seed0" in jobs and "stage1/qae/seed1" not in jobs and "stage2/qae_cont/seed1" not in jobs
+    assert ("stage1/qae/seed0" in jobs and "stage1/qae/seed1" not in jobs
+            and "stage2/qae_cont/seed1" not in jobs)
     assert set(jobs["peak/dapo/seed1"].deps) == {"stage1/dapo/seed0", "stage1/dapo/seed1"}
     assert "--seeds" in jobs["peak/dapo/seed1"].argv and "0,1" in jobs["peak/dapo/seed1"].argv
     assert jobs["peak/qae/seed0"].deps == ["stage1/qae/seed0"]
@@ -144,11 +151,13 @@ def test_the_headroom_control_is_a_stage1_dapo_on_its_own_prompts(tmp_path):
     nat = arms["dapo_natural"]
     assert nat.stage == 1 and nat.figures == ["world"] and not nat.evaluate
     ov = train_overrides(p, tmp_path / "runs", nat, 1)
-    assert f"data.train={tmp_path / 'world'}/data/train_natural.jsonl" in ov and "schedule.total_steps=9" in ov
+    assert (f"data.train={tmp_path / 'world'}/data/train_natural.jsonl" in ov
+            and "schedule.total_steps=9" in ov)
     jobs = {j.key: j for j in build_jobs(p, tmp_path / "runs")}
     assert "stage1/dapo_natural/seed1" in jobs and "peak/dapo_natural/seed0" not in jobs
     assert "world" in build_jobs(p, tmp_path / "runs", only=["world"])[-1].argv  # the figures job draws it
-    with pytest.raises(Exception, match=r"protocol.headroom_data: None must name the control's training prompts"):
+    with pytest.raises(Exception,
+                       match=r"protocol.headroom_data: None must name the control's training prompts"):
         load_preset(_preset(tmp_path, TWO_SEEDS.replace("  stage2_steps: 4\n", "  stage2_steps: 4\n"
                                                                                 "  headroom_steps: 9\n")))
 

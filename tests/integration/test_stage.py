@@ -1,6 +1,7 @@
-"""Staging (reproduce/stage.py): the hub models and datasets a paper preset names are copied once into a shared
-folder by the driver's first job, and the train and evaluate jobs read the copies. Offline: a local folder laid
-out like the hub (ARMOR_HUB_MIRROR) stands in for it; the real hub is never asked (HF_HUB_OFFLINE=1)."""
+"""Staging (reproduce/stage.py): the hub models and datasets a paper preset names are copied once into a
+shared folder by the driver's first job, and the train and evaluate jobs read the copies. Offline: a local
+folder laid out like the hub (ARMOR_HUB_MIRROR) stands in for it; the real hub is never asked
+(HF_HUB_OFFLINE=1)."""
 import io
 import json
 from contextlib import redirect_stderr, redirect_stdout
@@ -43,7 +44,8 @@ def make_mirror(root: Path) -> Path:
     g = root / "datasets" / "Idavidrein" / "gpqa"
     g.mkdir(parents=True)
     (g / "README.md").write_text(GPQA_README)
-    (g / "gpqa_diamond.csv").write_text(GPQA_COLS + "What is 2+2?,four,three,five,six\nThe sky is?,blue,red,green,black\n")
+    (g / "gpqa_diamond.csv").write_text(GPQA_COLS + "What is 2+2?,four,three,five,six\n"
+                                        "The sky is?,blue,red,green,black\n")
     (g / "gpqa_main.csv").write_text(GPQA_COLS + "not diamond,a,b,c,d\n")
     d = root / "datasets" / "TIGER-Lab" / "MMLU-Pro" / "data"
     d.mkdir(parents=True)
@@ -102,7 +104,8 @@ def test_7b_dry_run_lists_the_staging_job_before_the_first_train_job(offline, mo
             or l.startswith("stage ")]
     assert rows[0] == "stage" and rows[1].startswith("stage1/"), rows[:3]       # staging first, then training
     first_train = next(l for l in lines if l.startswith("stage1/dapo/seed0"))
-    assert first_train.split()[-1] == "stage"                                    # it waits for the staging job
+    # it waits for the staging job
+    assert first_train.split()[-1] == "stage"
     cmd = lines[lines.index(first_train) + 1]
     assert f"model.path={sd / 'models' / 'Qwen' / 'Qwen2.5-Math-7B'}" in cmd      # and reads the staged model
     ev = lines[lines.index(next(l for l in lines if l.startswith("eval/armor/seed0"))) + 1]
@@ -121,7 +124,8 @@ def test_dry_run_without_mirror_says_what_is_unknown_and_what_a_gated_set_needs(
 
 def test_a_gated_dataset_without_a_token_fails_before_any_job_naming_HF_TOKEN(offline, monkeypatch):
     root = offline / "runs"
-    rc, out, err = _main(["--preset", "qwen25-math-7b", "--cluster", "local", "--root", str(root), "--no-wait"])
+    rc, out, err = _main(["--preset", "qwen25-math-7b", "--cluster", "local", "--root", str(root),
+                          "--no-wait"])
     assert rc == 2 and "HF_TOKEN" in err and "gpqa_diamond (Idavidrein/gpqa)" in err, err
     assert not (root / "qwen25-math-7b" / "_jobs").exists()                     # nothing was submitted
     items = stage.plan(load_preset("qwen25-math-7b"), offline / "s")
@@ -147,16 +151,19 @@ def test_staging_job_copies_from_the_mirror_once_and_the_jobs_read_the_copies(of
     preset = load_preset("qwen25-math-7b")
     jobs = {j.key: j for j in build_jobs(preset, root, stage_dir=sd)}
     assert not jobs["stage"].is_done()
-    assert experiments.main(["stage", "--preset", "qwen25-math-7b", "--root", str(root), "--stage-dir", str(sd)]) == 0
+    assert experiments.main(["stage", "--preset", "qwen25-math-7b", "--root", str(root),
+                             "--stage-dir", str(sd)]) == 0
     assert jobs["stage"].is_done()
     model = sd / "models" / "Qwen" / "Qwen2.5-Math-7B"
-    assert (model / "model.safetensors").read_bytes() == (mirror / "Qwen/Qwen2.5-Math-7B/model.safetensors").read_bytes()
+    assert ((model / "model.safetensors").read_bytes()
+            == (mirror / "Qwen/Qwen2.5-Math-7B/model.safetensors").read_bytes())
     gpqa = [json.loads(l) for l in (sd / "datasets" / "gpqa_diamond.jsonl").read_text().splitlines()]
     assert [r["Question"] for r in gpqa] == ["What is 2+2?", "The sky is?"]     # the gpqa_diamond config only
     marks = {p.name: p.read_text() for p in sd.rglob("*" + stage.MARK)}
     assert len(marks) == 3
     log = []
-    stage.stage_all(stage.plan(preset, sd), sd, log=log.append)                  # cached: nothing is copied again
+    # cached: nothing is copied again
+    stage.stage_all(stage.plan(preset, sd), sd, log=log.append)
     assert all(l.startswith("staged already") for l in log) and len(log) == 3
     assert marks == {p.name: p.read_text() for p in sd.rglob("*" + stage.MARK)}
 

@@ -34,7 +34,8 @@ def test_terminate_child_asks_through_the_file_before_any_signal(tmp_path, monke
             "while not p.exists():\n    time.sleep(0.05)\nsys.exit(140)\n")
     monkeypatch.setattr(jobwrap, "_child", subprocess.Popen([sys.executable, "-c", code]))
     assert jobwrap.terminate_child(grace_s=600, stop_file=f) == 128 + signal.SIGUSR2
-    assert 128 + signal.SIGUSR2 in jobwrap._INTERRUPT_RCS           # counted interrupted: requeued, not failed
+    # counted interrupted: requeued, not failed
+    assert 128 + signal.SIGUSR2 in jobwrap._INTERRUPT_RCS
 
 
 def test_without_a_stop_file_terminate_child_sends_sigterm(monkeypatch):
