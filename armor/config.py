@@ -525,7 +525,8 @@ def _registered_choices(cfg, prefix: str = ""):
 
 def needs_reference_logprobs(cfg: RunConfig) -> bool:
     """Whether a step computes πref's log-probs (the one rule: the trainer, the memory estimate and the plan's
-    time estimate read it): the KL penalty, a ratio that reads πref, the KL monitor, or a distillation from πref."""
+    time estimate read it): the KL penalty, a ratio that reads πref, the KL monitor, or a distillation from
+    πref."""
     a = cfg.algo
     from armor.objectives import RATIOS
     return (a.kl.coef != 0.0 or "reference" in RATIOS[a.mix.variant].needs or a.reference.kl_monitor

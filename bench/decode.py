@@ -1,4 +1,4 @@
-"""Sampling-speed benchmark of the HF engine's two decoders on a model: static KV cache vs the model's forward.
+"""Sampling-speed benchmark of the HF engine's two decoders on a model: static KV cache vs model forward.
 
     python -m bench.decode [--world DIR] [--rows 32,64,128,256] [--new-tokens 48] [--reps 5] [--threads 1]
 

@@ -1,4 +1,4 @@
-"""The tiny world's acceptance checks, read from the main job's runs: is this a world in which the paper's claims
+"""The tiny world's acceptance checks, from the main job's runs: is this a world in which the paper's claims
 can be tested? Stage-1 DAPO's dynamics on every seed, the headroom control, clipping in DAPO's stage 2.
 
     python -m figures.world_checks runs/tiny       # prints the table; --out DIR writes world_checks.md/.json
