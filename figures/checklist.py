@@ -268,6 +268,23 @@ def check_beta1_stagnates(ctx: Context) -> Verdict:
     return _merge(key, q, [moved, klv])
 
 
+def _peaks_after(ctx: Context, arm: str, never: str, offset: int) -> tuple[dict, dict]:
+    """Per seed: peak(arm) − peak(never) over their common validation steps after arm's start + offset, and
+    those steps ({seed: diff}, {seed: steps}); seeds without such a step are left out."""
+    diffs, windows = {}, {}
+    for s in ctx.seeds(arm):
+        r, n = _seed_curve(ctx, arm, s), _seed_curve(ctx, never, s)
+        start = ctx.for_seed(s).arm_start(arm)
+        if r.empty or n.empty or start is None:
+            continue
+        ra, na = r.after(start + offset), n.after(start + offset)
+        common = sorted(set(ra.step) & set(na.step))
+        if common:
+            diffs[s] = max(ra.at(x) for x in common) - max(na.at(x) for x in common)
+            windows[s] = common
+    return diffs, windows
+
+
 def check_resets_raise_ceiling(ctx: Context) -> Verdict:
     q = "Did reference resets raise the ceiling (peak after the first reset vs never, same steps)?"
     key = "resets_raise_ceiling"
@@ -279,18 +296,8 @@ def check_resets_raise_ceiling(ctx: Context) -> Verdict:
     parts = []
     for arm in resets:
         tau = int(re.match(r"^armor_reset_(\d+)$", arm).group(1))
-        diffs, windows = {}, {}
-        for s in ctx.seeds(arm):
-            r, n = _seed_curve(ctx, arm, s), _seed_curve(ctx, never, s)
-            start = ctx.for_seed(s).arm_start(arm)
-            if r.empty or n.empty or start is None:
-                continue
-            after = start + tau             # the first reset's step: both arms are the same weights up to it
-            ra, na = r.after(after), n.after(after)
-            common = sorted(set(ra.step) & set(na.step))
-            if common:
-                diffs[s] = max(ra.at(x) for x in common) - max(na.at(x) for x in common)
-                windows[s] = common
+        # the first reset's step: both arms are the same weights up to it
+        diffs, windows = _peaks_after(ctx, arm, never, tau)
         quantity = f"peak({arm}) − peak(never) after step θ*+{tau}"
         if not diffs:
             parts.append(Verdict(key, q, NOT_TESTABLE, f"{arm}: no validation point after its first reset "
@@ -308,18 +315,8 @@ def check_restart_raises_ceiling(ctx: Context) -> Verdict:
     missing = [a for a in (arm, never) if ctx.val_curve(a).empty]
     if missing:
         return Verdict(key, q, NOT_RUN, "not run: " + ", ".join(missing))
-    diffs, windows = {}, {}
-    for s in ctx.seeds(arm):
-        r, n = _seed_curve(ctx, arm, s), _seed_curve(ctx, never, s)
-        start = ctx.for_seed(s).arm_start(arm)
-        if r.empty or n.empty or start is None:
-            continue
-        # at the restart point both are the same checkpoint: compare the steps after it
-        ra, na = r.after(start), n.after(start)
-        common = sorted(set(ra.step) & set(na.step))
-        if common:
-            diffs[s] = max(ra.at(x) for x in common) - max(na.at(x) for x in common)
-            windows[s] = common
+    # at the restart point both are the same checkpoint: compare the steps after it
+    diffs, windows = _peaks_after(ctx, arm, never, 0)
     quantity = f"peak({arm}) − peak(never) after the restart point"
     if not diffs:
         return Verdict(key, q, NOT_TESTABLE, f"{arm}: no validation point after its restart point",

@@ -204,15 +204,21 @@ def _needs_reference(cfg) -> int:
     return int(needs_reference_logprobs(cfg)) + int(a.distill.mode != "none" and bool(a.distill.teacher_path))
 
 
-def train_step_seconds(cfg, t: Throughput, gpus: int, n_params: Optional[int]) -> float:
-    """Expected seconds of one training step and a save on `gpus` GPUs (train_estimate's per-step terms)."""
+def step_tokens(cfg, t: Throughput) -> tuple[float, float]:
+    """(generated, trained) tokens of one step: on-policy (and anchor) samples at t.fill of max_response; the
+    update's passes over prompt + response, plus the extra forwards (πref, teacher) at 1/4 of a pass each."""
     b, L, r = cfg.batch, cfg.lengths, cfg.rollout
     resp = t.fill * L.max_response
     gen = (r.gen_batch_prompts or b.prompts_per_step) * b.group_size * resp
     if cfg.algo.anchor.enabled:
         gen += b.prompts_per_step * cfg.algo.anchor.ref_n * resp
     trained = b.prompts_per_step * b.group_size * t.fill * (L.max_prompt + L.max_response) * b.epochs
-    trained *= 1 + 0.25 * (1 + _needs_reference(cfg))
+    return gen, trained * (1 + 0.25 * (1 + _needs_reference(cfg)))
+
+
+def train_step_seconds(cfg, t: Throughput, gpus: int, n_params: Optional[int]) -> float:
+    """Expected seconds of one training step and a save on `gpus` GPUs (train_estimate's per-step terms)."""
+    gen, trained = step_tokens(cfg, t)
     g = max(1, gpus)
     return gen / (t.rollout_tokens_per_s * g) + trained / (t.update_tps(n_params) * g) + t.save_s
 
@@ -223,13 +229,8 @@ def train_estimate(preset, job, t: Throughput, n_params: Optional[int]) -> Estim
     gpus = res.nodes * res.gpus_per_node
     cfg = load_config(preset.path, job.info.get("arm_overrides", []))
     steps = int(job.info.get("steps") or cfg.schedule.total_steps)
-    b, L, r = cfg.batch, cfg.lengths, cfg.rollout
-    resp = t.fill * L.max_response
-    gen = (r.gen_batch_prompts or b.prompts_per_step) * b.group_size * resp
-    if cfg.algo.anchor.enabled:
-        gen += b.prompts_per_step * cfg.algo.anchor.ref_n * resp
-    trained = b.prompts_per_step * b.group_size * t.fill * (L.max_prompt + L.max_response) * b.epochs
-    trained *= 1 + 0.25 * (1 + _needs_reference(cfg))
+    resp = t.fill * cfg.lengths.max_response
+    gen, trained = step_tokens(cfg, t)
     v = cfg.validation
     val_tokens = sum(min(PROBLEMS.get(_bench_name(x), UNKNOWN_PROBLEMS), v.max_problems or 10 ** 9)
                      for x in v.benchmarks) * v.samples * resp
