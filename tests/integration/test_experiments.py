@@ -355,10 +355,11 @@ def test_dry_run_qwen25_math_7b(tmp_path):
     # 41 + the staging job + 3 checkpoint-ready jobs (θ* of dapo and qae, the late start)
     assert "45 jobs: 0 done, 0 queued, 0 running, 45 to run" in out
     assert not tmp_path.joinpath("qwen25-math-7b").exists()  # a dry run writes nothing
-    # --rollout-tokens-per-s: with the default, a round on 8 GPUs outlasts parallel.timeout_s
+    # the throughput flags: with the default, a round on 8 GPUs outlasts parallel.timeout_s and a step the
+    # train job's stop grace (1800 s; test_dry_run_plan.py checks both errors)
     rc, out = _dry(["--preset", "qwen25-math-7b", "--dry-run", "--cluster", "slurm", "--root", str(tmp_path),
                     "--nodes", "2", "--gpus-per-node", "4", "--partition", "gpu", "--only", "fig2",
-                    "--rollout-tokens-per-s", "20000"])
+                    "--rollout-tokens-per-s", "20000", "--update-tokens-per-s", "40000"])
     assert rc == 0
     row = next(l for l in out.splitlines() if l.startswith("stage2/kl_k3_b1/seed0"))
     assert "2x4gpu" in row and "p=gpu" in row

@@ -4,9 +4,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 110
 SKIP = {".venv", ".venv-vllm", "runs", ".git", "node_modules"}
-# (file, line): inside a script-template string a test writes verbatim; wrapping would change the script
-ALLOW = {("tests/integration/test_experiments.py", 414), ("tests/integration/test_experiments.py", 427),
-         ("tests/integration/test_experiments.py", 434), ("tests/integration/test_launcher.py", 262)}
+# (file, how the stripped line begins): lines inside script-template strings a test writes out verbatim;
+# wrapping them would change the script
+ALLOW = {("tests/integration/test_experiments.py", 'f.write(json.dumps({{"step": s, "reward_mean"'),
+         ("tests/integration/test_experiments.py", 'ap.add_argument("--checkpoint"); ap.add_argument('),
+         ("tests/integration/test_experiments.py", '{"benchmark": b, "metrics": {"avg@4": 0.25, "pass@'),
+         ("tests/integration/test_launcher.py", 'jobs.append(Job(f"count/{{i}}", [sys.executable, {')}
 
 
 def test_python_lines_are_at_most_110_columns():
@@ -16,6 +19,7 @@ def test_python_lines_are_at_most_110_columns():
         if SKIP & set(rel.parts):
             continue
         for i, line in enumerate(f.read_text().splitlines(), 1):
-            if len(line) > LIMIT and (str(rel), i) not in ALLOW:
+            allowed = any(str(rel) == f and line.strip().startswith(b) for f, b in ALLOW)
+            if len(line) > LIMIT and not allowed:
                 long.append(f"{rel}:{i}: {len(line)} columns")
     assert not long, "\n".join(long)
