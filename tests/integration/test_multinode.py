@@ -115,7 +115,9 @@ def test_two_node_torchrun_job_requeued_resumes_and_equals_one_process(netns_clu
         assert len(headers) == 2 and all(f"(node {node})" in h for h in headers), headers
         assert all("--nnodes=2" in h and "--nproc_per_node=1" in h and "--master_addr=armor-n1" in h
                    for h in headers), headers
-    assert "(interrupted)" in log0 and "(finished)" in log0, log0[-2000:]
+    # attempt 1 ends with no line of its own when SLURM's SIGKILL (KillWait 5 s here) comes first: armor.train
+    # takes the requeue's SIGTERM as a stop request for the next step boundary (armor/stop.py), and it is held
+    assert log0.count("(finished)") == 1, log0[-2000:]
 
     # resumed from the step-2 checkpoint: steps 1-2 not recomputed (their rows, timings included, and the
     # checkpoint's files are attempt 1's), steps 3-4 computed by attempt 2
