@@ -142,6 +142,13 @@ def _n_params(preset) -> Optional[int]:
     return shape.params if shape else None
 
 
+def _export_bytes(cfg) -> int:
+    """Bytes per parameter of a checkpoint's HF export (schedule.export_dtype; "model": model.dtype)."""
+    from armor import memory
+    e = cfg.schedule.export_dtype
+    return memory.BYTES[cfg.model.dtype if e == "model" else e]
+
+
 # ------------------------------------------------------------------------------------------- memory, disk
 def checkpoint_volume(n_params: int, saves: int, keep_last: Optional[int] = None, protected: int = 0,
                       export_bytes: int = 2, master_bytes: int = 4, optimizer_bytes: int = 8) -> dict:
@@ -154,14 +161,15 @@ def checkpoint_volume(n_params: int, saves: int, keep_last: Optional[int] = None
     return {"per_save": per_save, "saves": saves, "kept": kept, "bytes": kept * per_save}
 
 
-def host_memory_gb(n_params: int, ranks_per_node: int, engine: str = "vllm",
-                   grader_workers: int = 0) -> float:
+def host_memory_gb(n_params: int, ranks_per_node: int, nodes: int = 1, engine: str = "vllm",
+                   grader_workers: int = 0, export_bytes: int = 2) -> float:
     """Host memory one training node needs (GB, 1e9 bytes): per rank vLLM's sleep-mode weight backup in
-    pinned memory (bf16: 2 N) and HOST_RANK_OVERHEAD_GB, 0.5 GB per grader worker, and on the node of rank 0
-    the full fp32 state it gathers to export (4 N)."""
+    pinned memory (bf16: 2 N), HOST_RANK_OVERHEAD_GB and 0.5 GB per grader worker; and the node's share of
+    the HF export its ranks hold on CPU while they write their parts (armor.checkpoint.export_parts: the
+    parts are even in bytes over all ranks, so export_bytes N / nodes)."""
     backup = 2 * n_params / 1e9 if engine == "vllm" else 0.0
     per_rank = backup + HOST_RANK_OVERHEAD_GB + 0.5 * grader_workers
-    return ranks_per_node * per_rank + 4 * n_params / 1e9
+    return ranks_per_node * per_rank + export_bytes * n_params / 1e9 / nodes
 
 
 def default_host_memory(preset) -> dict[str, float]:
@@ -172,7 +180,8 @@ def default_host_memory(preset) -> dict[str, float]:
         return {}
     ranks = p.procs_per_node or p.gpus_per_node
     cfg = preset.cfg
-    train = host_memory_gb(n, ranks, cfg.rollout.engine, cfg.reward.grader_workers)
+    train = host_memory_gb(n, ranks, p.nodes, cfg.rollout.engine, cfg.reward.grader_workers,
+                           _export_bytes(cfg))
     evaluate = p.gpus_per_node * (2 * n / 1e9 + HOST_RANK_OVERHEAD_GB)
     return {"train": 10 * math.ceil(train / 10), "evaluate": 10 * math.ceil(evaluate / 10)}
 
@@ -452,11 +461,13 @@ def check_plan(preset, res: dict, t: Throughput, mem_key: str = "train.mem_gb") 
                         f"per node (train.gpus_per_node)")
     n = _n_params(preset)
     if n is not None and train.mem_gb is not None:
-        need = host_memory_gb(n, train.ranks_per_node, cfg.rollout.engine, cfg.reward.grader_workers)
+        need = host_memory_gb(n, train.ranks_per_node, train.nodes, cfg.rollout.engine,
+                              cfg.reward.grader_workers, _export_bytes(cfg))
         if train.mem_gb < need:
             raise PlanError(f"{mem_key}: {train.mem_gb:g} is below the host-memory estimate of {need:.0f} GB "
                             f"per node ({train.ranks_per_node} ranks x (vLLM weight backup 2N + "
-                            f"{HOST_RANK_OVERHEAD_GB:g} GB) + rank 0's fp32 export 4N; reproduce/plan.py)")
+                            f"{HOST_RANK_OVERHEAD_GB:g} GB) + the node's share of the HF export; "
+                            f"reproduce/plan.py)")
     gpus = train.nodes * train.gpus_per_node
     b, L = cfg.batch, cfg.lengths
     round_tokens = (cfg.rollout.gen_batch_prompts

@@ -35,36 +35,18 @@ CONF="${ARMOR_NETNS_CONF:-/etc/armor-netns/slurm.conf}"
 NET="${ARMOR_NETNS_NET:-10.77.0}"
 PORT="${ARMOR_NETNS_PORT:-6917}"
 TIMEOUT="${ARMOR_NETNS_TIMEOUT:-60}"
-NODES=(armor-n1 armor-n2)            # node name = namespace name; node i has address $NET.i
-BR=armor-nsbr
 IFNAME=armor0
-MARK="# written by armor-repro slurm/cluster_netns_up.sh"
 SOCK="$STATE/munge/munge.socket.2"
 T0=$(date +%s.%N)
-export PATH="$PATH:/usr/sbin:/sbin"
 export SLURM_CONF="$CONF"
 
-log() { echo "[cluster_netns_up] $*"; }
-die() { echo "[cluster_netns_up] ERROR: $*" >&2; exit 1; }
+LOG_NAME=cluster_netns_up
+. "$(dirname "$0")/cluster_lib.sh"
+NODES=("${NETNS_NODES[@]}")    # node i has address $NET.i
+BR=$NETNS_BRIDGE
+MARK=$NETNS_MARK
 [ "$(id -u)" = 0 ] || die "must run as root (it creates namespaces, installs packages and starts daemons)"
 
-alive() {  # alive PIDFILE -> 0 when the recorded process runs
-  local f="$1" pid
-  [ -s "$f" ] || return 1
-  pid=$(cat "$f" 2>/dev/null) || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
-}
-node_states() {  # "NODE STATE" lines, the state's flag characters removed
-  sinfo -h -N -o '%N %T' 2>/dev/null | awk '{ gsub(/[*~#!%$@^-]/, "", $2); print $1, $2 }' | sort -u || true
-}
-all_usable() {  # every node idle/mixed/allocated/completing
-  local s n=0
-  s=$(node_states)
-  for node in "${NODES[@]}"; do
-    echo "$s" | grep -Eq "^$node (idle|mixed|allocated|completing)$" && n=$((n + 1))
-  done
-  [ $n = ${#NODES[@]} ]
-}
 in_node() {  # in_node NODE CMD...: CMD in NODE's network namespace, with NODE's /etc/hosts; /sys stays
   local node="$1"; shift
   unshare --mount --propagation private \
@@ -87,27 +69,8 @@ $MARK
 # two nodes = two network namespaces of this machine; clients need SLURM_CONF=$CONF
 ClusterName=armornetns
 SlurmctldHost=$HOST($NET.254)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
+$(conf_common)
 AuthInfo=socket=$SOCK,cred_expire=10
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1,sched_interval=2
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-MinJobAge=3600
-KillWait=5
-InactiveLimit=0
-Waittime=0
-JobRequeue=1
 StateSaveLocation=$LIB/ctld
 SlurmdSpoolDir=$LIB/d/%n
 SlurmctldPidFile=$STATE/slurmctld.pid
@@ -132,26 +95,7 @@ if command -v sinfo >/dev/null && daemons_alive \
 fi
 
 # ------------------------------------------------------------------------------------------------ install
-need=()
-for pair in ip:iproute2 munged:munge slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client; do
-  bin=${pair%%:*}; pkg=${pair##*:}
-  command -v "$bin" >/dev/null 2>&1 || need+=("$pkg")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  log "installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  had_policy=0; [ -e /usr/sbin/policy-rc.d ] && had_policy=1   # postinst must not start services
-  if [ $had_policy = 0 ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d
-  fi
-  if ! apt-get install -y --no-install-recommends "${need[@]}" >/tmp/armor-netns-apt.log 2>&1; then
-    apt-get update >>/tmp/armor-netns-apt.log 2>&1 || true
-    apt-get install -y --no-install-recommends "${need[@]}" >>/tmp/armor-netns-apt.log 2>&1 \
-      || { [ $had_policy = 0 ] && rm -f /usr/sbin/policy-rc.d
-           die "apt-get install failed, see /tmp/armor-netns-apt.log"; }
-  fi
-  [ $had_policy = 0 ] && rm -f /usr/sbin/policy-rc.d
-fi
+install_missing ip:iproute2 munged:munge slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client
 mkdir -p "$STATE" "$LIB/ctld" "$(dirname "$CONF")"
 for node in "${NODES[@]}"; do mkdir -p "$LIB/d/$node"; done
 chmod 755 "$STATE"
@@ -182,15 +126,8 @@ done
 
 # ------------------------------------------------------------------------------------------------- munge
 # a munged of our own on its own socket (AuthInfo=socket=...): the other cluster's munged is left alone
-id munge >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin munge
-mkdir -p /etc/munge "$STATE/munge"
-if [ ! -s /etc/munge/munge.key ]; then
-  log "creating munge key"
-  if command -v mungekey >/dev/null 2>&1; then
-    mungekey --create --keyfile=/etc/munge/munge.key --force >/dev/null
-  else dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none; fi
-  chown munge:munge /etc/munge/munge.key; chmod 0400 /etc/munge/munge.key
-fi
+munge_key
+mkdir -p "$STATE/munge"
 chown munge:munge "$STATE/munge"; chmod 0755 "$STATE/munge"
 munge_ok() { munge -S "$SOCK" -n 2>/dev/null | unmunge -S "$SOCK" >/dev/null 2>&1; }
 if ! alive "$STATE/munged.pid" || ! munge_ok; then
@@ -217,36 +154,20 @@ if alive "$STATE/slurmctld.pid" && [ $CONF_CHANGED = 1 ]; then
   log "configuration changed: scontrol reconfigure"; scontrol reconfigure || true
 fi
 if ! alive "$STATE/slurmctld.pid"; then   # empty queue, as slurm/cluster_up.sh (see there)
-  slurmctld -c -f "$CONF" 2>>"$STATE/slurmctld.err" || die "slurmctld failed; see $STATE/slurmctld.log, .err"
-  for _ in $(seq 50); do alive "$STATE/slurmctld.pid" && break; sleep 0.1; done
-  alive "$STATE/slurmctld.pid" || die "slurmctld exited; see $STATE/slurmctld.log"
+  start_daemon slurmctld "$STATE/slurmctld.pid" slurmctld -c -f "$CONF"
   log "slurmctld started (pid $(cat "$STATE/slurmctld.pid"), $NET.254:$PORT)"
 fi
 for node in "${NODES[@]}"; do
   f="$STATE/slurmd.$node.pid"
   if ! alive "$f"; then
-    in_node "$node" env SLURM_CONF="$CONF" slurmd -N "$node" -f "$CONF" 2>>"$STATE/slurmd.$node.err" \
-      || die "slurmd $node failed to start; see $STATE/slurmd.$node.log and .err"
-    for _ in $(seq 50); do alive "$f" && break; sleep 0.1; done
-    alive "$f" || die "slurmd $node exited; see $STATE/slurmd.$node.log"
+    start_daemon "slurmd $node" "$f" in_node "$node" env SLURM_CONF="$CONF" slurmd -N "$node" -f "$CONF"
     log "slurmd $node started in netns $node (pid $(cat "$f"))"
   fi
 done
 
 # ------------------------------------------------------------------------------------------ wait for idle
-deadline=$(( $(date +%s) + TIMEOUT )); resumed=0
-until all_usable; do
-  if [ $resumed = 0 ] && node_states | grep -Eq ' (down|drained|draining|fail|failing)$'; then
-    scontrol update NodeName="$(IFS=,; echo "${NODES[*]}")" State=RESUME >/dev/null 2>&1 || true; resumed=1
-  fi
-  if [ "$(date +%s)" -ge $deadline ]; then
-    echo "[cluster_netns_up] ERROR: nodes not idle after ${TIMEOUT}s: $(node_states | tr '\n' ' ')" >&2
-    tail -n 5 "$STATE/slurmctld.log" >&2 2>/dev/null || true
-    for node in "${NODES[@]}"; do tail -n 5 "$STATE/slurmd.$node.log" >&2 2>/dev/null || true; done
-    exit 1
-  fi
-  sleep 0.5
-done
+logs=("$STATE/slurmctld.log"); for node in "${NODES[@]}"; do logs+=("$STATE/slurmd.$node.log"); done
+wait_usable "$TIMEOUT" "${logs[@]}"
 T1=$(date +%s.%N)
 log "up: $(node_states | tr '\n' ' ')partition netns ($(awk "BEGIN{printf \"%.1f\", $T1-$T0}") s)"
 log "clients: export SLURM_CONF=$CONF"

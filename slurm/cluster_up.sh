@@ -27,24 +27,13 @@ CONF="$CONF_DIR/slurm.conf"
 MARK="# written by armor-repro slurm/cluster_up.sh"
 T0=$(date +%s.%N)
 
-log() { echo "[cluster_up] $*"; }
-die() { echo "[cluster_up] ERROR: $*" >&2; exit 1; }
-
+LOG_NAME=cluster_up
+. "$(dirname "$0")/cluster_lib.sh"
 [ "$(id -u)" = 0 ] || die "must run as root (it installs packages and starts daemons)"
-
-alive() {  # alive PIDFILE -> 0 when the recorded process runs
-  local f="$1" pid
-  [ -s "$f" ] || return 1
-  pid=$(cat "$f" 2>/dev/null) || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
-}
-
-node_state() { sinfo -h -N -o '%T' 2>/dev/null | head -n1 | tr -d '*~#!%$@^-' || true; }
-# the node takes jobs: idle, or running (mixed, allocated) or finishing (completing) some
-usable() { case "$1" in idle|mixed|allocated|completing) return 0 ;; *) return 1 ;; esac; }
 
 # ----------------------------------------------------------------------------------------------- slurm.conf
 HOST=$(hostname -s)
+NODES=("$HOST")
 make_conf() {  # prints the slurm.conf this script wants (node line from `slurmd -C`)
 NODE_LINE=$(slurmd -C 2>/dev/null | grep '^NodeName=' | head -n1)
 [ -n "$NODE_LINE" ] || die "slurmd -C printed no NodeName line"
@@ -54,28 +43,8 @@ $MARK
 # single-node test/user cluster; regenerate by deleting this file and rerunning cluster_up.sh
 ClusterName=armor
 SlurmctldHost=$HOST(127.0.0.1)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
+$(conf_common)
 AuthInfo=cred_expire=10
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1,sched_interval=2
-DependencyParameters=kill_invalid_depend
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-MinJobAge=3600
-KillWait=5
-InactiveLimit=0
-Waittime=0
-JobRequeue=1
 StateSaveLocation=/var/lib/armor-slurm/ctld
 SlurmdSpoolDir=/var/lib/armor-slurm/d
 SlurmctldPidFile=$STATE/slurmctld.pid
@@ -92,48 +61,23 @@ EOF
 # --------------------------------------------------------------------------------------------- fast path
 if alive "$STATE/slurmctld.pid" && alive "$STATE/slurmd.pid" && command -v sinfo >/dev/null \
    && [ "$(cat "$CONF" 2>/dev/null)" = "$(make_conf 2>/dev/null)" ] \
-   && usable "$(node_state)"; then
+   && all_usable; then
   log "already up (slurmctld pid $(cat "$STATE/slurmctld.pid"), slurmd pid $(cat "$STATE/slurmd.pid")); nothing to do"
   exit 0
 fi
 
 # ------------------------------------------------------------------------------------------------ install
-need=()
-for pair in munged:munge slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client; do
-  bin=${pair%%:*}; pkg=${pair##*:}
-  command -v "$bin" >/dev/null 2>&1 || [ -x "/usr/sbin/$bin" ] || need+=("$pkg")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  log "installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  # policy-rc.d: the packages' postinst must not try to start services (no systemd/init here)
-  had_policy=0; [ -e /usr/sbin/policy-rc.d ] && had_policy=1
-  if [ $had_policy = 0 ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; fi
-  if ! apt-get install -y --no-install-recommends munge slurmctld slurmd slurm-client >/tmp/armor-slurm-apt.log 2>&1; then
-    apt-get update >>/tmp/armor-slurm-apt.log 2>&1 || true
-    apt-get install -y --no-install-recommends munge slurmctld slurmd slurm-client >>/tmp/armor-slurm-apt.log 2>&1 \
-      || { [ $had_policy = 0 ] && rm -f /usr/sbin/policy-rc.d; die "apt-get install failed, see /tmp/armor-slurm-apt.log"; }
-  fi
-  [ $had_policy = 0 ] && rm -f /usr/sbin/policy-rc.d
-  log "installed ($(slurmctld -V 2>/dev/null || echo slurm))"
-fi
-export PATH="$PATH:/usr/sbin:/sbin"
+install_missing munged:munge slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client
 
 mkdir -p "$STATE"
 chmod 755 "$STATE"
 
 # ------------------------------------------------------------------------------------------------- munge
-id munge >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin munge
-mkdir -p /etc/munge /var/lib/munge /var/log/munge /run/munge
-if [ ! -s /etc/munge/munge.key ]; then
-  log "creating munge key"
-  if command -v mungekey >/dev/null 2>&1; then mungekey --create --keyfile=/etc/munge/munge.key --force >/dev/null
-  else dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none; fi
-fi
-chown -R munge:munge /etc/munge /var/lib/munge /var/log/munge /run/munge
-chmod 0700 /etc/munge /var/lib/munge /var/log/munge
+munge_key
+mkdir -p /var/lib/munge /var/log/munge /run/munge
+chown -R munge:munge /var/lib/munge /var/log/munge /run/munge
+chmod 0700 /var/lib/munge /var/log/munge
 chmod 0755 /run/munge
-chmod 0400 /etc/munge/munge.key
 
 munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
 if munge_ok; then
@@ -166,35 +110,16 @@ if alive "$STATE/slurmctld.pid" && [ $CONF_CHANGED = 1 ]; then
 fi
 if ! alive "$STATE/slurmctld.pid"; then
   CLEAR=-c; [ "${ARMOR_SLURM_KEEP_JOBS:-0}" = 1 ] && CLEAR=
-  slurmctld $CLEAR 2>>"$STATE/slurmctld.err" || die "slurmctld failed to start; see $STATE/slurmctld.log and $STATE/slurmctld.err"
-  for _ in $(seq 50); do alive "$STATE/slurmctld.pid" && break; sleep 0.1; done
-  alive "$STATE/slurmctld.pid" || die "slurmctld exited; see $STATE/slurmctld.log"
-  log "slurmctld started (pid $(cat "$STATE/slurmctld.pid"), $([ -n "$CLEAR" ] && echo "empty queue: jobs of an earlier controller dropped" || echo "earlier queue kept"))"
+  start_daemon slurmctld "$STATE/slurmctld.pid" slurmctld $CLEAR
+  log "slurmctld started (pid $(cat "$STATE/slurmctld.pid"), $([ -n "$CLEAR" ] \
+    && echo "empty queue: jobs of an earlier controller dropped" || echo "earlier queue kept"))"
 fi
 if ! alive "$STATE/slurmd.pid"; then
-  slurmd 2>>"$STATE/slurmd.err" || die "slurmd failed to start; see $STATE/slurmd.log and $STATE/slurmd.err"
-  for _ in $(seq 50); do alive "$STATE/slurmd.pid" && break; sleep 0.1; done
-  alive "$STATE/slurmd.pid" || die "slurmd exited; see $STATE/slurmd.log"
+  start_daemon slurmd "$STATE/slurmd.pid" slurmd
   log "slurmd started (pid $(cat "$STATE/slurmd.pid"))"
 fi
 
 # ------------------------------------------------------------------------------------------ wait for idle
-deadline=$(( $(date +%s) + TIMEOUT )); resumed=0
-while :; do
-  st=$(node_state)
-  usable "$st" && break
-  case "$st" in
-    down|drained|draining|fail|failing)
-      if [ $resumed = 0 ]; then scontrol update NodeName="$HOST" State=RESUME >/dev/null 2>&1 || true; resumed=1; fi ;;
-  esac
-  if [ "$(date +%s)" -ge $deadline ]; then
-    echo "[cluster_up] ERROR: node $HOST not idle after ${TIMEOUT}s (state: '${st:-no answer from slurmctld}')." >&2
-    echo "  sinfo: $(sinfo -N 2>&1 | tail -n +2 | head -n 3)" >&2
-    echo "  last slurmctld log lines:" >&2; tail -n 5 "$STATE/slurmctld.log" >&2 2>/dev/null || true
-    echo "  last slurmd log lines:" >&2; tail -n 5 "$STATE/slurmd.log" >&2 2>/dev/null || true
-    exit 1
-  fi
-  sleep 0.5
-done
+wait_usable "$TIMEOUT" "$STATE/slurmctld.log" "$STATE/slurmd.log"
 T1=$(date +%s.%N)
-log "up: node $HOST $(node_state), partition $PARTITION ($(awk "BEGIN{printf \"%.1f\", $T1-$T0}") s)"
+log "up: $(node_states | tr '\n' ' ')partition $PARTITION ($(awk "BEGIN{printf \"%.1f\", $T1-$T0}") s)"

@@ -383,7 +383,7 @@ class Launcher:
                       f"{len(todo) - len(active)} to {'run' if self.cluster == 'local' else 'submit'} "
                       f"({self.cluster})")
             if self.cluster == "local":
-                return self._run_local(order, states)
+                return self._run_local(order, states, jobs)
             return self._run_slurm(order, states, wait)
 
     def _write_spec(self, job: Job) -> str:
@@ -426,7 +426,10 @@ class Launcher:
         return tqdm(total=total, initial=initial, unit="job", dynamic_ncols=True, leave=True)
 
     # ------------------------------------------------------------------------------------- local
-    def _run_local(self, order: list[Job], states: dict) -> dict:
+    def _run_local(self, order: list[Job], states: dict, start_order: list[Job]) -> dict:
+        """Run the jobs with `self.workers` local processes. Ready jobs start in `start_order`, the caller's
+        (topo_order's layers would hold a short job that unblocks others, e.g. a restart point, behind every
+        job of a shallower layer)."""
         procs: dict[str, Optional[subprocess.Popen]] = {}   # None: adopted from a killed driver
         started_at: dict[str, float] = {}
         tries: dict[str, int] = {}
@@ -484,7 +487,7 @@ class Launcher:
                         states[j.key] = (BLOCKED, f"dependency {bad[0]} {states[bad[0]][0]}")
                         final.add(j.key)
                         self._emit(f"[blocked] {j.key}: {states[j.key][1]}")
-                for j in order:  # start what is ready
+                for j in start_order:  # start what is ready
                     if len(procs) >= self.workers:
                         break
                     if j.key in final or j.key in procs or not all(states[d][0] == DONE for d in j.deps):

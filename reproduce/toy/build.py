@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import sys
 import time
@@ -233,7 +232,7 @@ def build_world(out_dir, seed: int = 0, quick: bool = False, log=None, version: 
     for name, recs in splits.items():
         write_jsonl(tmp / "data" / f"{name}.jsonl", recs)
     stats = {k: T.split_stats(v) for k, v in splits.items()}
-    log(f"[toy] splits: " + ", ".join(f"{k} n={v['n']} shortcut={v['shortcut_rate']:.3f} "
+    log("[toy] splits: " + ", ".join(f"{k} n={v['n']} shortcut={v['shortcut_rate']:.3f} "
                                        f"chain_ceiling={v['chain_ceiling']:.3f}" for k, v in stats.items()))
 
     tok = build_tokenizer()

@@ -4,10 +4,7 @@ evaluation need, each rank hashes only its own files, the bf16 HF export loads i
 Every signal is sent by the trainer to itself at a named fault point (ARMOR_FAULT=POINT@STEP:SIGNAL[:RANK]),
 so no test races a timer against the run."""
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,32 +15,17 @@ from armor.trainer import DETERMINISTIC_KEYS
 from common.jsonl import read_jsonl
 from reproduce.peaks import choose_peak, read_validation
 
-ROOT = Path(__file__).resolve().parents[2]
-SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
+from toy_runs import hf_weights, run, train_cmd
+
 # validation every step, a checkpoint every 2 (and at step 5), one resumable state kept besides the protected
 # ones
 RETAIN = ["schedule.save_every=2", "schedule.validate_every=1", "validation.max_problems=8",
           "schedule.keep_last=1", "schedule.keep_best_window=3", "schedule.keep_steps=[5]"]
-USR2 = f"update@3:SIGUSR2"
-
-
-def _argv(world: Path, out: Path, steps: int, extra=()) -> list[str]:
-    return ["--config", str(SMOKE), "model.path=" + str(world / "base_model"),
-            "data.train=" + str(world / "data" / "train.jsonl"),
-            f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", f"output_dir={out}",
-            f"schedule.total_steps={steps}", *extra]
-
-
-def _run(cmd: list[str], fault: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ARMOR_PROGRESS": "0", "OMP_NUM_THREADS": "1"}
-    env.pop("ARMOR_FAULT", None)
-    if fault:
-        env["ARMOR_FAULT"] = fault
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+USR2 = "update@3:SIGUSR2"
 
 
 def _train(world, out, steps, extra=(), fault=None):
-    return _run([sys.executable, "-m", "armor.train", *_argv(world, out, steps, extra)], fault)
+    return run(train_cmd(world, out, f"schedule.total_steps={steps}", *extra), fault, threads=1)
 
 
 def test_stop_signal_saves_the_step_in_flight_and_retention_keeps_what_evaluation_needs(world, tmp_path):
@@ -75,17 +57,6 @@ def test_stop_signal_saves_the_step_in_flight_and_retention_keeps_what_evaluatio
     assert {best, 5, 6} <= set(kept) and len(kept) < len(scheduled)
 
 
-def _hf_weights(folder: Path) -> dict:
-    from safetensors.torch import load_file
-    index = folder / ckpt.INDEX
-    if not index.is_file():
-        return load_file(str(folder / "model.safetensors"))
-    out = {}
-    for part in sorted(set(json.loads(index.read_text())["weight_map"].values())):
-        out.update(load_file(str(folder / part)))
-    return out
-
-
 RECORDER = """import os, sys, runpy
 from pathlib import Path
 import armor.checkpoint as c
@@ -113,10 +84,8 @@ def test_two_ranks_stop_together_hash_their_own_files_and_export_bf16(world, tmp
     script.write_text(RECORDER)
     extra = ["schedule.save_every=2", "schedule.validate_every=0", "validation.benchmarks=[]",
              "rollout.shards=2", "schedule.export_dtype=bfloat16", "parallel.timeout_s=600"]
-    argv = _argv(world, out, 4, extra)
-    argv = [a for a in argv if not a.startswith("validation.benchmarks=[toy")]
-    r = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-              str(script), str(logs), *argv], fault="update@3:SIGUSR2:1")
+    r = run(train_cmd(world, out, "schedule.total_steps=4", *extra, ranks=2, entry=(str(script), str(logs))),
+            fault="update@3:SIGUSR2:1", threads=1)
     assert r.returncode != 0 and not (out / "DONE").exists(), r.stderr[-3000:]
     assert "stopped by signal" in r.stdout + r.stderr, r.stderr[-3000:]
     assert [x["step"] for x in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3]
@@ -150,7 +119,7 @@ def test_two_ranks_stop_together_hash_their_own_files_and_export_bf16(world, tmp
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
     dcp_to_torch_save(str(step / ckpt.SHARDED), str(tmp_path / "masters.pt"))
     masters = torch.load(tmp_path / "masters.pt", weights_only=False)["model"]
-    exported = _hf_weights(step)
+    exported = hf_weights(step)
     assert set(exported) <= set(masters) and exported
     for k, v in exported.items():
         assert masters[k].dtype == torch.float32 and torch.equal(v, masters[k].to(torch.bfloat16)), k

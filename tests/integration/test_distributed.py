@@ -3,7 +3,6 @@
 The reference is one process with `rollout.shards=2` and micro-batches of half a mini-batch, i.e. the 2 ranks'
 partition emulated (armor/spmd.py): the same prompts are drawn, each shard sampled with the same seed, the
 same prompts and anchors kept, and each rank's part of a mini-batch is one micro-batch of the one process."""
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +13,8 @@ import torch
 from armor.trainer import DETERMINISTIC_KEYS
 from common.jsonl import read_jsonl
 
-ROOT = Path(__file__).resolve().parents[2]
-SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
+from toy_runs import ROOT, SMOKE, hf_weights, run, train_cmd
+
 ARGS = ["schedule.save_every=2", "schedule.validate_every=2", "validation.max_problems=8",
         "algo.anchor.enabled=true", "algo.mix.variant=mixed", "algo.mix.alpha=0.875",
         "algo.reference.reset.every=3", "rollout.shards=2", "batch.micro_batch_responses=4"]
@@ -24,36 +23,12 @@ STEPS = 4
 
 def _run(world: Path, out: Path, ranks: int, fault: str | None = None,
          extra: tuple = ()) -> subprocess.CompletedProcess:
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"] \
-        if ranks > 1 else [sys.executable]
-    cmd = [*launch, "-m", "armor.train", "--config", str(SMOKE), "model.path=" + str(world / "base_model"),
-           "data.train=" + str(world / "data" / "train.jsonl"),
-           f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", f"output_dir={out}",
-           f"schedule.total_steps={STEPS}", "parallel.timeout_s=600", *ARGS, *extra]
-    env = {**os.environ, "ARMOR_PROGRESS": "0", "OMP_NUM_THREADS": "1"}
-    env.pop("ARMOR_FAULT", None)
-    if fault:
-        env["ARMOR_FAULT"] = fault
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return run(train_cmd(world, out, f"schedule.total_steps={STEPS}", "parallel.timeout_s=600", *ARGS, *extra,
+                         ranks=ranks), fault, threads=1)
 
 
 def _ok(r):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-
-
-def _hf_weights(folder: Path) -> dict:
-    """The HF export's tensors: one model.safetensors (one rank), or the parts its index names (several
-    ranks)."""
-    import json
-
-    from safetensors.torch import load_file
-    index = folder / "model.safetensors.index.json"
-    if not index.is_file():
-        return load_file(str(folder / "model.safetensors"))
-    out = {}
-    for part in sorted(set(json.loads(index.read_text())["weight_map"].values())):
-        out.update(load_file(str(folder / part)))
-    return out
 
 
 def _same(a: Path, b: Path, tol: float = 1e-5, weight_tol: float = 1e-6, steps: int = STEPS) -> None:
@@ -67,8 +42,8 @@ def _same(a: Path, b: Path, tol: float = 1e-5, weight_tol: float = 1e-6, steps: 
                 assert rb[k] == pytest.approx(ra[k], abs=tol), (ra["step"], k, ra[k], rb[k])
     assert [(r["step"], r["value"]) for r in read_jsonl(a / "validation.jsonl")] == \
         [(r["step"], r["value"]) for r in read_jsonl(b / "validation.jsonl")]
-    wa = _hf_weights(a / "checkpoints" / f"step_{steps:06d}")
-    wb = _hf_weights(b / "checkpoints" / f"step_{steps:06d}")
+    wa = hf_weights(a / "checkpoints" / f"step_{steps:06d}")
+    wb = hf_weights(b / "checkpoints" / f"step_{steps:06d}")
     assert set(wa) == set(wb)
     assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) <= weight_tol
     assert (b / "DONE").is_file()
@@ -161,13 +136,8 @@ def test_two_rank_checkpoint_resumes_on_one_rank(runs, world):
 
 def test_bf16_masters_are_refused_with_several_ranks(world, tmp_path):
     out = tmp_path / "never"
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                        "-m", "armor.train", "--config", str(SMOKE),
-                        "model.path=" + str(world / "base_model"),
-                        "data.train=" + str(world / "data" / "train.jsonl"), f"output_dir={out}",
-                        "validation.benchmarks=[]", "schedule.validate_every=0", "model.dtype=bfloat16",
-                        "parallel.timeout_s=60"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = run(train_cmd(world, out, "validation.benchmarks=[]", "schedule.validate_every=0",
+                      "model.dtype=bfloat16", "parallel.timeout_s=60", ranks=2), timeout=300)
     assert r.returncode != 0 and "model.dtype" in r.stderr and "bfloat16" in r.stderr
 
 

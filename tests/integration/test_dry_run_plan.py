@@ -44,13 +44,13 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     assert rc == 0
     lines = out.splitlines()
     train = _block(lines, "stage2/armor/seed0")
-    assert "16x8gpu 64cpu 230GB" in train[0]          # host memory from the estimate (reproduce/plan.py)
+    assert "16x8gpu 64cpu 200GB" in train[0]          # host memory from the estimate (reproduce/plan.py)
     assert any(x.startswith("128 ranks (16 node(s) x 8); update memory/rank ~") for x in train)
     est = next(x for x in train if x.startswith("estimate: "))
     assert " h" in est and "GPU-hours on 128 GPUs" in est and re.search(r"checkpoints [0-9.]+ [GT]B", est)
     sb = next(x for x in train if x.startswith("sbatch: "))
     # the time-limit warning leaves the stop grace (1800 s: a step and its save) + SIGTERM's 30 s + 30 s
-    for flag in ("--cpus-per-task=64", "--mem=235520M", "--gpus-per-node=8", "--nodes=16",
+    for flag in ("--cpus-per-task=64", "--mem=204800M", "--gpus-per-node=8", "--nodes=16",
                  "--signal=USR2@1860", "--ntasks-per-node=1", "--dependency='afterok:<peak/dapo/seed0>'"):
         assert flag in sb, flag
     assert next(x for x in train

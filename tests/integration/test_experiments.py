@@ -6,8 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
-import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -490,11 +488,11 @@ protocol:
 """
 
 
-def _mini_preset(tmp_path, name="mini"):
-    world = tmp_path / "world"
+def _mini_preset(tmp_path, name="mini", text=MINI):
+    """presets/<name>.yaml under tmp_path: `text` (MINI or an edit of it) with its world in tmp_path/world."""
     f = tmp_path / "presets" / f"{name}.yaml"
     f.parent.mkdir(parents=True, exist_ok=True)
-    f.write_text(MINI.format(world=world))
+    f.write_text(text.format(world=tmp_path / "world"))
     return f
 
 

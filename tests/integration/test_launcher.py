@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -177,6 +176,19 @@ def test_local_dag_order_parallelism_threads_and_rerun(tmp_path):
     assert all(s == DONE for s, _ in la2.run(jobs).values())
     assert any("nothing to do" in x for x in logs)
     assert mtimes == {k: (tmp_path / "out" / (k.replace("/", "_") + ".json")).stat().st_mtime for k in st}
+
+
+def test_local_workers_start_ready_jobs_in_the_callers_order(tmp_path):
+    """One worker; b waits for a, c for nothing: the caller lists b before c, so b starts first once a is
+    done (topo_order's layers would put c, of the first layer, before b: a short job that unblocks others,
+    e.g. the driver's restart point, would wait behind every job of a shallower layer)."""
+    (tmp_path / "out").mkdir()
+    jobs = [stamp_job(tmp_path, "a", sleep=0), stamp_job(tmp_path, "b", ["a"], sleep=0),
+            stamp_job(tmp_path, "c", sleep=0)]
+    assert [j.key for j in topo_order(jobs)] == ["a", "c", "b"]
+    assert all(s == DONE for s, _ in quiet(tmp_path, workers=1).run(jobs).values())
+    st = {k: read_stamp(tmp_path, k) for k in ("a", "b", "c")}
+    assert st["a"][1] <= st["b"][0] and st["b"][1] <= st["c"][0]
 
 
 def test_local_failure_blocks_dependents_and_rerun_retries(tmp_path):

@@ -1,11 +1,8 @@
 """Logging backends (armor/logging_backends.py): TensorBoard event files and W&B offline runs carry exactly
 the rows of metrics.jsonl / validation.jsonl, also across a kill and resume (ARMOR_FAULT, no timed race)."""
 import json
-import os
 import signal
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,24 +11,12 @@ import pytest
 from armor.config import load_config
 from common.jsonl import read_jsonl
 
-ROOT = Path(__file__).resolve().parents[2]
-PRESETS = ROOT / "reproduce" / "presets"
-
-
-def _world_overrides(world: Path, out: Path) -> list[str]:
-    return ["model.path=" + str(world / "base_model"), "data.train=" + str(world / "data" / "train.jsonl"),
-            f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", f"output_dir={out}",
-            "validation.max_problems=8"]
+from toy_runs import PRESETS, run, train_cmd
 
 
 def _train(preset: str, world: Path, out: Path, *extra: str, fault: str | None = None):
-    env = {**os.environ, "ARMOR_PROGRESS": "0"}
-    env.pop("ARMOR_FAULT", None)
-    if fault:
-        env["ARMOR_FAULT"] = fault
-    cmd = [sys.executable, "-m", "armor.train", "--config", str(PRESETS / f"{preset}.yaml"),
-           *_world_overrides(world, out), *extra]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return run(train_cmd(world, out, "validation.max_problems=8", *extra, preset=PRESETS / f"{preset}.yaml"),
+               fault, timeout=600)
 
 
 def _tb_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:

@@ -3,10 +3,8 @@
 Every kill is a SIGKILL the trainer sends itself at a named fault point (ARMOR_FAULT=POINT@STEP), so a test
 never races a timer against the run; each killed process is checked to have died by that signal, so a point
 that is never reached fails the test instead of passing it silently."""
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,27 +12,16 @@ import pytest
 from armor.trainer import DETERMINISTIC_KEYS
 from common.jsonl import read_jsonl, write_jsonl
 
-ROOT = Path(__file__).resolve().parents[2]
-SMOKE = ROOT / "reproduce" / "presets" / "smoke.yaml"
+from toy_runs import run, train_cmd
+
 # one ARMOR run: anchors, the mixed ratio, reference resets every 3 steps, validation and checkpoints every 2
 ARMOR = ["schedule.save_every=2", "schedule.validate_every=2", "validation.max_problems=8",
          "algo.anchor.enabled=true", "algo.mix.variant=mixed", "algo.mix.alpha=0.875",
          "algo.reference.reset.every=3", "schedule.keep_last=2"]
 
 
-def _cmd(world: Path, out: Path, steps: int) -> list[str]:
-    return [sys.executable, "-m", "armor.train", "--config", str(SMOKE),
-            "model.path=" + str(world / "base_model"), "data.train=" + str(world / "data" / "train.jsonl"),
-            f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", f"output_dir={out}",
-            f"schedule.total_steps={steps}", *ARMOR]
-
-
 def _run(world: Path, out: Path, steps: int, fault: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ARMOR_PROGRESS": "0"}
-    env.pop("ARMOR_FAULT", None)
-    if fault:
-        env["ARMOR_FAULT"] = fault
-    return subprocess.run(_cmd(world, out, steps), cwd=ROOT, env=env, capture_output=True, text=True)
+    return run(train_cmd(world, out, f"schedule.total_steps={steps}", *ARMOR), fault)
 
 
 def _killed(r: subprocess.CompletedProcess, fault: str) -> None:

@@ -10,7 +10,7 @@ from reproduce.jobs import build_jobs
 from reproduce.peaks import choose_late, mean_curve, start_point
 from reproduce.presets import ExperimentError, load_preset, run_dir
 
-from test_experiments import MINI
+from test_experiments import MINI, _mini_preset
 
 TWO_SEEDS = MINI.replace("  late_start_step: 6\n", "  late_start_fraction: 0.5\n").replace(
     "  seeds: [0]\n",
@@ -18,10 +18,7 @@ TWO_SEEDS = MINI.replace("  late_start_step: 6\n", "  late_start_fraction: 0.5\n
 
 
 def _preset(tmp_path, text=TWO_SEEDS):
-    f = tmp_path / "presets" / "two.yaml"
-    f.parent.mkdir(parents=True, exist_ok=True)
-    f.write_text(text.format(world=tmp_path / "world"))
-    return f
+    return _mini_preset(tmp_path, "two", text)
 
 
 def _fake_run(run, curve, checkpoints):

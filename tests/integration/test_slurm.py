@@ -3,7 +3,6 @@ dependencies, a job array, and requeue + resume of a resumable command (preempti
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest

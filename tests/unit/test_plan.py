@@ -18,9 +18,11 @@ def test_checkpoint_volume_under_retention():
 
 def test_host_memory_counts_the_engines_weight_backup_per_rank():
     n = 7_615_616_512
-    got = host_memory_gb(n, 8, "vllm")
-    assert got == pytest.approx(8 * (2 * n / 1e9 + 8.0) + 4 * n / 1e9)
-    assert host_memory_gb(n, 8, "hf") < got - 100       # no sleep-mode backup without vLLM
+    got = host_memory_gb(n, 8, 1, "vllm")
+    assert got == pytest.approx(8 * (2 * n / 1e9 + 8.0) + 2 * n / 1e9)     # + the node's bf16 export
+    # 4 nodes: each node's ranks hold a quarter of the export
+    assert host_memory_gb(n, 8, 4, "vllm") == pytest.approx(got - 2 * n / 1e9 * 3 / 4)
+    assert host_memory_gb(n, 8, 1, "hf") < got - 100       # no sleep-mode backup without vLLM
 
 
 def test_threads_per_rank_from_the_nodes_cores():

@@ -82,3 +82,29 @@ def test_a_floor_measured_as_zero_is_the_scores_resolution():
     assert floor_of(SimpleNamespace(noise_floor={**zero, "sd": 0.011})) == 0.011
     assert floor_of(SimpleNamespace(noise_floor={"sd": 0.02, "values": [0.1]})) == 0.02   # older files
     assert floor_of(SimpleNamespace(noise_floor=None)) is None
+
+
+def test_two_checklists_side_by_side(tmp_path, capsys):
+    """figures.compare: a row a claim (a's order, then b's own), each side's class, mean, interval and
+    seeds, `differs` where the classes differ (a claim one side lacks differs too)."""
+    from figures.checklist import Verdict, write_verdicts
+    from figures.compare import main
+
+    def v(key, cls, mean=None, lo=None, hi=None, n=5):
+        stat = {} if mean is None else {"mean": mean, "lo": lo, "hi": hi, "n": n, "sd": None, "p": None}
+        return Verdict(key, f"Q {key}?", cls, "", stat=stat)
+    a = [v("holds", "inconclusive", 0.05, -0.007, 0.108), v("collapse", "yes", 0.42, 0.391, 0.449),
+         v("opd", "not testable here")]
+    b = [v("holds", "yes", 0.09, 0.03, 0.15, 3), v("collapse", "yes", 0.2, None, None, 1),
+         v("new", "no", -0.1, -0.2, -0.05)]
+    for name, vs in (("tiny", a), ("tiny-slow", b)):
+        write_verdicts(vs, tmp_path / name / "figures", "checklist", "")
+    assert main([str(tmp_path / n / "figures" / "checklist.json") for n in ("tiny", "tiny-slow")]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0] == "| claim | tiny | tiny-slow | class |"
+    assert rows[2:] == [
+        "| Q holds? | **inconclusive** +0.050 [-0.007, +0.108] (5) | **yes** +0.090 [+0.030, +0.150] (3) "
+        "| differs |",
+        "| Q collapse? | **yes** +0.420 [+0.391, +0.449] (5) | **yes** +0.200 (1) | same |",
+        "| Q opd? | **not testable here** | — | differs |",
+        "| Q new? | — | **no** -0.100 [-0.200, -0.050] (5) | differs |"]
