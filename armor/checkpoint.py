@@ -274,8 +274,8 @@ def _manifest(folder: Path, only: list[Path] | None = None, skip: set[str] = fro
 def damage(folder: Path, threads: int = 8) -> str | None:
     """Why the checkpoint folder does not match its manifest (a missing, resized or changed file), or None if
     it does. Sizes are checked first, then the files are hashed `threads` at a time (hashlib and the reads
-    release the GIL: a 7B step's ~100 GB goes at the disk's speed). A folder written before manifests existed
-    (no checkpoint.json) is taken as it is."""
+    release the GIL; a 7B step holds ~100 GB in many files). A folder written before manifests existed (no
+    checkpoint.json) is taken as it is."""
     from concurrent.futures import ThreadPoolExecutor
     folder = Path(folder)
     if not (folder / "trainer_state.pt").is_file():

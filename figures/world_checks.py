@@ -26,7 +26,7 @@ from typing import Optional
 
 from .checklist import (END_WINDOW, Verdict as WorldCheck, _window_mean, collapse_stats, end_value,
                         write_verdicts)
-from .data import Context, load_context
+from .data import Context, _read_yaml, load_context
 
 GAIN_STEPS = 50
 GAIN_MIN = 0.10
@@ -85,15 +85,23 @@ def _train_acc(c: Context):
 
 
 def chain_ceiling(ctx: Context) -> Optional[float]:
-    """The blind-spot chain's ceiling on the validation split, from the world's world.json
-    (runs/<preset>/world)."""
+    """The blind-spot chain's ceiling on the validation split, from the world's world.json: runs/<preset>/world,
+    else the folder of the base model that stage-1 DAPO's config.yaml names (a preset sharing another's world,
+    e.g. tiny-slow: runs/tiny/world; a relative path is the repository root's, where the jobs run)."""
     if ctx.runs_dir is None:
         return None
-    try:
-        world = json.loads((Path(ctx.runs_dir) / "world" / "world.json").read_text())
-        return float(world["splits"]["validation"]["chain_ceiling"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    worlds = [Path(ctx.runs_dir) / "world"]
+    for cfg in sorted(Path(ctx.runs_dir).glob("dapo/seed*/config.yaml"))[:1]:
+        model = (_read_yaml(cfg).get("model") or {}).get("path")
+        if model:
+            worlds.append(Path(model).parent)
+    for w in worlds:
+        try:
+            world = json.loads((w / "world.json").read_text())
+            return float(world["splits"]["validation"]["chain_ceiling"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
 
 
 def check_headroom(ctx: Context) -> WorldCheck:
@@ -112,7 +120,7 @@ def check_headroom(ctx: Context) -> WorldCheck:
     ev = (f"control end {_f(end)} (last {END_WINDOW} points to step {ctl.step[-1]}) vs highest DAPO peak "
           f"{_f(top)} (+{_f(end - top)}, needs ≥ {HEADROOM_MIN}); chain ceiling "
           + (_f(ceiling) if ceiling is not None
-             else "unknown (no world/world.json beside the runs): not shown"))
+             else "unknown (no world.json found): not shown"))
     return WorldCheck("headroom", q, PASS if ok else FAIL, ev,
                       {"control_end": end, "dapo_peak_max": top, "chain_ceiling": ceiling})
 
