@@ -2,15 +2,19 @@
 interval, seeds, and whether the class differs.
 
     python -m figures.compare reproduce/results/tiny/figures/checklist.json \
-        reproduce/results/tiny-slow/figures/checklist.json
-Each checklist is named by the folder above its figures/ folder (the preset's results folder).
+        reproduce/results/tiny-slow/figures/checklist.json [--ends dapo_cont,armor]
+Each checklist is named by the folder above its figures/ folder (the preset's results folder). --ends also
+prints each arm's end value (mean of a seed's last END_WINDOW validation points) in both, from the
+results.parquet beside each checklist: mean ± sd over seeds, then each seed's.
 """
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from .checklist import Verdict, read_verdicts
+from . import stats as S
+from .checklist import Verdict, ends, read_verdicts
+from .data import load_context
 
 
 def _cell(v: Verdict | None) -> str:
@@ -38,6 +42,23 @@ def compare_markdown(names: tuple[str, str], a: list[Verdict], b: list[Verdict])
     return "\n".join(lines) + "\n"
 
 
+def ends_markdown(names: tuple[str, str], results: tuple[Path, Path], arms: list[str]) -> str:
+    """A Markdown table: one row an arm, its end value in each results file: mean ± sd (seeds) and each
+    seed's."""
+    ctxs = [load_context(r) for r in results]
+    lines = [f"| arm | {names[0]} | {names[1]} |", "|---|---|---|"]
+    for arm in arms:
+        cells = []
+        for ctx in ctxs:
+            e = ends(ctx, arm)
+            sd = S.sample_sd(list(e.values()))
+            cells.append("—" if not e else f"{S.mean(list(e.values())):.3f}"
+                         + (f" ± {sd:.3f}" if sd is not None else "")
+                         + " (" + " / ".join(f"{v:.3f}" for v in e.values()) + ")")
+        lines.append(f"| `{arm}` | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
 def _name(path: Path) -> str:
     """reproduce/results/tiny/figures/checklist.json -> tiny."""
     return path.parent.parent.name if path.parent.name == "figures" else path.parent.name
@@ -46,12 +67,21 @@ def _name(path: Path) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m figures.compare", description=__doc__.split("\n")[0])
     ap.add_argument("checklists", nargs=2, type=Path, help="two checklist.json files")
+    ap.add_argument("--ends", help="comma-separated arms whose end values to print too")
     a = ap.parse_args(argv)
     for p in a.checklists:
         if not p.is_file():
             ap.error(f"checklists: {p} is not a file")
     va, vb = (read_verdicts(p) for p in a.checklists)
-    print(compare_markdown((_name(a.checklists[0]), _name(a.checklists[1])), va, vb), end="")
+    names = (_name(a.checklists[0]), _name(a.checklists[1]))
+    print(compare_markdown(names, va, vb), end="")
+    if a.ends:
+        results = tuple(p.parent.parent / "results.parquet" for p in a.checklists)
+        for r in results:
+            if not r.is_file():
+                ap.error(f"--ends: {r} (the results beside the checklist) is not a file")
+        print()
+        print(ends_markdown(names, results, a.ends.split(",")), end="")
     return 0
 
 

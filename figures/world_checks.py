@@ -85,9 +85,10 @@ def _train_acc(c: Context):
 
 
 def chain_ceiling(ctx: Context) -> Optional[float]:
-    """The blind-spot chain's ceiling on the validation split, from the world's world.json: runs/<preset>/world,
-    else the folder of the base model that stage-1 DAPO's config.yaml names (a preset sharing another's world,
-    e.g. tiny-slow: runs/tiny/world; a relative path is the repository root's, where the jobs run)."""
+    """The blind-spot chain's ceiling on the validation split, from the world's world.json:
+    runs/<preset>/world, else the folder of the base model that stage-1 DAPO's config.yaml names (a preset
+    sharing another's world, e.g. tiny-slow: runs/tiny/world; a relative path is the repository root's, where
+    the jobs run)."""
     if ctx.runs_dir is None:
         return None
     worlds = [Path(ctx.runs_dir) / "world"]

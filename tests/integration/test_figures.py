@@ -525,3 +525,23 @@ def test_the_restart_is_compared_after_its_restart_point():
     v = checklist.check_restart_raises_ceiling(load_context(df))
     assert v.numbers["windows"] == {0: [45, 55], 1: [45, 55], 2: [45, 55]}
     assert v.verdict == "inconclusive" and "noise floor not measured" in v.reason   # no floor in this table
+
+
+def test_compare_two_regimes_prints_classes_and_end_values(tmp_path, capsys):
+    """figures.compare on two synthetic results folders (one collapsing, one not): a row a claim, and with
+    --ends each arm's end value per seed, equal to the checklist's own end values."""
+    from figures.checklist import ends, write_checklist
+    from figures.compare import main
+    from figures.data import load_context
+    paths = {name: make_synthetic(tmp_path / name / "tiny", arms=["dapo", "dapo_cont", "armor"],
+                                  collapse=(name == "a"), seeds=(0, 1, 2)) for name in ("a", "b")}
+    for p in paths.values():
+        write_checklist(load_context(p), p.parent / "figures")
+    assert main([str(paths[n].parent / "figures" / "checklist.json") for n in ("a", "b")]
+                + ["--ends", "armor,dapo_cont"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| claim | tiny | tiny | class |\n") and "| Did ARMOR end above dapo_cont? |" in out
+    row = next(line for line in out.splitlines() if line.startswith("| `armor` |"))
+    for p, cell in zip(paths.values(), row.split("|")[2:4]):
+        e = ends(load_context(p), "armor")
+        assert cell.strip().endswith("(" + " / ".join(f"{v:.3f}" for v in e.values()) + ")")
