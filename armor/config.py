@@ -490,6 +490,12 @@ def from_dict(data: dict) -> RunConfig:
     return cfg
 
 
+def export_dtype(cfg: RunConfig) -> str:
+    """The dtype of a checkpoint's HF export: schedule.export_dtype, "model" meaning model.dtype."""
+    e = cfg.schedule.export_dtype
+    return cfg.model.dtype if e == "model" else e
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
     """Load a YAML preset (or defaults when path is None), apply dotted overrides, validate."""
     data = read_yaml(path) if path else {}

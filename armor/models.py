@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from armor import checkpoint as ckpt
+from armor import config
 from armor import faults, microbatch, parallel
 from armor.policy import forward_logprobs
 from common.models import DTYPES, build_on_meta, check_model_path, load_model, load_skeleton
@@ -235,9 +236,8 @@ class Models:
 
     @property
     def export_dtype(self) -> str:
-        """The dtype of a checkpoint's HF export (schedule.export_dtype; "model": model.dtype)."""
-        e = self.cfg.schedule.export_dtype
-        return self.cfg.model.dtype if e == "model" else e
+        """The dtype of a checkpoint's HF export (armor.config.export_dtype)."""
+        return config.export_dtype(self.cfg)
 
     def save(self, run_dir: Path, step: int, optimizer, state: dict, keep_last: int | None,
              protected: set[int], scheduled=lambda step: True) -> None:

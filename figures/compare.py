@@ -50,11 +50,10 @@ def ends_markdown(names: tuple[str, str], results: tuple[Path, Path], arms: list
     for arm in arms:
         cells = []
         for ctx in ctxs:
-            e = ends(ctx, arm)
-            sd = S.sample_sd(list(e.values()))
-            cells.append("—" if not e else f"{S.mean(list(e.values())):.3f}"
-                         + (f" ± {sd:.3f}" if sd is not None else "")
-                         + " (" + " / ".join(f"{v:.3f}" for v in e.values()) + ")")
+            v = list(ends(ctx, arm).values())
+            sd = S.sample_sd(v)
+            cells.append("—" if not v else f"{S.mean(v):.3f}" + (f" ± {sd:.3f}" if sd is not None else "")
+                         + " (" + " / ".join(f"{x:.3f}" for x in v) + ")")
         lines.append(f"| `{arm}` | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
 

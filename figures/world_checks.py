@@ -26,7 +26,7 @@ from typing import Optional
 
 from .checklist import (END_WINDOW, Verdict as WorldCheck, _window_mean, collapse_stats, end_value,
                         write_verdicts)
-from .data import Context, _read_yaml, load_context
+from .data import Context, load_context
 
 GAIN_STEPS = 50
 GAIN_MIN = 0.10
@@ -92,10 +92,10 @@ def chain_ceiling(ctx: Context) -> Optional[float]:
     if ctx.runs_dir is None:
         return None
     worlds = [Path(ctx.runs_dir) / "world"]
-    for cfg in sorted(Path(ctx.runs_dir).glob("dapo/seed*/config.yaml"))[:1]:
-        model = (_read_yaml(cfg).get("model") or {}).get("path")
-        if model:
-            worlds.append(Path(model).parent)
+    runs = ctx.run_dirs("dapo")
+    model = (ctx.config("dapo", runs[0][0]).get("model") or {}).get("path") if runs else None
+    if model:
+        worlds.append(Path(model).parent)
     for w in worlds:
         try:
             world = json.loads((w / "world.json").read_text())

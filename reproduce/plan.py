@@ -143,10 +143,10 @@ def _n_params(preset) -> Optional[int]:
 
 
 def _export_bytes(cfg) -> int:
-    """Bytes per parameter of a checkpoint's HF export (schedule.export_dtype; "model": model.dtype)."""
+    """Bytes per parameter of a checkpoint's HF export (armor.config.export_dtype)."""
     from armor import memory
-    e = cfg.schedule.export_dtype
-    return memory.BYTES[cfg.model.dtype if e == "model" else e]
+    from armor.config import export_dtype
+    return memory.BYTES[export_dtype(cfg)]
 
 
 # ------------------------------------------------------------------------------------------- memory, disk

@@ -83,3 +83,16 @@ def test_the_world_item_is_drawn_only_where_the_control_ran(tmp_path):
     plain = _runs(tmp_path / "b", {0: RISE_FALL})
     assert not W.applies(plain)
     assert "world" not in draw_all(plain, tmp_path / "b" / "figs", only=None)
+
+
+def test_a_preset_sharing_another_presets_world_finds_its_ceiling(tmp_path):
+    """No runs/<preset>/world (tiny-slow shares runs/tiny/world): the ceiling comes from the world folder
+    of the base model that stage-1 DAPO's config.yaml names; with neither, it is unknown."""
+    ctx = _runs(tmp_path, {0: RISE_FALL}, world=False)
+    assert W.chain_ceiling(ctx) is None
+    shared = tmp_path / "other" / "world"
+    (shared / "base_model").mkdir(parents=True)
+    (shared / "world.json").write_text(json.dumps({"splits": {"validation": {"chain_ceiling": 0.65}}}))
+    (tmp_path / "tiny" / "dapo" / "seed0" / "config.yaml").write_text(
+        f"model:\n  path: {shared / 'base_model'}\n")
+    assert W.chain_ceiling(load_context(tmp_path / "tiny" / "results.parquet")) == 0.65
