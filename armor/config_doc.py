@@ -6,7 +6,8 @@
 
 docs/config.md is this module's `markdown()` output, committed; a test checks that it is up to date. The
 sections other tools own (armor.config.FOREIGN_SECTIONS) are named there with their owner, not listed key by
-key; `fields`, `text` and `table` also render another tool's config dataclasses (reproduce/protocol.py).
+key; `fields`, `text` and `table` also render another tool's config dataclasses
+(reproduce/matrix/protocol.py).
 """
 from __future__ import annotations
 

@@ -31,8 +31,9 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def print_help(section: str | None, out=sys.stdout) -> int:
+def print_help(section: str | None, out=None) -> int:
     from armor import config_doc
+    out = out or sys.stdout
     try:
         body = config_doc.text(section)
     except ConfigError as e:

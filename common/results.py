@@ -121,6 +121,9 @@ def append_results(path: str | os.PathLike, rows: list[dict]) -> Path:
 # ------------------------------------------------------------------------------ beside the table
 # steps.parquet: the per-step evidence of every run (metrics.jsonl, these keys only, float32), written by the
 # driver's collect beside results.parquet; `step` is the total step, `local_step` the run's own.
+# the driver's record of the experiment beside the table (reproduce/jobs/collect.py writes it, figures/data.py
+# reads it): preset, protocol, arms (stage, baseline, start, figures, sweep, table_step, starts), peaks, world
+META_NAME = "results.meta.json"
 STEPS_NAME = "steps.parquet"
 STEP_ID_COLUMNS = ["arm", "seed", "step", "local_step"]
 STEP_METRICS = ["anchors", "prompts_kept", "prompts_drawn", "shortfall", "ref_samples", "clipfrac",

@@ -17,7 +17,7 @@ Output (``--out``, default ``DIR/eval`` for ``--run`` and ``CHECKPOINT/eval`` fo
     OUT/step_NNNNNN/<benchmark>__<protocol>__k<k>.samples.jsonl  one row per (problem, sample)
     OUT/step_NNNNNN/.<benchmark>__<protocol>__k<k>.settings.json the settings the samples were drawn with
 
-If ``OUT`` is itself named ``step_NNNNNN`` the files go directly into it (what ``reproduce.experiments``
+If ``OUT`` is itself named ``step_NNNNNN`` the files go directly into it (what ``reproduce.jobs``
 passes). The summary holds ``metrics`` ({"avg@k", "pass@j" for the protocol's j, "maj@k"}), ``samples`` (k),
 ``n_problems``, ``step`` (the checkpoint's step), ``total_step`` (+ the run's ``step_offset``) and
 ``settings`` (protocol, template, answer mode, temperature, top_p, max_new_tokens and where it came from,

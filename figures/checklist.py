@@ -3,7 +3,7 @@
 Each claim names the quantity it compares, per seed (the unit: a paired difference of two arms that start from
 the same θ* on that seed, or one arm's change from θ*), Student's t interval of its mean over seeds
 (figures/stats.py) and the evaluation noise floor (noise_floor.json beside the table: one checkpoint validated
-k times with different sampling seeds; reproduce/noise.py). Its class is figures.stats.classify's:
+k times with different sampling seeds; reproduce/jobs/noise.py). Its class is figures.stats.classify's:
 - yes / no only when the interval excludes 0 and |mean| >= stats.NOISE_MULTIPLE x the floor (a "no change"
   claim: yes when the interval lies inside ± that);
 - inconclusive otherwise, with its numbers (always without a measured floor, or with one seed);
@@ -369,11 +369,8 @@ def theta_star_copy(ctx: Context, arm: str) -> Optional[str]:
     """Why `arm`'s weights are θ*'s (so no comparison with it tests anything), or None: its eval rows equal
     dapo's at θ* on every seed (the same evaluation seed gives the same numbers only for the same weights), or
     its config's teacher is its start checkpoint."""
-    for s, d in ctx.run_dirs(arm):
-        cfg = ctx.config(arm, s)
-        teacher = ((cfg.get("algo") or {}).get("distill") or {}).get("teacher_path")
-        if teacher and teacher == (cfg.get("model") or {}).get("path"):
-            return f"{arm}'s teacher is its start checkpoint (config)"
+    if ctx.arm_facts(arm).get("teacher_is_start"):
+        return f"{arm}'s teacher is its start checkpoint (its config: no algo.distill.teacher_path)"
     mine, base = ctx.eval_rows(arm), ctx.eval_rows("dapo")
     if mine.empty or base.empty:
         return None

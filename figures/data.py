@@ -4,28 +4,26 @@
     ctx.val_curve("armor")          # step, mean, min, max, n   (validation benchmark, seed mean / band)
     ctx.metric_curve("dapo", "reward_mean")                     # same, from metrics.jsonl
     ctx.select_step("armor")        # checkpoint that represents the arm in the tables (see below)
-    ctx.noise_floor                 # noise_floor.json beside the table (reproduce/noise.py), or None
+    ctx.noise_floor                 # noise_floor.json beside the table (reproduce/jobs/noise.py), or None
     ctx.steps                       # steps.parquet beside the table: every run's per-step metrics (or empty)
 
-A run's metrics.jsonl rows come from its run folder when there is one, else from steps.parquet (the committed
-results carry no run folders).
+Every experiment fact (protocol, arms, sweeps, starts, θ*, the world) comes from the driver's files beside the
+table: results.meta.json (reproduce/jobs/collect.py writes it; common/results.py META_NAME), steps.parquet
+(every run's per-step metrics) and noise_floor.json. Nothing here reads a preset or a run folder, and no arm
+name is parsed: `Context` is the one reader of the driver's files.
 
 Conventions
 - Scores are fractions in [0, 1] inside this package. A (benchmark, metric) group of the results table whose
   values exceed 1 is taken to be in percent and divided by 100 on load. Tables print percent.
-- `step` is total RL steps since the base model (docs/CONTRACTS.md). metrics.jsonl rows may count steps of
-  the run itself or total steps: a run whose smallest metrics step is <= its start offset (config.yaml
-  `step_offset`, else the arm's first step in the results table) is shifted by that offset.
+- `step` is total RL steps since the base model (docs/CONTRACTS.md); steps.parquet carries both `step` and
+  the run's own `local_step`.
 - The validation benchmark is taken from the data (rows with source == "validation"): `aime24` if present,
   else the benchmark with the most validation rows; its avg@k with the largest k.
-- Protocol numbers (θ* step, KL read-off step, sweeps) come, first found wins, from: the `protocol` argument;
-  the parquet file's key-value metadata `protocol` (JSON); a companion `results.meta.json|yaml` beside the
-  parquet (a `protocol` mapping, or the mapping itself); any run's resolved `config.yaml` (`protocol:`
-  section) under the runs folder; the paper's protocol for the paper presets (paper_numbers.yaml).
+- Protocol numbers (KL read-off step, ...) come from the `protocol` argument, else results.meta.json.
 
 Checkpoint selection (`Context.select_step`, used by the tables)
-1. Paper presets: the step the paper reports for that row (paper_numbers.yaml `table_steps`) when the
-   results table has eval rows for the arm at that step.
+1. The step the paper reports for that row (the preset's protocol.table_steps, as results.meta.json's arm
+   `table_step`) when the results table has eval rows for the arm at that step.
 2. Otherwise "select by validation": among the steps that have eval rows for the arm, the one whose
    seed-mean validation avg@k (validation benchmark) is highest; ties go to the earliest step.
 3. If no eval step has a validation row: the eval step with the best eval score on the validation
@@ -37,8 +35,6 @@ each seed's eval numbers at its own step (`Context.eval_rows_at`).
 from __future__ import annotations
 
 import json
-import math
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -47,17 +43,11 @@ from typing import Iterable, Optional, Sequence
 import pandas as pd
 import yaml
 
-from common.jsonl import read_jsonl
-from common.results import NOISE_NAME, RESULT_COLUMNS, STEPS_NAME, metric_k
+from common.results import META_NAME, NOISE_NAME, RESULT_COLUMNS, STEPS_NAME, metric_k
 
 PAPER_PRESETS = ("qwen25-math-7b", "qwen3-8b-base")
 PAPER_YAML = Path(__file__).with_name("paper_numbers.yaml")
 PREFERRED_VALIDATION = ("aime24",)
-
-# Arms that start stage 2 from the DAPO peak θ* (their first step marks θ*).
-STAGE1_ARMS = ("dapo", "qae", "dapo_natural")
-THETA_STAR_ARMS = ("dapo_cont", "armor", "anchor_only", "armor_reset_never", "kl_k3_b1", "opd", "mopd")
-
 
 @lru_cache(maxsize=1)
 def paper_numbers() -> dict:
@@ -69,42 +59,8 @@ def paper_preset(preset: str) -> dict:
     return (paper_numbers().get("presets") or {}).get(preset) or {}
 
 
-# ------------------------------------------------------------------------------------------ arm names
-def fmt_beta(b: float) -> str:
-    """KL β as written in arm names: 1e-3, 1e-2, 1e-1, 1 (docs/CONTRACTS.md)."""
-    b = float(b)
-    if b.is_integer():
-        return str(int(b))
-    mant, exp = f"{b:e}".split("e")
-    mant = mant.rstrip("0").rstrip(".")
-    return f"{mant}e{int(exp)}"
-
-
-def fmt_alpha(a: float) -> str:
-    return f"{float(a):g}"
-
-
-def _num(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.inf
-
-
-FAMILIES: dict[str, dict] = {
-    # name: regex of arm names (group 1 = sort key), protocol key -> arm name, fixed extras, sort order
-    "kl_k3": {"re": r"^kl_k3_b(.+)$", "proto": "kl_betas", "make": lambda b: f"kl_k3_b{fmt_beta(b)}"},
-    "kl_k2": {"re": r"^kl_k2_b(.+)$", "proto": "kl_betas", "make": lambda b: f"kl_k2_b{fmt_beta(b)}"},
-    "mix": {"re": r"^mix_a(.+)$", "proto": "alpha_sweep", "make": lambda a: f"mix_a{fmt_alpha(a)}",
-            "reverse": True},
-    "reset": {"re": r"^armor_reset_(\d+)$", "proto": "reset_sweep", "make": lambda t: f"armor_reset_{int(t)}",
-              "first": ["armor_reset_never"]},
-    "qae_armor": {"re": r"^qae_armor_reset_(\d+)$", "proto": "qae_reset_sweep",
-                  "make": lambda t: f"qae_armor_reset_{int(t)}", "first": ["qae_armor_reset_never"],
-                  "extra_re": r"^qae_armor(_.*)?$"},
-    "tau1_until": {"re": r"^armor_tau1_until(\d+)$", "proto": "qwen3_tau1_until",
-                   "make": lambda t: f"armor_tau1_until{int(t)}"},
-}
+# a sweep's plot order: by its value, largest first for these families (results.meta.json arms' `sweep`)
+REVERSED_SWEEPS = ("mix",)
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -134,23 +90,6 @@ def load_results(paths: str | Path | Sequence[str | Path] | pd.DataFrame) -> pd.
         gmax = df.groupby(["benchmark", "metric"])["value"].transform("max")
         df.loc[gmax > 1.0, "value"] = df.loc[gmax > 1.0, "value"] / 100.0
     return df.reset_index(drop=True)
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    """Rows of a run's JSONL file (common.jsonl's policy: a torn last line of a running job is dropped with a
-    warning); an unreadable file reads as no rows."""
-    try:
-        return read_jsonl(path)
-    except OSError:
-        return []
-
-
-def _read_yaml(path: Path) -> dict:
-    try:
-        data = yaml.safe_load(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, yaml.YAMLError):
-        return {}
 
 
 @dataclass
@@ -197,11 +136,8 @@ class Context:
     runs_dir: Optional[Path] = None
     results_path: Optional[Path] = None
     protocol_override: Optional[dict] = None
-    protocol_source: str = ""
-    only_seed: Optional[int] = None     # a one-seed view (for_seed): its rows and run folders only
-    _protocol: dict = field(default_factory=dict)
+    only_seed: Optional[int] = None     # a one-seed view (for_seed): its rows only
     _metrics: dict = field(default_factory=dict)
-    _configs: dict = field(default_factory=dict)
     _cache: dict = field(default_factory=dict)
 
     def _arm_df(self, arm: str) -> pd.DataFrame:
@@ -234,19 +170,26 @@ class Context:
     def has_arm(self, arm: str) -> bool:
         return arm in self.arms or bool(self.metrics(arm).shape[0])
 
+    def arm_facts(self, arm: str) -> dict:
+        """What the driver recorded of an arm (results.meta.json `arms`: stage, baseline, start, figures,
+        sweep, table_step, starts, teacher_is_start), or {}."""
+        facts = self.driver_meta.get("arms")
+        return (facts.get(arm) or {}) if isinstance(facts, dict) else {}
+
     def seeds(self, arm: Optional[str] = None) -> list[int]:
         d = self.df if arm is None else self.df[self.df["arm"] == arm]
         return sorted(int(s) for s in d["seed"].unique())
 
     def for_seed(self, seed: int) -> "Context":
-        """The same preset seen through one seed: its result rows and run folders only (per-seed verdicts).
-        Cached: every check asks for the same views, which then read each run's metrics once."""
+        """The same preset seen through one seed: its result rows only (per-seed verdicts). Cached: every
+        check asks for the same views."""
         key = ("for_seed", int(seed))
         if key not in self._cache:
             self._cache[key] = Context(df=self.df[self.df["seed"] == seed].reset_index(drop=True),
                                        preset=self.preset, runs_dir=self.runs_dir,
                                        results_path=self.results_path,
                                        protocol_override=self.protocol_override, only_seed=int(seed))
+            self._cache[key]._cache["driver_meta"] = self.driver_meta
             if "steps" in self._cache:        # the per-step table is read once, then filtered per seed
                 st = self._cache["steps"]
                 self._cache[key]._cache["steps"] = (st[st["seed"] == seed].reset_index(drop=True) if len(st)
@@ -256,95 +199,42 @@ class Context:
     # ---------------------------------------------------------------- protocol
     @property
     def protocol(self) -> dict:
-        if not self._protocol:
-            self._protocol, self.protocol_source = self._find_protocol()
-        return self._protocol
-
-    def _find_protocol(self) -> tuple[dict, str]:
+        """The preset's protocol: the `protocol` argument, else results.meta.json's ({} without either)."""
         if self.protocol_override:
-            return dict(self.protocol_override), "argument"
-        if self.results_path is not None:
-            try:
-                import pyarrow.parquet as pq
-                meta = pq.read_schema(self.results_path).metadata or {}
-                raw = meta.get(b"protocol")
-                if raw:
-                    data = json.loads(raw)
-                    if isinstance(data, dict) and data:
-                        return data, f"{self.results_path.name} metadata"
-            except Exception:  # noqa: BLE001 - metadata is optional
-                pass
-            for name in ("results.meta.json", "results.meta.yaml", "results.meta.yml"):
-                p = self.results_path.with_name(name)
-                if p.exists():
-                    data = json.loads(p.read_text()) if p.suffix == ".json" else _read_yaml(p)
-                    if isinstance(data, dict):
-                        data = data.get("protocol", data)
-                        if isinstance(data, dict) and data:
-                            return data, name
-        if self.runs_dir is not None and self.runs_dir.exists():
-            for cfg_path in sorted(self.runs_dir.glob("*/seed*/config.yaml")):
-                proto = _read_yaml(cfg_path).get("protocol")
-                if isinstance(proto, dict) and proto:
-                    return proto, str(cfg_path.relative_to(self.runs_dir))
-        if self.is_paper:
-            return dict(self.paper.get("protocol") or {}), "paper_numbers.yaml"
-        return {}, ""
+            return dict(self.protocol_override)
+        proto = self.driver_meta.get("protocol")
+        return proto if isinstance(proto, dict) else {}
 
     @property
     def driver_meta(self) -> dict:
         """results.meta.json beside the table, as the driver's collect wrote it ({} for a table made without
         the driver): the figure arms and the validation benchmark are read from there, not decided again."""
         if "driver_meta" not in self._cache:
-            meta = self.results_path.with_name("results.meta.json") if self.results_path is not None else None
+            meta = self.results_path.with_name(META_NAME) if self.results_path is not None else None
             data = json.loads(meta.read_text()) if meta is not None and meta.is_file() else {}
             self._cache["driver_meta"] = data if isinstance(data, dict) else {}
         return self._cache["driver_meta"]
 
     @property
     def figure_arms(self) -> Optional[dict]:
-        """{figure: [arms]} as the driver listed them (reproduce.arms.figure_arms), or None."""
+        """{figure: [arms]} as the driver listed them (reproduce.matrix.arms.figure_arms), or None."""
         fa = self.driver_meta.get("figure_arms")
         return fa if isinstance(fa, dict) else None
 
     def expected_arms(self, family: str) -> list[str]:
-        """Arms of a sweep, in plot order: those the driver listed for the figures (results.meta.json), else
-        the ones the protocol names (a table made without the driver), plus what the data has."""
-        spec = FAMILIES[family]
-        listed = self.figure_arms
-        if listed is not None:
-            expected = [a for a in dict.fromkeys(x for arms in listed.values() for x in arms)
-                        if re.match(spec["re"], a) or a in spec.get("first", [])
-                        or (spec.get("extra_re") and re.match(spec["extra_re"], a))]
-            values = expected
-        else:
-            expected = list(spec.get("first", []))
-            values = self.protocol.get(spec["proto"]) if self.protocol else None
-            if values:
-                expected += [spec["make"](v) for v in values]
-        found = [a for a in self.all_arms() if re.match(spec["re"], a) or
-                 (spec.get("extra_re") and re.match(spec["extra_re"], a))]
-        rx = re.compile(spec["re"])
-
-        def key(a: str):
-            m = rx.match(a)
-            v = _num(m.group(1)) if m else -math.inf
-            return (0 if a in spec.get("first", []) else 1, -v if spec.get("reverse") else v, a)
-
-        out = []
-        for a in expected + sorted(found, key=key):
-            if a not in out:
-                out.append(a)
-        first = [a for a in out if a in spec.get("first", [])]
-        rest = sorted([a for a in out if a not in first], key=key)
-        if not values and not found:
-            return []
-        return first + rest
+        """The arms of a sweep (results.meta.json arms' `sweep`: kl_k3, kl_k2, mix, reset, qae_armor,
+        tau1_until), in plot order: the family's reference arm (value null) first, then by value."""
+        facts = self.driver_meta.get("arms")
+        members = [(a, (f.get("sweep") or {}).get("value")) for a, f in (facts or {}).items()
+                   if (f.get("sweep") or {}).get("family") == family]
+        sign = -1.0 if family in REVERSED_SWEEPS else 1.0
+        return [a for a, v in sorted(members, key=lambda t: (t[1] is not None, sign * (t[1] or 0.0), t[0]))]
 
     def all_arms(self) -> list[str]:
+        """The arms with result rows or per-step rows."""
         arms = set(self.arms)
-        if self.runs_dir is not None and self.runs_dir.exists():
-            arms |= {p.parent.parent.name for p in self.runs_dir.glob("*/seed*/metrics.jsonl")}
+        if len(self.steps):
+            arms |= set(self.steps["arm"].astype(str).unique())
         return sorted(arms)
 
     # ---------------------------------------------------------------- validation
@@ -355,7 +245,7 @@ class Context:
         return self._cache["val_benchmark"]
 
     def _val_benchmark(self) -> Optional[str]:
-        """The driver's validation benchmark (reproduce.peaks.validation_benchmark, from results.meta.json);
+        """The driver's validation benchmark (reproduce.jobs.peaks.validation_benchmark, results.meta.json);
         for a table made without the driver, aime24 if it is there, else the most frequent one."""
         v = self.df[self.df["source"] == "validation"]
         if v.empty:
@@ -401,36 +291,34 @@ class Context:
             self._cache[key] = Curve.from_frame(self.val_rows(arm))
         return self._cache[key]
 
-    # ---------------------------------------------------------------- run folders
-    def run_dirs(self, arm: str) -> list[tuple[int, Path]]:
-        if self.runs_dir is None:
-            return []
-        out = []
-        for d in sorted((self.runs_dir / arm).glob("seed*")):
-            m = re.match(r"^seed(\d+)$", d.name)
-            if m and d.is_dir() and self.only_seed in (None, int(m.group(1))):
-                out.append((int(m.group(1)), d))
-        return out
-
-    def config(self, arm: str, seed: int) -> dict:
-        key = (arm, seed)
-        if key not in self._configs:
-            d = dict(self.run_dirs(arm)).get(seed)
-            self._configs[key] = _read_yaml(d / "config.yaml") if d else {}
-        return self._configs[key]
-
+    # ---------------------------------------------------------------- starts
     def arm_start(self, arm: str) -> Optional[int]:
-        """Total step at which the arm's run began (0 for stage-1 arms)."""
-        if arm in STAGE1_ARMS:
+        """Total step at which the arm's runs began (0 for stage-1 arms; this view's seed when it has one):
+        results.meta.json's starts, else the arm's first step in the table."""
+        f = self.arm_facts(arm)
+        if f.get("stage") == 1:
             return 0
-        for seed, _ in self.run_dirs(arm):
-            off = self.config(arm, seed).get("step_offset")
-            if isinstance(off, (int, float)) and off > 0:
-                return int(off)
+        starts = f.get("starts") or {}
+        if self.only_seed is not None and str(self.only_seed) in starts:
+            return int(starts[str(self.only_seed)])
+        if starts:
+            return int(min(starts.values()))
         d = self._arm_df(arm)
         if not d.empty:
             return int(d["step"].min())
         return None
+
+    @property
+    def world(self) -> dict:
+        """The toy world the preset trains in (results.meta.json `world`: dir, validation_chain_ceiling)."""
+        w = self.driver_meta.get("world")
+        return w if isinstance(w, dict) else {}
+
+    @property
+    def live_logs(self) -> list[dict]:
+        """Each run's TensorBoard folder and W&B run, relative to the runs folder (results.meta.json)."""
+        v = self.driver_meta.get("live_logs")
+        return v if isinstance(v, list) else []
 
     # ---------------------------------------------------------------- beside the table
     def _sibling(self, name: str) -> Optional[Path]:
@@ -462,38 +350,14 @@ class Context:
         return self._cache["steps"]
 
     def metrics(self, arm: str) -> pd.DataFrame:
-        """All seeds' metrics.jsonl rows of an arm with `step` (total), `local_step` and `seed`: from the run
-        folders, else from steps.parquet."""
-        if arm in self._metrics:
-            return self._metrics[arm]
-        if not self.run_dirs(arm) and len(self.steps):
-            d = self.steps[self.steps["arm"] == arm].drop(columns=["arm"]).reset_index(drop=True)
+        """All seeds' per-step metric rows of an arm (steps.parquet): `step` (total), `local_step`, `seed`."""
+        if arm not in self._metrics:
+            st = self.steps
+            d = (st[st["arm"] == arm].drop(columns=["arm"]).reset_index(drop=True) if len(st)
+                 else pd.DataFrame(columns=["step", "local_step", "seed"]))
             self._metrics[arm] = d.astype({c: "float64" for c in d.columns
                                            if c not in ("seed", "step", "local_step")})
-            return self._metrics[arm]
-        frames = []
-        for seed, d in self.run_dirs(arm):
-            rows = _read_jsonl(d / "metrics.jsonl")
-            if not rows:
-                continue
-            m = pd.DataFrame(rows)
-            if "step" not in m.columns:
-                m["step"] = range(1, len(m) + 1)
-            m["step"] = pd.to_numeric(m["step"], errors="coerce")
-            m = m[m["step"].notna()]
-            off = self.config(arm, seed).get("step_offset")
-            if not isinstance(off, (int, float)):
-                off = self.arm_start(arm) or 0
-            off = int(off or 0)
-            shift = off if (off > 0 and m["step"].min() <= off) else 0
-            m["step"] = m["step"].astype(int) + shift
-            m["local_step"] = m["step"] - off
-            m["seed"] = seed
-            frames.append(m)
-        out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["step", "local_step",
-                                                                                          "seed"])
-        self._metrics[arm] = out
-        return out
+        return self._metrics[arm]
 
     def metric_curve(self, arm: str, key: str) -> Curve:
         ck = ("metric_curve", arm, key)
@@ -511,13 +375,15 @@ class Context:
 
     # ---------------------------------------------------------------- protocol points
     def theta_star(self) -> Optional[int]:
-        """θ*: first step of the stage-2 arms in the data, else the protocol's peak step, else the DAPO
-        validation argmax."""
-        for arm in THETA_STAR_ARMS:
-            s = self.arm_start(arm)
-            if s:
-                return s
-        p = self.protocol.get("peak_step") if self.protocol else None
+        """θ*: the start of the stage-2 arms that start from DAPO's peak (results.meta.json), else the
+        protocol's peak step, else the DAPO validation argmax."""
+        facts = self.driver_meta.get("arms") or {}
+        for arm, f in facts.items():
+            if f.get("stage") == 2 and f.get("start") == "peak" and f.get("baseline") == "dapo":
+                s = self.arm_start(arm)
+                if s:
+                    return s
+        p = self.protocol.get("peak_step")
         if p:
             return int(p)
         c = self.val_curve("dapo")

@@ -32,11 +32,6 @@ def table_rows(preset: str, table: str) -> dict:
     return ((paper_preset(preset).get("tables") or {}).get(table)) or {}
 
 
-def table_step(preset: str, row_key: str) -> Optional[int]:
-    v = (paper_preset(preset).get("table_steps") or {}).get(row_key)
-    return int(v) if v is not None else None
-
-
 def all_paper_presets() -> list[str]:
     return list((paper_numbers().get("presets") or {}).keys())
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 from pathlib import Path
 from typing import Optional, Sequence
@@ -75,25 +74,19 @@ def _results_text(results_path, base: Path) -> str:
     return ", ".join(_portable(p, base) for p in paths)
 
 
-def live_logs(runs_dir, base: Path) -> list[str]:
-    """The "Live logs" section: each run's TensorBoard folder and W&B run (armor/logging_backends.py)."""
-    if runs_dir is None or not Path(runs_dir).is_dir():
+def live_logs(ctx, base: Path) -> list[str]:
+    """The "Live logs" section: each run's TensorBoard folder and W&B run (armor/logging_backends.py), as the
+    driver listed them in results.meta.json, under the runs folder beside the table."""
+    runs_dir = getattr(ctx, "runs_dir", None)
+    if runs_dir is None or not ctx.live_logs:
         return []
     runs_dir = Path(runs_dir)
     rows = []
-    for run in sorted(p for p in runs_dir.glob("*/seed*") if p.is_dir() and not p.is_symlink()
-                      and not p.parent.is_symlink()):
-        tb = run / "tensorboard"
-        has_tb = tb.is_dir() and any(tb.glob("events.out.tfevents.*"))
-        wb = None
-        try:
-            wb = json.loads((run / "wandb.json").read_text())
-        except (OSError, ValueError):
-            pass
-        if not has_tb and not wb:
-            continue
-        name = f"{run.parent.name}/{run.name}"
-        tb_cell = f"[{_portable(tb, base)}]({_rel(tb, base)})" if has_tb else "—"
+    for log in ctx.live_logs:
+        run = runs_dir / log["run"]
+        tb = runs_dir / log["tensorboard"] if log.get("tensorboard") else None
+        wb = log.get("wandb")
+        tb_cell = f"[{_portable(tb, base)}]({_rel(tb, base)})" if tb is not None else "—"
         if wb:
             proj = "/".join(x for x in (wb.get("entity"), wb.get("project")) if x)
             wb_cell = f"`{proj}` run `{wb.get('id')}` ({wb.get('mode', 'online')})"
@@ -101,9 +94,7 @@ def live_logs(runs_dir, base: Path) -> list[str]:
                 wb_cell += f": `wandb sync {_portable(run / 'wandb' / 'latest-run', REPO_ROOT)}`"
         else:
             wb_cell = "—"
-        rows.append(f"| `{name}` | {tb_cell} | {wb_cell} |")
-    if not rows:
-        return []
+        rows.append(f"| `{log['run']}` | {tb_cell} | {wb_cell} |")
     return ["## Live logs", "",
             f"TensorBoard: `tensorboard --logdir {_portable(runs_dir, REPO_ROOT)}` (from the repository "
             "root; x = total RL steps). W&B: the runs below, one per training run (resumes continue the same "
@@ -145,7 +136,7 @@ def build_report(ctx: Context, out_md: Path, command: str, seeds, wall_time_s, f
         lines += ["Not a paper preset: the paper's numbers do not apply to this model, so the qualitative "
                   "checklist below is the comparison; the paper's tables are shown for reference.", ""]
 
-    lines += live_logs(getattr(ctx, "runs_dir", None), base)
+    lines += live_logs(ctx, base)
     if world_applies(ctx):
         lines += ["## The world's acceptance checks", "",
                   "Can the paper's claims be tested in this world? (figures/world_checks.py: thresholds and "

@@ -1,5 +1,5 @@
-"""A synthetic but realistic runs folder (results.parquet + metrics.jsonl + config.yaml per run), for the
-tests of this package and for trying the figures without GPU runs:
+"""A synthetic but realistic results folder, as the driver's collect writes one (results.parquet,
+steps.parquet, results.meta.json), for the tests of this package and for trying the figures without runs:
 
     python -m figures.synthetic /tmp/demo/runs/tiny && python -m figures --results
     /tmp/demo/runs/tiny/results.parquet --out /tmp/demo/fig
@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import pandas as pd
-import yaml
+
+from common.results import META_NAME, STEPS_NAME
 
 MATH = ("aime24", "aime25", "amc")
 GENERAL = ("gpqa_diamond", "mmlu_pro")
@@ -29,6 +30,29 @@ ALL_ARMS = ["dapo", "dapo_cont", "armor", "anchor_only", "kl_k3_b1e-2", "kl_k3_b
             "mix_a0.9", "mix_a0.8", "anchor_static_clip", "anchor_offpolicy", "armor_reset_never",
             "armor_reset_20", "armor_reset_40", "armor_late", "dapo_late", "opd", "mopd", "qae", "qae_cont",
             "qae_armor_reset_never", "qae_armor_reset_20", "armor_tau1", "armor_tau1_until40", "clip_expand"]
+
+
+# what the driver's results.meta.json says of each arm (reproduce/jobs/collect.py arm_facts): stage, baseline,
+# start, and the sweep (family, value) it belongs to
+ARM_FACTS = {
+    "dapo": (1, "dapo", "base", None), "qae": (1, "qae", "base", None),
+    "dapo_cont": (2, "dapo", "peak", None), "armor": (2, "dapo", "peak", None),
+    "anchor_only": (2, "dapo", "peak", None),
+    "kl_k3_b1e-2": (2, "dapo", "peak", ("kl_k3", 1e-2)), "kl_k3_b1": (2, "dapo", "peak", ("kl_k3", 1.0)),
+    "kl_k2_b1e-2": (2, "dapo", "peak", ("kl_k2", 1e-2)), "kl_k2_b1": (2, "dapo", "peak", ("kl_k2", 1.0)),
+    "mix_a0.9": (2, "dapo", "peak", ("mix", 0.9)), "mix_a0.8": (2, "dapo", "peak", ("mix", 0.8)),
+    "anchor_static_clip": (2, "dapo", "peak", None), "anchor_offpolicy": (2, "dapo", "peak", None),
+    "armor_reset_never": (2, "dapo", "peak", ("reset", None)),
+    "armor_reset_20": (2, "dapo", "peak", ("reset", 20.0)),
+    "armor_reset_40": (2, "dapo", "peak", ("reset", 40.0)),
+    "armor_late": (2, "dapo", "late", None), "dapo_late": (2, "dapo", "late", None),
+    "opd": (2, "dapo", "peak", None), "mopd": (2, "dapo", "peak", None),
+    "qae_cont": (2, "qae", "peak", None), "qae_armor_reset_never": (2, "qae", "peak", ("qae_armor", None)),
+    "qae_armor_reset_20": (2, "qae", "peak", ("qae_armor", 20.0)),
+    "armor_tau1": (2, "dapo", "peak", None), "armor_tau1_until40": (2, "dapo", "peak", ("tau1_until", 40.0)),
+    "clip_expand": (2, "dapo", "peak", None),
+}
+KL_BETA = {"kl_k3_b1e-2": 1e-2, "kl_k3_b1": 1.0, "kl_k2_b1e-2": 1e-2, "kl_k2_b1": 1.0}
 
 
 def _shape(arm: str, t: float, collapse: bool) -> float:
@@ -62,8 +86,9 @@ def make_synthetic(root, preset: str = "tiny", model: str = "tiny-lm", arms: Opt
                    theta: int = 30, stage1: int = 60, stage2: int = 60, every: int = 5, eval_every: int = 10,
                    collapse: bool = True, eval_benches: Sequence[str] = MATH + GENERAL,
                    kl_after_steps: int = 20, write_metrics: bool = True, late: Optional[int] = None,
-                   qae_theta: Optional[int] = None) -> Path:
-    """Write runs/<preset>-like folder `root` and return the results.parquet path."""
+                   qae_theta: Optional[int] = None, table_steps: Optional[dict] = None) -> Path:
+    """Write runs/<preset>-like folder `root` and return the results.parquet path. `table_steps`: arm -> the
+    paper's table step the driver would record (protocol.table_steps)."""
     root = Path(root)
     arms = list(ALL_ARMS if arms is None else arms)
     late = late if late is not None else theta + 15
@@ -72,7 +97,12 @@ def make_synthetic(root, preset: str = "tiny", model: str = "tiny-lm", arms: Opt
                 "kl_after_steps": kl_after_steps, "kl_betas": [1e-2, 1.0], "alpha_sweep": [0.9, 0.8],
                 "reset_sweep": [20, 40], "qae_reset_sweep": [20], "qwen3_tau1_until": [40],
                 "stage1_steps": stage1, "stage2_steps": stage2}
-    rows = []
+    rows, step_rows = [], []
+    # the matrix (every arm the synthetic protocol has), as the driver records it; starts only where run
+    facts = {a: {"stage": st, "baseline": base, "start": kind, "figures": [], "alias_of": None,
+                 "sweep": None if sw is None else {"family": sw[0], "value": sw[1]},
+                 "table_step": (table_steps or {}).get(a), "starts": {}, "teacher_is_start": False}
+             for a, (st, base, kind, sw) in ARM_FACTS.items()}
     for arm in arms:
         if arm in ("dapo", "qae"):
             start, n_steps = 0, stage1
@@ -82,6 +112,7 @@ def make_synthetic(root, preset: str = "tiny", model: str = "tiny-lm", arms: Opt
             start, n_steps = qae_theta, stage2
         else:
             start, n_steps = theta, stage2
+        facts[arm]["starts"] = {str(x): start for x in seeds}
         for seed in seeds:
             rng = random.Random(f"{arm}-{seed}")
             bias = (seed - (len(seeds) - 1) / 2) * 0.006
@@ -114,29 +145,27 @@ def make_synthetic(root, preset: str = "tiny", model: str = "tiny-lm", arms: Opt
                                          value=round(min(0.99, v + 0.2), 5), n=32, source="eval"))
             if not write_metrics:
                 continue
-            d = root / arm / f"seed{seed}"
-            d.mkdir(parents=True, exist_ok=True)
-            (d / "config.yaml").write_text(yaml.safe_dump({"name": f"{preset}/{arm}", "seed": seed,
-                                                           "step_offset": start, "protocol": protocol}))
-            beta = 0.0
-            if arm.startswith("kl_"):
-                beta = float(arm.split("_b")[1])
-            with (d / "metrics.jsonl").open("w") as f:
-                for s in range(1, n_steps + 1):
-                    total = start + s
-                    reward = -0.4 + 0.9 * total / (stage1 + stage2) + rng.gauss(0, 0.01)
-                    kl_scale = (total - start) / n_steps if start else 0.0
-                    kl_r = (0.02 * kl_scale + 1e-4) / (1 + 200 * beta)
-                    kl_f = (0.025 * kl_scale + 1e-4) / (1 + 20 * beta)
-                    f.write(json.dumps({"step": s, "reward_mean": reward, "accuracy": (reward + 1) / 2,
-                                        "response_length": 300 + 150 * total / (stage1 + stage2),
-                                        "entropy": 0.5, "clipfrac": 0.01, "kl_reverse": kl_r,
-                                        "kl_forward": kl_f, "prompts_drawn": 64, "prompts_kept": 32,
-                                        "time_step": 1.0}) + "\n")
+            beta = KL_BETA.get(arm, 0.0)
+            for s in range(1, n_steps + 1):
+                total = start + s
+                reward = -0.4 + 0.9 * total / (stage1 + stage2) + rng.gauss(0, 0.01)
+                kl_scale = (total - start) / n_steps if start else 0.0
+                kl_r = (0.02 * kl_scale + 1e-4) / (1 + 200 * beta)
+                kl_f = (0.025 * kl_scale + 1e-4) / (1 + 20 * beta)
+                step_rows.append({"arm": arm, "seed": seed, "step": total, "local_step": s,
+                                  "reward_mean": reward, "accuracy": (reward + 1) / 2,
+                                  "response_length": 300 + 150 * total / (stage1 + stage2), "entropy": 0.5,
+                                  "clipfrac": 0.01, "kl_reverse": kl_r, "kl_forward": kl_f,
+                                  "prompts_drawn": 64, "prompts_kept": 32, "time_step": 1.0})
     df = pd.DataFrame(rows)
     root.mkdir(parents=True, exist_ok=True)
     path = root / "results.parquet"
     df.to_parquet(path, index=False)
+    if step_rows:
+        pd.DataFrame(step_rows).to_parquet(root / STEPS_NAME, index=False)
+    meta = {"preset": preset, "model": model, "protocol": protocol, "seeds": list(seeds),
+            "validation_benchmark": val_bench, "arms": facts, "world": {}, "live_logs": []}
+    (root / META_NAME).write_text(json.dumps(meta, indent=1))
     return path
 
 

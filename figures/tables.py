@@ -70,15 +70,14 @@ class RowSpec:
     method: str
     arms: list[str]           # candidates; the best by validation that has eval rows represents the row
     base: Optional[str] = None  # row key the deltas are taken against
-    step_key: Optional[str] = None  # key in paper table_steps (default: key)
 
 
 def row_specs(ctx: Context, table: str) -> list[RowSpec]:
     if table == "table3":
         return [RowSpec("opd", "OPD", ["opd"]), RowSpec("mopd", "MOPD", ["mopd"]),
-                RowSpec("armor", "ARMOR", ["armor"], step_key="dapo_armor")]
+                RowSpec("armor", "ARMOR", ["armor"])]
     rows = [RowSpec("dapo", "DAPO", ["dapo"]), RowSpec("dapo_armor", "+ARMOR", ["armor"], base="dapo")]
-    has_qae = any(a == "qae" or a.startswith("qae_") for a in ctx.all_arms()) or \
+    has_qae = any(ctx.arm_facts(a).get("baseline") == "qae" for a in ctx.all_arms()) or \
         "qae" in paper_mod.table_rows(ctx.preset, table)
     if has_qae:
         rows += [RowSpec("qae", "QAE", ["qae"]),
@@ -245,10 +244,9 @@ def _bench_rows(ctx: Context, arm: str, steps: dict[int, int], col: str, paper: 
 def _choose_arm(ctx: Context, spec: RowSpec) -> tuple[Optional[str], dict[int, int], str]:
     """(arm, {seed: step}, how): among the row's candidate arms, the one whose seeds' validation at their
     selected checkpoints is best on average."""
-    paper_step = paper_mod.table_step(ctx.preset, spec.step_key or spec.key) if ctx.is_paper else None
     best = None
     for arm in spec.arms:
-        steps, how = ctx.select_steps(arm, paper_step)
+        steps, how = ctx.select_steps(arm, ctx.arm_facts(arm).get("table_step"))
         if not steps:
             continue
         vals = [ctx.for_seed(seed).val_curve(arm).at(step) for seed, step in steps.items()]

@@ -19,7 +19,6 @@ Checks (validation values are fractions of avg@k; every DAPO check is decided on
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -85,24 +84,10 @@ def _train_acc(c: Context):
 
 
 def chain_ceiling(ctx: Context) -> Optional[float]:
-    """The blind-spot chain's ceiling on the validation split, from the world's world.json:
-    runs/<preset>/world, else the folder of the base model that stage-1 DAPO's config.yaml names (a preset
-    sharing another's world, e.g. tiny-slow: runs/tiny/world; a relative path is the repository root's, where
-    the jobs run)."""
-    if ctx.runs_dir is None:
-        return None
-    worlds = [Path(ctx.runs_dir) / "world"]
-    runs = ctx.run_dirs("dapo")
-    model = (ctx.config("dapo", runs[0][0]).get("model") or {}).get("path") if runs else None
-    if model:
-        worlds.append(Path(model).parent)
-    for w in worlds:
-        try:
-            world = json.loads((w / "world.json").read_text())
-            return float(world["splits"]["validation"]["chain_ceiling"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return None
+    """The blind-spot chain's ceiling on the validation split, as the driver read it from the world the preset
+    trains in (results.meta.json `world`; a preset sharing another's world, e.g. tiny-slow, reads tiny's)."""
+    v = ctx.world.get("validation_chain_ceiling")
+    return float(v) if isinstance(v, (int, float)) else None
 
 
 def check_headroom(ctx: Context) -> WorldCheck:

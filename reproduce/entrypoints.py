@@ -9,7 +9,7 @@ import os
 import shlex
 import sys
 
-from reproduce.presets import REPO_ROOT, ExperimentError, Preset
+from reproduce.matrix.presets import REPO_ROOT, ExperimentError, Preset
 
 ENV = "ARMOR_REPRO_ENTRYPOINTS"
 

@@ -9,8 +9,8 @@
     python reproduce/run_all.py --preset tiny --status           # what is done / queued / running
     python reproduce/run_all.py --preset qwen25-math-7b --stage-dir /shared/armor_stage   # hub copies there
 
-The DAG (reproduce/jobs.py): staging of the hub models and datasets (presets that name hub ids;
-reproduce/stage.py) or the world build (toy presets) -> stage-1 baselines -> select θ* -> stage-2 arms ->
+The DAG (reproduce/dag/graph.py): staging of the hub models and datasets (presets that name hub ids;
+reproduce/hub.py) or the world build (toy presets) -> stage-1 baselines -> select θ* -> stage-2 arms ->
 evaluate (one job per arm) -> runs/<preset>/results.parquet -> figures + REPRODUCTION.md.
 Reruns skip finished units (DONE markers, outputs) and never resubmit a queued or running job, so after an
 interruption (Ctrl-C, SIGKILL, a lost SSH session) rerunning the same command resumes. Bookkeeping and
@@ -33,18 +33,19 @@ from common import cpu_numerics  # noqa: E402
 
 cpu_numerics.pin()   # a process starts here: its CPU numerics, before torch loads; its jobs inherit them
 
-from reproduce import stage  # noqa: E402
-from reproduce.arms import arm_seeds, build_arms, figure_arms, parse_only, selection_seeds  # noqa: E402
-from reproduce.entrypoints import missing_entry_points  # noqa: E402
-from reproduce.experiments import DRIVER_START_ENV, driver_wall_time, record_driver_run  # noqa: E402
-from reproduce.jobs import WARM_PRELOAD, build_jobs  # noqa: E402
-from reproduce.peaks import read_peak  # noqa: E402
-from reproduce.presets import ExperimentError, fixed_peak, load_preset, preset_root  # noqa: E402
 from common.yaml_config import ConfigError  # noqa: E402
 from figures.checklist import read_verdicts, verdict_lines  # noqa: E402
+from reproduce import hub, sizing  # noqa: E402
+from reproduce.dag.budget import budget_lines, item_costs  # noqa: E402
+from reproduce.dag.graph import WARM_PRELOAD, build_jobs  # noqa: E402
+from reproduce.dag.resources import preset_resources  # noqa: E402
+from reproduce.entrypoints import missing_entry_points  # noqa: E402
+from reproduce.jobs.figures import DRIVER_START_ENV, driver_wall_time, record_driver_run  # noqa: E402
+from reproduce.jobs.peaks import read_peak  # noqa: E402
+from reproduce.matrix.arms import (arm_seeds, build_arms, figure_arms, parse_only, parse_seeds,  # noqa: E402
+                                   selection_seeds)
+from reproduce.matrix.presets import ExperimentError, fixed_peak, load_preset, preset_root  # noqa: E402
 from slurm.launcher import ACTIVE, DONE, Launcher, LauncherError, topo_order  # noqa: E402
-from reproduce import plan as sizing  # noqa: E402
-from reproduce.resources import preset_resources  # noqa: E402
 from slurm.resources import ResourceError  # noqa: E402
 
 
@@ -62,14 +63,14 @@ def parse_args(argv=None):
     ap.add_argument("--root", default=None, help="runs folder (default: <repo>/runs)")
     ap.add_argument("--stage-dir", default=None,
                     help="shared folder for the hub models and datasets the plan "
-                         f"stages (default: ${stage.STAGE_ENV}, else <root>/_stage)")
+                         f"stages (default: ${hub.STAGE_ENV}, else <root>/_stage)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     ap.add_argument("--status", action="store_true", help="print each job's state and exit")
     ap.add_argument("--no-wait", action="store_true", help="slurm: submit and exit (rerun later to follow)")
     ap.add_argument("--workers", type=int, default=None, help="local: jobs at once (default: CPU cores)")
     ap.add_argument("--poll", type=float, default=None, help="seconds between state checks")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g = ap.add_argument_group("resources (override the preset's protocol; see reproduce/resources.py)")
+    g = ap.add_argument_group("resources (override the preset's protocol; see reproduce/dag/resources.py)")
     g.add_argument("--resources", help="YAML file with per-kind resources and cluster options")
     g.add_argument("--partition")
     g.add_argument("--account")
@@ -81,12 +82,12 @@ def parse_args(argv=None):
     g.add_argument("--time-min", type=int,
                    help="training time limit per job, minutes (jobs requeue and resume)")
     g.add_argument("--mem-gb", type=float,
-                   help="training host memory per node, GB (default: reproduce/plan.py's "
+                   help="training host memory per node, GB (default: reproduce/sizing.py's "
                         "estimate on GPU presets)")
     g.add_argument("--cpus-per-node", type=int,
                    help="training CPU cores per node (default: protocol.cpus_per_node "
                         "or 8 per GPU); each rank runs cores / ranks threads")
-    s = ap.add_argument_group("sizing (GPU presets; reproduce/plan.py): the dry run's hours, GPU-hours "
+    s = ap.add_argument_group("sizing (GPU presets; reproduce/sizing.py): the dry run's hours, GPU-hours "
                               "and disk")
     s.add_argument("--cluster-nodes", type=int,
                    help="nodes the plan may use at once (default: one train job's)")
@@ -114,14 +115,14 @@ def print_staging(items, stage_dir, show_sizes: bool) -> None:
     """The hub models and datasets the first job stages, with their sizes where known (dry-run)."""
     if not items:
         return
-    sizes = stage.sizes(items, stage_dir, ask_hub=True) if show_sizes else {}
-    src = f"mirror {stage.mirror()}" if stage.mirror() else "the hub"
+    sizes = hub.sizes(items, stage_dir, ask_hub=True) if show_sizes else {}
+    src = f"mirror {hub.mirror()}" if hub.mirror() else "the hub"
     print(f"  staging (job `stage`, from {src}) into {stage_dir}; train and eval jobs read these copies:")
     for it in items:
-        size = stage.human(sizes.get(str(it.dest))) if show_sizes else ""
-        note = "staged" if it.done() else ("gated: needs " + stage.TOKEN_ENV + (" (set)" if stage.token() else
+        size = hub.human(sizes.get(str(it.dest))) if show_sizes else ""
+        note = "staged" if it.done() else ("gated: needs " + hub.TOKEN_ENV + (" (set)" if hub.token() else
                                                                                  " (not set)")
-                                             if it.gated and not stage.mirror() else "")
+                                             if it.gated and not hub.mirror() else "")
         print(f"    {it.kind:<7} {it.label():<40} -> {it.dest.relative_to(stage_dir)}   {size}"
               + (f"   [{note}]" if note else "") + f"   (for {', '.join(it.keys)})")
 
@@ -161,7 +162,7 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
         print(f"  warning: entry points not found yet: {', '.join(missing)} "
               "(their jobs will fail until they exist)")
     if stage_dir is not None:
-        print_staging(stage.plan(preset, stage_dir), stage_dir, show_sizes=show_commands)
+        print_staging(hub.items(preset, stage_dir), stage_dir, show_sizes=show_commands)
     order = topo_order(jobs)
     w = max(len(j.key) for j in order)
     rw = max(len(j.resources.short()) if j.resources else 1 for j in order)
@@ -233,7 +234,7 @@ def main(argv=None) -> int:
     try:
         preset = load_preset(a.preset)
         only = parse_only(a.only)
-        seeds = [int(x) for x in a.seeds.split(",")] if a.seeds else list(preset.protocol.seeds)
+        seeds = parse_seeds(a.seeds) or list(preset.protocol.seeds)
         root = Path(a.root).resolve() if a.root else REPO_ROOT / "runs"
         flags = {"partition": a.partition, "account": a.account, "qos": a.qos, "constraint": a.constraint,
                  "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "time_min": a.time_min,
@@ -245,7 +246,7 @@ def main(argv=None) -> int:
         if gpu:
             sizing.check_plan(preset, res, tp, "--mem-gb" if a.mem_gb is not None else
                               f"train.mem_gb ({a.resources})" if a.resources else "train.mem_gb")
-        stage_dir = Path(a.stage_dir).resolve() if a.stage_dir else stage.default_stage_dir(root)
+        stage_dir = Path(a.stage_dir).resolve() if a.stage_dir else hub.default_stage_dir(root)
         jobs = build_jobs(preset, root, seeds, only, res, stage_dir=stage_dir)
         out = preset_root(root, preset)
         la = Launcher(out, cluster=a.cluster, workers=a.workers, poll_s=a.poll,
@@ -258,13 +259,13 @@ def main(argv=None) -> int:
                 nodes = a.cluster_nodes or res["train"].nodes
                 totals = [""] + sizing.summary_lines(preset, jobs, est, tp, nodes)
                 if a.budget_gpu_hours is not None:
-                    rows = sizing.item_costs(preset, root, seeds, res, stage_dir, est, tp)
-                    totals += sizing.budget_lines(rows, est, a.budget_gpu_hours)
+                    rows = item_costs(preset, root, seeds, res, stage_dir, est, tp)
+                    totals += budget_lines(rows, est, a.budget_gpu_hours)
             print_plan(preset, jobs, states, la.cluster, root, seeds, only, show_commands=a.dry_run,
                        stage_dir=stage_dir, launcher=la if a.dry_run and gpu else None, est=est,
                        totals=totals)
             return 0
-        stage.check_ready(stage.plan(preset, stage_dir))   # a gated dataset without a token fails here
+        hub.check_ready(hub.items(preset, stage_dir))   # a gated dataset without a token fails here
         missing = missing_entry_points(preset)
         if missing:
             print(f"warning: entry points not found: {', '.join(missing)}; their jobs will fail",
@@ -302,7 +303,7 @@ def main(argv=None) -> int:
             print(f"\n{n} job(s) queued or running on {la.cluster}; "
                   "rerun this command (or add --status) to follow")
         return 0
-    except (ExperimentError, ConfigError, LauncherError, ResourceError, stage.StageError,
+    except (ExperimentError, ConfigError, LauncherError, ResourceError, hub.StageError,
             sizing.PlanError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,8 @@
 """A job's resources (`Resources`, what sbatch is asked for) and a table of them per job kind, overlaid with a
 user YAML file and flags.
 
-The kinds and their defaults are the caller's (the driver's: reproduce/resources.py); this module knows none.
+The kinds and their defaults are the caller's (the driver's: reproduce/dag/resources.py); this module knows
+none.
 A user YAML file (``--resources FILE``) may set cluster-wide keys and per-kind keys:
 
     partition: gpu          # cluster-wide: partition, account, qos, constraint, exclude, extra

@@ -13,7 +13,7 @@ import torch
 from armor import checkpoint as ckpt
 from armor.trainer import DETERMINISTIC_KEYS
 from common.jsonl import read_jsonl
-from reproduce.peaks import choose_peak, read_validation
+from reproduce.jobs.peaks import choose_peak, read_validation
 
 from toy_runs import hf_weights, run, train_cmd
 
@@ -48,7 +48,7 @@ def test_stop_signal_saves_the_step_in_flight_and_retention_keeps_what_evaluatio
             if k in ra:
                 assert rb[k] == pytest.approx(ra[k], abs=1e-6), (ra["step"], k)
     # retention: the stop's off-schedule save is gone, both runs keep the same checkpoints, and they hold what
-    # the evaluation chooses among every scheduled checkpoint (reproduce.evalplan: the smoothed argmax), step
+    # the evaluation chooses among every scheduled checkpoint (jobs/evaluate.py: the smoothed argmax), step
     # 5 (keep_steps) and the last one, while older scheduled ones were deleted
     kept = ckpt.list_checkpoints(ref)
     assert ckpt.list_checkpoints(out) == kept and 3 not in kept

@@ -44,7 +44,7 @@ def _entry(name: str, **env) -> list[str]:
 
 @x86
 @pytest.mark.parametrize("entry", ["armor.train", "eval.evaluate", "reproduce/run_all.py",
-                                   "reproduce.toy.build", "reproduce.experiments", "bench.step_time"])
+                                   "reproduce.toy.build", "reproduce.jobs", "bench.step_time"])
 def test_each_entry_point_pins_before_torch_loads(entry):
     assert _entry(entry) == PINNED
 

@@ -1,4 +1,4 @@
-"""The sized plan of the paper presets (reproduce/plan.py through `run_all.py --dry-run`), the job shape SLURM
+"""The sized plan of the paper presets (reproduce/sizing.py via `run_all.py --dry-run`), the job shape SLURM
 is asked for, plan-time errors, and the checkpoint-ready dependency on the local backend."""
 import io
 import json
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from reproduce import run_all
-from reproduce.plan import wait_checkpoint
+from reproduce.jobs.wait import wait_checkpoint
 from slurm.launcher import DONE, Job, Launcher
 from slurm.resources import Resources
 
@@ -44,7 +44,7 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     assert rc == 0
     lines = out.splitlines()
     train = _block(lines, "stage2/armor/seed0")
-    assert "16x8gpu 64cpu 200GB" in train[0]          # host memory from the estimate (reproduce/plan.py)
+    assert "16x8gpu 64cpu 200GB" in train[0]          # host memory from the estimate (reproduce/sizing.py)
     assert any(x.startswith("128 ranks (16 node(s) x 8); update memory/rank ~") for x in train)
     est = next(x for x in train if x.startswith("estimate: "))
     assert " h" in est and "GPU-hours on 128 GPUs" in est and re.search(r"checkpoints [0-9.]+ [GT]B", est)
@@ -57,7 +57,7 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
                 if x.startswith("srun: ")).startswith("srun: srun --unbuffered --cpus-per-task=64")
     tr = next(x for x in train if x.startswith("torchrun: "))
     assert ("-m torch.distributed.run --nnodes=16 --nproc_per_node=8" in tr
-            and "reproduce.experiments train" in tr)
+            and "reproduce.jobs train" in tr)
     # stage 2 waits for θ*'s checkpoint, not the end of stage 1
     assert _block(lines, "peak/dapo/seed0")[0].split()[-1] == "ckpt/dapo/seed0/step140"
     ready = _block(lines, "ckpt/dapo/seed0/step140")
@@ -71,7 +71,7 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
                                                                          if x.startswith("sbatch"))
     assert "GPU-hours on 8 GPUs" in next(x for x in ev if x.startswith("estimate"))
     # totals: the assumption named, GPU-hours, disk, the critical path and the time on the cluster
-    assert ("[assumed (reproduce/plan.py defaults), not measured]" in out
+    assert ("[assumed (reproduce/sizing.py defaults), not measured]" in out
             and "throughput: rollout 2,500" in out)
     assert next(x for x in lines if x.startswith("total: ")).endswith("evaluation)")
     assert "checkpoints: " in out and "kept at the end under the retention policy" in out
@@ -153,7 +153,7 @@ def test_local_backend_starts_stage_2_while_stage_1_runs(tmp_path):
         (pathlib.Path({str(run)!r}) / "DONE").write_text("{{}}")
     """)
     jobs = [Job("stage1/a/seed0", [PY, "-c", stage1], kind="train", done=lambda: (run / "DONE").exists()),
-            Job("ckpt/a/seed0/step2", [PY, "-m", "reproduce.plan", "wait-checkpoint", "--run", str(run),
+            Job("ckpt/a/seed0/step2", [PY, "-m", "reproduce.sizing", "wait-checkpoint", "--run", str(run),
                                        "--step", "2", "--poll", "0.05"], kind="wait_checkpoint"),
             Job("stage2/b/seed0", [PY, "-c", f"open({str(started)!r}, 'w').close()"], kind="train",
                 deps=["ckpt/a/seed0/step2"], done=lambda: started.exists())]

@@ -213,7 +213,7 @@ def test_run_skips_scored_checkpoints(world, toy, tmp_path):
     df = pd.read_parquet(res)
     assert set(zip(df["preset"], df["arm"], df["seed"])) == {("tiny", "dapo", 0)}
     assert sorted(set(df["step"])) == [12, 14]
-    # --out named step_NNNNNN (what reproduce.experiments passes) is used as the step folder itself
+    # --out named step_NNNNNN (what reproduce.jobs passes) is used as the step folder itself
     out = run / "eval" / "step_000004"
     again = E.evaluate_checkpoint(run / "checkpoints" / "step_000004", toy, "toy", limit=4, chunk_size=4,
                                   out=out, after_chunk=hook, **FAST)

@@ -14,15 +14,17 @@ import pytest
 
 from common.results import RESULT_COLUMNS
 from armor.config import load_config
-from reproduce.arms import (arm_definitions, arm_seeds, build_arms, figure_arms, parse_only, selection_seeds,
-                            train_overrides)
-from reproduce.collect import collect, link_aliases
-from reproduce.experiments import DRIVER_START_ENV, driver_wall_time, record_driver_run
-from reproduce.jobs import build_jobs
-from reproduce.peaks import choose_peak, smooth, start_point
-from reproduce.presets import (ExperimentError, PRESETS_DIR, ckpt_dir, fixed_peak, load_preset, run_dir,
-                               stage_steps)
-from reproduce import experiments, run_all
+from reproduce.dag.graph import build_jobs
+from reproduce.jobs.collect import collect, link_aliases
+from reproduce.jobs.figures import DRIVER_START_ENV, driver_wall_time, record_driver_run
+from reproduce.jobs.peaks import choose_peak, smooth, start_point
+from reproduce.matrix.arms import (arm_definitions, arm_seeds, build_arms, figure_arms, parse_only,
+                                   selection_seeds)
+from reproduce.matrix.overrides import train_overrides
+from reproduce.matrix.presets import (ExperimentError, PRESETS_DIR, ckpt_dir, fixed_peak, load_preset,
+                                      run_dir, stage_steps)
+from reproduce import run_all
+from reproduce.jobs import cli
 from slurm.launcher import topo_order
 
 REPO = Path(__file__).resolve().parents[2]
@@ -312,7 +314,7 @@ def test_select_peak_from_run_files(tmp_path):
         (run / "checkpoints" / f"step_{s:06d}" / "trainer_state.pt").write_text("")
     (run / "checkpoints" / "step_000008.tmp").mkdir()  # a partial save is not a checkpoint
     (run / "checkpoints" / "step_000010").mkdir()      # nor a folder without its training state
-    assert experiments.main(["select-peak", "--preset", str(preset), "--root", str(tmp_path / "runs"),
+    assert cli.main(["select-peak", "--preset", str(preset), "--root", str(tmp_path / "runs"),
                              "--arm", "dapo", "--seed", "0"]) == 0
     pk = json.loads((run / "peak.json").read_text())
     assert pk["step"] == 2 and pk["benchmark"] == "toy_val" and pk["method"] == "argmax"

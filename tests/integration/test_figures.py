@@ -11,7 +11,7 @@ import pytest
 
 from figures import build, checklist, plots, report, tables
 from figures.__main__ import main as figures_main
-from figures.data import fmt_beta, load_context, load_results, paper_preset
+from figures.data import load_context, load_results, paper_preset
 from figures.synthetic import ALL_ARMS, make_synthetic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -239,7 +239,8 @@ def test_paper_preset_overlay_and_paper_rows(tmp_path):
     path = make_synthetic(tmp_path / "runs" / "qwen25-math-7b", preset="qwen25-math-7b",
                           model="Qwen2.5-Math-7B", seeds=[0], val_bench="aime24", val_k=32, theta=140,
                           stage1=360, stage2=240, every=20, eval_every=20, late=200, qae_theta=230,
-                          kl_after_steps=100,
+                          kl_after_steps=100, table_steps={"dapo": 140, "armor": 340, "qae": 230,
+                                                           "qae_armor_reset_20": 470},
                           arms=["dapo", "dapo_cont", "armor", "anchor_only", "kl_k3_b1", "qae", "qae_cont",
                                 "qae_armor_reset_20", "opd"])
     ctx = load_context(path)
@@ -308,17 +309,25 @@ def test_missing_arms_leave_marked_gaps(tmp_path):
     assert verdicts["baseline_collapse"].verdict == "inconclusive"      # no noise floor in the synthetic data
 
 
-def test_the_drivers_figure_arms_decide_what_a_sweep_expects(tmp_path):
-    """results.meta.json's figure_arms (written by the driver's collect) win over rebuilding names from the
-    protocol: an arm listed there but absent from the data is marked not run; one only the protocol names is
-    not expected."""
+def test_the_drivers_arms_decide_what_a_sweep_expects(tmp_path):
+    """results.meta.json's arms (the driver's collect writes them, with each sweep's family and value) decide
+    a sweep's members and order: an arm listed there but absent from the data is marked not run; no arm name
+    is parsed."""
     keep = [a for a in ALL_ARMS if a != "kl_k3_b1"]
     path = make_synthetic(tmp_path / "runs" / "tiny", arms=keep)
-    assert "kl_k3_b1" in _not_run_texts(_axes(plots.fig2(load_context(path)))["a"])[0]   # protocol: β = 1
-    listed = {"fig2": ["dapo", "dapo_cont", "kl_k3_b1e-2", "kl_k3_b5e-1"]}
-    (path.with_name("results.meta.json")).write_text(json.dumps({"figure_arms": listed}))
+    meta_path = path.with_name("results.meta.json")
+    meta = json.loads(meta_path.read_text())
+    assert load_context(path).expected_arms("kl_k3") == ["kl_k3_b1e-2", "kl_k3_b1"]   # β order; b1 not run
+    del meta["arms"]["kl_k3_b1"]
+    meta["arms"]["kl_k3_b5e-1"] = {"stage": 2, "baseline": "dapo", "start": "peak",
+                                   "sweep": {"family": "kl_k3", "value": 0.5}}
+    meta["arms"]["mix_a0.7"] = {"stage": 2, "baseline": "dapo", "start": "peak",
+                                "sweep": {"family": "mix", "value": 0.7}}
+    meta_path.write_text(json.dumps(meta))
     ctx = load_context(path)
     assert ctx.expected_arms("kl_k3") == ["kl_k3_b1e-2", "kl_k3_b5e-1"]
+    assert ctx.expected_arms("mix") == ["mix_a0.9", "mix_a0.8", "mix_a0.7"]          # α: largest first
+    assert ctx.expected_arms("reset") == ["armor_reset_never", "armor_reset_20", "armor_reset_40"]
     texts = _not_run_texts(_axes(plots.fig2(ctx))["a"])
     assert texts and "kl_k3_b5e-1" in texts[0] and "kl_k3_b1," not in texts[0] + ","
 
@@ -369,6 +378,15 @@ def _table(d, curves, evals=()):
                   k=4, value=v, n=4, source="eval") for arm, seed, step, v in evals]
     d.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(d / "results.parquet")
+    # the driver's record of the arms (results.meta.json): stage-1 baselines start at 0, the rest at θ* = 10
+    arms = {a for a, _ in curves} | {a for a, *_ in evals}
+    sweeps = {"armor_reset_never": ("reset", None), "armor_reset_10": ("reset", 10.0),
+              "armor_reset_40": ("reset", 40.0), "kl_k3_b1": ("kl_k3", 1.0)}
+    facts = {a: {"stage": 1, "baseline": a, "start": "base"} if a in ("dapo", "qae") else
+             {"stage": 2, "baseline": "dapo", "start": "peak", "starts": {str(s): 10 for s in range(5)},
+              "sweep": {"family": sweeps[a][0], "value": sweeps[a][1]} if a in sweeps else None}
+             for a in arms}
+    (d / "results.meta.json").write_text(json.dumps({"arms": facts}))
     return d / "results.parquet"
 
 
@@ -440,8 +458,7 @@ def test_opd_whose_weights_are_theta_star_is_not_testable(tmp_path):
 
 
 def test_checklist_reads_metrics_from_the_steps_table(tmp_path):
-    """Committed results carry no run folders: the per-step table (steps.parquet) stands in for
-    metrics.jsonl."""
+    """The per-step metrics come from the driver's per-step table (steps.parquet)."""
     from common.results import steps_frame
     flat = [0.5, 0.5, 0.51, 0.49, 0.5, 0.5]
     curves = {("kl_k3_b1", s): flat for s in (0, 1, 2)} | {("dapo_cont", s): [0.5, 0.3, 0.2, 0.1, 0.1, 0.1]
@@ -501,6 +518,7 @@ def test_report_module_cli(tiny, tmp_path):
 
 # ------------------------------------------------------------------------------------------ helpers
 def test_helpers(tmp_path):
+    from reproduce.matrix.arms import fmt_beta      # arm names are the driver's
     assert [fmt_beta(b) for b in (1e-3, 1e-2, 0.1, 1.0, 0.05)] == ["1e-3", "1e-2", "1e-1", "1", "5e-2"]
     df = pd.DataFrame([dict(preset="p", model="m", arm="dapo", seed=0, step=0, benchmark="b", metric="avg@4",
                             k=4, value=v, n=4, source="validation") for v in (38.5, 40.0)])

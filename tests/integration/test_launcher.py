@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reproduce.resources import load_resources
+from reproduce.dag.resources import load_resources
 from slurm import jobwrap
 from slurm.launcher import (BLOCKED, DONE, FAILED, RUNNING, TODO, Job, Launcher, LauncherError,
                             detect_cluster, topo_order)

@@ -147,7 +147,7 @@ def test_the_missing_world_hint_names_the_presets_world_design(tmp_path, monkeyp
     and for every shipped toy preset it is the command of the driver's `world` job."""
     from armor.config import load_config
     from armor.train import missing_model_hint
-    from reproduce.presets import PRESETS_DIR, load_preset
+    from reproduce.matrix.presets import PRESETS_DIR, load_preset
     monkeypatch.chdir(tmp_path)                     # no runs/ here: neither world is built
     tiny = missing_model_hint(PRESETS_DIR / "tiny.yaml", load_config(PRESETS_DIR / "tiny.yaml", []))
     assert "python -m reproduce.toy.build --out runs/tiny/world --version 2\n" in tiny

@@ -9,14 +9,23 @@ from figures.synthetic import make_synthetic
 
 
 def test_report_paths_are_relative_and_live_logs_are_linked(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from reproduce.jobs.collect import live_logs
+    from reproduce.matrix.presets import load_preset
     results = make_synthetic(tmp_path / "runs" / "tiny", arms=["dapo", "dapo_cont", "armor"])
     runs = results.parent
-    from torch.utils.tensorboard import SummaryWriter
     w = SummaryWriter(str(runs / "dapo" / "seed0" / "tensorboard"))
     w.add_scalar("train/accuracy", 0.5, 1)
     w.close()
+    (runs / "armor" / "seed0").mkdir(parents=True)
     (runs / "armor" / "seed0" / "wandb.json").write_text(json.dumps(
         {"id": "ab12cd34", "project": "armor-repro", "entity": None, "mode": "offline"}))
+    # the driver's collect lists the runs' live logs in results.meta.json; the report reads them there
+    meta = json.loads((runs / "results.meta.json").read_text())
+    meta["live_logs"] = live_logs(load_preset("tiny"), tmp_path / "runs", [0])
+    assert [x["run"] for x in meta["live_logs"]] == ["dapo/seed0", "armor/seed0"]
+    (runs / "results.meta.json").write_text(json.dumps(meta))
     report = write_report(results, runs / "REPRODUCTION.md", preset="tiny",
                           command="python reproduce/run_all.py", runs_dir=runs)
     text = report.read_text()
@@ -35,8 +44,8 @@ def test_model_column_is_the_presets_display_name(tmp_path):
     from figures.data import load_context
     from figures.tables import build_table
     from armor.config import load_config
-    from reproduce.collect import collect
-    from reproduce.presets import Preset, load_preset
+    from reproduce.jobs.collect import collect
+    from reproduce.matrix.presets import Preset, load_preset
     p = load_preset("tiny")
     assert p.model_name == "toy Qwen2 (167K)" != Path(p.cfg.model.path).parent.name
     run = tmp_path / "tiny" / "dapo" / "seed0"

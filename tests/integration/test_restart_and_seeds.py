@@ -1,6 +1,6 @@
 """The authors' reset (armor_restart: a new run from armor_reset_never's best checkpoint, πref = it, a fresh
 optimizer and warm-up, for the rest of stage 2), seeds per arm (side arms, selection seeds), and the tiny
-presets' matrix (reproduce/arms.py, reproduce/peaks.py, reproduce/jobs.py)."""
+presets' matrix (reproduce/matrix/arms.py, reproduce/jobs/peaks.py, reproduce/dag/graph.py)."""
 import dataclasses
 import json
 import re
@@ -8,12 +8,12 @@ import re
 import pytest
 
 from armor.config import load_config
-from reproduce import experiments
-from reproduce.arms import (arm_definitions, arm_seeds, build_arms, figure_arms, selection_seeds,
-                            train_overrides)
-from reproduce.jobs import build_jobs
-from reproduce.peaks import choose_restart, restart_file, start_point
-from reproduce.presets import ExperimentError, load_preset, run_dir
+from reproduce.jobs import cli
+from reproduce.matrix.arms import arm_definitions, arm_seeds, build_arms, figure_arms, selection_seeds
+from reproduce.matrix.overrides import train_overrides
+from reproduce.dag.graph import build_jobs
+from reproduce.jobs.peaks import choose_restart, restart_file, start_point
+from reproduce.matrix.presets import ExperimentError, load_preset, run_dir
 
 from test_experiments import MINI, _mini_preset
 from test_seeds_and_late_start import _fake_run
@@ -104,7 +104,7 @@ def test_select_restart_writes_the_point_and_the_restart_config_reads_it(tmp_pat
         dapo.mkdir(parents=True, exist_ok=True)
         (dapo / "peak.json").write_text(json.dumps({"step": 6, "checkpoint": str(dapo / "checkpoints/x")}))
     for s in (0, 1, 2):
-        rc = experiments.main(["select-restart", "--preset", str(f), "--root", str(root), "--seed", str(s)])
+        rc = cli.main(["select-restart", "--preset", str(f), "--root", str(root), "--seed", str(s)])
         assert rc == 0
     assert "stage-2 step 4 (total 10, mean of seeds [0, 1])" in capsys.readouterr().out
     arm = arm_definitions(p.protocol)["armor_restart"]
@@ -124,7 +124,7 @@ def test_select_restart_writes_the_point_and_the_restart_config_reads_it(tmp_pat
         assert cfg.algo.reference.reset.every is None and cfg.optim.warmup_steps == 1
     # a selection seed not finished: no restart point yet
     (run_dir(root, p, "armor_reset_never", 1) / "DONE").unlink()
-    rc = experiments.main(["select-restart", "--preset", str(f), "--root", str(root), "--seed", "0"])
+    rc = cli.main(["select-restart", "--preset", str(f), "--root", str(root), "--seed", "0"])
     assert rc == 2 and "seed(s) [1] are not DONE" in capsys.readouterr().err
 
 
@@ -248,7 +248,7 @@ def test_the_driver_runs_the_restart_arm_end_to_end_with_fake_jobs(tmp_path, mon
 
 
 def test_the_wall_time_line_the_driver_prints(tmp_path, monkeypatch):
-    from reproduce.experiments import DRIVER_START_ENV, record_driver_run
+    from reproduce.jobs.figures import DRIVER_START_ENV, record_driver_run
     from reproduce.run_all import wall_time_line
     monkeypatch.delenv(DRIVER_START_ENV, raising=False)
     record_driver_run(tmp_path, 200.0, 3861.4)                  # this invocation, recorded before the line
@@ -261,7 +261,7 @@ def test_the_wall_time_line_the_driver_prints(tmp_path, monkeypatch):
 
 def test_with_keep_last_armor_reset_never_keeps_every_candidate_restart_point(tmp_path):
     """schedule.keep_last prunes checkpoints; the restart point is chosen after armor_reset_never ends, so
-    that run keeps every validated step of the window (reproduce/retention.py)."""
+    that run keeps every validated step of the window (reproduce/matrix/retention.py)."""
     text = THREE.replace("save_every: 2, validate_every: 2}}",
                          "save_every: 2, validate_every: 2, keep_last: 1}}")
     text = text.replace("  late_start_step: 6\n",

@@ -106,7 +106,7 @@ def full_smoke(world, tmp_path_factory):
 
 def test_full_smoke_matrix_then_figures_produces_every_item(full_smoke):
     from figures.checklist import read_verdicts
-    from reproduce.arms import FIGURES, TABLES
+    from reproduce.matrix.arms import FIGURES, TABLES
     assert "nothing to do" in full_smoke["second"]
     # the driver ends with the checklist's verdicts, one line each, as the figures job wrote them
     verdicts = read_verdicts(full_smoke["results"].parent / "figures" / "checklist.json")
@@ -135,8 +135,8 @@ def test_full_smoke_figures_have_every_arm_and_panel(full_smoke):
 
     from figures import plots
     from figures.data import load_context
-    from reproduce.arms import build_arms, figure_arms
-    from reproduce.presets import load_preset
+    from reproduce.matrix.arms import build_arms, figure_arms
+    from reproduce.matrix.presets import load_preset
     ctx = load_context(full_smoke["results"])
     preset = load_preset("smoke")
     matrix = figure_arms(preset.protocol)

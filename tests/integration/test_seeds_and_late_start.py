@@ -1,14 +1,15 @@
 """Seeds as an axis of the matrix (one θ* from the seed-mean curve, single-seed arms) and the late start
-chosen by rule from stage-1 validation (reproduce/peaks.py, reproduce/jobs.py)."""
+chosen by rule from stage-1 validation (reproduce/jobs/peaks.py, reproduce/dag/graph.py)."""
 import json
 
 import pytest
 
-from reproduce import experiments
-from reproduce.arms import arm_definitions, arm_seeds, build_arms, train_overrides
-from reproduce.jobs import build_jobs
-from reproduce.peaks import choose_late, mean_curve, start_point
-from reproduce.presets import ExperimentError, load_preset, run_dir
+from reproduce.jobs import cli
+from reproduce.matrix.arms import arm_definitions, arm_seeds, build_arms
+from reproduce.matrix.overrides import train_overrides
+from reproduce.dag.graph import build_jobs
+from reproduce.jobs.peaks import choose_late, mean_curve, start_point
+from reproduce.matrix.presets import ExperimentError, load_preset, run_dir
 
 from test_experiments import MINI, _mini_preset
 
@@ -66,7 +67,7 @@ def test_one_peak_from_the_seed_mean_and_the_late_start_in_peak_json(tmp_path, c
     _fake_run(run_dir(root, p, "dapo", 1), [(0, 0.3), (2, 0.4), (4, 0.7), (6, 0.3)], ck)
     # seed 1 alone peaks at 4; the mean (.3, .5, .6, .25) peaks at 4 too, seed 0 alone at 2
     for s in (0, 1):
-        assert experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
+        assert cli.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
                                  "--seed", str(s)]) == 0
     out = capsys.readouterr().out
     assert "mean of seeds [0, 1]" in out and "late start of dapo seed 0: step 6" in out
@@ -79,7 +80,7 @@ def test_one_peak_from_the_seed_mean_and_the_late_start_in_peak_json(tmp_path, c
         late_arm = arm_definitions(p.protocol)["armor_late"]
         assert start_point(p, root, late_arm, s) == {"step": 6, "checkpoint": pk["late"]["checkpoint"]}
     # a seed alone (the --seeds override) picks its own argmax
-    assert experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
+    assert cli.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
                              "--seed", "0", "--seeds", "0"]) == 0
     assert json.loads((run_dir(root, p, "dapo", 0) / "peak.json").read_text())["step"] == 2
 
@@ -90,10 +91,10 @@ def test_a_run_that_never_degrades_has_no_late_start_and_the_late_arm_says_so(tm
     for s in (0, 1):
         _fake_run(run_dir(root, p, "dapo", s), [(0, 0.3), (2, 0.5), (4, 0.6), (6, 0.6)], [2, 4, 6])
     for s in (0, 1):
-        assert experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
+        assert cli.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
                                  "--seed", str(s)]) == 0
     assert "late start of dapo seed 1: none" in capsys.readouterr().out
-    rc = experiments.main(["train", "--preset", str(f), "--root", str(root), "--arm", "armor_late",
+    rc = cli.main(["train", "--preset", str(f), "--root", str(root), "--arm", "armor_late",
                            "--seed", "0"])
     assert rc == 2 and ("armor_late seed 0: no late start: validation never falls below θ*'s 0.6000 after "
                         "step 4" in capsys.readouterr().err)
@@ -103,10 +104,10 @@ def test_peak_selection_over_seeds_needs_every_seed(tmp_path, capsys):
     f = _preset(tmp_path)
     p, root = load_preset(f), tmp_path / "runs"
     _fake_run(run_dir(root, p, "dapo", 0), [(0, 0.3), (2, 0.6)], [2])
-    rc = experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
+    rc = cli.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
                            "--seed", "0"])
     assert rc == 2 and "seed(s) [1] have no validation yet" in capsys.readouterr().err
-    rc = experiments.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "armor",
+    rc = cli.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "armor",
                            "--seed", "0"])
     assert rc == 2 and "not a stage-1 baseline" in capsys.readouterr().err
 

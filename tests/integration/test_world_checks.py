@@ -12,30 +12,31 @@ FLAT = [0.40, 0.45, 0.47, 0.47, 0.47, 0.47, 0.47, 0.47]
 
 
 def _runs(tmp_path, dapo: dict, natural=None, acc=None, clip=(0.024, 0.4), world=True):
+    """A results folder as the driver's collect writes it: results.parquet, steps.parquet (DAPO's training
+    accuracy, dapo_cont's clipping) and results.meta.json (the arms, the world's ceiling)."""
     d = tmp_path / "tiny"
-    rows = []
+    d.mkdir(parents=True)
+    rows, steps = [], []
     for seed, vals in dapo.items():
         rows += [dict(arm="dapo", seed=seed, step=10 * i, value=v) for i, v in enumerate(vals)]
-        run = d / "dapo" / f"seed{seed}"
-        run.mkdir(parents=True)
         a = acc or (lambda s: 0.5 + 0.005 * s)
-        run.joinpath("metrics.jsonl").write_text("".join(json.dumps({"step": s, "accuracy": a(s)}) + "\n"
-                                                         for s in range(1, 71)))
-        cont = d / "dapo_cont" / f"seed{seed}"
-        cont.mkdir(parents=True)
+        steps += [dict(arm="dapo", seed=seed, step=s, local_step=s, accuracy=a(s)) for s in range(1, 71)]
         both, unc = clip
-        cont.joinpath("metrics.jsonl").write_text("".join(json.dumps(
-            {"step": s, "clipfrac": both, "uncertain_frac": unc, "clipfrac_and_uncertain": both}) + "\n"
-            for s in range(1, 11)))
+        steps += [dict(arm="dapo_cont", seed=seed, step=20 + s, local_step=s, clipfrac=both, uncertain_frac=unc,
+                       clipfrac_and_uncertain=both) for s in range(1, 11)]
     if natural:
         rows += [dict(arm="dapo_natural", seed=0, step=10 * i, value=v) for i, v in enumerate(natural)]
     df = pd.DataFrame([dict(preset="tiny", model="m", benchmark="toy_val", metric="avg@4", k=4, n=4,
                             source="validation", **r) for r in rows])
     df.to_parquet(d / "results.parquet")
-    if world:
-        (d / "world").mkdir()
-        (d / "world" / "world.json").write_text(
-            json.dumps({"splits": {"validation": {"chain_ceiling": 0.7}}}))
+    pd.DataFrame(steps).to_parquet(d / "steps.parquet")
+    arms = {"dapo": {"stage": 1, "baseline": "dapo", "start": "base"},
+            "dapo_cont": {"stage": 2, "baseline": "dapo", "start": "peak", "starts": {"0": 20}}}
+    if natural:
+        arms["dapo_natural"] = {"stage": 1, "baseline": "dapo_natural", "start": "base"}
+    meta = {"arms": arms, "world": {"validation_chain_ceiling": 0.7} if world else {},
+            "figure_arms": {"world": list(arms)} if natural else {}}
+    (d / "results.meta.json").write_text(json.dumps(meta))
     return load_context(d / "results.parquet")
 
 
@@ -85,14 +86,17 @@ def test_the_world_item_is_drawn_only_where_the_control_ran(tmp_path):
     assert "world" not in draw_all(plain, tmp_path / "b" / "figs", only=None)
 
 
-def test_a_preset_sharing_another_presets_world_finds_its_ceiling(tmp_path):
-    """No runs/<preset>/world (tiny-slow shares runs/tiny/world): the ceiling comes from the world folder
-    of the base model that stage-1 DAPO's config.yaml names; with neither, it is unknown."""
-    ctx = _runs(tmp_path, {0: RISE_FALL}, world=False)
-    assert W.chain_ceiling(ctx) is None
-    shared = tmp_path / "other" / "world"
-    (shared / "base_model").mkdir(parents=True)
-    (shared / "world.json").write_text(json.dumps({"splits": {"validation": {"chain_ceiling": 0.65}}}))
-    (tmp_path / "tiny" / "dapo" / "seed0" / "config.yaml").write_text(
-        f"model:\n  path: {shared / 'base_model'}\n")
-    assert W.chain_ceiling(load_context(tmp_path / "tiny" / "results.parquet")) == 0.65
+def test_the_driver_records_the_world_a_preset_trains_in(tmp_path):
+    """The ceiling comes from the world the preset's base model lives in, as the driver's collect read it
+    (a preset sharing another's world, e.g. tiny-slow: runs/tiny/world); no world.json: unknown."""
+    from reproduce.jobs.collect import world_facts
+    from reproduce.matrix.presets import load_preset
+    assert world_facts(load_preset("tiny-slow"))["dir"] == "runs/tiny/world"
+    world = tmp_path / "shared" / "world"
+    (world / "data").mkdir(parents=True)
+    preset = tmp_path / "p.yaml"
+    preset.write_text(f"base: {load_preset('smoke').path}\nmodel:\n  path: {world / 'base_model'}\n"
+                      f"data:\n  train: {world / 'data' / 'train.jsonl'}\n")
+    assert world_facts(load_preset(preset))["validation_chain_ceiling"] is None
+    (world / "world.json").write_text(json.dumps({"splits": {"validation": {"chain_ceiling": 0.65}}}))
+    assert world_facts(load_preset(preset)) == {"dir": str(world), "validation_chain_ceiling": 0.65}

@@ -21,7 +21,7 @@ def test_qwen25_math_7b_preset_carries_appendix_b():
     assert (c.rollout.temperature, c.rollout.top_p) == (1.0, 1.0)
     assert (c.rollout.gen_batch_prompts, c.rollout.max_rounds) == (4 * 512, 10)
     assert (c.validation.benchmarks, c.validation.temperature, c.validation.top_p) == (["aime24"], 1.0, 0.7)
-    # its protocol: tests/integration/test_experiments.py (reproduce/protocol.py)
+    # its protocol: tests/integration/test_experiments.py (reproduce/matrix/protocol.py)
     assert c.schedule.validate_every == 5
 
 
@@ -122,8 +122,8 @@ def test_logging_backends_accept_a_list_or_comma_text():
 
 
 def test_the_trainer_keeps_other_tools_sections_unread_and_writes_them_back(tmp_path):
-    """`protocol:` is the experiment driver's (reproduce/protocol.py): the trainer accepts a preset that has
-    one, does not validate it, and copies it into the run's config.yaml (eval.evaluate --run reads it
+    """`protocol:` is the experiment driver's (reproduce/matrix/protocol.py): the trainer accepts a preset
+    that has one, does not validate it, and copies it into the run's config.yaml (eval.evaluate --run reads it
     there)."""
     assert set(FOREIGN_SECTIONS) == {"protocol"}
     c = load_config(P7B, ["protocol.armor_alpha=2", "protocol.not_a_key=1"])   # not the trainer's to check

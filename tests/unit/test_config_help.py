@@ -1,11 +1,12 @@
 """Self-documenting config: every field carries its help (dataclass metadata), `python -m armor.train --help
 [SECTION]` prints keys, types, defaults and help, and docs/config.md is the generated reference, up to
 date."""
+import contextlib
 import dataclasses
-import subprocess
-import sys
+import io
 import typing
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -31,9 +32,17 @@ def test_every_field_has_help():
     assert len(list(_all_fields())) > 100
 
 
+def _run(main, *args) -> SimpleNamespace:
+    """A command's main in this process (no interpreter start): its exit code, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(args))
+    return SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
+
+
 def _help(*args):
-    return subprocess.run([sys.executable, "-m", "armor.train", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    from armor.train import main
+    return _run(main, *args)
 
 
 def test_help_lists_every_key_with_type_default_and_help():
@@ -74,14 +83,13 @@ def test_docs_config_md_is_the_generated_reference():
 
 def test_docs_protocol_md_is_the_generated_protocol_reference():
     """The `protocol:` section is reproduce/'s (ProtocolConfig): its reference is generated there, alike."""
-    from reproduce import protocol
+    from reproduce.matrix import protocol
     committed = (ROOT / "docs" / "protocol.md").read_text()
     assert committed == protocol.markdown(), \
-        "docs/protocol.md is stale: python -m reproduce.protocol --markdown > docs/protocol.md"
+        "docs/protocol.md is stale: python -m reproduce.matrix.protocol --markdown > docs/protocol.md"
     for key, f in _all_fields(protocol.ProtocolConfig, "protocol."):
         assert f"| `{key}` |" in committed and str(f.metadata.get("help", "")).strip(), key
-    r = subprocess.run([sys.executable, "-m", "reproduce.protocol"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    r = _run(protocol.main)
     assert r.returncode == 0 and "protocol.seeds  (list of int; default [0])" in r.stdout
 
 

@@ -136,9 +136,10 @@ def test_no_string_in_code_names_a_higher_package():
 
 
 def test_slurm_names_none_of_the_drivers_job_kinds():
-    """Job kinds and their resources are the driver's (reproduce/resources.py): slurm takes resources per job
+    """Job kinds and their resources are the driver's (reproduce/dag/resources.py): slurm takes resources per
+    job
     as data, so no string in its code is one of the driver's kinds."""
-    from reproduce.resources import KINDS
+    from reproduce.dag.resources import KINDS
     found = []
     for f in sorted((ROOT / "slurm").rglob("*.py")):
         tree = ast.parse(f.read_text(), str(f))
@@ -167,3 +168,70 @@ def test_the_string_rule_catches_each_kind_of_coupling(tmp_path):
     assert not list(string_couplings("common", ok))
     (tmp_path / "up.py").write_text('CMD = ["python", "-m", "armor.train"]\n')
     assert not list(string_couplings("reproduce", tmp_path / "up.py"))
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the repo modules it imports (every import in it, function-level ones included): `from a.b
+    import c` is an import of a.b.c when that is a module, else of a.b."""
+    files = {}
+    for pkg in PACKAGES:
+        for f in (ROOT / pkg).rglob("*.py"):
+            parts = list(f.relative_to(ROOT).with_suffix("").parts)
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    graph: dict[str, set[str]] = {}
+    for mod, f in files.items():
+        out = graph.setdefault(mod, set())
+        pkg_of = mod if f.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = pkg_of.split(".")[:len(pkg_of.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+            else:
+                continue
+            out |= {t for t in targets if t in files and t != mod}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle_anywhere():
+    """No two modules import each other, directly or through others, function-level imports counted."""
+    assert not import_cycles(module_graph())
+
+
+def test_the_cycle_finder_sees_a_circle_through_a_function_level_import():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []

@@ -1,5 +1,6 @@
 """Pure parts of the arm matrix: seeds per arm, the seeds a choice is made on, the restart point's rule, and
-the power calculation behind the seed counts (reproduce/arms.py, reproduce/peaks.py, reproduce/power.py)."""
+the power calculation behind the seed counts (reproduce/matrix/arms.py, reproduce/jobs/peaks.py,
+reproduce/studies/power.py)."""
 import dataclasses
 import math
 
@@ -7,11 +8,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from reproduce import power as pw
-from reproduce.arms import RESTART_ARM, arm_definitions, arm_seeds, figure_arms, selection_seeds
-from reproduce.peaks import choose_restart
-from reproduce.presets import ExperimentError
-from reproduce.protocol import ProtocolConfig, load_protocol
+from reproduce.studies import power as pw
+from reproduce.matrix.arms import RESTART_ARM, arm_definitions, arm_seeds, figure_arms, selection_seeds
+from reproduce.jobs.peaks import choose_restart
+from reproduce.matrix.presets import ExperimentError
+from reproduce.matrix.protocol import ProtocolConfig, load_protocol
 
 P = ProtocolConfig(seeds=[0, 1, 2, 3, 4], reset_sweep=[20], restart_within=0.5, restart_warmup_steps=2,
                    single_seed_arms=["mopd"], side_arms=["opd"], side_arm_seeds=3, selection_seeds=[0, 1, 2])

@@ -1,8 +1,9 @@
-"""The plan's arithmetic (reproduce/plan.py): checkpoint volume, host memory, the schedule on a cluster of a
+"""The plan's arithmetic (reproduce/sizing.py): checkpoint volume, host memory, the schedule on a cluster of a
 given size, the budget's choice of items; the job shape's threads (slurm/resources.py, slurm/jobwrap.py)."""
 import pytest
 
-from reproduce.plan import Estimate, checkpoint_volume, choose_items, host_memory_gb, simulate
+from reproduce.dag.budget import choose_items
+from reproduce.sizing import Estimate, checkpoint_volume, host_memory_gb, simulate
 from slurm import jobwrap
 from slurm.launcher import Job
 from slurm.resources import Resources

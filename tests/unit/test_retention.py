@@ -12,10 +12,10 @@ from armor import faults
 from armor.config import ConfigError, load_config
 from armor.stop import StopRequest
 from common.distributed import Dist
-from reproduce.arms import build_arms
-from reproduce.peaks import choose_peak
-from reproduce.presets import ExperimentError, load_preset
-from reproduce.retention import check_retention, retention_overrides
+from reproduce.matrix.arms import build_arms
+from reproduce.jobs.peaks import choose_peak
+from reproduce.matrix.presets import ExperimentError, load_preset
+from reproduce.matrix.retention import check_retention, retention_overrides
 
 SMOKE = load_preset("smoke").path
 
@@ -42,7 +42,7 @@ def test_prune_never_deletes_the_newest_even_off_schedule_and_keeps_all_without_
 
 
 def test_best_candidates_always_hold_the_argmax_the_evaluation_chooses():
-    """Whatever values come later, the smoothed argmax among saved steps (reproduce.peaks.choose_peak) is
+    """Whatever values come later, the smoothed argmax among saved steps (reproduce.jobs.peaks.choose_peak) is
     never a step that best_candidates let go of at an earlier point of the curve."""
     rng = random.Random(0)
     for trial in range(300):

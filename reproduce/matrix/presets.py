@@ -3,11 +3,11 @@ live.
 
     p = load_preset("qwen25-math-7b")      # or a YAML path; reproduce/presets/<name>.yaml
     p.cfg                                  # armor.config.RunConfig (what armor.train reads)
-    p.protocol                             # reproduce.protocol.ProtocolConfig (the `protocol:` section)
+    p.protocol                             # reproduce.matrix.protocol.ProtocolConfig (`protocol:`)
     run_dir(root, p, "armor", 0)           # <root>/<preset>/armor/seed0
 
 A preset is validated whole before any job is planned: the trainer's keys by armor.config, the `protocol:`
-section by reproduce/protocol.py, and protocol.eval_samples against the pass@k its evaluation protocol
+section by reproduce/matrix/protocol.py, and protocol.eval_samples against the pass@k its evaluation protocol
 reports.
 """
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Optional
 
 from armor.config import RunConfig, load_config
-from reproduce.protocol import SECTION, ProtocolConfig, load_protocol
+from reproduce.matrix.protocol import SECTION, ProtocolConfig, load_protocol
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PRESETS_DIR = REPO_ROOT / "reproduce" / "presets"
 STATE_JSON = dict(indent=1, sort_keys=True, default=str)   # how the driver writes its state files
 
 
@@ -102,7 +102,7 @@ def load_preset(name_or_path: str | Path) -> Preset:
 
 def _check_restart(preset: Preset) -> None:
     """protocol.restart_within leaves armor_restart a validated checkpoint of armor_reset_never to start from
-    (with schedule.keep_last, reproduce/retention.py keeps every candidate)."""
+    (with schedule.keep_last, reproduce/matrix/retention.py keeps every candidate)."""
     p, cfg = preset.protocol, preset.cfg
     if p.restart_within is None:
         return

@@ -5,7 +5,7 @@ table (and the figures drawn from it) are current.
     collect(preset, root, seeds)        # reads validation.jsonl + eval summaries, writes the table; beside it
                                         # steps.parquet (every run's per-step metrics,
                                         common.results.STEP_METRICS) # and noise_floor.json
-                                        (reproduce/noise.py), when measured
+                                        (reproduce/jobs/noise.py), when measured
 
 The table's columns are docs/CONTRACTS.md's (common/results.py owns them). Its inputs' fingerprint (names,
 sizes, mtimes) goes into results.meta.json: `collect_done` is true while no input changed. `collect` only
@@ -22,15 +22,15 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from armor.config import read_yaml
+from armor.config import load_config, read_yaml
 from common.jsonl import read_json, read_jsonl, write_json_atomic
 from common.layout import STEP_RE
-from common.results import NOISE_NAME, STEPS_NAME, frame, steps_frame, summary_rows, write_results
-from reproduce.arms import Arm, arm_definitions, figure_arms
-from reproduce.peaks import read_peak, start_point, validation_benchmark
-from reproduce.presets import STATE_JSON, Preset, preset_root, run_dir
+from common.results import META_NAME, NOISE_NAME, STEPS_NAME, frame, steps_frame, summary_rows, write_results
+from reproduce.jobs import noise
+from reproduce.jobs.peaks import read_peak, start_point, validation_benchmark
+from reproduce.matrix.arms import Arm, arm_definitions, figure_arms, table_step
+from reproduce.matrix.presets import STATE_JSON, Preset, preset_root, repo_path, run_dir
 
-META_NAME = "results.meta.json"
 FIG_STAMP = ".armor_figures.json"
 _EVAL_NAME = re.compile(r"^(?P<bench>.+?)__(?P<proto>.+?)__k(?P<k>\d+)\.json$")
 
@@ -74,9 +74,8 @@ def collect_inputs(preset: Preset, root: Path, seeds: list[int]) -> list[Path]:
                     files.append(run / name)
             if (run / "eval").is_dir():
                 files += sorted(x for x in (run / "eval").rglob("*.json") if not x.name.startswith("."))
-    from reproduce.noise import result_path
-    noise = result_path(preset, root)
-    return files + ([noise] if noise.is_file() else [])
+    floor = noise.result_path(preset, root)
+    return files + ([floor] if floor.is_file() else [])
 
 
 def fingerprint(preset: Preset, root: Path, seeds: list[int]) -> str:
@@ -168,21 +167,78 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
     out = preset_root(root, preset)
     out.mkdir(parents=True, exist_ok=True)
     protocol = json.loads(json.dumps(dataclasses.asdict(preset.protocol)))
+    # every experiment fact the figures need is written here (figures/data.py reads no other driver file)
     meta = {"preset": preset.name, "model": preset.model_name, "protocol": protocol, "peaks": peaks,
             "aliases": {a.name: a.alias_of for a in arms.values() if a.alias_of}, "seeds": seeds,
             "validation_benchmark": validation_benchmark(preset), "inputs": fp, "rows": len(df),
             "cpu_numerics": [json.loads(n) for n in sorted(numerics) if n != "null"], "time": time.time(),
-            "figure_arms": figure_arms(preset.protocol)}   # what each figure draws: figures read it here
-    write_results(out / "results.parquet", df, metadata={"protocol": protocol})
+            "figure_arms": figure_arms(preset.protocol), "arms": arm_facts(preset, root, seeds),
+            "world": world_facts(preset), "live_logs": live_logs(preset, root, seeds)}
+    write_results(out / "results.parquet", df)
     write_steps(out / STEPS_NAME, step_rows)
-    from reproduce.noise import read_noise, result_path
-    noise = read_noise(result_path(preset, root))
-    if noise is not None:
-        write_json_atomic(out / NOISE_NAME, noise, **STATE_JSON)
+    floor = noise.read_noise(noise.result_path(preset, root))
+    if floor is not None:
+        write_json_atomic(out / NOISE_NAME, floor, **STATE_JSON)
     elif (out / NOISE_NAME).exists():
         (out / NOISE_NAME).unlink()
     write_json_atomic(out / META_NAME, meta, **STATE_JSON)
     return out / "results.parquet"
+
+
+def arm_facts(preset: Preset, root: Path, seeds: list[int]) -> dict[str, dict]:
+    """Each arm of the protocol as the figures read it (results.meta.json `arms`): Arm.facts(), the figures
+    that draw it, the paper's table step, each seed's start (total step; stage 1: 0) and whether its OPD/MOPD
+    teacher is its own start (so its weights stay θ*'s)."""
+    p = preset.protocol
+    figs = figure_arms(p)
+    out = {}
+    for arm in arm_definitions(p).values():
+        f = arm.facts()
+        f["figures"] = [name for name, members in figs.items() if arm.name in members]
+        f["table_step"] = table_step(p, arm.name)
+        starts = {}
+        for s in seeds:
+            if arm.stage == 1:
+                starts[str(s)] = 0
+            elif (st := start_point(preset, root, arm, s)) is not None:
+                starts[str(s)] = int(st["step"])
+        f["starts"] = starts
+        d = load_config(preset.path, arm.overrides).algo.distill
+        f["teacher_is_start"] = d.mode != "none" and not d.teacher_path
+        out[arm.name] = f
+    return out
+
+
+def world_facts(preset: Preset) -> dict:
+    """The toy world a preset trains in (its base model's folder): where, and the validation split's
+    blind-spot chain ceiling (world.json), for the world checks; {} without a toy world."""
+    w = preset.world()
+    if w is None:
+        return {}
+    world = read_json(repo_path(w[0]) / "world.json")
+    try:
+        ceiling = float(world["splits"]["validation"]["chain_ceiling"])
+    except (TypeError, KeyError, ValueError):
+        ceiling = None
+    return {"dir": str(w[0]), "validation_chain_ceiling": ceiling}
+
+
+def live_logs(preset: Preset, root: Path, seeds: list[int]) -> list[dict]:
+    """Each canonical run's TensorBoard folder and W&B run (armor/logging_backends.py), relative to the
+    preset's runs folder, for the report's "Live logs"."""
+    out = []
+    for arm in arm_definitions(preset.protocol).values():
+        if arm.alias_of:
+            continue
+        for s in seeds:
+            run = run_dir(root, preset, arm.name, s)
+            tb = run / "tensorboard"
+            has_tb = tb.is_dir() and any(tb.glob("events.out.tfevents.*"))
+            wandb = read_json(run / "wandb.json")
+            if has_tb or isinstance(wandb, dict):
+                out.append({"run": f"{arm.name}/seed{s}", "tensorboard": f"{arm.name}/seed{s}/tensorboard"
+                            if has_tb else None, "wandb": wandb if isinstance(wandb, dict) else None})
+    return out
 
 
 def write_steps(path: Path, rows: list[dict]) -> Path:
@@ -224,3 +280,10 @@ def figures_done(preset: Preset, root: Path, only: Optional[list[str]]) -> bool:
     st = read_json(out / "figures" / FIG_STAMP)
     return (bool(st) and st.get("results") == _sha(out / "results.parquet")
             and st.get("only") == (only or None))
+
+
+def cmd_collect(preset: Preset, root: Path, seeds: list[int]) -> int:
+    """Link the alias arms' folders to their canonical runs, then write the results table."""
+    link_aliases(preset, root, seeds)
+    print(f"wrote {collect(preset, root, seeds)}")
+    return 0

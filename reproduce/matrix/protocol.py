@@ -2,13 +2,13 @@
 own).
 
     proto = load_protocol(read_yaml("reproduce/presets/qwen25-math-7b.yaml").get("protocol", {}))
-    python -m reproduce.protocol                 # every key: type, default, help
-    python -m reproduce.protocol --markdown > docs/protocol.md
+    python -m reproduce.matrix.protocol                 # every key: type, default, help
+    python -m reproduce.matrix.protocol --markdown > docs/protocol.md
 
 Figure sweeps, the stage lengths, θ* selection, the final evaluation, SLURM sizes and seeds. The trainer does
 not own this section (armor.config.FOREIGN_SECTIONS): it keeps it unread and copies it into each run's
-config.yaml; reproduce/presets.py builds it from the preset. Every error names `protocol.<field>` and the
-value (ConfigError), before any job is planned.
+config.yaml; reproduce/matrix/presets.py builds it from the preset. Every error names `protocol.<field>` and
+the value (ConfigError), before any job is planned.
 """
 from __future__ import annotations
 
@@ -28,6 +28,18 @@ def _f(default: Any = dataclasses.MISSING, help: str = "", factory: Any = datacl
     if factory is not dataclasses.MISSING:
         return field(default_factory=factory, metadata={"help": help})
     return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class TableSteps:
+    """The checkpoints the paper's tables report (total RL steps since the base model); null = the arm's
+    checkpoint with the best validation. qae_armor: every qae_armor_* arm."""
+    dapo: Optional[int] = _f(None, "the DAPO row (θ*)")
+    armor: Optional[int] = _f(None, "the DAPO+ARMOR row")
+    qae: Optional[int] = _f(None, "the QAE row (its θ*)")
+    qae_armor: Optional[int] = _f(None, "the QAE+ARMOR row")
+    opd: Optional[int] = _f(None, "the OPD row (Table 3)")
+    mopd: Optional[int] = _f(None, "the MOPD row (Table 3)")
 
 
 @dataclass
@@ -81,6 +93,7 @@ class ProtocolConfig:
     eval_benchmarks: list[str] = _f(factory=list, help="benchmarks of the final evaluation (registry names "
                                                        "or NAME=path.jsonl)")
     eval_protocol: str = _f("paper", "evaluation protocol (eval/protocols.py): samples, pass@k, lengths")
+    table_steps: TableSteps = _f(factory=TableSteps, help="the paper's table checkpoints (paper presets)")
     eval_every: int = _f(0, "evaluate every N-th saved checkpoint (0 = only the selected ones)")
     eval_samples: Optional[int] = _f(None, "override the protocol's samples per problem (k)")
     eval_limit: Optional[int] = _f(None, "score only the first N problems of each benchmark")
@@ -96,7 +109,7 @@ class ProtocolConfig:
     cpus_per_node: int = _f(0, "CPU cores of a GPU node the jobs ask for (0 = 8 per GPU); each rank runs "
                                "cpus_per_node / ranks threads")
     rollout_tokens_per_s: Optional[float] = _f(None, "plan's throughput assumption: generated tokens/s per "
-                                                     "GPU (null = reproduce/plan.py's default; the dry run "
+                                                     "GPU (null = reproduce/sizing.py's default; the dry run "
                                                      "names it)")
     update_tokens_per_s: Optional[float] = _f(None, "plan's throughput assumption: trained tokens/s per GPU "
                                                     "of the update (null = from an assumed MFU)")
@@ -194,13 +207,14 @@ def reference_fields() -> list[config_doc.FieldDoc]:
 def markdown() -> str:
     """docs/protocol.md: the protocol's keys (tests/unit/test_config_help.py checks it is up to date)."""
     return "\n".join([
-        "<!-- GENERATED FILE: python -m reproduce.protocol --markdown > docs/protocol.md (from "
-        "ProtocolConfig in reproduce/protocol.py; tests/unit/test_config_help.py checks it is up to date) "
+        "<!-- GENERATED FILE: python -m reproduce.matrix.protocol --markdown > docs/protocol.md (from "
+        "ProtocolConfig in reproduce/matrix/protocol.py; tests/unit/test_config_help.py checks it is up to "
+        "date) "
         "-->", "",
         "# Protocol reference", "",
         "The `protocol:` section of a preset (`reproduce/presets/*.yaml`): the numbers of the "
         "continual-training protocol that the experiment driver (`python reproduce/run_all.py`, "
-        "`python -m reproduce.experiments`) plans from. The trainer does not read it (see the end of "
+        "`python -m reproduce.jobs`) plans from. The trainer does not read it (see the end of "
         "[config.md](config.md)); it copies it into each run's `config.yaml`.", "",
         (ProtocolConfig.__doc__ or "").strip(), ""] + config_doc.table(reference_fields()) + [""])
 

@@ -1,7 +1,7 @@
 """Evaluation planning: which checkpoints of a run are evaluated, the eval.evaluate command, and its stamp.
 
 A baseline is evaluated at θ*; a stage-2 arm at its best checkpoint by validation, every eval_every-th
-checkpoint and the paper's table step (figures/paper_numbers.yaml). `python -m reproduce.experiments evaluate`
+checkpoint and the paper's table step (figures/paper_numbers.yaml). `python -m reproduce.jobs evaluate`
 runs eval.evaluate once per step into <run>/eval/step_NNNNNN/ and then writes
 <run>/eval/.armor_evaluated.json; the evaluate job is done when that stamp names the preset's benchmarks and
 evaluation protocol.
@@ -9,18 +9,21 @@ evaluation protocol.
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Optional
 
 from common.jsonl import read_json, write_json_atomic
 from common.layout import list_checkpoints
-from reproduce import stage
-from reproduce.arms import Arm
+from reproduce import hub
 from reproduce.entrypoints import entry
-from reproduce.peaks import choose_peak, read_peak, read_validation, start_point, validation_benchmark
-from reproduce.presets import STATE_JSON, ExperimentError, Preset, run_dir
-from reproduce.retention import paper_table_step
+from reproduce.jobs.peaks import choose_peak, read_peak, read_validation, start_point, validation_benchmark
+from reproduce.matrix.arms import Arm, arm_definitions
+from reproduce.matrix.presets import STATE_JSON, ExperimentError, Preset, ckpt_dir, run_dir
+from reproduce.matrix.retention import paper_table_step
+from slurm import warm
 
 EVAL_STAMP = ".armor_evaluated.json"
 # set by the driver on a several-GPU evaluate job: ranks of eval.evaluate
@@ -66,7 +69,7 @@ def eval_command(preset: Preset, ckpt: Path, out: Path, stage_dir: Optional[Path
     With a stage folder, the benchmarks staged from the hub are read from it (NAME=path)."""
     benchmarks = eval_benchmarks(preset)
     if stage_dir is not None:
-        benchmarks = stage.staged_benchmarks(benchmarks, stage.plan(preset, stage_dir))
+        benchmarks = hub.staged_benchmarks(benchmarks, hub.items(preset, stage_dir))
     argv = entry("eval.evaluate") + ["--checkpoint", str(ckpt), "--benchmarks", ",".join(benchmarks),
                                      "--protocol", preset.protocol.eval_protocol, "--out", str(out),
                                      "--preset", str(preset.path), "--engine", preset.cfg.rollout.engine,
@@ -99,3 +102,20 @@ def eval_done(preset: Preset, root: Path, arm: Arm, seed: int) -> bool:
     st = read_json(run_dir(root, preset, arm.run_arm, seed) / "eval" / EVAL_STAMP)
     return bool(st) and st.get("benchmarks") == eval_benchmarks(preset) and \
         st.get("protocol") == preset.protocol.eval_protocol
+
+
+def cmd_evaluate(preset: Preset, root: Path, arm_name: str, seed: int,
+                 stage_dir: Optional[Path] = None) -> int:
+    arm = arm_definitions(preset.protocol)[arm_name]
+    run = run_dir(root, preset, arm.run_arm, seed)
+    steps = eval_steps(preset, root, arm, seed)
+    for step in steps:
+        ck = ckpt_dir(run, step)
+        argv = eval_command(preset, ck, run / "eval" / f"step_{step:06d}", stage_dir)
+        print("run:", " ".join(shlex.quote(a) for a in argv), flush=True)
+        rc = warm.run(argv)
+        if rc != 0:
+            print(f"evaluation of {ck} failed (exit {rc})", file=sys.stderr)
+            return rc
+    write_eval_stamp(preset, root, arm, seed, steps)
+    return 0

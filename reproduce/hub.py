@@ -1,7 +1,7 @@
 """Stage the hub models and datasets a plan needs into one shared folder, once, before any job reads them.
 
 At 16 nodes x 8 ranks every rank of every job would otherwise read the hub at once. The driver's first job
-(`python -m reproduce.experiments stage --preset P --root R`, added by build_jobs for presets that name hub
+(`python -m reproduce.jobs stage --preset P --root R`, added by build_jobs for presets that name hub
 ids; none for the toy presets, whose models are built locally) copies them here; the train and evaluate jobs
 then read the local copies (their overrides name the staged paths).
 
@@ -96,8 +96,8 @@ def _dataset_spec(name: str):
     return spec
 
 
-def plan(preset, stage_dir: Path) -> list[Item]:
-    """What a preset (reproduce.presets.Preset: its run config and protocol) needs from the hub, in a stable
+def items(preset, stage_dir: Path) -> list[Item]:
+    """What a preset (matrix.presets.Preset: run config and protocol) needs from the hub, in a stable
     order (models first)."""
     stage_dir = Path(stage_dir)
     cfg = preset.cfg

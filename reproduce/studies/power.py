@@ -1,6 +1,6 @@
 """How many seeds the headline comparisons need: a results table's per-seed gaps -> paired-t power.
 
-    python -m reproduce.power --results reproduce/results/tiny/results.parquet
+    python -m reproduce.studies.power --results reproduce/results/tiny/results.parquet
 
 For each comparison (`COMPARISONS`: arm minus reference, each seed's end value = the mean of its last
 `END_POINTS` validation points; "theta*" = the arm's own first stage-2 point, i.e. θ*'s weights) it prints the
@@ -133,7 +133,7 @@ def report(df: pd.DataFrame, fixed_arm: str = "opd", sample_factors: tuple[int, 
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m reproduce.power", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m reproduce.studies.power", description=__doc__.split("\n")[0])
     ap.add_argument("--results", default="reproduce/results/tiny/results.parquet")
     ap.add_argument("--fixed-arm", default="opd", help="an arm whose weights never move (evaluation noise)")
     a = ap.parse_args(argv)

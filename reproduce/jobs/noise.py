@@ -3,7 +3,7 @@ checkpoint every stage-2 arm starts from, validated `protocol.noise_floor_repeat
 sampling seeds, exactly as the runs validate (armor.trainer.Trainer.validate, the preset's validation
 settings).
 
-    python -m reproduce.experiments noise-floor --preset tiny --root runs --seed 0
+    python -m reproduce.jobs noise-floor --preset tiny --root runs --seed 0
     -> runs/<preset>/_noise_floor/noise_floor.json   (collect copies it beside results.parquet)
 
 The floor is the standard deviation of those k values (n - 1 denominator): the spread of one validation of
@@ -19,9 +19,10 @@ from typing import Optional
 from armor.config import load_config
 from common.jsonl import read_json, write_json_atomic
 from common.results import NOISE_NAME
-from reproduce.arms import arm_definitions, train_overrides
-from reproduce.peaks import start_point
-from reproduce.presets import STATE_JSON, ExperimentError, Preset, preset_root
+from reproduce.jobs.peaks import start_point
+from reproduce.matrix.arms import arm_definitions
+from reproduce.matrix.overrides import train_overrides
+from reproduce.matrix.presets import STATE_JSON, ExperimentError, Preset, preset_root
 
 NOISE_DIR = "_noise_floor"
 BASE_ARM = "dapo_cont"       # its start (θ* of dapo) is the checkpoint measured; its settings are the runs'
@@ -85,3 +86,12 @@ def measure(preset: Preset, root: Path, seed: int, stage_dir: Optional[Path] = N
 def read_noise(path: Path) -> Optional[dict]:
     d = read_json(path)
     return d if isinstance(d, dict) and d.get("values") else None
+
+
+def cmd_noise_floor(preset: Preset, root: Path, seed: int, stage_dir: Optional[Path] = None) -> int:
+    """The verdicts' noise floor (reproduce/jobs/noise.py)."""
+    r = measure(preset, root, seed, stage_dir)
+    print(f"noise floor: {r['arm']} seed {seed} step {r['step']} validated {r['repeats']} times: "
+          f"{r['benchmark']} {r['metric']} sd {r['sd']:.4f}, range {r['range']:.4f}, values "
+          + ", ".join(f"{v:.3f}" for v in r["values"]))
+    return 0

@@ -1,15 +1,15 @@
 """The job graph of a preset: stage (hub models/datasets, presets that name hub ids) | world (toy presets) ->
 stage 1 -> select peak -> stage 2 -> evaluate -> collect -> figures, as slurm.launcher Jobs. A fixed θ* (or
 late start) before the end of stage 1 is a `ckpt/<arm>/seed<s>/step<k>` job that ends when that checkpoint
-is saved (reproduce/plan.py), so stage 2 does not wait for the rest of stage 1.
+is saved (reproduce/jobs/wait.py), so stage 2 does not wait for the rest of stage 1.
 
     jobs = build_jobs(load_preset("tiny"), "runs")        # keys: stage, world, stage1/dapo/seed0,
                                                          # peak/dapo/seed0, stage2/armor/seed0,
                                                          eval/armor/seed0, # collect, figures
 
-Every job is a `python -m reproduce.experiments <subcommand>` command that resolves its late-bound inputs (θ*,
+Every job is a `python -m reproduce.jobs <subcommand>` command that resolves its late-bound inputs (θ*,
 the checkpoints to evaluate) when it runs, and has a `done` check on its outputs, so reruns skip finished
-units. Alias arms (reproduce/arms.py) get no job of their own.
+units. Alias arms (reproduce/matrix/arms.py) get no job of their own.
 """
 from __future__ import annotations
 
@@ -18,45 +18,46 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from armor import memory
 from armor.config import load_config
-from reproduce import stage
-from reproduce.arms import (RESTART_FROM, RESTART_START, Arm, arm_seeds, build_arms, selection_seeds,
-                            train_overrides)
-from reproduce.collect import collect_done, figures_done
-from reproduce.entrypoints import entry
-from reproduce.evalplan import EVAL_RANKS_ENV, eval_benchmarks, eval_done
-from reproduce import noise
-from reproduce.peaks import peak_done, peak_file, restart_done, restart_file, start_point
 from common.layout import list_checkpoints
-from reproduce.presets import Preset, ckpt_dir, fixed_peak, preset_root, repo_path, run_dir
-from reproduce.resources import preset_resources
-from reproduce.retention import check_retention
+from reproduce import hub
+from reproduce.dag.resources import preset_resources
+from reproduce.entrypoints import entry
+from reproduce.jobs import noise
+from reproduce.jobs.collect import collect_done, figures_done
+from reproduce.jobs.evaluate import EVAL_RANKS_ENV, eval_benchmarks, eval_done
+from reproduce.jobs.peaks import peak_done, peak_file, restart_done, restart_file, start_point
+from reproduce.matrix.arms import RESTART_FROM, RESTART_START, Arm, arm_seeds, build_arms, selection_seeds
+from reproduce.matrix.overrides import train_overrides
+from reproduce.matrix.presets import Preset, ckpt_dir, fixed_peak, preset_root, repo_path, run_dir
+from reproduce.matrix.retention import check_retention
 from slurm.launcher import Job
 
 JOB_ENV = {"ARMOR_PROGRESS": "0", "TOKENIZERS_PARALLELISM": "false"}
 # what the local launcher imports once before forking the jobs warm (slurm/warm.py): their heavy modules
 WARM_PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwen2", "armor.trainer",
-                "eval.evaluate", "reproduce.experiments", "figures.plots")
+                "eval.evaluate", "reproduce.jobs.cli", "figures.plots")
 
 
 @dataclass
-class _Plan:
-    """What the jobs of one plan share: the preset, where its runs go, resources, the stage folder's items."""
+class _Inputs:
+    """What the jobs of one graph share: the preset, where its runs go, resources, the staged hub items."""
     preset: Preset
     root: Path
     seeds: list[int]
     res: dict
     stage_dir: Path
-    items: list             # reproduce.stage Items the `stage` job copies (none: no staging)
+    items: list             # reproduce.hub Items the `stage` job copies (none: no staging)
     env: dict = field(default_factory=lambda: dict(JOB_ENV))
 
     def command(self, sub: str, *extra: str) -> list[str]:
-        """`python -m reproduce.experiments SUB --preset P --root R EXTRA...`."""
-        return [sys.executable, "-m", "reproduce.experiments", sub, "--preset", str(self.preset.path),
+        """`python -m reproduce.jobs SUB --preset P --root R EXTRA...`."""
+        return [sys.executable, "-m", "reproduce.jobs", sub, "--preset", str(self.preset.path),
                 "--root", str(self.root), *extra]
 
     def arm_seeds(self, arm: Arm) -> list[int]:
-        """The plan's seeds this arm runs (protocol.single_seed_arms: the first only)."""
+        """The graph's seeds this arm runs (protocol.single_seed_arms: the first only)."""
         return arm_seeds(self.preset.protocol, arm, self.seeds)
 
     @property
@@ -71,39 +72,38 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
     select peak -> stage 2 -> evaluate (array) -> collect -> figures."""
     root = Path(root).resolve()
     p = preset.protocol
-    sd = Path(stage_dir).resolve() if stage_dir else stage.default_stage_dir(root)
-    plan = _Plan(preset, root, list(seeds if seeds is not None else p.seeds),
-                 resources or preset_resources(preset),
-                 sd, stage.plan(preset, sd))
+    sd = Path(stage_dir).resolve() if stage_dir else hub.default_stage_dir(root)
+    g = _Inputs(preset, root, list(seeds if seeds is not None else p.seeds),
+                resources or preset_resources(preset), sd, hub.items(preset, sd))
     arms = build_arms(preset, only)
     # schedule.keep_last deletes nothing θ* or an evaluation needs
-    check_retention(preset, arms, plan.seeds)
-    jobs = _setup_jobs(plan)
+    check_retention(preset, arms, g.seeds)
+    jobs = _setup_jobs(g)
     first = [j.key for j in jobs]          # what stage-1 training waits for: staging and/or the world build
-    for arm, s in _train_order(plan, arms):
-        jobs += _train_jobs(plan, arms, arm, s, first)
-    staged = ["stage"] if plan.items else []
-    for s in plan.seeds:
+    for arm, s in _train_order(g, arms):
+        jobs += _train_jobs(g, arms, arm, s, first)
+    staged = ["stage"] if g.items else []
+    for s in g.seeds:
         for arm in arms.values():
-            if arm.evaluate and not arm.alias_of and s in plan.arm_seeds(arm):
-                jobs.append(_eval_job(plan, arm, s, staged))
+            if arm.evaluate and not arm.alias_of and s in g.arm_seeds(arm):
+                jobs.append(_eval_job(g, arm, s, staged))
     if noise.applies(preset, arms):
-        jobs.append(_noise_job(plan, arms[noise.BASE_ARM]))
-    return jobs + _final_jobs(plan, jobs, only)
+        jobs.append(_noise_job(g, arms[noise.BASE_ARM]))
+    return jobs + _final_jobs(g, jobs, only)
 
 
-def _noise_job(plan: _Plan, arm: Arm) -> Job:
-    """The verdicts' noise floor (reproduce/noise.py): θ* of the first seed validated k times, after θ*."""
-    preset, root, s = plan.preset, plan.root, plan.seeds[0]
+def _noise_job(g: _Inputs, arm: Arm) -> Job:
+    """The verdicts' noise floor (reproduce/jobs/noise.py): θ* of the first seed validated k times."""
+    preset, root, s = g.preset, g.root, g.seeds[0]
     k = preset.protocol.noise_floor_repeats
-    return Job("noise_floor", plan.command("noise-floor", "--seed", str(s), *plan.stage_args),
-               kind="noise_floor", deps=[f"peak/{arm.baseline}/seed{s}"], resources=plan.res["evaluate"],
-               env=plan.env, done=lambda: noise.noise_done(preset, root, s),
+    return Job("noise_floor", g.command("noise-floor", "--seed", str(s), *g.stage_args),
+               kind="noise_floor", deps=[f"peak/{arm.baseline}/seed{s}"], resources=g.res["evaluate"],
+               env=g.env, done=lambda: noise.noise_done(preset, root, s),
                info={"benchmarks": "validation", "protocol": f"{k} re-validations of θ*"},
                description=f"noise floor: θ* of {arm.baseline} seed {s} validated {k} times")
 
 
-def _train_order(plan: _Plan, arms: dict[str, Arm]) -> list[tuple[Arm, int]]:
+def _train_order(g: _Inputs, arms: dict[str, Arm]) -> list[tuple[Arm, int]]:
     """(arm, seed) of every train job, in the order they start when ready (local workers take ready jobs in
     this order; SLURM's FIFO queue is submitted in it): first every seed of the stage-1 baselines that stage 2
     starts from (θ* waits for all of them), then the other stage-1 runs (the headroom control), then every
@@ -112,8 +112,8 @@ def _train_order(plan: _Plan, arms: dict[str, Arm]) -> list[tuple[Arm, int]]:
     names = list(arms)
     gating = {a.baseline for a in arms.values() if a.stage == 2}
     gating2 = {RESTART_FROM for a in arms.values() if a.start == RESTART_START}
-    units = [(arm, s) for s in plan.seeds for arm in arms.values()
-             if not arm.alias_of and s in plan.arm_seeds(arm)]
+    units = [(arm, s) for s in g.seeds for arm in arms.values()
+             if not arm.alias_of and s in g.arm_seeds(arm)]
 
     def key(u: tuple[Arm, int]) -> tuple:
         arm, s = u
@@ -123,43 +123,43 @@ def _train_order(plan: _Plan, arms: dict[str, Arm]) -> list[tuple[Arm, int]]:
     return sorted(units, key=key)
 
 
-def _setup_jobs(plan: _Plan) -> list[Job]:
+def _setup_jobs(g: _Inputs) -> list[Job]:
     """Staging of the hub models and datasets the preset names; the toy world's build."""
     jobs = []
-    if plan.items:
-        items = plan.items
-        jobs.append(Job("stage", plan.command("stage", *plan.stage_args), kind="stage",
-                        resources=plan.res["stage"], env=plan.env,
+    if g.items:
+        items = g.items
+        jobs.append(Job("stage", g.command("stage", *g.stage_args), kind="stage",
+                        resources=g.res["stage"], env=g.env,
                         done=lambda items=items: all(it.done() for it in items),
                         info={"items": [f"{it.kind} {it.label()} -> {it.dest}" for it in items]},
-                        description=f"stage {len(items)} hub model(s)/dataset(s) into {plan.stage_dir}"))
-    args = plan.preset.world_build_args()
+                        description=f"stage {len(items)} hub model(s)/dataset(s) into {g.stage_dir}"))
+    args = g.preset.world_build_args()
     if args is not None:
-        world = plan.preset.world()[0]
+        world = g.preset.world()[0]
         argv = entry("reproduce.toy.build") + args
-        jobs.append(Job("world", argv, kind="world", resources=plan.res["world"], env=plan.env,
+        jobs.append(Job("world", argv, kind="world", resources=g.res["world"], env=g.env,
                         done=lambda world=world: (repo_path(world) / "world.json").is_file(),
                         description=f"build the toy world in {world}"))
     return jobs
 
 
-def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list[str]) -> list[Job]:
+def _train_jobs(g: _Inputs, arms: dict[str, Arm], arm: Arm, s: int, first: list[str]) -> list[Job]:
     """The train job of one arm and seed, and for a baseline that others start from (or that is evaluated)
     the job that chooses its θ*."""
-    preset, root = plan.preset, plan.root
+    preset, root = g.preset, g.root
     if arm.stage == 1:
         deps = list(first)
     elif arm.start == "late" and preset.protocol.late_start_step is not None:
-        deps = [_ready_key(plan, "dapo", s, preset.protocol.late_start_step)]
+        deps = [_ready_key(g, "dapo", s, preset.protocol.late_start_step)]
     elif arm.start == RESTART_START:
         deps = [f"restart/{RESTART_FROM}/seed{s}"]
     else:
         deps = [f"peak/{arm.baseline}/seed{s}"]
     run = run_dir(root, preset, arm.name, s)
     key = f"stage{arm.stage}/{arm.name}/seed{s}"
-    jobs = [Job(key, plan.command("train", "--arm", arm.name, "--seed", str(s), *plan.stage_args),
-                kind="train", deps=deps, resources=plan.res["train"], launch="torchrun", env=plan.env,
-                done=lambda run=run: (run / "DONE").is_file(), info=_train_info(plan, arm, s),
+    jobs = [Job(key, g.command("train", "--arm", arm.name, "--seed", str(s), *g.stage_args),
+                kind="train", deps=deps, resources=g.res["train"], launch="torchrun", env=g.env,
+                done=lambda run=run: (run / "DONE").is_file(), info=_train_info(g, arm, s),
                 description=f"train {arm.name} seed {s}")]
     late_rule = arm.name == "dapo" and preset.protocol.late_start_fraction is not None
     starts_others = any(a.baseline == arm.name and a.stage == 2 and (a.start == "peak" or late_rule)
@@ -167,27 +167,27 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
     if arm.stage == 1 and (starts_others or arm.evaluate):
         fixed = fixed_peak(preset, arm.name)
         pf = peak_file(root, preset, arm.name, s)
-        over = selection_seeds(preset.protocol, plan.arm_seeds(arm))   # θ* from their mean curve: all trained
+        over = selection_seeds(preset.protocol, g.arm_seeds(arm))   # θ* from their mean curve: all trained
         how = (f"step {fixed} (protocol)" if fixed is not None else
                f"argmax of validation (window {preset.protocol.peak_selection_window}"
                + (f", mean of seeds {','.join(map(str, over))})" if len(over) > 1 else ")"))
         if late_rule:
             how += f"; late start at fraction {preset.protocol.late_start_fraction} of the fall"
         jobs.append(Job(f"peak/{arm.name}/seed{s}",
-                        plan.command("select-peak", "--arm", arm.name, "--seed", str(s),
+                        g.command("select-peak", "--arm", arm.name, "--seed", str(s),
                                      "--seeds", ",".join(map(str, over))),
                         kind="select_peak",
-                        deps=[_ready_key(plan, arm.name, x, fixed) for x in _with(over, s)],
-                        resources=plan.res["select_peak"], env=plan.env,
+                        deps=[_ready_key(g, arm.name, x, fixed) for x in _with(over, s)],
+                        resources=g.res["select_peak"], env=g.env,
                         done=lambda pf=pf, fixed=fixed: peak_done(pf, fixed, late_rule),
                         info={"peak": how}, description=f"choose θ* of {arm.name} seed {s}"))
     if any(a.start == RESTART_START for a in arms.values()) and arm.name == RESTART_FROM:
-        over = selection_seeds(preset.protocol, plan.arm_seeds(arm))   # the restart point: their mean curve
+        over = selection_seeds(preset.protocol, g.arm_seeds(arm))   # the restart point: their mean curve
         rf = restart_file(root, preset, s)
         jobs.append(Job(f"restart/{arm.name}/seed{s}",
-                        plan.command("select-restart", "--seed", str(s), "--seeds", ",".join(map(str, over))),
+                        g.command("select-restart", "--seed", str(s), "--seeds", ",".join(map(str, over))),
                         kind="select_peak", deps=[f"stage2/{arm.name}/seed{x}" for x in _with(over, s)],
-                        resources=plan.res["select_peak"], env=plan.env, done=lambda rf=rf: restart_done(rf),
+                        resources=g.res["select_peak"], env=g.env, done=lambda rf=rf: restart_done(rf),
                         info={"restart": f"argmax of validation (window "
                                          f"{preset.protocol.peak_selection_window}, mean of seeds "
                                          f"{','.join(map(str, over))}) within the first "
@@ -197,8 +197,8 @@ def _train_jobs(plan: _Plan, arms: dict[str, Arm], arm: Arm, s: int, first: list
         steps = {fixed_peak(preset, arm.name)} | ({preset.protocol.late_start_step} if arm.name == "dapo"
                                                   and any(
             a.start == "late" for a in arms.values()) else set())
-        jobs += [_ready_job(plan, arm, s, k, first) for k in sorted(x for x in steps if x is not None)
-                 if _ready_key(plan, arm.name, s, k) != key]
+        jobs += [_ready_job(g, arm, s, k, first) for k in sorted(x for x in steps if x is not None)
+                 if _ready_key(g, arm.name, s, k) != key]
     return jobs
 
 
@@ -207,49 +207,49 @@ def _with(seeds: list[int], s: int) -> list[int]:
     return list(seeds) + ([s] if s not in seeds else [])
 
 
-def _stage1_steps(plan: _Plan) -> int:
-    p = plan.preset.protocol
-    return p.stage1_steps or plan.preset.cfg.schedule.total_steps
+def _stage1_steps(g: _Inputs) -> int:
+    p = g.preset.protocol
+    return p.stage1_steps or g.preset.cfg.schedule.total_steps
 
 
-def _ready_key(plan: _Plan, arm: str, s: int, step: Optional[int]) -> str:
+def _ready_key(g: _Inputs, arm: str, s: int, step: Optional[int]) -> str:
     """What waits for stage-1 step `step` of `arm` seed `s` depends on: the checkpoint-ready job when the step
     comes before the end of stage 1 (a fixed θ* or late start), else the stage-1 job itself."""
-    if step is None or step >= _stage1_steps(plan):
+    if step is None or step >= _stage1_steps(g):
         return f"stage1/{arm}/seed{s}"
     return f"ckpt/{arm}/seed{s}/step{step}"
 
 
-def _ready_job(plan: _Plan, arm: Arm, s: int, step: int, first: list[str]) -> Job:
+def _ready_job(g: _Inputs, arm: Arm, s: int, step: int, first: list[str]) -> Job:
     """A checkpoint-ready job: runs beside the stage-1 job (same dependencies) and ends once that run has
-    saved `step` (reproduce/plan.py wait-checkpoint), so stage 2 starts from a fixed θ* while stage 1 goes on.
+    saved `step` (reproduce/jobs/wait.py), so stage 2 starts from a fixed θ* while stage 1 goes on.
     Done (never started) once the checkpoint exists; it fails when the stage-1 job fails first."""
-    run = run_dir(plan.root, plan.preset, arm.name, s)
+    run = run_dir(g.root, g.preset, arm.name, s)
     watch = f"stage1/{arm.name}/seed{s}"
-    job_dir = preset_root(plan.root, plan.preset) / "_jobs" / watch
-    argv = [sys.executable, "-m", "reproduce.plan", "wait-checkpoint", "--run", str(run), "--step", str(step),
+    job_dir = preset_root(g.root, g.preset) / "_jobs" / watch
+    argv = [sys.executable, "-m", "reproduce.jobs", "wait-checkpoint", "--run", str(run), "--step", str(step),
             "--job-dir", str(job_dir)]
-    return Job(_ready_key(plan, arm.name, s, step), argv, kind="wait_checkpoint", deps=list(first),
-               resources=plan.res["select_peak"], env=plan.env,
+    return Job(_ready_key(g, arm.name, s, step), argv, kind="wait_checkpoint", deps=list(first),
+               resources=g.res["select_peak"], env=g.env,
                done=lambda run=run, step=step: step in list_checkpoints(run),
-               info={"watch": watch, "step": step, "fraction": step / _stage1_steps(plan)},
+               info={"watch": watch, "step": step, "fraction": step / _stage1_steps(g)},
                description=f"wait until {watch} has saved step {step}")
 
 
-def _train_info(plan: _Plan, arm: Arm, s: int) -> dict:
+def _train_info(g: _Inputs, arm: Arm, s: int) -> dict:
     """What the dry run shows of a train job: its figures, memory (GPU presets) and the resolved overrides."""
-    preset, root = plan.preset, plan.root
+    preset, root = g.preset, g.root
     start = start_point(preset, root, arm, s) if arm.stage == 2 else None
     fixed = fixed_peak(preset, arm.baseline)
     if arm.stage == 2 and start is None and fixed is not None:
         start = {"step": fixed, "checkpoint": str(ckpt_dir(run_dir(root, preset, arm.baseline, s), fixed))}
     info = {"arm": arm.name, "figures": ",".join(arm.figures), "stage": arm.stage,
-            "arm_overrides": list(arm.overrides), "steps": _run_steps(plan, arm),
-            "protected_steps": _protected(plan, arm)}
-    if plan.res["train"].gpus_per_node:
-        info["memory"] = train_memory(preset, arm, plan.res["train"])
+            "arm_overrides": list(arm.overrides), "steps": _run_steps(g, arm),
+            "protected_steps": _protected(g, arm)}
+    if g.res["train"].gpus_per_node:
+        info["memory"] = train_memory(preset, arm, g.res["train"])
     if arm.stage == 1 or start is not None:
-        ov = train_overrides(preset, root, arm, s, start, plan.stage_dir if plan.items else None)
+        ov = train_overrides(preset, root, arm, s, start, g.stage_dir if g.items else None)
         info["overrides"] = " ".join(ov)
     elif arm.start == RESTART_START:
         info["overrides"] = (f"restart point of {RESTART_FROM} seed {s} chosen at run time (argmax of "
@@ -261,27 +261,26 @@ def _train_info(plan: _Plan, arm: Arm, s: int) -> dict:
     return info
 
 
-def _run_steps(plan: _Plan, arm: Arm) -> int:
+def _run_steps(g: _Inputs, arm: Arm) -> int:
     """RL steps of this arm's run (what its train command sets as schedule.total_steps)."""
-    p, cfg = plan.preset.protocol, plan.preset.cfg
+    p, cfg = g.preset.protocol, g.preset.cfg
     if arm.name == "dapo_natural" and p.headroom_steps:
         return p.headroom_steps
-    return (_stage1_steps(plan) if arm.stage == 1 else p.stage2_steps) or cfg.schedule.total_steps
+    return (_stage1_steps(g) if arm.stage == 1 else p.stage2_steps) or cfg.schedule.total_steps
 
 
-def _protected(plan: _Plan, arm: Arm) -> list[int]:
+def _protected(g: _Inputs, arm: Arm) -> list[int]:
     """Steps of the run that retention keeps besides the last resumable ones: θ* and the late start (stage
     1)."""
-    p = plan.preset.protocol
+    p = g.preset.protocol
     if arm.stage != 1:
         return []
-    steps = {fixed_peak(plan.preset, arm.name)} | ({p.late_start_step} if arm.name == "dapo" else set())
+    steps = {fixed_peak(g.preset, arm.name)} | ({p.late_start_step} if arm.name == "dapo" else set())
     return sorted(x for x in steps if x is not None)
 
 
 def train_memory(preset: Preset, arm: Arm, res) -> str:
     """The dry run's line for a GPU train job: its ranks and the per-rank memory estimate (armor.memory)."""
-    from armor import memory
     shape = memory.model_shape(preset.cfg.model.path)
     ranks = f"{res.world_size} ranks ({res.nodes} node(s) x {res.ranks_per_node})"
     if shape is None:
@@ -290,37 +289,37 @@ def train_memory(preset: Preset, arm: Arm, res) -> str:
     return f"{ranks}; " + memory.describe(memory.estimate(cfg, res.world_size, shape), cfg)
 
 
-def _eval_job(plan: _Plan, arm: Arm, s: int, staged: list[str]) -> Job:
+def _eval_job(g: _Inputs, arm: Arm, s: int, staged: list[str]) -> Job:
     """Evaluating one arm and seed, after θ* (baselines) or the arm's training: its own job, so on SLURM it
     waits for that arm alone; on a GPU preset it takes a node and splits the benchmarks over its GPUs."""
-    preset, root = plan.preset, plan.root
+    preset, root = g.preset, g.root
     dep = f"peak/{arm.name}/seed{s}" if arm.stage == 1 else f"stage2/{arm.name}/seed{s}"
-    res = plan.res["evaluate"]
-    env = dict(plan.env)
-    if res.nodes * res.gpus_per_node > 1:   # the several-GPU path: torchrun ... -m eval.evaluate (evalplan)
+    res = g.res["evaluate"]
+    env = dict(g.env)
+    if res.nodes * res.gpus_per_node > 1:   # several GPUs: torchrun ... -m eval.evaluate (jobs/evaluate.py)
         env[EVAL_RANKS_ENV] = str(res.nodes * res.gpus_per_node)
         env["ARMOR_THREADS"] = str(res.threads_per_rank)
-    return Job(f"eval/{arm.name}/seed{s}", plan.command("evaluate", "--arm", arm.name, "--seed", str(s),
-                                                        *plan.stage_args),
+    return Job(f"eval/{arm.name}/seed{s}", g.command("evaluate", "--arm", arm.name, "--seed", str(s),
+                                                        *g.stage_args),
                kind="evaluate", deps=[dep] + staged, resources=res, env=env,
                done=lambda arm=arm, s=s: eval_done(preset, root, arm, s),
-               info={"benchmarks": ",".join(stage.staged_benchmarks(eval_benchmarks(preset), plan.items)),
+               info={"benchmarks": ",".join(hub.staged_benchmarks(eval_benchmarks(preset), g.items)),
                      "protocol": preset.protocol.eval_protocol, "stage": arm.stage,
-                     "steps": _run_steps(plan, arm), "ranks": int(env.get(EVAL_RANKS_ENV, 1))},
+                     "steps": _run_steps(g, arm), "ranks": int(env.get(EVAL_RANKS_ENV, 1))},
                description=f"evaluate {arm.name} seed {s}")
 
 
-def _final_jobs(plan: _Plan, jobs: list[Job], only: Optional[list[str]]) -> list[Job]:
+def _final_jobs(g: _Inputs, jobs: list[Job], only: Optional[list[str]]) -> list[Job]:
     """The results table after every train / select-peak / evaluate job, then the figures and report."""
-    preset, root, seeds = plan.preset, plan.root, plan.seeds
+    preset, root, seeds = g.preset, g.root, g.seeds
     seeds_arg = ["--seeds", ",".join(map(str, seeds))]
     only_arg = ["--only", ",".join(only)] if only else []
     out = preset_root(root, preset)
-    return [Job("collect", plan.command("collect", *seeds_arg), kind="collect",
+    return [Job("collect", g.command("collect", *seeds_arg), kind="collect",
                 deps=[j.key for j in jobs if j.kind in ("train", "evaluate", "select_peak", "noise_floor")],
-                resources=plan.res["collect"], env=plan.env, done=lambda: collect_done(preset, root, seeds),
+                resources=g.res["collect"], env=g.env, done=lambda: collect_done(preset, root, seeds),
                 description=f"results table {out / 'results.parquet'}"),
-            Job("figures", plan.command("figures", *seeds_arg, *only_arg), kind="figures", deps=["collect"],
-                resources=plan.res["figures"], env=plan.env,
+            Job("figures", g.command("figures", *seeds_arg, *only_arg), kind="figures", deps=["collect"],
+                resources=g.res["figures"], env=g.env,
                 done=lambda: collect_done(preset, root, seeds) and figures_done(preset, root, only),
                 description=f"figures + report in {out}")]

@@ -7,7 +7,7 @@ plan-time check that the preset's schedule.keep_last deletes nothing a pending �
                                                  keep_last)
     check_retention(preset, arms, seeds)       # ExperimentError naming the key and value, before any job
 
-What each consumer needs (reproduce/peaks.py, reproduce/evalplan.py): θ* = protocol.peak_step (or
+What each consumer needs (reproduce/jobs/peaks.py, reproduce/jobs/evaluate.py): θ* = protocol.peak_step (or
 qae_peak_step) when fixed, else the argmax of the smoothed validation curve (of the seed mean with several
 seeds) among checkpoints; the late start = protocol.late_start_step, or by rule any DAPO checkpoint after θ*;
 a stage-2 arm's evaluation = its best checkpoint by smoothed validation, every protocol.eval_every-th
@@ -17,26 +17,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-from reproduce.presets import REPO_ROOT, ExperimentError, Preset, fixed_peak, stage_steps
+from reproduce.matrix.arms import RESTART_FROM, arm_seeds, table_step
+from reproduce.matrix.presets import ExperimentError, Preset, fixed_peak, stage_steps
 
 
 def paper_table_step(preset: Preset, arm) -> Optional[int]:
-    """Total step of the paper's table row for this arm (paper presets only), from
-    figures/paper_numbers.yaml."""
-    f = REPO_ROOT / "figures" / "paper_numbers.yaml"
-    if not f.is_file():
-        return None
-    try:
-        import yaml
-        data = yaml.safe_load(f.read_text()) or {}
-    except Exception:
-        return None
-    steps = ((data.get("presets") or {}).get(preset.name) or {}).get("table_steps") or {}
-    key = {"armor": "dapo_armor"}.get(arm.name, arm.name)
-    if arm.name.startswith("qae_armor"):
-        key = "qae_armor"
-    v = steps.get(key)
-    return int(v) if isinstance(v, (int, float)) else None
+    """Total step of the paper's table row for this arm (protocol.table_steps; paper presets only)."""
+    return table_step(preset.protocol, arm.name)
 
 
 def keep_steps(preset: Preset, arm, start: Optional[dict] = None) -> list[int]:
@@ -44,7 +31,6 @@ def keep_steps(preset: Preset, arm, start: Optional[dict] = None) -> list[int]:
     start, plus the preset's own schedule.keep_steps; a stage-2 arm the paper's table step (with a known
     start); armor_reset_never, with protocol.restart_within, every validated step the restart point may be."""
     p = preset.protocol
-    from reproduce.arms import RESTART_FROM
     if arm.name == RESTART_FROM and p.restart_within is not None:
         every = p.stage2_validate_every or preset.cfg.schedule.validate_every
         window = list(range(every, int(p.restart_within * stage_steps(preset)[1]) + 1, every))
@@ -78,7 +64,7 @@ def retention_overrides(preset: Preset, arm, start: Optional[dict] = None) -> li
 def check_retention(preset: Preset, arms: dict, seeds: list[int]) -> None:
     """Fail at plan time when schedule.keep_last would delete a checkpoint a pending θ*, late start or
     evaluation needs, naming the key and value; and when a fixed step lies outside its stage. (keep_last with
-    protocol.late_start_fraction is refused when the preset loads: reproduce.presets.load_preset.)"""
+    protocol.late_start_fraction is refused when the preset loads: reproduce.matrix.presets.load_preset.)"""
     p, s = preset.protocol, preset.cfg.schedule
     s1, s2 = stage_steps(preset)
     for name in ("peak_step", "qae_peak_step", "late_start_step"):
@@ -88,7 +74,6 @@ def check_retention(preset: Preset, arms: dict, seeds: list[int]) -> None:
     k = s.keep_last
     if k is None:
         return
-    from reproduce.arms import arm_seeds
     for arm in arms.values():
         if arm.stage != 1 or arm.alias_of:
             continue

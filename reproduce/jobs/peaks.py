@@ -3,7 +3,7 @@ peak.json.
 
 θ* of a stage-1 baseline = protocol.peak_step (qae_peak_step for QAE) if set, else the argmax of the
 validation curve smoothed over peak_selection_window points, among steps that have a checkpoint; written to
-runs/<preset>/<baseline>/seed<s>/peak.json by `python -m reproduce.experiments select-peak`. With several
+runs/<preset>/<baseline>/seed<s>/peak.json by `python -m reproduce.jobs select-peak`. With several
 seeds the curve is the seed mean (steps validated in every seed) and the candidates the steps checkpointed in
 every seed: one θ* for all seeds, so their stage-2 curves share a step axis and the choice averages out the
 noise of one evaluation. protocol.selection_seeds fixes the seeds of that curve: seeds added later take their
@@ -16,7 +16,7 @@ The authors' reset (armor_restart, protocol.restart_within = w): the restart poi
 armor_reset_never's stage-2 curve: the argmax of its seed-mean validation smoothed over peak_selection_window,
 among the stage-2 steps r with a checkpoint in every seed and 0 < r ≤ w · stage2_steps (`choose_restart`;
 ties: earliest). One r for all seeds; each seed restarts from its own run's checkpoint at r. Written to
-runs/<preset>/armor_reset_never/seed<s>/restart.json by `python -m reproduce.experiments select-restart`.
+runs/<preset>/armor_reset_never/seed<s>/restart.json by `python -m reproduce.jobs select-restart`.
 """
 from __future__ import annotations
 
@@ -25,10 +25,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from common.jsonl import read_json, read_jsonl
+from common.jsonl import read_json, read_jsonl, write_json_atomic
 from common.layout import list_checkpoints
-from reproduce.arms import RESTART_FROM, RESTART_START, Arm
-from reproduce.presets import ExperimentError, Preset, ckpt_dir, fixed_peak, run_dir, stage_steps
+from reproduce.matrix.arms import (RESTART_FROM, RESTART_START, Arm, arm_definitions, arm_seeds,
+                                   selection_seeds)
+from reproduce.matrix.presets import (STATE_JSON, ExperimentError, Preset, ckpt_dir, fixed_peak, run_dir,
+                                      stage_steps)
 
 
 def validation_benchmark(preset: Preset) -> Optional[str]:
@@ -258,3 +260,43 @@ def peak_done(pf: Path, fixed: Optional[int], late: bool = False) -> bool:
     d = read_json(pf)
     return (bool(d) and (fixed is None or int(d.get("step", -1)) == fixed)
             and Path(d.get("checkpoint", "")).exists() and (not late or isinstance(d.get("late"), dict)))
+
+
+def cmd_select_peak(preset: Preset, root: Path, arm: str, seed: int,
+                    seeds: Optional[list[int]] = None) -> int:
+    """peak.json of `arm` seed `seed`; θ* from the mean curve over `seeds` (default: the arm's seeds in the
+    protocol)."""
+    arms = arm_definitions(preset.protocol)
+    if arm not in arms or arms[arm].stage != 1:
+        raise ExperimentError(f"select-peak --arm {arm!r}: not a stage-1 baseline of preset {preset.name} "
+                              f"(those: {', '.join(a for a in arms if arms[a].stage == 1)})")
+    seeds = seeds if seeds is not None else selection_seeds(
+        preset.protocol, arm_seeds(preset.protocol, arms[arm], preset.protocol.seeds))
+    info = select_peak(preset, root, arm, seed, seeds)
+    write_json_atomic(peak_file(root, preset, arm, seed), info, **STATE_JSON)
+    over = f" (mean of seeds {info['seeds']})" if "seeds" in info else ""
+    print(f"θ* of {arm} seed {seed}: step {info['step']} ({info['method']}{over}) -> {info['checkpoint']}")
+    late = info.get("late")
+    if late:
+        print(f"late start of {arm} seed {seed}: " + (f"step {late['step']} -> {late['checkpoint']}"
+                                                      if "step" in late
+                                                       else f"none ({late['error']})"))
+    return 0
+
+
+def cmd_select_restart(preset: Preset, root: Path, seed: int, seeds: Optional[list[int]] = None) -> int:
+    """restart.json of armor_reset_never seed `seed` (armor_restart's start), from the mean curve over
+    `seeds`."""
+    arms = arm_definitions(preset.protocol)
+    if "armor_restart" not in arms:
+        raise ExperimentError(f"select-restart: preset {preset.name} has no armor_restart "
+                              f"(protocol.restart_within)")
+    src = arms["armor_reset_never"]
+    seeds = seeds if seeds is not None else selection_seeds(
+        preset.protocol, arm_seeds(preset.protocol, src, preset.protocol.seeds))
+    info = select_restart(preset, root, seed, seeds)
+    write_json_atomic(restart_file(root, preset, seed), info, **STATE_JSON)
+    print(f"restart point of {src.name} seed {seed}: stage-2 step {info['stage2_step']} "
+          f"(total {info['step']}, "
+          f"mean of seeds {info['seeds']}) -> {info['checkpoint']}; {info['remaining']} steps left")
+    return 0

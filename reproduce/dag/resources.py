@@ -2,7 +2,7 @@
 file and flags (the table's mechanics and checks: slurm/resources.py).
 
 Kinds: `stage` (copy the hub models and datasets a plan needs into the shared stage folder;
-reproduce/stage.py), `world` (build the tiny world), `train` (one RL run), `select_peak`, `evaluate` (one task
+reproduce/hub.py), `world` (build the tiny world), `train` (one RL run), `select_peak`, `evaluate` (one task
 of the evaluation job array), `collect`, `figures`. Only `train` and `evaluate` use GPUs.
 
 A user YAML file (``--resources FILE``) may set cluster-wide keys and per-kind keys:
@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from reproduce.sizing import default_host_memory
 from slurm.resources import Resources, resolve_resources
 
 KINDS = ("stage", "world", "train", "select_peak", "evaluate", "collect", "figures")
@@ -32,7 +33,7 @@ def default_resources(nodes: int = 1, gpus_per_node: int = 0, procs_per_node: in
     """Defaults for every kind. CPU presets (gpus_per_node == 0) get one-core jobs (the tiny world), or one
     core per rank when `procs_per_node` asks for several CPU ranks; GPU presets get full nodes for training
     and one full node per evaluation (its ranks split the checkpoint's benchmarks), with `cpus_per_node` cores
-    (0: 8 per GPU) and the host memory `host_mem_gb` gives per kind (reproduce/plan.py's estimate; none: the
+    (0: 8 per GPU) and the host memory `host_mem_gb` gives per kind (reproduce/sizing.py's estimate; none: the
     cluster's default)."""
     if gpus_per_node <= 0:
         return {
@@ -51,7 +52,7 @@ def default_resources(nodes: int = 1, gpus_per_node: int = 0, procs_per_node: in
     return {
         "stage": Resources(cpus_per_task=4, mem_gb=32, time_min=4 * 60),   # downloads tens of GB once
         "world": Resources(cpus_per_task=4, mem_gb=16, time_min=60),
-        # stop_grace_s: a step and its save after the time-limit warning (reproduce/plan.py checks it)
+        # stop_grace_s: a step and its save after the time-limit warning (reproduce/sizing.py checks it)
         "train": Resources(nodes=nodes, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,
                            cpus_per_task=cpus, mem_gb=mem.get("train"), time_min=24 * 60,
                            stop_grace_s=1800.0),
@@ -76,9 +77,8 @@ def load_resources(nodes: int = 1, gpus_per_node: int = 0, user_file: str | Path
 
 def preset_resources(preset, user_file: str | Path | None = None,
                      flags: dict[str, Any] | None = None) -> dict[str, Resources]:
-    """Resources per kind of a preset: its protocol's sizes, the host memory reproduce/plan.py estimates for
+    """Resources per kind of a preset: its protocol's sizes, the host memory reproduce/sizing.py estimates for
     its model (GPU presets), a user YAML file and flags."""
-    from reproduce.plan import default_host_memory
     p = preset.protocol
     return load_resources(p.nodes, p.gpus_per_node, user_file, flags, procs_per_node=p.procs_per_node,
                           cpus_per_node=p.cpus_per_node, host_mem_gb=default_host_memory(preset))

@@ -4,15 +4,15 @@
     build_arms(p)                    # name -> Arm (stage, baseline, start, overrides, alias_of)
     train_overrides(p, root, arm, seed, start)   # the full `python -m armor.train` override list
 
-The protocol (reproduce/protocol.py) decides which figures a preset runs: a figure whose sweep is empty in the
-protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rules:
+The protocol (reproduce/matrix/protocol.py) decides which figures a preset runs: a figure whose sweep is empty
+in the protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rules:
   fig1   dapo, armor (+ anchor_only where the anchor ablations run: alpha_sweep or a late start)
   fig2   dapo_cont + kl_k3_b<β> for β in kl_betas                      (needs kl_betas)
   fig3   mix_a<α> for α in alpha_sweep; anchor_only, anchor_static_clip, anchor_offpolicy, armor;
          armor_late, dapo_late from the late start  (needs alpha_sweep or late_start_step/_fraction)
   fig4   armor_reset_never + armor_reset_<τ> for τ in reset_sweep       (needs reset_sweep)
          + armor_restart, the authors' reset: a new run from armor_reset_never's best checkpoint (needs
-           restart_within; reproduce/peaks.py choose_restart)
+           restart_within; reproduce/jobs/peaks.py choose_restart)
   fig5   dapo_cont + kl_k2_b<β>                                 (needs kl_betas and kl_k2_sweep)
   fig6   qae (stage 1), qae_cont, qae_armor_reset_never, qae_armor_reset_<τ> (needs qae_reset_sweep)
   fig7   dapo_cont, armor_tau1, armor_tau1_until<S>, clip_expand        (needs qwen3_tau1_until)
@@ -21,12 +21,13 @@ protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rules:
   world  dapo, dapo_cont, dapo_natural (the headroom control: DAPO on protocol.headroom_data for
          headroom_steps; needs headroom_steps) -- figures/world_checks.py
 An arm whose configuration equals an earlier arm's (e.g. armor_reset_160 = armor on the 7B preset) is an
-alias: it is trained once, and its folder is a symlink to the canonical one (reproduce/collect.py).
+alias: it is trained once, and its folder is a symlink to the canonical one (reproduce/jobs/collect.py).
 
 Stage 1 (from the base model): `dapo`, `qae` with schedule.total_steps = stage1_steps. Stage 2: model.path =
-algo.reference.path = θ*'s checkpoint (reproduce/peaks.py), step_offset = θ*'s step, schedule.total_steps =
-stage2_steps, output_dir = runs/<preset>/<arm>/seed<s>; armor_late/dapo_late start from the DAPO checkpoint
-at late_start_step, or the one chosen by late_start_fraction (peak.json), instead (same length).
+algo.reference.path = θ*'s checkpoint (reproduce/jobs/peaks.py), step_offset = θ*'s step,
+schedule.total_steps = stage2_steps, output_dir = runs/<preset>/<arm>/seed<s>; armor_late/dapo_late start
+from the DAPO checkpoint at late_start_step, or the one chosen by late_start_fraction (peak.json), instead
+(same length).
 armor_restart (start "restart") starts from the checkpoint of armor_reset_never chosen by
 protocol.restart_within (restart.json, same stage-2 step r on every seed): model.path = algo.reference.path =
 it (πref = the restart point), a new run folder (fresh optimizer, its learning rate warmed up over
@@ -39,14 +40,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
-from figures.data import fmt_alpha, fmt_beta  # arm names are shared with the figures
-from reproduce import stage
-from reproduce.presets import ExperimentError, Preset, run_dir, stage_steps
-from reproduce.retention import retention_overrides
-from reproduce.protocol import ProtocolConfig
+from reproduce.matrix.presets import ExperimentError, Preset
+from reproduce.matrix.protocol import ProtocolConfig
 
 FIGURES = ("fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7")
 TABLES = ("table1", "table2", "table3")
@@ -70,6 +67,25 @@ def _val(x: Any) -> str:
     return repr(x)
 
 
+# ------------------------------------------------------------------------------------------ arm names
+def fmt_beta(b: float) -> str:
+    """KL β as written in arm names: 1e-3, 1e-2, 1e-1, 1 (docs/CONTRACTS.md)."""
+    b = float(b)
+    if b.is_integer():
+        return str(int(b))
+    mant, exp = f"{b:e}".split("e")
+    mant = mant.rstrip("0").rstrip(".")
+    return f"{mant}e{int(exp)}"
+
+
+def fmt_alpha(a: float) -> str:
+    """The mixed ratio's α as written in arm names: 0.8, 0.875."""
+    return f"{float(a):g}"
+
+
+# a sweep's arms: (family, value); value None marks the family's reference arm (armor_reset_never)
+SWEEPS = ("kl_k3", "kl_k2", "mix", "reset", "qae_armor", "tau1_until")
+
 
 @dataclass
 class Arm:
@@ -81,10 +97,17 @@ class Arm:
     figures: list[str] = field(default_factory=list)
     evaluate: bool = False
     alias_of: Optional[str] = None
+    sweep: Optional[tuple[str, Optional[float]]] = None   # (family in SWEEPS, its value) of a sweep's arm
 
     @property
     def run_arm(self) -> str:
         return self.alias_of or self.name
+
+    def facts(self) -> dict:
+        """What the figures read of this arm (results.meta.json `arms`): no arm name is parsed there."""
+        sweep = None if self.sweep is None else {"family": self.sweep[0], "value": self.sweep[1]}
+        return {"stage": self.stage, "baseline": self.baseline, "start": self.start,
+                "figures": list(self.figures), "alias_of": self.alias_of, "sweep": sweep}
 
 
 def _anchors(p: ProtocolConfig) -> list[str]:
@@ -103,8 +126,8 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
     """Every arm the protocol has numbers for, in canonical order, with its own overrides."""
     a: dict[str, Arm] = {}
 
-    def add(name, stage, baseline, overrides, start):
-        a[name] = Arm(name, stage, baseline, list(overrides), start)
+    def add(name, stage, baseline, overrides, start, sweep=None):
+        a[name] = Arm(name, stage, baseline, list(overrides), start, sweep=sweep)
 
     armor = _anchors(p) + _mixed(p.armor_alpha) + _reset(p.armor_reset_every, p.armor_reset_until)
     add("dapo", 1, "dapo", [], "base")
@@ -117,12 +140,12 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
     add("anchor_only", 2, "dapo", _anchors(p), "peak")
     for b in p.kl_betas:
         add(f"kl_k3_b{fmt_beta(b)}", 2, "dapo", [f"algo.kl.coef={_val(float(b))}", "algo.kl.estimator=k3"],
-            "peak")
+            "peak", ("kl_k3", float(b)))
     for b in (p.kl_betas if p.kl_k2_sweep else []):
         add(f"kl_k2_b{fmt_beta(b)}", 2, "dapo", [f"algo.kl.coef={_val(float(b))}", "algo.kl.estimator=k2"],
-            "peak")
+            "peak", ("kl_k2", float(b)))
     for al in p.alpha_sweep:
-        add(f"mix_a{fmt_alpha(al)}", 2, "dapo", _mixed(al), "peak")
+        add(f"mix_a{fmt_alpha(al)}", 2, "dapo", _mixed(al), "peak", ("mix", float(al)))
     if p.alpha_sweep or p.has_late_start:
         add("anchor_static_clip", 2, "dapo",
             _anchors(p) + ["algo.mix.variant=static_clip", f"algo.mix.alpha={_val(float(p.armor_alpha))}"],
@@ -132,10 +155,11 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
         add("armor_late", 2, "dapo", armor, "late")
         add("dapo_late", 2, "dapo", [], "late")
     if p.reset_sweep:
-        add("armor_reset_never", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(None), "peak")
+        add("armor_reset_never", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(None), "peak",
+            ("reset", None))
         for t in p.reset_sweep:
             add(f"armor_reset_{int(t)}", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(int(t)),
-                "peak")
+                "peak", ("reset", float(t)))
         if p.restart_within is not None:
             w = p.restart_warmup_steps
             warm = [] if w is None else [f"optim.warmup_steps={int(w)}"]
@@ -144,15 +168,16 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
     if "qae" in a:
         q = ["algo.advantage=qae"]
         add("qae_cont", 2, "qae", q, "peak")
-        add("qae_armor_reset_never", 2, "qae", q + _anchors(p) + _mixed(p.armor_alpha) + _reset(None), "peak")
+        add("qae_armor_reset_never", 2, "qae", q + _anchors(p) + _mixed(p.armor_alpha) + _reset(None), "peak",
+            ("qae_armor", None))
         for t in p.qae_reset_sweep:
             add(f"qae_armor_reset_{int(t)}", 2, "qae",
-                q + _anchors(p) + _mixed(p.armor_alpha) + _reset(int(t)), "peak")
+                q + _anchors(p) + _mixed(p.armor_alpha) + _reset(int(t)), "peak", ("qae_armor", float(t)))
     if p.qwen3_tau1_until:
         add("armor_tau1", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(1), "peak")
         for s in p.qwen3_tau1_until:
             add(f"armor_tau1_until{int(s)}", 2, "dapo",
-                _anchors(p) + _mixed(p.armor_alpha) + _reset(1, int(s)), "peak")
+                _anchors(p) + _mixed(p.armor_alpha) + _reset(1, int(s)), "peak", ("tau1_until", float(s)))
         add("clip_expand", 2, "dapo",
             ["algo.mix.variant=static_clip", f"algo.mix.alpha={_val(float(p.armor_alpha))}"], "peak")
     add("opd", 2, "dapo", ["algo.distill.mode=opd"], "peak")
@@ -215,6 +240,12 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
     return f
 
 
+def table_step(p: ProtocolConfig, name: str) -> Optional[int]:
+    """The total step of the paper's table row an arm stands in (protocol.table_steps), or None."""
+    row = "qae_armor" if name.startswith("qae_armor") else name
+    return getattr(p.table_steps, row, None)
+
+
 def arm_seeds(p: ProtocolConfig, arm: Arm, seeds: list[int]) -> list[int]:
     """The seeds an arm runs: the first of `seeds` for protocol.single_seed_arms, the first side_arm_seeds for
     protocol.side_arms (an alias follows its canonical arm), else all of them."""
@@ -261,6 +292,20 @@ def parse_only(only: str | list[str] | None) -> Optional[list[str]]:
     return items
 
 
+def parse_seeds(text: Optional[str], flag: str = "--seeds") -> Optional[list[int]]:
+    """`0,1,2` -> [0, 1, 2] (None for none given); anything else names the flag and the value."""
+    if not text:
+        return None
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ExperimentError(f"{flag}: {text!r} is not a comma-separated list of integer seeds "
+                              "(e.g. 0,1,2)") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ExperimentError(f"{flag}: {text!r} must list at least one seed, none twice")
+    return seeds
+
+
 def build_arms(preset: Preset, only: Optional[list[str]] = None) -> dict[str, Arm]:
     """The arms to run for these figures/tables (default: all the preset has numbers for), canonical
     order, with `figures` and `evaluate` filled in. Raises if --only names an item the preset lacks."""
@@ -294,37 +339,3 @@ def build_arms(preset: Preset, only: Optional[list[str]] = None) -> dict[str, Ar
             out[arm.baseline] = defs[arm.baseline]
     _check_single_seed_arms(preset.protocol, defs, out)
     return {n: defs[n] for n in defs if n in out}
-
-
-def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Optional[dict] = None,
-                    stage_dir: Optional[Path] = None) -> list[str]:
-    """The full override list of `python -m armor.train --config <preset> ...` for one arm and seed. With a
-    stage folder (reproduce/stage.py), the hub models and datasets the preset names read their staged
-    copies."""
-    p = preset.protocol
-    s1, s2 = stage_steps(preset)
-    out = [f"name={_val(f'{preset.name}/{arm.run_arm}/seed{seed}')}", f"seed={seed}",
-           f"output_dir={_val(str(run_dir(root, preset, arm.run_arm, seed)))}"]
-    if stage_dir is not None:
-        staged = stage.staged_overrides(preset.cfg, stage.plan(preset, stage_dir), models=arm.stage == 1)
-        out += [f"{k}={_val(v)}" for k, v in staged.items()]
-    if arm.stage == 1:
-        out += [f"schedule.total_steps={p.headroom_steps if arm.name == 'dapo_natural' else s1}"]
-        out += retention_overrides(preset, arm)
-    else:
-        if start is None:
-            raise ExperimentError(f"{arm.name}: its start checkpoint is not known yet (θ* of {arm.baseline} "
-                                  f"seed {seed} not selected)")
-        ck = _val(str(start["checkpoint"]))
-        # a restart from stage-2 step r (start["stage2_step"]) of armor_reset_never runs the rest of stage 2
-        steps = s2 - int(start.get("stage2_step", 0)) if arm.start == RESTART_START else s2
-        if steps < 1:
-            raise ExperimentError(f"{arm.name} seed {seed}: its start {start} leaves no stage-2 step "
-                                  f"(stage2_steps {s2})")
-        out += [f"model.path={ck}", f"algo.reference.path={ck}", f"step_offset={int(start['step'])}",
-                f"schedule.total_steps={steps}"]
-        if p.stage2_validate_every:
-            out += [f"schedule.validate_every={p.stage2_validate_every}"]
-        out += list(p.stage2_overrides)
-        out += retention_overrides(preset, arm, start)
-    return out + arm.overrides

@@ -1,6 +1,6 @@
 """How fast a continual DAPO run drifts from θ*: the numbers that choose a stage-2 clock (tiny-slow.yaml).
 
-    python -m reproduce.drift runs/slowprobe/lr15 runs/slowprobe/lr30 ...      # dapo_cont-style run folders
+    python -m reproduce.studies.drift runs/slowprobe/lr15 runs/slowprobe/lr30 ...   # dapo_cont-like runs
 
 For each run folder (its config.yaml, metrics.jsonl and validation.jsonl): the stage-2 clock (optim.lr,
 updates a step = epochs × mini-batches), the per-token reverse KL to πref = θ* (metric `kl_reverse`, a token
@@ -69,7 +69,7 @@ def choose(rows: list[dict]) -> Optional[dict]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m reproduce.drift", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m reproduce.studies.drift", description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+")
     a = ap.parse_args(argv)
     rows = [drift(Path(r)) for r in a.runs]

@@ -1,4 +1,4 @@
-"""Staging (reproduce/stage.py): the hub models and datasets a paper preset names are copied once into a
+"""Staging (reproduce/hub.py): the hub models and datasets a paper preset names are copied once into a
 shared folder by the driver's first job, and the train and evaluate jobs read the copies. Offline: a local
 folder laid out like the hub (ARMOR_HUB_MIRROR) stands in for it; the real hub is never asked
 (HF_HUB_OFFLINE=1)."""
@@ -11,11 +11,13 @@ import pandas as pd
 import pytest
 
 from armor.config import load_config
-from reproduce.arms import arm_definitions, train_overrides
-from reproduce.evalplan import eval_command
-from reproduce.jobs import build_jobs
-from reproduce.presets import load_preset
-from reproduce import experiments, run_all, stage
+from reproduce.matrix.arms import arm_definitions
+from reproduce.matrix.overrides import train_overrides
+from reproduce.jobs.evaluate import eval_command
+from reproduce.dag.graph import build_jobs
+from reproduce.matrix.presets import load_preset
+from reproduce import hub, run_all
+from reproduce.jobs import cli
 from slurm.launcher import topo_order
 
 GPQA_README = """---
@@ -59,8 +61,8 @@ def make_mirror(root: Path) -> Path:
 def offline(tmp_path, monkeypatch):
     """No token anywhere (HF_HOME in tmp), the hub offline."""
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv(stage.MIRROR_ENV, raising=False)
-    monkeypatch.delenv(stage.STAGE_ENV, raising=False)
+    monkeypatch.delenv(hub.MIRROR_ENV, raising=False)
+    monkeypatch.delenv(hub.STAGE_ENV, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return tmp_path
@@ -75,21 +77,21 @@ def _main(argv):
 
 def test_7b_plan_stages_its_hub_ids_and_the_toy_presets_nothing(offline):
     sd = offline / "stage"
-    items = stage.plan(load_preset("qwen25-math-7b"), sd)
+    items = hub.items(load_preset("qwen25-math-7b"), sd)
     assert [(i.kind, i.repo_id, i.benchmark, i.gated) for i in items] == [
         ("model", "Qwen/Qwen2.5-Math-7B", None, False), ("dataset", "Idavidrein/gpqa", "gpqa_diamond", True),
         ("dataset", "TIGER-Lab/MMLU-Pro", "mmlu_pro", False)]     # aime24/25, amc: full copies are shipped
     assert items[0].dest == sd / "models" / "Qwen" / "Qwen2.5-Math-7B" and items[0].keys == ["model.path"]
     for name in ("tiny", "smoke"):
         p = load_preset(name)
-        assert stage.plan(p, sd) == []
+        assert hub.items(p, sd) == []
         jobs = build_jobs(p, offline / "runs", stage_dir=sd)
         assert "stage" not in {j.key for j in jobs} and topo_order(jobs)[0].key == "world"
 
 
 def test_7b_dry_run_lists_the_staging_job_before_the_first_train_job(offline, monkeypatch):
     mirror = make_mirror(offline / "mirror")
-    monkeypatch.setenv(stage.MIRROR_ENV, str(mirror))
+    monkeypatch.setenv(hub.MIRROR_ENV, str(mirror))
     sd = offline / "shared_stage"
     rc, out, err = _main(["--preset", "qwen25-math-7b", "--dry-run", "--cluster", "local", "--root",
                           str(offline / "runs"), "--stage-dir", str(sd)])
@@ -98,7 +100,7 @@ def test_7b_dry_run_lists_the_staging_job_before_the_first_train_job(offline, mo
     staged = [l for l in lines if l.startswith("    model ") or l.startswith("    dataset ")]
     assert len(staged) == 3, out
     assert "Qwen/Qwen2.5-Math-7B" in staged[0] and "models/Qwen/Qwen2.5-Math-7B" in staged[0]
-    assert stage.human(5000 + len(json.dumps({"model_type": "qwen2"}))) in staged[0]   # size where known
+    assert hub.human(5000 + len(json.dumps({"model_type": "qwen2"}))) in staged[0]   # size where known
     assert "gpqa_diamond" in staged[1] and "mmlu_pro" in staged[2]
     rows = [l.split()[0] for l in lines if l and not l.startswith(" ") and l.split()[0].count("/") == 2
             or l.startswith("stage ")]
@@ -128,30 +130,30 @@ def test_a_gated_dataset_without_a_token_fails_before_any_job_naming_HF_TOKEN(of
                           "--no-wait"])
     assert rc == 2 and "HF_TOKEN" in err and "gpqa_diamond (Idavidrein/gpqa)" in err, err
     assert not (root / "qwen25-math-7b" / "_jobs").exists()                     # nothing was submitted
-    items = stage.plan(load_preset("qwen25-math-7b"), offline / "s")
+    items = hub.items(load_preset("qwen25-math-7b"), offline / "s")
     monkeypatch.setenv("HF_TOKEN", "hf_test")
-    stage.check_ready(items)                                                     # a token is enough to start
+    hub.check_ready(items)                                                     # a token is enough to start
 
 
 def test_a_mirror_lacking_an_item_is_refused_naming_the_path(offline, monkeypatch):
     mirror = make_mirror(offline / "mirror")
     import shutil
     shutil.rmtree(mirror / "datasets" / "TIGER-Lab")
-    monkeypatch.setenv(stage.MIRROR_ENV, str(mirror))
-    items = stage.plan(load_preset("qwen25-math-7b"), offline / "s")
-    with pytest.raises(stage.StageError, match=r"TIGER-Lab/MMLU-Pro.*datasets/TIGER-Lab/MMLU-Pro"):
-        stage.check_ready(items)
+    monkeypatch.setenv(hub.MIRROR_ENV, str(mirror))
+    items = hub.items(load_preset("qwen25-math-7b"), offline / "s")
+    with pytest.raises(hub.StageError, match=r"TIGER-Lab/MMLU-Pro.*datasets/TIGER-Lab/MMLU-Pro"):
+        hub.check_ready(items)
 
 
 def test_staging_job_copies_from_the_mirror_once_and_the_jobs_read_the_copies(offline, monkeypatch):
     from eval.plan import load_benchmarks
     mirror = make_mirror(offline / "mirror")
-    monkeypatch.setenv(stage.MIRROR_ENV, str(mirror))
+    monkeypatch.setenv(hub.MIRROR_ENV, str(mirror))
     root, sd = offline / "runs", offline / "stage"
     preset = load_preset("qwen25-math-7b")
     jobs = {j.key: j for j in build_jobs(preset, root, stage_dir=sd)}
     assert not jobs["stage"].is_done()
-    assert experiments.main(["stage", "--preset", "qwen25-math-7b", "--root", str(root),
+    assert cli.main(["stage", "--preset", "qwen25-math-7b", "--root", str(root),
                              "--stage-dir", str(sd)]) == 0
     assert jobs["stage"].is_done()
     model = sd / "models" / "Qwen" / "Qwen2.5-Math-7B"
@@ -159,13 +161,13 @@ def test_staging_job_copies_from_the_mirror_once_and_the_jobs_read_the_copies(of
             == (mirror / "Qwen/Qwen2.5-Math-7B/model.safetensors").read_bytes())
     gpqa = [json.loads(l) for l in (sd / "datasets" / "gpqa_diamond.jsonl").read_text().splitlines()]
     assert [r["Question"] for r in gpqa] == ["What is 2+2?", "The sky is?"]     # the gpqa_diamond config only
-    marks = {p.name: p.read_text() for p in sd.rglob("*" + stage.MARK)}
+    marks = {p.name: p.read_text() for p in sd.rglob("*" + hub.MARK)}
     assert len(marks) == 3
     log = []
     # cached: nothing is copied again
-    stage.stage_all(stage.plan(preset, sd), sd, log=log.append)
+    hub.stage_all(hub.items(preset, sd), sd, log=log.append)
     assert all(l.startswith("staged already") for l in log) and len(log) == 3
-    assert marks == {p.name: p.read_text() for p in sd.rglob("*" + stage.MARK)}
+    assert marks == {p.name: p.read_text() for p in sd.rglob("*" + hub.MARK)}
 
     # the train job of a stage-1 arm reads the staged model; stage-2 arms start from checkpoints
     arms = arm_definitions(preset.protocol)

@@ -17,23 +17,18 @@ from the protocol's keys, the driver's flags or a `bench.gpu_check` report), nev
                                / (R x GPUs)
 
 R, U: rollout and update tokens/s per GPU; fill: mean response length / lengths.max_response. Checkpoint
-volume: `checkpoint_volume` (the one formula). A stage-2 job that starts from a fixed θ* waits for that
-checkpoint, not for the end of stage 1: the `ckpt/...` jobs (`python -m reproduce.plan wait-checkpoint`) end
-when the stage-1 run has saved that step, and fail when the stage-1 job fails or ends without it.
+volume: `checkpoint_volume` (the one formula). The graph's cost and the budget's choice of items:
+reproduce/dag/budget.py.
 """
 from __future__ import annotations
 
-import argparse
 import heapq
 import math
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from common.jsonl import read_json
-from common.layout import list_checkpoints
 
 GiB = 2 ** 30
 PEAK_TFLOPS = 989.0             # H100/H200 dense bf16, the GPU check's reference (bench/gpu_check.py)
@@ -62,7 +57,7 @@ class Throughput:
     update_mfu: float = DEFAULT_UPDATE_MFU
     fill: float = DEFAULT_FILL
     save_s: float = DEFAULT_SAVE_S
-    source: str = "assumed (reproduce/plan.py defaults), not measured"
+    source: str = "assumed (reproduce/sizing.py defaults), not measured"
 
     def update_tps(self, n_params: Optional[int]) -> float:
         """U: trained tokens/s per GPU; from the MFU at 8 N FLOPs per token (forward 2N, backward 4N,
@@ -114,7 +109,7 @@ def throughput(preset, rollout_tps: Optional[float] = None, update_tps: Optional
     if not 0 < t.fill <= 1:
         raise PlanError(f"throughput response_fill: {t.fill!r} must be in (0, 1]")
     if src:
-        t.source = "from " + "; ".join(src) + "; the rest assumed (reproduce/plan.py defaults)"
+        t.source = "from " + "; ".join(src) + "; the rest assumed (reproduce/sizing.py defaults)"
     return t
 
 
@@ -404,48 +399,6 @@ def summary_lines(preset, jobs, est: dict[str, Estimate], t: Throughput, cluster
     return out
 
 
-def item_costs(preset, root, seeds, res, stage_dir, est: dict[str, Estimate], t: Throughput) -> list[dict]:
-    """The `--only` items in order of their own cost (GPU-hours of the jobs each needs, alone)."""
-    from reproduce.arms import figure_arms
-    from reproduce.jobs import build_jobs
-    rows = []
-    for item in figure_arms(preset.protocol):
-        jobs = build_jobs(preset, root, seeds, [item], res, stage_dir=stage_dir)
-        est.update(estimate_jobs(preset, [j for j in jobs if j.key not in est], t))
-        keys = {j.key for j in jobs}
-        rows.append({"item": item, "keys": keys, "gpu_hours": sum(est[k].gpu_hours for k in keys)})
-    return sorted(rows, key=lambda r: r["gpu_hours"])
-
-
-def choose_items(rows: list[dict], est: dict[str, Estimate], budget: float) -> list[dict]:
-    """Items in order of cost, each taken when the runs it adds (those shared with items already taken count
-    once) keep the total within `budget`: rows with `extra` (its added GPU-hours), `total` and `covered`."""
-    seen: set[str] = set()
-    total = 0.0
-    out = []
-    for r in rows:
-        extra = sum(est[k].gpu_hours for k in r["keys"] - seen)
-        ok = total + extra <= budget
-        if ok:
-            seen |= r["keys"]
-            total += extra
-        out.append({**r, "extra": extra, "total": total, "covered": ok})
-    return out
-
-
-def budget_lines(rows: list[dict], est: dict[str, Estimate], budget: float) -> list[str]:
-    out = [f"budget {budget:,.0f} GPU-hours: the --only items in order of cost (GPU-hours alone; added to "
-           f"the items taken before, shared runs counted once):"]
-    chosen = choose_items(rows, est, budget)
-    for r in chosen:
-        out.append(f"  {'covered' if r['covered'] else 'over   '}  {r['item']:<7} {r['gpu_hours']:>10,.0f} "
-                   f"alone {r['extra']:>10,.0f} added" + (f" -> {r['total']:,.0f} in all" if r["covered"]
-                                                          else ""))
-    covered = [r["item"] for r in chosen if r["covered"]]
-    out.append(f"  -> --only {','.join(covered)}" if covered else "  -> the budget covers no item")
-    return out
-
-
 # ------------------------------------------------------------------------------------------- checks
 def check_plan(preset, res: dict, t: Throughput, mem_key: str = "train.mem_gb") -> None:
     """Plan-time errors of a GPU preset, each naming its key and value: a host-memory request below the
@@ -467,7 +420,7 @@ def check_plan(preset, res: dict, t: Throughput, mem_key: str = "train.mem_gb") 
             raise PlanError(f"{mem_key}: {train.mem_gb:g} is below the host-memory estimate of {need:.0f} GB "
                             f"per node ({train.ranks_per_node} ranks x (vLLM weight backup 2N + "
                             f"{HOST_RANK_OVERHEAD_GB:g} GB) + the node's share of the HF export; "
-                            f"reproduce/plan.py)")
+                            f"reproduce/sizing.py)")
     gpus = train.nodes * train.gpus_per_node
     b, L = cfg.batch, cfg.lengths
     round_tokens = (cfg.rollout.gen_batch_prompts
@@ -483,43 +436,3 @@ def check_plan(preset, res: dict, t: Throughput, mem_key: str = "train.mem_gb") 
             raise PlanError(f"train.stop_grace_s: {train.stop_grace_s:g} is below one step and its save "
                             f"({step_s:,.0f} s expected; {t.source}): "
                             "a time-limit requeue would lose the step")
-
-
-# ------------------------------------------------------------------------------------------- waiting
-def wait_checkpoint(run: Path, step: int, job_dir: Optional[Path], poll_s: float = 30.0,
-                    log=print) -> int:
-    """Block until `run` has a complete checkpoint of `step` (0), or fail (1) when the job writing it (its
-    launcher folder `job_dir`) has failed since this wait began, or the run ended without that step."""
-    t0 = time.time()
-    while True:
-        if step in list_checkpoints(run):
-            log(f"{run}: checkpoint of step {step} is complete")
-            return 0
-        if (run / "DONE").is_file():
-            log(f"{run} ended (DONE) without a checkpoint of step {step}", file=sys.stderr)
-            return 1
-        if job_dir is not None:
-            failed = read_json(job_dir / "failed")
-            if isinstance(failed, dict) and float(failed.get("end", 0)) >= t0:
-                log(f"{job_dir.name}: the job writing {run} failed (exit {failed.get('rc')}) before step "
-                    f"{step}",
-                    file=sys.stderr)
-                return 1
-        time.sleep(poll_s)
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m reproduce.plan")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    w = sub.add_parser("wait-checkpoint", help="wait until a run has saved a step (a checkpoint-ready job)")
-    w.add_argument("--run", required=True)
-    w.add_argument("--step", type=int, required=True)
-    w.add_argument("--job-dir", default=None, help="the launcher folder of the job writing the run")
-    w.add_argument("--poll", type=float, default=30.0)
-    a = ap.parse_args(argv)
-    return wait_checkpoint(Path(a.run), a.step, Path(a.job_dir) if a.job_dir else None, a.poll,
-                           log=lambda *x, **k: print(*x, **k, flush=True))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The jobs of the matrix, one subcommand each: what each job of the graph (reproduce/dag/) runs.
+
+    python -m reproduce.jobs stage          --preset P --root R [--stage-dir D]    (hub -> stage folder)
+    python -m reproduce.jobs train          --preset P --root R --arm A --seed S   (jobs/train.py)
+    python -m reproduce.jobs select-peak    --preset P --root R --arm dapo --seed S   (jobs/peaks.py)
+    python -m reproduce.jobs select-restart --preset P --root R --seed S   (armor_restart's start; peaks.py)
+    python -m reproduce.jobs evaluate       --preset P --root R --arm A --seed S   (jobs/evaluate.py)
+    python -m reproduce.jobs noise-floor    --preset P --root R --seed S   (θ* validated k times; noise.py)
+    python -m reproduce.jobs collect        --preset P --root R            (results.parquet; collect.py)
+    python -m reproduce.jobs figures        --preset P --root R [--only ...]   (python -m figures; figures.py)
+    python -m reproduce.jobs wait-checkpoint --run DIR --step K            (a checkpoint-ready job; wait.py)
+    python -m reproduce.jobs show           --preset P                     (the matrix)
+
+Every job resolves its late-bound inputs (θ*, the checkpoints to evaluate) when it runs. Errors of the
+plan or the inputs exit 2 with one line naming the cause.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional
+
+from common.yaml_config import ConfigError
+from reproduce import hub
+from reproduce.jobs import wait
+from reproduce.jobs.collect import cmd_collect
+from reproduce.jobs.evaluate import cmd_evaluate
+from reproduce.jobs.figures import cmd_figures
+from reproduce.jobs.noise import cmd_noise_floor
+from reproduce.jobs.peaks import cmd_select_peak, cmd_select_restart
+from reproduce.jobs.train import cmd_train
+from reproduce.matrix.arms import build_arms, figure_arms, parse_only, parse_seeds
+from reproduce.matrix.presets import REPO_ROOT, ExperimentError, Preset, load_preset
+
+
+def cmd_show(preset: Preset, only: Optional[list[str]]) -> int:
+    arms = build_arms(preset, only)
+    figs = figure_arms(preset.protocol)
+    print(f"preset {preset.name} ({preset.path}); figures/tables: {', '.join(figs)}")
+    for a in arms.values():
+        tag = f"= {a.alias_of}" if a.alias_of else " ".join(a.overrides) or "(preset as is)"
+        print(f"  stage{a.stage} {a.name:<24} from {a.baseline + ':' + a.start:<10} "
+              f"{'[eval] ' if a.evaluate else ''}{tag}   <- {','.join(a.figures)}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m reproduce.jobs", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def common(p, arm=False, seeds=False, only=False, staged=False):
+        p.add_argument("--preset", required=True, help="preset name (reproduce/presets) or YAML path")
+        if p.prog.split()[-1] != "show":
+            p.add_argument("--root", default=str(REPO_ROOT / "runs"))
+        if staged:
+            p.add_argument("--stage-dir", default=None, help="read the hub models/datasets staged here "
+                                                             "(reproduce/hub.py)")
+        if arm:
+            p.add_argument("--arm", required=True)
+            p.add_argument("--seed", type=int, default=0)
+        if seeds:
+            p.add_argument("--seeds", default=None)
+        if only:
+            p.add_argument("--only", default=None)
+
+    common(sub.add_parser("stage", help="copy the hub models and datasets the preset needs into the stage "
+                                        "folder (reproduce/hub.py)"), staged=True)
+    common(sub.add_parser("train", help="train one arm (execs armor.train)"), arm=True, staged=True)
+    common(sub.add_parser("select-peak", help="write peak.json of a stage-1 baseline (θ* from the mean curve "
+                                              "over --seeds; default: the arm's seeds)"), arm=True,
+           seeds=True)
+    sr = sub.add_parser("select-restart", help="write restart.json of armor_reset_never (armor_restart's "
+                                               "start, from the mean curve over --seeds; default: the arm's "
+                                               "selection seeds)")
+    common(sr, seeds=True)
+    sr.add_argument("--seed", type=int, default=0)
+    common(sub.add_parser("evaluate", help="evaluate the selected checkpoints of one run"), arm=True,
+           staged=True)
+    common(sub.add_parser("noise-floor", help="validate θ* of dapo k times (the verdicts' noise floor)"),
+           arm=False, staged=True)
+    sub.choices["noise-floor"].add_argument("--seed", type=int, default=0)
+    common(sub.add_parser("collect", help="write results.parquet"), seeds=True)
+    common(sub.add_parser("figures", help="draw figures and the report"), seeds=True, only=True)
+    common(sub.add_parser("show", help="print the matrix"), only=True)
+    wait.add_parser(sub)
+    a = ap.parse_args(argv)
+    if a.cmd == "wait-checkpoint":
+        return wait.run(a)
+    try:
+        preset = load_preset(a.preset)
+        if a.cmd == "show":
+            return cmd_show(preset, parse_only(a.only))
+        root = Path(a.root).resolve()
+        seeds = parse_seeds(getattr(a, "seeds", None)) or list(preset.protocol.seeds)
+        sd = Path(a.stage_dir).resolve() if getattr(a, "stage_dir", None) else None
+        if a.cmd == "stage":
+            sd = sd or hub.default_stage_dir(root)
+            hub.stage_all(hub.items(preset, sd), sd)
+            return 0
+        if a.cmd == "train":
+            return cmd_train(preset, root, a.arm, a.seed, sd)
+        if a.cmd == "select-peak":
+            return cmd_select_peak(preset, root, a.arm, a.seed, parse_seeds(a.seeds))
+        if a.cmd == "select-restart":
+            return cmd_select_restart(preset, root, a.seed, parse_seeds(a.seeds))
+        if a.cmd == "evaluate":
+            return cmd_evaluate(preset, root, a.arm, a.seed, sd)
+        if a.cmd == "noise-floor":
+            return cmd_noise_floor(preset, root, a.seed, sd)
+        if a.cmd == "collect":
+            return cmd_collect(preset, root, seeds)
+        if a.cmd == "figures":
+            return cmd_figures(preset, root, seeds, parse_only(a.only))
+    except (ExperimentError, ConfigError, hub.StageError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

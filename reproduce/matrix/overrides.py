@@ -1,0 +1,48 @@
+"""The whole config of one run: the preset, then the run's location and start, the stage-2 protocol, the
+retention the driver plans, and the arm's own overrides, as `python -m armor.train` override strings.
+
+    train_overrides(preset, root, arms["armor"], seed=0, start={"step": 140, "checkpoint": ".../step_000140"})
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from reproduce import hub
+from reproduce.matrix.arms import RESTART_START, Arm, _val
+from reproduce.matrix.presets import ExperimentError, Preset, run_dir, stage_steps
+from reproduce.matrix.retention import retention_overrides
+
+
+def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Optional[dict] = None,
+                    stage_dir: Optional[Path] = None) -> list[str]:
+    """The full override list of `python -m armor.train --config <preset> ...` for one arm and seed. With a
+    stage folder (reproduce/hub.py), the hub models and datasets the preset names read their staged
+    copies."""
+    p = preset.protocol
+    s1, s2 = stage_steps(preset)
+    out = [f"name={_val(f'{preset.name}/{arm.run_arm}/seed{seed}')}", f"seed={seed}",
+           f"output_dir={_val(str(run_dir(root, preset, arm.run_arm, seed)))}"]
+    if stage_dir is not None:
+        staged = hub.staged_overrides(preset.cfg, hub.items(preset, stage_dir), models=arm.stage == 1)
+        out += [f"{k}={_val(v)}" for k, v in staged.items()]
+    if arm.stage == 1:
+        out += [f"schedule.total_steps={p.headroom_steps if arm.name == 'dapo_natural' else s1}"]
+        out += retention_overrides(preset, arm)
+    else:
+        if start is None:
+            raise ExperimentError(f"{arm.name}: its start checkpoint is not known yet (θ* of {arm.baseline} "
+                                  f"seed {seed} not selected)")
+        ck = _val(str(start["checkpoint"]))
+        # a restart from stage-2 step r (start["stage2_step"]) of armor_reset_never runs the rest of stage 2
+        steps = s2 - int(start.get("stage2_step", 0)) if arm.start == RESTART_START else s2
+        if steps < 1:
+            raise ExperimentError(f"{arm.name} seed {seed}: its start {start} leaves no stage-2 step "
+                                  f"(stage2_steps {s2})")
+        out += [f"model.path={ck}", f"algo.reference.path={ck}", f"step_offset={int(start['step'])}",
+                f"schedule.total_steps={steps}"]
+        if p.stage2_validate_every:
+            out += [f"schedule.validate_every={p.stage2_validate_every}"]
+        out += list(p.stage2_overrides)
+        out += retention_overrides(preset, arm, start)
+    return out + arm.overrides
