@@ -370,7 +370,7 @@ def theta_star_copy(ctx: Context, arm: str) -> Optional[str]:
     dapo's at θ* on every seed (the same evaluation seed gives the same numbers only for the same weights), or
     its config's teacher is its start checkpoint."""
     if ctx.arm_facts(arm).get("teacher_is_start"):
-        return f"{arm}'s teacher is its start checkpoint (its config: no algo.distill.teacher_path)"
+        return f"{arm}'s teacher is its start checkpoint (config)"
     mine, base = ctx.eval_rows(arm), ctx.eval_rows("dapo")
     if mine.empty or base.empty:
         return None

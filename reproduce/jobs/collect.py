@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from armor.config import load_config, read_yaml
+from armor.config import read_yaml
 from common.jsonl import read_json, read_jsonl, write_json_atomic
 from common.layout import STEP_RE
 from common.results import META_NAME, NOISE_NAME, STEPS_NAME, frame, steps_frame, summary_rows, write_results
@@ -203,10 +203,18 @@ def arm_facts(preset: Preset, root: Path, seeds: list[int]) -> dict[str, dict]:
             elif (st := start_point(preset, root, arm, s)) is not None:
                 starts[str(s)] = int(st["step"])
         f["starts"] = starts
-        d = load_config(preset.path, arm.overrides).algo.distill
-        f["teacher_is_start"] = d.mode != "none" and not d.teacher_path
+        f["teacher_is_start"] = any(_teacher_is_start(run_dir(root, preset, arm.run_arm, s)) for s in seeds)
         out[arm.name] = f
     return out
+
+
+def _teacher_is_start(run: Path) -> bool:
+    """The run's config names a distillation teacher that is its own start checkpoint (its weights then stay
+    θ*'s under OPD)."""
+    f = run / "config.yaml"
+    cfg = (read_yaml(f) or {}) if f.is_file() else {}
+    teacher = ((cfg.get("algo") or {}).get("distill") or {}).get("teacher_path")
+    return bool(teacher) and teacher == (cfg.get("model") or {}).get("path")
 
 
 def world_facts(preset: Preset) -> dict:
