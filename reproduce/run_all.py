@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -229,6 +230,33 @@ def wall_time_line(out: Path, t0: float, t1: float) -> str:
     return line
 
 
+def _cpu_seconds() -> tuple[float, float]:
+    """(user, system) CPU seconds of this process and its reaped children (the jobs: warm forks and
+    subprocesses alike are waited for, so their time adds up here)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + kids.ru_utime, me.ru_stime + kids.ru_stime
+
+
+def cores_line(la, cpu0: tuple[float, float]) -> str:
+    """This invocation's CPU time (user, system) and, on the local backend, the core-seconds its workers left
+    idle while jobs remained (the schedule's loss: the critical path, jobs that wait for others)."""
+    user, system = (b - a for a, b in zip(cpu0, _cpu_seconds()))
+    line = f"CPU time of this command: user {user:,.0f} s, system {system:,.0f} s"
+    st = getattr(la, "last_local", None)
+    if st:
+        line += (f"; {st['workers'] * st['threads']} core(s) x {st['wall_s']:,.0f} s = {st['core_s']:,.0f} "
+                 f"core-s, {st['idle_core_s']:,.0f} idle ({st['idle_core_s'] / max(st['core_s'], 1e-9):.1%})")
+    return line
+
+
+def local_priorities(preset, jobs) -> None:
+    """Local starts go longest remaining path first (slurm.launcher.critical_path_order): each train and
+    evaluate job's cost is sizing's token model of its work (its units matter only relative to the others')."""
+    est = sizing.estimate_jobs(preset, jobs, sizing.Throughput())
+    for j in jobs:
+        j.cost = est[j.key].hours if j.kind in ("train", "evaluate") else 0.0
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
     try:
@@ -273,6 +301,9 @@ def main(argv=None) -> int:
         t0 = time.time()
         # jobs see it: the report's wall time includes this invocation
         os.environ[DRIVER_START_ENV] = repr(t0)
+        cpu0 = _cpu_seconds()
+        if la.cluster == "local":
+            local_priorities(preset, jobs)
         try:
             states = la.run(jobs, wait=not a.no_wait)
         except KeyboardInterrupt:
@@ -289,6 +320,7 @@ def main(argv=None) -> int:
             for k, (s, d) in bad.items():
                 print(f"  {k}: {s} {d}  (log: {la.job_dir(k) / 'log.err'})")
             print(wall_time_line(out, t0, t1))
+            print(cores_line(la, cpu0))
             return 1
         if all(s == DONE for s, _ in states.values()):
             print(f"\nall {len(states)} jobs done ({time.time() - t0:.0f}s): "
@@ -298,6 +330,7 @@ def main(argv=None) -> int:
             if any(out.glob("*/seed*/tensorboard")):
                 print(f"live logs: tensorboard --logdir {out}")
             print(wall_time_line(out, t0, t1))
+            print(cores_line(la, cpu0))
         else:
             n = sum(1 for s, _ in states.values() if s in ACTIVE)
             print(f"\n{n} job(s) queued or running on {la.cluster}; "

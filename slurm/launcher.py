@@ -85,6 +85,7 @@ class Job:
     done: Optional[Callable[[], bool]] = None     # True when the outputs exist (never resubmitted then)
     description: str = ""
     info: dict = field(default_factory=dict)      # shown by plans (e.g. resolved config overrides)
+    cost: float = 0.0                             # estimated work (the caller's unit): local start priority
 
     def is_done(self) -> bool:
         if self.done is None:
@@ -140,6 +141,22 @@ def topo_order(jobs: list[Job]) -> list[Job]:
 
 
 # --------------------------------------------------------------------------------------------- scheduler
+def critical_path_order(jobs: list[Job]) -> list[Job]:
+    """`jobs` sorted by their longest remaining path, highest first: a job's cost plus the costliest chain of
+    jobs that (transitively) depend on it (list scheduling's upward rank); ties keep the given order."""
+    children: dict[str, list[str]] = {j.key: [] for j in jobs}
+    for j in jobs:
+        for d in j.deps:
+            if d in children:
+                children[d].append(j.key)
+    cost = {j.key: max(0.0, float(j.cost)) for j in jobs}
+    rank: dict[str, float] = {}
+    for j in reversed(topo_order(jobs)):
+        rank[j.key] = cost[j.key] + max((rank[c] for c in children[j.key]), default=0.0)
+    pos = {j.key: i for i, j in enumerate(jobs)}
+    return sorted(jobs, key=lambda j: (-rank[j.key], pos[j.key]))
+
+
 def slurm_states(job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
     """SLURM job id -> (STATE, reason) from squeue (all states, array tasks one per line), then sacct
     for ids squeue does not know. Ids the scheduler has forgotten are absent."""
@@ -240,6 +257,7 @@ class Launcher:
         cores = os.cpu_count() or 1
         self.workers = max(1, workers or cores)
         self.threads = max(1, cores // self.workers)
+        self.last_local: Optional[dict] = None   # the last local run's cores: wall, core-seconds, idle ones
         self.poll_s = poll_s if poll_s is not None else (0.2 if self.cluster == "local" else 5.0)
         self.signal_delay_s = signal_delay_s
         self.max_requeues = max_requeues
@@ -427,9 +445,9 @@ class Launcher:
 
     # ------------------------------------------------------------------------------------- local
     def _run_local(self, order: list[Job], states: dict, start_order: list[Job]) -> dict:
-        """Run the jobs with `self.workers` local processes. Ready jobs start in `start_order`, the caller's
-        (topo_order's layers would hold a short job that unblocks others, e.g. a restart point, behind every
-        job of a shallower layer)."""
+        """Run the jobs with `self.workers` local processes. Ready jobs start longest remaining path first
+        (`critical_path_order`: a job's cost plus the costliest chain of jobs behind it), ties in
+        `start_order`, the caller's; `self.last_local` records the cores left idle while jobs remained."""
         procs: dict[str, Optional[subprocess.Popen]] = {}   # None: adopted from a killed driver
         started_at: dict[str, float] = {}
         tries: dict[str, int] = {}
@@ -443,6 +461,9 @@ class Launcher:
         self._bar = self._make_bar(len(order), len(final))
         by_key = {j.key: j for j in order}
         got = {"sig": None}
+        start_order = critical_path_order(start_order)
+        t_start = t_last = time.time()
+        idle = 0.0
 
         def _on_term(signum, frame):
             got["sig"] = signum
@@ -505,6 +526,9 @@ class Launcher:
                     self._emit(f"[start] {j.key}")
                 if not procs:
                     break
+                now = time.time()      # cores idle since the last pass, while jobs remain
+                idle += (now - t_last) * max(0, self.workers - len(procs)) * self.threads
+                t_last = now
                 if self._bar is not None:
                     self._bar.set_postfix_str(", ".join(sorted(procs))[:70], refresh=False)
                     self._bar.refresh()
@@ -535,6 +559,9 @@ class Launcher:
                 self._bar.close()
                 self._bar = None
         self.save_registry()
+        wall = time.time() - t_start
+        self.last_local = {"workers": self.workers, "threads": self.threads, "wall_s": wall,
+                           "core_s": wall * self.workers * self.threads, "idle_core_s": idle}
         return states
 
     def _start_local(self, job: Job):
