@@ -15,7 +15,14 @@ gold self-agreement rate (every shipped gold boxed and graded against itself, an
 pre-check alone would reject), and the 200-case pathological set (``pathological_set``: towers of exponents,
 deep nesting, 100 kB strings, huge factorials and digit strings, garbage, and a few normal answers) graded on
 ``--workers`` fresh workers: wall time, verdict counts by reason (implausible ones by bound) and whether every
-verdict is as expected. Target: the set in <= 15 s on 2 workers, golds >= 99.5% right.
+verdict is as expected. Target: the set in <= 15 s on 2 workers, golds >= 99.5% right. Then the AIME set
+(``aime_pathological_set``, project issue 36): 200 pathological answers to the 60 AIME problems, one answer
+sympy cannot settle (``UNSETTLED``, a divergent integral) among them in 12 responses against 12 different
+golds: wall time, answers/CPU-s, verdicts by reason, timeouts and "timeout_seen" verdicts. The grader tries
+that answer once (one timeout) and answers the other 11 from its memory of timed-out answers. Target: <= 10 s
+on 2 workers (30.4-31.4 s and 6.7-7.9 answers/CPU-s before the memory, 5.8-6.2 s and 56.5-68.5 answers/CPU-s
+after, measured interleaved at load average 4-5 on 2 cores). Last, the tests' adversarial strings and one
+slow answer repeated 12 times against one gold.
 
 Wall-clock rates depend on how loaded the machine is; "answers/CPU-s" (answers per CPU-second used by the
 parent and the workers) does not, and times the number of free cores estimates the unloaded rate.
@@ -301,6 +308,58 @@ def pathological_set(n: int = 200, seed: int = 0) -> list[PathologicalCase]:
     return cases
 
 
+#: an answer within every plausibility bound that sympy cannot settle, whatever the gold (a divergent
+#: integral: math-verify's ``simplify(gold - answer)`` runs past 20 s here against 204, 33 and 3/7; parsing it
+#: takes 0.03 s): a timeout that cost its full ``timeout_s`` once per gold before project issue 36
+UNSETTLED = "\\int_0^\\infty e^{x^{3}} dx"
+
+
+def aime_golds() -> list[str]:
+    """The golds of the shipped AIME problems (aime24, then aime25: 60 integers)."""
+    return [p.gold for b in ("aime24", "aime25") for p in load_benchmark(b, "local")]
+
+
+def aime_pathological_set(n: int = 200, repeats: int = 12, seed: int = 0) -> list[PathologicalCase]:
+    """``n`` responses to the AIME problems (project issue 36): ``n - repeats`` of ``pathological_set``'s
+    kinds against the golds of the AIME problems (the k-th pathological answer against problem ``k % 60``;
+    the normal answers are their problem's gold as given, reformatted, as a fraction, or another problem's
+    gold), and ``UNSETTLED`` boxed in ``repeats`` responses to ``repeats`` problems with different golds,
+    spread over the set: one answer sympy cannot settle, in ``repeats`` distinct (answer, gold) tasks. Before
+    the grader remembered timed-out answers, each of them cost the full timeout; now the first one does and
+    the others get reason ``"timeout_seen"``.
+    """
+    rng = random.Random(seed)
+    aime = aime_golds()
+    cases = []
+    for k, c in enumerate(pathological_set(n - repeats, seed)):
+        if c.kind != "normal":
+            cases.append(c._replace(gold=aime[k % len(aime)]))
+            continue
+        g = aime[(k + k // len(aime)) % len(aime)]  # shifted each round: no (answer, gold) pair twice
+        j = sum(x.kind == "normal" for x in cases) % 4
+        if j == 0:
+            cases.append(PathologicalCase(f"{FILLER}so $\\boxed{{{g}}}$.", g, True, "normal"))
+        elif j == 1:
+            cases.append(PathologicalCase(f"{FILLER}so $\\boxed{{{reformat(g, rng)}}}$.", g, True, "normal"))
+        elif j == 2:
+            h = next(h for h in aime[k % len(aime):] + aime if int(h) != int(g))
+            cases.append(PathologicalCase(f"{FILLER}so $\\boxed{{{h}}}$.", g, False, "normal"))
+        else:
+            cases.append(PathologicalCase(f"{FILLER}so $\\boxed{{\\frac{{{2 * int(g)}}}{{2}}}}$.", g, True,
+                                          "normal"))
+    distinct: list[str] = []  # the first `repeats` problems whose golds differ in value
+    for g in aime:
+        if len(distinct) < repeats and all(int(g) != int(h) for h in distinct):
+            distinct.append(g)
+    if len(distinct) < repeats:
+        raise ValueError(f"repeats={repeats}: only {len(distinct)} AIME problems have different golds")
+    for j, g in enumerate(distinct):
+        at = min(len(cases), j * (n // repeats) + n // (2 * repeats))
+        cases.insert(at, PathologicalCase(f"{FILLER}Attempt {j}: the answer is $\\boxed{{{UNSETTLED}}}$.",
+                                          g, False, "integral"))
+    return cases
+
+
 def adversarial_strings(n: int = 1000, seed: int = 0, distinct_slow: int = 2) -> list[str]:
     """Adversarial responses: huge exponents, deep nesting, unbalanced braces, 100 kB texts, boxed garbage.
 
@@ -371,6 +430,38 @@ def _fmt(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
+def _graded(g: Grader, responses, golds):
+    """(verdicts, wall seconds, CPU seconds of the parent and the workers or None, stats delta) of one call.
+    The CPU of a worker the parent killed during the call is not counted (its process is gone)."""
+    g.grade(["\\boxed{2\\sqrt{3}}"], ["\\sqrt{12}"])  # start the workers / import math-verify (not timed)
+    s0, pids = dict(g.stats), [os.getpid()] + [w.proc.pid for w in g._workers]
+    c0, t = _cpu_seconds(pids), time.perf_counter()
+    v = g.grade(responses, golds)
+    wall, c1 = time.perf_counter() - t, _cpu_seconds(pids)
+    cpu = (c1 - c0) if (c0 is not None and c1 is not None) else None
+    return v, wall, cpu, {k: g.stats[k] - s0.get(k, 0) for k in g.stats}
+
+
+def aime_report(workers: int, timeout: float) -> dict:
+    """Grade ``aime_pathological_set()`` on ``workers`` fresh workers and print the wall time, answers per
+    CPU-second, the verdicts by reason and the math-verify calls (target: <= 10 s on 2 workers)."""
+    cases = aime_pathological_set()
+    with Grader(num_workers=workers, timeout_s=timeout) as g:
+        v, wall, cpu, st = _graded(g, [c.response for c in cases], [c.gold for c in cases])
+    reasons = Counter(x.reason for x in v)
+    unexpected = [(k, c.kind, x.reason) for k, (c, x) in enumerate(zip(cases, v)) if x.correct != c.correct]
+    per_cpu = f"{len(cases) / cpu:.1f}" if cpu else "n/a"
+    print(f"AIME pathological set (aime_pathological_set(): {len(cases)} responses to 60 AIME problems, "
+          f"{UNSETTLED} in 12 of them against 12 golds): graded in {wall:.2f}s wall on {workers} workers "
+          f"(timeout_s={timeout}), {per_cpu} answers/CPU-s; target <= 10s: "
+          f"{'met' if wall <= 10 else 'NOT met'}; "
+          + ", ".join(f"{k}={reasons[k]}" for k in sorted(reasons)) + f"; sent to math-verify {st['pool']}, "
+          f"timeouts {st['timeouts']}, timeouts seen {st.get('timeouts_seen', 0)}, kills {st['kills']}; "
+          f"verdicts as expected: {len(cases) - len(unexpected)}/{len(cases)}"
+          + (f" (unexpected: {unexpected[:5]})" if unexpected else ""), flush=True)
+    return {"wall": wall, "cpu": cpu, "reasons": dict(reasons), "unexpected": unexpected, "stats": st}
+
+
 def plausibility_report(workers: int, timeout: float, adversarial: bool = True) -> dict:
     """Print the gold-answer maxima and bounds, the gold self-agreement and the pathological set's grading
     (wall time on ``workers`` fresh workers, verdict counts by reason), then (``adversarial``) the same for
@@ -420,6 +511,7 @@ def plausibility_report(workers: int, timeout: float, adversarial: bool = True) 
            "bounds": dict(bounds), "unexpected": unexpected}
     if not adversarial:
         return out
+    out["aime"] = aime_report(workers, timeout)
     # the tests' adversarial strings, all distinct: within-bound slow ones (divergent integrals) still reach
     # math-verify and cost the per-item timeout
     adv = adversarial_strings(200, distinct_slow=200)

@@ -37,18 +37,22 @@ math-verify in worker processes (fresh interpreters started with subprocess, tal
 the caller's ``__main__`` is never re-imported and needs no guard). Each worker arms its own SIGALRM per item
 (reason ``"timeout"``, worker survives) and the parent additionally kills a worker whose current item
 exceeds ``timeout_s + kill_grace_s`` (e.g. stuck inside one C call), respawns it and marks that item
-``"timeout"``. Workers run under an address-space limit (``max_memory_mb``), so a huge allocation becomes a
-``MemoryError`` (reason ``"error"``) instead of swapping the machine. Grading never raises on any response
-string; it raises ``ValueError`` only for caller bugs (length mismatch, unknown mode / answer type, a gold
-that is not a string/number/list, a multiple-choice gold that is not a letter).
+``"timeout"``. An answer that timed out once is remembered by the ``Grader`` (in the parent, for its
+lifetime: ``TimeoutMemory``, keyed by the answer, not by (answer, gold), as the cost is in settling the
+answer) and not graded again against any gold: reason ``"timeout_seen"``, counted wrong; answers that do not
+time out get the verdicts they got before. Workers run under an address-space limit (``max_memory_mb``), so a
+huge allocation becomes a ``MemoryError`` (reason ``"error"``) instead of swapping the machine. Grading never
+raises on any response string; it raises ``ValueError`` only for caller bugs (length mismatch, unknown mode /
+answer type, a gold that is not a string/number/list, a multiple-choice gold that is not a letter).
 
 Throughput (``python -m bench.grading``): see the report in that module's output; integers are graded in
 the parent at tens of thousands per second, LaTeX answers cost math-verify ~5-50 ms each (antlr parsing).
 
 Modules, one job each: ``extract`` (the answer modes and their extractors), ``normalize`` (golds and the
 comparisons that need no math-verify), ``shape`` (the plausibility bounds), ``choice`` (multiple-choice
-letters), ``verify`` (the math-verify call under SIGALRM), ``grade`` (``Verdict``, the parent-side order of
-decisions, ``grade_one``), ``worker`` (the worker process), ``pool`` (``Grader`` and the default graders).
+letters), ``verify`` (the math-verify call under SIGALRM, ``TimeoutMemory``), ``grade`` (``Verdict``, the
+parent-side order of decisions, ``grade_one``), ``worker`` (the worker process), ``pool`` (``Grader`` and the
+default graders).
 """
 from __future__ import annotations
 
@@ -59,10 +63,11 @@ from common.grading.normalize import normalize_gold
 from common.grading.pool import Grader, close_default_graders, get_grader
 from common.grading.shape import (BOUNDS, GOLD_MAXIMA, MAX_ANSWER_CHARS, AnswerShape, answer_shape,
                                   implausible_bound)
+from common.grading.verify import TIMEOUT_SEEN, TimeoutMemory
 
 __all__ = [
     "Verdict", "REASONS", "MODES", "ANSWER_MODES", "ANSWER_TYPES", "BOUNDS", "GOLD_MAXIMA",
     "MAX_ANSWER_CHARS", "AnswerShape", "answer_shape", "implausible_bound",
     "extract_boxed", "extract_answer_line", "extract_answer", "normalize_gold", "mc_letter",
-    "grade_one", "Grader", "get_grader", "close_default_graders",
+    "grade_one", "Grader", "get_grader", "close_default_graders", "TimeoutMemory", "TIMEOUT_SEEN",
 ]

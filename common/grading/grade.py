@@ -13,11 +13,11 @@ from common.grading.choice import mc_letter
 from common.grading.extract import check_mode, extract_answer
 from common.grading.normalize import _cheap_compare, _strip_dollars, normalize_gold
 from common.grading.shape import MAX_ANSWER_CHARS, implausible_bound
-from common.grading.verify import _grade_extracted, _grade_inprocess
+from common.grading.verify import TimeoutMemory, _grade_extracted, _grade_inprocess
 
 __all__ = ["ANSWER_TYPES", "REASONS", "Verdict", "grade_one"]
 
-REASONS = ("ok", "no_answer", "timeout", "error", "implausible")
+REASONS = ("ok", "no_answer", "timeout", "timeout_seen", "error", "implausible")
 ANSWER_TYPES = ("math", "mc")
 
 
@@ -28,7 +28,9 @@ class Verdict:
     correct: the final answer matches the gold.
     extracted: the final answer as extracted from the response (None if there is none).
     reason: "ok" (graded normally, correct or not), "no_answer" (nothing extractable),
-        "timeout" (grading exceeded its time budget; counted wrong), "error" (grading failed; counted wrong),
+        "timeout" (grading exceeded its time budget; counted wrong), "timeout_seen" (the same answer timed
+        out before in this run, against this or another gold; counted wrong, not graded again: see
+        ``TimeoutMemory``), "error" (grading failed; counted wrong),
         "implausible" (beyond a plausibility bound, see ``BOUNDS``; counted wrong, never parsed).
     bound: for reason "implausible", the name of the bound exceeded (a key of ``BOUNDS``), else None.
     """
@@ -81,15 +83,18 @@ def _prepare(response, gold, answer_type: str, mode: str, max_answer_chars: int)
 
 
 def grade_one(response: str, gold, answer_type: str = "math", mode: str = "boxed", *,
-              timeout_s: float | None = 5.0, max_answer_chars: int = MAX_ANSWER_CHARS) -> Verdict:
+              timeout_s: float | None = 5.0, max_answer_chars: int = MAX_ANSWER_CHARS,
+              timed_out: TimeoutMemory | None = None) -> Verdict:
     """Grade one response in this process (the protocol: common.grading's docstring).
 
     The timeout uses SIGALRM and is therefore only enforced when called from the main thread; for untrusted
-    input at scale use ``Grader`` (worker processes, a hard kill from the parent).
+    input at scale use ``Grader`` (worker processes, a hard kill from the parent). ``timed_out``: the
+    caller's memory of answers that timed out (one per run): an answer in it gets reason "timeout_seen"
+    without math-verify, an answer that times out is added to it; None (default) remembers nothing.
     """
     verdict, work = _prepare(response, gold, answer_type, mode, max_answer_chars)
     if verdict is not None:
         return verdict
     extracted, task = work
-    ok, reason = _grade_inprocess([task], timeout_s)[0]
+    ok, reason = _grade_inprocess([task], timeout_s, timed_out)[0]
     return Verdict(ok, extracted, reason)

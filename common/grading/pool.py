@@ -5,6 +5,13 @@ Workers (common.grading.worker) are fresh interpreters started with subprocess, 
 its own SIGALRM per item (reason ``"timeout"``, worker survives); the parent additionally kills a worker whose
 current item exceeds ``timeout_s + kill_grace_s`` (e.g. stuck inside one C call), respawns it and marks that
 item ``"timeout"``; a worker that dies mid-item (OOM killer) marks it ``"error"`` and is replaced.
+
+An answer that timed out, by the worker's alarm or the parent's kill, is remembered by the parent for the
+Grader's lifetime (``Grader.timed_out``, a ``TimeoutMemory``) and not graded again against any gold: its
+other tasks get ``(False, "timeout_seen")`` without math-verify. So that a timeout is learned before the same
+answer starts elsewhere, an answer's tasks in flight are all on one worker, which grades them in order and
+skips the rest after a timeout (and has the answer's parse cached); its tasks met meanwhile wait in the
+parent until that worker is done with the answer.
 """
 from __future__ import annotations
 
@@ -19,7 +26,7 @@ from typing import Sequence
 from common.grading.extract import check_mode
 from common.grading.grade import ANSWER_TYPES, Verdict, _prepare
 from common.grading.shape import MAX_ANSWER_CHARS
-from common.grading.verify import _grade_inprocess
+from common.grading.verify import TIMEOUT_SEEN, TimeoutMemory, _grade_inprocess
 
 __all__ = ["Grader", "close_default_graders", "get_grader"]
 
@@ -87,8 +94,10 @@ class Grader:
 
     Items decided without math-verify (no answer, integer fast path, multiple choice, implausible) are graded
     in the parent; each distinct (answer, gold, answer type) among the rest is graded once per call, and its
-    result, a timeout included, is every duplicate's. Workers start lazily on the first call that needs
-    them and are reused; call ``close()`` (or use ``with``) to stop them.
+    result, a timeout included, is every duplicate's. An answer that timed out once (``timed_out``, kept
+    for the Grader's lifetime: one run) is not tried again against another gold: reason "timeout_seen",
+    counted wrong. Workers start lazily on the first call that needs them and are reused; call ``close()``
+    (or use ``with``) to stop them.
     """
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, mode: str = "boxed", *,
@@ -112,11 +121,13 @@ class Grader:
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._closed = False
+        #: the answers that timed out so far (by the workers' alarm or the parent's kill)
+        self.timed_out = TimeoutMemory()
         #: counters: items graded, decided in the parent, of those rejected as implausible, sent to
-        #: math-verify (unique), timeouts, worker kills and respawns, and the longest time one item took in a
-        #: worker as seen by the parent (seconds)
-        self.stats = {"items": 0, "parent": 0, "implausible": 0, "pool": 0, "timeouts": 0, "kills": 0,
-                      "respawns": 0, "max_item_s": 0.0}
+        #: math-verify (unique), timeouts, unique tasks answered "timeout_seen" (no math-verify), worker kills
+        #: and respawns, and the longest time one item took in a worker as seen by the parent (seconds)
+        self.stats = {"items": 0, "parent": 0, "implausible": 0, "pool": 0, "timeouts": 0, "timeouts_seen": 0,
+                      "kills": 0, "respawns": 0, "max_item_s": 0.0}
 
     # -- lifecycle --------------------------------------------------------------------------------
     @property
@@ -219,19 +230,30 @@ class Grader:
             users[k].append(i)
         self.stats["items"] += n
         self.stats["parent"] += n - len(extracted_of)
-        self.stats["pool"] += len(tasks)
         if tasks:
             with self._lock:
-                if self.num_workers == 0:
-                    results = _grade_inprocess(tasks, self.timeout_s)
-                else:
-                    results = self._grade_pool(tasks)
+                results = self._grade_tasks(tasks)
             for k, (ok, reason) in enumerate(results):
-                if reason == "timeout":
-                    self.stats["timeouts"] += 1
+                self.stats["timeouts"] += reason == "timeout"
+                self.stats["timeouts_seen"] += reason == TIMEOUT_SEEN
+                self.stats["pool"] += reason != TIMEOUT_SEEN
                 for i in users[k]:
                     out[i] = Verdict(bool(ok), extracted_of[i], reason)
         return out  # type: ignore[return-value]
+
+    def _grade_tasks(self, tasks: list[tuple[str, str, str]]) -> list[tuple[bool, str]]:
+        """(correct, reason) per task: an answer that timed out before is (False, "timeout_seen") here; the
+        rest is graded in-process (num_workers=0) or by the pool, which add the answers that time out."""
+        results: list[tuple[bool, str] | None] = [
+            (False, TIMEOUT_SEEN) if t[0] in self.timed_out else None for t in tasks]
+        todo = [k for k, r in enumerate(results) if r is None]
+        if todo:
+            sub = [tasks[k] for k in todo]
+            graded = (_grade_inprocess(sub, self.timeout_s, self.timed_out) if self.num_workers == 0
+                      else self._grade_pool(sub))
+            for k, r in zip(todo, graded):
+                results[k] = r
+        return results  # type: ignore[return-value]
 
     def _grade_pool(self, tasks: list[tuple[str, str, str]]) -> list[tuple[bool, str]]:
         results: list[tuple[bool, str] | None] = [None] * len(tasks)
@@ -262,18 +284,76 @@ class Grader:
         hard = self.timeout_s + self.kill_grace_s
         startup_failures = 0
         remaining = len(tasks)
+        memory = self.timed_out
+        keys = [TimeoutMemory.key(t[0]) for t in tasks]
+        # An answer's tasks in flight are all on one worker (which grades them in order and skips the rest
+        # of its chunk after a timeout of that answer; its parse is cached there); a task of an answer in
+        # flight elsewhere waits in `held` until that worker is done with the answer.
+        owner: dict[str, list[int]] = {}  # answer key -> [worker index, its tasks in flight there]
+        held: dict[str, list[int]] = {}  # answer key -> its tasks waiting for the owner
+
+        def settle(iid: int, ok: bool, reason: str) -> None:
+            nonlocal remaining
+            results[iid] = (bool(ok), reason)
+            remaining -= 1
+            if reason == "timeout":
+                memory.add(tasks[iid][0])
+
+        def leave(iid: int) -> list[int]:
+            """Task ``iid`` is no longer in flight; the held tasks of its answer if it was the last one."""
+            o = owner[keys[iid]]
+            o[1] -= 1
+            if o[1] > 0:
+                return []
+            del owner[keys[iid]]
+            return held.pop(keys[iid], [])
+
+        def back_to_queue(iids: list[int]) -> None:
+            """Tasks not graded: "timeout_seen" if their answer timed out, else to the front of the queue in
+            batch order (the first task of an answer is the one tried)."""
+            rest = []
+            for j in iids:
+                if keys[j] in memory:
+                    settle(j, False, TIMEOUT_SEEN)
+                else:
+                    rest.append(j)
+            pending.extendleft(sorted(rest, reverse=True))
+
+        def graded(iid: int, ok: bool, reason: str) -> None:
+            settle(iid, ok, reason)
+            back_to_queue(leave(iid))
+
+        def requeue(iids: list[int]) -> None:
+            """Tasks sent but not graded (a worker gone) go back, with what their answers held."""
+            released = [j for iid in iids for j in leave(iid)]
+            back_to_queue(list(iids) + released)
+
+        def take(idx: int, size: int) -> list[int]:
+            """The next chunk for worker ``idx``: up to ``size`` queued tasks; one of an answer that timed out
+            is settled "timeout_seen" here, one of an answer in flight on another worker is held."""
+            chunk: list[int] = []
+            while pending and len(chunk) < size:
+                iid = pending.popleft()
+                k = keys[iid]
+                if k in memory:
+                    settle(iid, False, TIMEOUT_SEEN)
+                elif k in owner and owner[k][0] != idx:
+                    held.setdefault(k, []).append(iid)
+                else:
+                    owner.setdefault(k, [idx, 0])[1] += 1
+                    chunk.append(iid)
+            return chunk
 
         def replace(idx: int, current_reason: str | None) -> None:
-            nonlocal remaining
             w = self._workers[idx]
             if w.chunk is not None:
-                if current_reason is not None and w.pos < len(w.chunk):
-                    results[w.chunk[w.pos]] = (False, current_reason)
-                    remaining -= 1
-                    pending.extendleft(reversed(w.chunk[w.pos + 1:]))
-                else:
-                    pending.extendleft(reversed(w.chunk[w.pos:]))
+                chunk, pos = w.chunk, w.pos
                 w.chunk = None
+                if current_reason is not None and pos < len(chunk):
+                    graded(chunk[pos], False, current_reason)
+                    requeue(chunk[pos + 1:])
+                else:
+                    requeue(chunk[pos:])
             self._stop_worker(w)
             self._workers[idx] = self._spawn()
             self.stats["respawns"] += 1
@@ -283,14 +363,18 @@ class Grader:
             for idx in range(len(self._workers)):
                 w = self._workers[idx]
                 if w.ready and w.chunk is None and pending:
-                    chunk = [pending.popleft() for _ in range(min(cs, len(pending)))]
+                    chunk = take(idx, cs)
+                    if not chunk:
+                        continue
                     try:
                         w.send_conn.send([(iid,) + tasks[iid] for iid in chunk])
                     except Exception:  # the worker is gone: put the chunk back, start another
-                        pending.extendleft(reversed(chunk))
+                        requeue(chunk)
                         replace(idx, None)
                         continue
                     w.chunk, w.pos, w.t_last = chunk, 0, now
+            if remaining == 0:  # the last tasks were settled "timeout_seen" by take()
+                break
             waiting = [w for w in self._workers if (not w.ready) or w.chunk is not None]
             if not waiting:  # defensive: nothing in flight but items remain -> respawn all
                 for idx in range(len(self._workers)):
@@ -315,9 +399,8 @@ class Grader:
                         else:
                             iid, ok, reason = msg
                             if w.chunk is not None and w.pos < len(w.chunk) and w.chunk[w.pos] == iid:
-                                results[iid] = (bool(ok), reason)
-                                remaining -= 1
                                 w.pos += 1
+                                graded(iid, ok, reason)
                                 t_now = time.monotonic()
                                 self.stats["max_item_s"] = max(self.stats["max_item_s"], t_now - w.t_last)
                                 w.t_last = t_now

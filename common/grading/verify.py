@@ -5,6 +5,12 @@
 timeouts are disabled: ``_grade_guarded`` arms a repeating SIGALRM per item (reason ``"timeout"``), which only
 works in a main thread -- worker processes (common.grading.worker) or ``grade_one`` called from one. Any other
 failure is reason ``"error"``; nothing here raises on an answer's content.
+
+``TimeoutMemory`` holds the answers that timed out in one run (one ``Grader``): such an answer is not graded
+again against any gold (reason ``"timeout_seen"``). The cost of a timeout lies in the answer: parsing
+``$answer$`` takes milliseconds (0.03-0.2 s for the slowest answers of bench.grading, and ``_parse_pred``
+caches it per process), while math-verify's ``simplify(gold - answer)`` is what runs past the timeout,
+evaluating the answer (a divergent integral, a huge sum) whatever the gold.
 """
 from __future__ import annotations
 
@@ -17,7 +23,38 @@ from typing import Sequence
 from common.grading.choice import mc_letter
 from common.grading.normalize import _cheap_compare
 
-__all__ = ["ALARM_REPEAT_S"]
+__all__ = ["ALARM_REPEAT_S", "TIMEOUT_SEEN", "TimeoutMemory"]
+
+#: the reason of an answer that timed out before in the same run (``TimeoutMemory``): wrong, not graded again
+TIMEOUT_SEEN = "timeout_seen"
+
+
+class TimeoutMemory:
+    """The answers that timed out in one run: ``answer in memory`` after ``memory.add(answer)``.
+
+    Keyed by the answer as math-verify parses it (the cleaned extracted answer, runs of whitespace made one
+    space: ``$`` delimiters and spacing do not change the parse), not by (answer, gold): the cost is in
+    settling the answer. Kept in the parent process, so a worker that was killed for the timeout still adds
+    its answer; ``Grader`` holds one for its lifetime, ``grade_one`` takes one as an argument.
+    """
+
+    __slots__ = ("_keys",)
+
+    def __init__(self) -> None:
+        self._keys: set[str] = set()
+
+    @staticmethod
+    def key(answer: str) -> str:
+        return " ".join(answer.split())
+
+    def add(self, answer: str) -> None:
+        self._keys.add(self.key(answer))
+
+    def __contains__(self, answer: str) -> bool:
+        return self.key(answer) in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
 _MV = None
 
@@ -135,13 +172,25 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _grade_inprocess(tasks: Sequence[tuple[str, str, str]],
-                     timeout_s: float | None) -> list[tuple[bool, str]]:
-    """Grade (extracted, gold, answer_type) tasks here. Timeouts only when in the main thread (SIGALRM)."""
-    if timeout_s and _in_main_thread() and hasattr(signal, "SIGALRM"):
+def _grade_inprocess(tasks: Sequence[tuple[str, str, str]], timeout_s: float | None,
+                     timed_out: TimeoutMemory | None = None) -> list[tuple[bool, str]]:
+    """Grade (extracted, gold, answer_type) tasks here, in order. Timeouts only when in the main thread
+    (SIGALRM). With ``timed_out``: an answer in it is (False, "timeout_seen") without math-verify, and an
+    answer that times out is added to it (so its later tasks, other golds, are not tried)."""
+    guarded = bool(timeout_s and _in_main_thread() and hasattr(signal, "SIGALRM"))
+
+    def one(e: str, g: str, t: str) -> tuple[bool, str]:
+        if timed_out is not None and e in timed_out:
+            return False, TIMEOUT_SEEN
+        ok, reason = _grade_guarded(e, g, t, timeout_s if guarded else None)
+        if timed_out is not None and reason == "timeout":
+            timed_out.add(e)
+        return ok, reason
+
+    if guarded:
         old = signal.signal(signal.SIGALRM, _on_alarm)
         try:
-            return [_grade_guarded(e, g, t, timeout_s) for e, g, t in tasks]
+            return [one(e, g, t) for e, g, t in tasks]
         finally:
             signal.signal(signal.SIGALRM, old)
-    return [_grade_guarded(e, g, t, None) for e, g, t in tasks]
+    return [one(e, g, t) for e, g, t in tasks]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 
-from common.grading.verify import _grade_guarded, _on_alarm
+from common.grading.verify import TIMEOUT_SEEN, TimeoutMemory, _grade_guarded, _on_alarm
 
 
 def _set_pdeathsig() -> None:
@@ -26,6 +26,9 @@ def _set_pdeathsig() -> None:
 
 def _worker_main(read_fd: int, write_fd: int, timeout_s: float, max_memory_mb: int | None) -> None:
     """Worker loop: receive lists of (item_id, answer, gold, type), send (item_id, correct, reason) per item.
+
+    Within one list, an answer that timed out is not graded again (reason "timeout_seen"): the parent, which
+    keeps the run's memory of timeouts, sends all the tasks of an answer in flight to one worker.
 
     Runs in a fresh interpreter started by ``Grader`` (``python -c ...``), so it never re-imports the
     caller's ``__main__`` (no ``if __name__ == "__main__"`` guard needed by users).
@@ -59,8 +62,14 @@ def _worker_main(read_fd: int, write_fd: int, timeout_s: float, max_memory_mb: i
             msg = rconn.recv()
             if msg is None:
                 return
+            timed_out = TimeoutMemory()
             for iid, ans, gold, atype in msg:
-                ok, reason = _grade_guarded(ans, gold, atype, timeout_s)
+                if ans in timed_out:
+                    ok, reason = False, TIMEOUT_SEEN
+                else:
+                    ok, reason = _grade_guarded(ans, gold, atype, timeout_s)
+                    if reason == "timeout":
+                        timed_out.add(ans)
                 wconn.send((iid, ok, reason))
     except (BrokenPipeError, EOFError, OSError):
         return
