@@ -251,7 +251,7 @@ def cores_line(la, cpu0: tuple[float, float]) -> str:
 
 def local_priorities(preset, jobs) -> None:
     """Local starts go longest remaining path first (slurm.launcher.critical_path_order): each train and
-    evaluate job's cost is sizing's token model of its work (its units matter only relative to the others')."""
+    evaluate job's cost is sizing's token model of its work (only its ratio to the others' matters)."""
     est = sizing.estimate_jobs(preset, jobs, sizing.Throughput())
     for j in jobs:
         j.cost = est[j.key].hours if j.kind in ("train", "evaluate") else 0.0

@@ -22,7 +22,8 @@ def _runs(tmp_path, dapo: dict, natural=None, acc=None, clip=(0.024, 0.4), world
         a = acc or (lambda s: 0.5 + 0.005 * s)
         steps += [dict(arm="dapo", seed=seed, step=s, local_step=s, accuracy=a(s)) for s in range(1, 71)]
         both, unc = clip
-        steps += [dict(arm="dapo_cont", seed=seed, step=20 + s, local_step=s, clipfrac=both, uncertain_frac=unc,
+        steps += [dict(arm="dapo_cont", seed=seed, step=20 + s, local_step=s, clipfrac=both,
+                       uncertain_frac=unc,
                        clipfrac_and_uncertain=both) for s in range(1, 11)]
     if natural:
         rows += [dict(arm="dapo_natural", seed=0, step=10 * i, value=v) for i, v in enumerate(natural)]
