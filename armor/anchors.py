@@ -1,18 +1,17 @@
-"""Prompt keep rules and ARMOR's Anchor Rollout group assembly (ARMOR paper §3 DAPO, §4).
+"""Prompt keep rules and ARMOR's Anchor Rollout group layout (ARMOR paper §3 DAPO, §4).
 
 P = prompts, G = group size including the anchor (G − 1 on-policy responses + 1 anchor),
 ref_n = reference responses sampled per prompt from πref.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
+
+from armor.step_state import Group, Samples
 
 Tensor = torch.Tensor
 
-__all__ = ["dynamic_sampling_keep", "anchor_keep", "first_correct_index", "assemble_anchor_groups",
-           "AnchorGroups"]
+__all__ = ["dynamic_sampling_keep", "anchor_keep", "first_correct_index", "assemble_anchor_groups"]
 
 
 def dynamic_sampling_keep(rewards: Tensor) -> Tensor:
@@ -39,37 +38,31 @@ def first_correct_index(ref_correct: Tensor) -> Tensor:
     return torch.where(c.any(-1), first, torch.full_like(first, -1))
 
 
-@dataclass
-class AnchorGroups:
-    """keep [P] bool; anchor_index [P] long (index into the ref_n reference responses, −1 = none);
-    group_rewards [P, G] (G−1 on-policy rewards, then the anchor's reward in the last column);
-    is_anchor [P, G] bool (True exactly in the last column, for every row)."""
-    keep: Tensor
-    anchor_index: Tensor
-    group_rewards: Tensor
-    is_anchor: Tensor
+def assemble_anchor_groups(prompt_ids: list, golds: list, on: list[Samples],
+                           ref: list[Samples] | None = None) -> list[Group]:
+    """The groups of K kept prompts, the one place their layout is decided: group k is on[k]'s samples
+    (G − 1 with anchors, G without), then, given ref[k] (its ref_n reference samples), the anchor: the first
+    correct one (first_correct_index), last, with is_anchor True there only. Each response keeps its own
+    verdict, shaped reward and engine log-probs. Without `ref` (no anchors: DAPO, OPD, ...) a group is its
+    on-policy samples. A kept prompt's reference samples hold a correct one (anchor_keep).
 
-
-def assemble_anchor_groups(onpolicy_rewards: Tensor, ref_rewards: Tensor,
-                           ref_correct: Tensor) -> AnchorGroups:
-    """Build ARMOR groups: G−1 on-policy responses + the first correct reference response (anchor).
-
-    onpolicy_rewards [P, G−1] float, ref_rewards [P, ref_n] float, ref_correct [P, ref_n] bool.
-    Rows with keep = False must be dropped by the caller; their last column holds the reward of
-    reference response 0 (meaningless placeholder) and anchor_index = −1 when no reference is correct.
-
-    The anchor is correct, so with outcome rewards (+1/−1, no length shaping) its reward is the
-    group maximum.  If the on-policy rewards are not all at that maximum (guaranteed by the keep
-    rule: not all equal), the group mean is strictly below it, so under GRPO (and Dr.GRPO) the anchor
-    always gets a positive advantage.  Caveats: under QAE the baseline is a quantile and can equal
-    the maximum (few wrong on-policy answers), giving the anchor Â = 0 (never < 0); with overlong
-    shaping a long correct anchor may score below a short correct on-policy response.
+    With outcome rewards (+1/−1, no length shaping) the anchor's reward is the group maximum; the keep rule
+    (on-policy rewards not all equal) puts the group mean strictly below it, so under GRPO (and Dr.GRPO) the
+    anchor always gets a positive advantage. Caveats: under QAE the baseline is a quantile and can equal the
+    maximum (few wrong on-policy answers), giving the anchor Â = 0 (never < 0); with overlong shaping a long
+    correct anchor may score below a short correct on-policy response.
     """
-    anchor_index = first_correct_index(ref_correct)
-    keep = anchor_keep(onpolicy_rewards, ref_correct)
-    anc_r = ref_rewards.gather(-1, anchor_index.clamp(min=0).unsqueeze(-1)).to(onpolicy_rewards.dtype)
-    group_rewards = torch.cat([onpolicy_rewards, anc_r], dim=-1)
-    is_anchor = torch.zeros(group_rewards.shape, dtype=torch.bool, device=group_rewards.device)
-    is_anchor[..., -1] = True
-    return AnchorGroups(keep=keep, anchor_index=anchor_index, group_rewards=group_rewards,
-                        is_anchor=is_anchor)
+    if ref is None:
+        return [Group(p, g, o.responses, o.correct, [False] * len(o.responses), o.rewards, o.logprobs)
+                for p, g, o in zip(prompt_ids, golds, on)]
+    if not on:
+        return []
+    first = first_correct_index(torch.tensor([r.correct for r in ref], dtype=torch.bool)).tolist()
+    if -1 in first:
+        raise ValueError(f"kept prompt {first.index(-1)} has no correct reference sample to anchor it")
+    groups = []
+    for p, g, o, r, j in zip(prompt_ids, golds, on, ref, first):
+        groups.append(Group(p, g, o.responses + r.responses[j:j + 1], o.correct + r.correct[j:j + 1],
+                            [False] * len(o.responses) + [True], o.rewards + r.rewards[j:j + 1],
+                            o.logprobs + r.logprobs[j:j + 1]))
+    return groups

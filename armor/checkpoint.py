@@ -22,6 +22,9 @@ suffix was whole when written; leftovers of a killed save are removed on the nex
 the newest checkpoint against its manifest (a file truncated or changed since, e.g. by a broken copy or
 disk) and, if it is damaged, says so by name, moves it aside to `step_NNNNNN.damaged` and takes the
 previous complete one.
+
+When a step is saved and which checkpoints stay is the run's CheckpointManager's (the schedule and the
+retention); the trainer asks it `due(step)` and hands it the state to save.
 """
 from __future__ import annotations
 
@@ -388,3 +391,48 @@ def best_candidates(curve: list[tuple[int, float]], saved, window: int) -> set[i
         seg = vals[max(0, i - lo): i + hi + 1]
         final.append((sum(seg) / len(seg), -s))
     return pending | ({-max(final)[1]} if final else set())
+
+
+class CheckpointManager:
+    """The run's checkpoint policy, as torchtitan's CheckpointManager owns its schedule and retention: when a
+    step is saved (`due`) and which checkpoints stay (`protected`, `prune`). The trainer asks `due` and hands
+    `save` the models (armor.models.Models, which write the weights on any world size) and its own state.
+
+        checkpoints = CheckpointManager(run_dir, cfg.schedule)
+        if checkpoints.due(step) or stopping:
+            checkpoints.save(models, step, optimizer, state)
+    """
+
+    def __init__(self, run_dir: Path, schedule):
+        self.run_dir, self.schedule = Path(run_dir), schedule
+
+    def due(self, step: int) -> bool:
+        """Whether the schedule saves `step`: every save_every steps, the last step, schedule.keep_steps."""
+        s = self.schedule
+        return step % s.save_every == 0 or step == s.total_steps or step in s.keep_steps
+
+    def protected(self, val_curve: list[tuple[int, float]], best_val: tuple[float, int] | None) -> set[int]:
+        """Checkpoints never pruned: schedule.keep_steps, and every saved step that may still be the best
+        validation of `val_curve` [(step, value)] (smoothed over schedule.keep_best_window points;
+        best_candidates) and the best so far, best_val = (value, step)."""
+        s = self.schedule
+        saved = {x for x, _ in val_curve if x >= 1 and self.due(x)}     # step 0: no checkpoint
+        best = best_candidates(val_curve, saved, s.keep_best_window)
+        if s.keep_best_window and best_val is not None:
+            best.add(best_val[1])
+        return set(s.keep_steps) | best
+
+    def save(self, models, step: int, optimizer, state: dict) -> None:
+        """The step's checkpoint, written by models.save (a collective on several ranks) with `state`, the
+        trainer's part of trainer_state.pt (its "val_curve" and "best_val" decide the protected steps); then
+        rank 0 prunes: the newest schedule.keep_last, the protected steps, this step and the one whose policy
+        πref holds (models.reference_step) stay, and an off-schedule save goes once a newer one is
+        complete."""
+        models.save(self.run_dir, step, optimizer, state)
+        if models.dist.is_main:
+            faults.point("saved", step)
+            ref = models.reference_step
+            keep = self.protected(state["val_curve"], state["best_val"]) | {step} | (
+                {ref} if ref is not None else set())
+            prune(self.run_dir, self.schedule.keep_last, keep, self.due)
+        models.dist.barrier()

@@ -14,10 +14,15 @@ a sharded model is a collective (a rank with fewer runs a zero-weight one: an em
 Which rows meet in a micro-batch changes no value: the loss is normalised by the whole mini-batch's token
 count (objectives.policy_loss `normalizer`), and padding is masked.
 
-    split(rows, seq_lens, max_rows=4)                       # one rank's micro-batches
-    plan(rows, seq_lens, world=2, max_rows=4)[rank]         # every rank's, equal counts
+    budget = Budget.of(cfg.batch)                  # batch.micro_batch_responses / _tokens, read once
+    budget.split(rows, seq_lens)                   # one rank's micro-batches
+    budget.plan(rows, seq_lens, world=2)[rank]     # every rank's, equal counts
+    RowPlan.of(orders, G, per_minibatch, seq_lens, budget, world, rank)   # one update's rows on this rank
 """
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import torch
 
@@ -84,3 +89,81 @@ def equalize(micro: list[torch.Tensor], counts: list[int]) -> list[torch.Tensor]
     n = max(1, max(counts))
     empty = micro[0][:0] if micro else torch.zeros(0, dtype=torch.long)
     return micro + [empty] * (n - len(micro))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one forward (and backward) holds: max_rows rows, or, with max_tokens, rows while
+    (rows x longest) <= max_tokens, each micro-batch then padded to its own longest row (by_tokens). Built
+    once from the config (`of`, by armor.models.Models): the trainer and the models read
+    batch.micro_batch_responses and micro_batch_tokens through it only (armor.memory's estimate reads them
+    for its bound)."""
+    max_rows: int
+    max_tokens: int | None = None
+
+    @classmethod
+    def of(cls, batch) -> "Budget":
+        """The budget of a BatchConfig."""
+        return cls(batch.micro_batch_responses, batch.micro_batch_tokens)
+
+    @property
+    def by_tokens(self) -> bool:
+        return self.max_tokens is not None
+
+    def split(self, rows: torch.Tensor, seq_lens: torch.Tensor) -> list[torch.Tensor]:
+        """One rank's micro-batches of `rows` (`split`)."""
+        return split(rows, seq_lens, self.max_rows, self.max_tokens)
+
+    def plan(self, rows: torch.Tensor, seq_lens: torch.Tensor, world: int) -> list[list[torch.Tensor]]:
+        """Every rank's micro-batches of a mini-batch's rows, equal counts (`plan`)."""
+        return plan(rows, seq_lens, world, self.max_rows, self.max_tokens)
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """One update's rows as this rank runs them, indexed once; every other row set is derived from it.
+
+    minibatches[i]  the rows of mini-batch i: whole groups, all ranks' (their tokens normalise its loss)
+    micro[i]        this rank's micro-batches of mini-batch i, as many as on every other rank (an empty one
+                    runs at zero weight)
+    per_epoch       mini-batches per epoch: the first epoch's parts hold each row on exactly one rank
+    n_rows          N, the update batch's rows
+    Derived: local(i) (this rank's rows of mini-batch i), rows() (every row this rank reads, ascending),
+    own (the rows it accounts for in the step's token metrics)."""
+    minibatches: list
+    micro: list
+    per_epoch: int
+    n_rows: int
+
+    @classmethod
+    def of(cls, orders: list[list[int]], group_size: int, per_minibatch: int, seq_lens: torch.Tensor,
+           budget: Budget, world: int, rank: int) -> "RowPlan":
+        """orders[e]: epoch e's order of the kept prompts; each mini-batch takes the next per_minibatch of
+        them, prompt p as its rows p·G .. p·G + G − 1 (G = group_size); rank `rank`'s micro-batches of each
+        follow `budget`. RowPlan.of([[1, 0]], 2, 1, lens, Budget(4), 1, 0).minibatches = [[2, 3], [0, 1]]."""
+        G, n = group_size, len(orders[0])
+        minibatches = [torch.tensor([p * G + j for p in order[s:s + per_minibatch] for j in range(G)],
+                                    device=seq_lens.device)
+                       for order in orders for s in range(0, n, per_minibatch)]
+        micro = [budget.plan(rows, seq_lens, world)[rank] for rows in minibatches]
+        return cls(minibatches, micro, math.ceil(n / per_minibatch), n * G)
+
+    def local(self, i: int) -> torch.Tensor:
+        """This rank's rows of mini-batch i (its micro-batches, in order)."""
+        return torch.cat(self.micro[i])
+
+    def rows(self, skip_first: bool = False) -> torch.Tensor:
+        """Every row this rank reads in the update, ascending; with skip_first, less the first mini-batch's
+        (whose θold values its own update pass gives)."""
+        read = torch.zeros(self.n_rows, dtype=torch.bool, device=self.minibatches[0].device)
+        for i in range(len(self.micro)):
+            read[self.local(i)] = True
+        if skip_first:
+            read[self.local(0)] = False
+        return read.nonzero()[:, 0]
+
+    @property
+    def own(self) -> torch.Tensor:
+        """The rows this rank accounts for in the step's token metrics: its parts of the first epoch (over all
+        ranks, each row once)."""
+        return torch.cat([self.local(i) for i in range(self.per_epoch)])

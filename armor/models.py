@@ -5,7 +5,7 @@
     logp, ent = models.logprobs("policy" | "reference" | "teacher", batch, rows, temperature)   # no grad
     logp, ent = models.policy_forward(batch, rows, temperature)          # with grad, one micro-batch
     models.reset_reference(step)                                         # θref <- θ
-    models.save(run_dir, step, optimizer, state, keep_last, protected)   # HF export + training state
+    models.save(run_dir, step, optimizer, state)         # HF export + training state (when: armor.checkpoint)
 
 One process: plain modules. Several ranks (torchrun): the policy's FSDP2 shards are its fp32 master weights,
 πref and a teacher are frozen shards, all built on the meta device and filled from the one full copy rank 0
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from armor import checkpoint as ckpt
 from armor import config
-from armor import faults, microbatch, parallel
+from armor import microbatch, parallel
 from armor.policy import forward_logprobs
 from common.models import DTYPES, build_on_meta, check_model_path, load_model, load_skeleton
 from common.rollout import Rollout, SamplingParams, build_engine
@@ -52,6 +52,7 @@ class Models:
         self.ref_path = check_paths(cfg)
         self.reference_step: int | None = None
         self.versions = {"policy": 0, "reference": 0}
+        self.budget = microbatch.Budget.of(cfg.batch)     # what one forward holds (the trainer's plan too)
         # several ranks, HF engine: the weights the replica holds
         self._replica_holds: tuple | None = None
 
@@ -192,7 +193,7 @@ class Models:
     def _forward(self, model, batch, rows: torch.Tensor, temp: float, with_entropy: bool = False):
         b = self.cfg.batch
         sub = batch.rows(rows)
-        if b.micro_batch_tokens is None:
+        if not self.budget.by_tokens:
             return forward_logprobs(model, sub, temp, with_entropy=with_entropy,
                                     chunk_tokens=b.logprob_chunk_tokens)
         logp, ent = forward_logprobs(model, sub.trim(), temp, with_entropy=with_entropy,
@@ -205,8 +206,8 @@ class Models:
         """Log-probs (and entropy) of `which` on `rows` without gradients, [len(rows), R], in this rank's
         micro-batches (armor.microbatch.split). Every rank runs as many micro-batches as the busiest one (each
         forward is a collective on several ranks); the extra ones run row 0 and are dropped."""
-        model, b = self.model(which), self.cfg.batch
-        micro = microbatch.split(rows, batch.seq_lens, b.micro_batch_responses, b.micro_batch_tokens)
+        model = self.model(which)
+        micro = self.budget.split(rows, batch.seq_lens)
         micro = microbatch.equalize(micro, self.dist.all_gather_object(len(micro)))
         where = torch.empty(batch.input_ids.shape[0], dtype=torch.long, device=rows.device)
         where[rows] = torch.arange(len(rows), device=rows.device)
@@ -239,16 +240,15 @@ class Models:
         """The dtype of a checkpoint's HF export (armor.config.export_dtype)."""
         return config.export_dtype(self.cfg)
 
-    def save(self, run_dir: Path, step: int, optimizer, state: dict, keep_last: int | None,
-             protected: set[int], scheduled=lambda step: True) -> None:
-        """The step's checkpoint (armor.checkpoint), then retention (checkpoint.prune: the newest `keep_last`,
-        the `protected` steps and πref's are kept; off-schedule saves go once a newer one is complete).
-        `state`: the trainer's part of trainer_state.pt. One process exporting in the model's dtype: the HF
-        folder and the whole optimizer state (the tiny and smoke worlds). Otherwise every rank writes its
-        shards of the policy (the fp32 masters), the optimizer and a differing πref
+    def save(self, run_dir: Path, step: int, optimizer, state: dict) -> None:
+        """Write the step's checkpoint (armor.checkpoint; when to save and what to keep is its
+        CheckpointManager's). `state`: the trainer's part of trainer_state.pt. One process exporting in the
+        model's dtype: the HF folder and the whole optimizer state (the tiny and smoke worlds). Otherwise
+        every rank writes its shards of the policy (the fp32 masters), the optimizer and a differing πref
         (torch.distributed.checkpoint, what a resume of any world size reads), its RNG, and its part of the HF
         export in schedule.export_dtype (sharded safetensors with their index: it loads as it is in
-        transformers, vLLM, lm-eval); each rank hashes its own files and rank 0 writes the manifest."""
+        transformers, vLLM, lm-eval); each rank hashes its own files and rank 0 writes the manifest. A
+        collective on several ranks."""
         dist = self.dist
         keep_ref = self.reference_step is not None and self.reference_step != step
         state = {**state, "step": step, "world_size": dist.world_size, "reference_step": self.reference_step,
@@ -270,12 +270,6 @@ class Models:
                 ckpt.finish_checkpoint(run_dir, step, tmp, src.config, self.tokenizer,
                                        {**state, "optimizer": None}, DTYPES[self.export_dtype], index, hashed,
                                        getattr(src, "generation_config", None))
-        if dist.is_main:
-            faults.point("saved", step)
-            protected = protected | {step} | ({self.reference_step} if self.reference_step is not None
-                                              else set())
-            ckpt.prune(run_dir, keep_last, protected, scheduled)
-        dist.barrier()
 
     def restore_optimizer(self, run_dir: Path, step: int, state: dict, optimizer) -> None:
         """The optimizer's state from a checkpoint of any world size; and this rank's RNG (its own when the

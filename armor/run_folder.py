@@ -2,6 +2,7 @@
 record, leftovers of a killed save removed, the resume point found (damaged checkpoints moved aside), and the
 JSONL rows logged after it dropped (they will be recomputed). Rank 0 alone calls `prepare`.
 
+    check(cfg)                              # before any work: output_dir can be the run folder
     resume_from = prepare(run_dir, cfg)     # None: a fresh start
 The folder's layout is docs/CONTRACTS.md's; checkpoints are armor.checkpoint's.
 """
@@ -25,6 +26,17 @@ RESUME_MUTABLE = {"threads", "device", "schedule.total_steps", "schedule.keep_la
 # prefixes of such keys: other tools' sections are not the trainer's (FOREIGN_SECTIONS), logging only says
 # where the same rows also go
 RESUME_MUTABLE_PREFIXES = tuple(f"{s}." for s in FOREIGN_SECTIONS) + ("logging.",)
+
+
+def check(cfg: RunConfig) -> None:
+    """A ValueError naming output_dir and its value when the run folder cannot be one: it is an existing file,
+    or under one. Nothing is created."""
+    rd = cfg.run_dir
+    if rd.exists() and not rd.is_dir():
+        raise ValueError(f"output_dir: {str(rd)!r} is an existing file, not a folder (the run folder)")
+    above = next((p for p in rd.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ValueError(f"output_dir: {str(rd)!r} cannot be a folder: {str(above)!r} is a file")
 
 
 def prepare(rd: Path, cfg: RunConfig) -> int | None:

@@ -4,20 +4,21 @@
     Samples          n graded responses to each of some prompts (a round, or a chunk of reference samples)
     Group            one kept prompt: |G| responses (on-policy first, the anchor last) with their verdicts,
                      shaped rewards and engine log-probs
-    PhaseTimes       seconds per phase of the step, tokens sampled
+    PhaseTimes       seconds per phase of the step, tokens sampled; `with timed(tm, "update"): ...` adds one
     RolloutStats     what collect() counts: prompts drawn, rounds, correctness, rewards and lengths, reference
                      samples, the mismatch probe
     UpdateBatch      the kept groups as one token batch with rewards' advantages (N = groups x G rows)
-    MinibatchPlan    the step's mini-batches and this rank's micro-batches of each
     FrozenLogprobs   θold's / πref's log-probs, entropy and token advantages, fixed for the step
     mode_classifier  logging.answer_modes -> the classifier; mode_shares: the step's mode_<m> metrics
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import hashlib
 import importlib
+import time
 from array import array
 from dataclasses import dataclass
 
@@ -40,12 +41,30 @@ def step_seed(seed: int, step: int, phase: SeedPhase, rnd: int = 0, chunk: int =
 
 @dataclass
 class PhaseTimes:
-    """Seconds per phase of one RL step, and the tokens sampled (collect and update add to them)."""
+    """Seconds per phase of one RL step (`timed` adds to them), tokens sampled, and when the step began."""
     generate: float = 0.0
     score: float = 0.0
     logprob: float = 0.0
     update: float = 0.0
     tokens: int = 0
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+
+    def metrics(self) -> dict:
+        """The step's time_* columns and tokens_generated; time_step runs until now."""
+        return {"time_generate": self.generate, "time_score": self.score, "time_logprob": self.logprob,
+                "time_update": self.update, "tokens_generated": self.tokens,
+                "time_step": time.perf_counter() - self.started}
+
+
+@contextlib.contextmanager
+def timed(tm: PhaseTimes, phase: str):
+    """`with timed(tm, "update"): ...` adds the block's wall-clock seconds to tm.<phase> (as verl's
+    marked_timer)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        setattr(tm, phase, getattr(tm, phase) + time.perf_counter() - t0)
 
 
 @dataclass
@@ -60,14 +79,8 @@ class Samples:
 
     def prompt(self, i: int) -> "Samples":
         """The n responses to prompt i."""
-        return self._rows(slice(i * self.n, (i + 1) * self.n), self.n)
-
-    def response(self, j: int) -> "Samples":
-        """Response j alone (an anchor)."""
-        return self._rows(slice(j, j + 1), 1)
-
-    def _rows(self, sl: slice, n: int) -> "Samples":
-        return Samples(n, self.responses[sl], self.correct[sl], self.rewards[sl], self.logprobs[sl])
+        sl = slice(i * self.n, (i + 1) * self.n)
+        return Samples(self.n, self.responses[sl], self.correct[sl], self.rewards[sl], self.logprobs[sl])
 
 
 @dataclass
@@ -144,34 +157,23 @@ class UpdateBatch:
     engine_logprobs: list       # [N] the engine's log-probs of each row's tokens (empty: none given)
 
 
-@dataclass
-class MinibatchPlan:
-    """minibatches: per epoch, each mini-batch's rows (whole groups); micro[i]: this rank's micro-batches of
-    mini-batch i; local[i]: their rows together; need [N] bool: the rows this rank touches; own: the rows it
-    accounts for in token metrics (its parts of the first epoch: each row once)."""
-    minibatches: list
-    micro: list
-    local: list
-    need: torch.Tensor
-    own: torch.Tensor
-
-
 @dataclass(frozen=True)
 class FrozenLogprobs:
     """Per-token values fixed for the step, [N, R]: θold's log-probs and entropy, πref's (None when nothing
-    reads them) and the token advantages. `computed` [N] bool: the rows whose θold values were computed before
-    the update; the first mini-batch's come from its own update pass (θold = θ until the first optimizer
-    step), and the optimizer returns a copy with them added."""
+    reads them) and the token advantages. `first_from_update`: the first mini-batch's θold values are not
+    here yet but come from its own update pass (θold = θ until the first optimizer step); the optimizer
+    returns a copy with them added."""
     old_logp: torch.Tensor
     entropy: torch.Tensor
     ref_logp: torch.Tensor | None
     tok_adv: torch.Tensor
-    computed: torch.Tensor
+    first_from_update: bool
 
 
 @dataclass
 class Group:
-    """One kept prompt: its |G| responses (on-policy first, the anchor last when present)."""
+    """One kept prompt: its |G| responses, on-policy first, the anchor last when present (laid out by
+    armor.anchors.assemble_anchor_groups)."""
     prompt_ids: list[int]
     gold: str
     responses: list[list[int]]
@@ -184,14 +186,6 @@ class Group:
     # θold's
     engine_logprobs: list = dataclasses.field(default_factory=list)
 
-    @classmethod
-    def of(cls, prompt_ids: list[int], gold: str, on: Samples, anchor: Samples | None = None) -> "Group":
-        """A kept prompt's group: its on-policy samples, then the anchor (when given)."""
-        parts = [on] + ([anchor] if anchor is not None else [])
-        return cls(prompt_ids, gold, [r for p in parts for r in p.responses],
-                   [c for p in parts for c in p.correct],
-                   [False] * len(on.responses) + [True] * (anchor is not None),
-                   [x for p in parts for x in p.rewards], [x for p in parts for x in p.logprobs])
 
 def engine_logprobs(ro) -> list:
     """Each response's engine log-probs as a float32 array (a compact pickle when shards are gathered); empty

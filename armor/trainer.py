@@ -14,29 +14,30 @@ One RL step (`train_step`):
      static-clip / off-policy ratio, clip-higher + dual-clip, optional β·KL), AdamW, warm-up, gradient
      clipping
   5. `maybe_reset_reference`: every τ steps (until a given step) θref <- θ
-  6. the metrics row (armor.health stops a run computing garbage); validation and a checkpoint every k steps;
-     a stop signal (armor.stop: SLURM's time-limit warning, preemption) saves the step and leaves for a
-     requeue
+  6. the metrics row (armor.health stops a run computing garbage); validation every k steps, a checkpoint
+     when armor.checkpoint.CheckpointManager says it is due; a stop signal (armor.stop: SLURM's time-limit
+     warning, preemption) saves the step and leaves for a requeue
 The mathematics lives in armor.objectives / advantages / anchors / rewards; the models, the engine and the
-checkpoints in armor.models; how a step splits over ranks in armor.spmd (every call here is the same on any
-world size). This file orchestrates.
+checkpoints' writing in armor.models, their schedule and retention in armor.checkpoint; which rows meet in
+a forward on which rank in armor.microbatch, how rollouts split over ranks in armor.spmd (every call here is
+the same on any world size). This file orchestrates.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import os
-import time
 import warnings
 
 import torch
 
 from armor import checkpoint as ckpt
-from armor import faults, health, microbatch, parallel, run_folder, stop
+from armor import faults, health, parallel, run_folder, stop
 from armor.advantages import group_advantages
 from armor.anchors import anchor_keep, assemble_anchor_groups, dynamic_sampling_keep
 from armor.config import RunConfig, needs_reference_logprobs
 from armor.data import PromptStream, draw_size, load_prompts, load_validation_sets
+from armor.microbatch import RowPlan
 from armor.models import Models, check_paths
 from armor.objectives import (ADDITIVE_METRICS, LossConfig, kl_forward_tokens, kl_reverse_tokens,
                               logprob_gap_tokens, logprob_mismatch, mopd_token_advantages,
@@ -44,9 +45,9 @@ from armor.objectives import (ADDITIVE_METRICS, LossConfig, kl_forward_tokens, k
 from armor.policy import make_token_batch
 from armor.rewards import shaped_reward
 from armor.spmd import call_seed, global_masked_mean, sharded_map
-from armor.step_state import (PROBE_ROWS, FrozenLogprobs, Group, MinibatchPlan, PhaseTimes, RolloutStats,
-                              Samples, mode_classifier, mode_shares,
-                              SeedPhase, UpdateBatch, engine_logprobs, step_seed)
+from armor.step_state import (PROBE_ROWS, FrozenLogprobs, Group, PhaseTimes, RolloutStats, Samples,
+                              SeedPhase, UpdateBatch, engine_logprobs, mode_classifier, mode_shares,
+                              step_seed, timed)
 from common.distributed import Dist
 from common.grading import Grader
 from common.metrics import avg_at_k
@@ -72,6 +73,7 @@ class Trainer:
         from armor import logging_backends
         logging_backends.check(cfg.logging)
         check_paths(cfg)
+        run_folder.check(cfg)
         self.prompts = load_prompts(cfg.data.train, cfg.data.problem_field, cfg.data.answer_field)
         if cfg.data.max_prompts:
             self.prompts = self.prompts[:cfg.data.max_prompts]
@@ -90,6 +92,7 @@ class Trainer:
         self.stream = PromptStream(self.prompts, cfg.seed, cfg.data.shuffle)
         # logging.answer_modes: the modes of the step's samples and anchors (decoded text; no draw, no update)
         self.classify = mode_classifier(cfg.logging.answer_modes) if cfg.logging.answer_modes else None
+        self.checkpoints = ckpt.CheckpointManager(self.run_dir, cfg.schedule)   # when to save, what to keep
         self.step = 0
         self.best_val: tuple[float, int] | None = None
         self.val_curve: list[tuple[int, float]] = []     # (step, value) of the first validation set
@@ -160,9 +163,8 @@ class Trainer:
         prompt-major: the call is cut into rollout.shards shards, each seeded on its own and gathered on every
         rank (armor.spmd; one shard: one generate call seeded `seed`)."""
         L = self.cfg.lengths
-        t0 = time.perf_counter()
-        self.models.serve(which)         # a collective on several ranks: every rank, whatever shards it draws
-        tm.generate += time.perf_counter() - t0
+        with timed(tm, "generate"):
+            self.models.serve(which)     # a collective on several ranks: every rank, whatever shards it draws
 
         def work(idx, s):
             ro = self._generate(which, [pids[i] for i in idx], n, call_seed(seed, s, self.shards), tm)
@@ -180,18 +182,16 @@ class Trainer:
 
     def _generate(self, which: str, prompt_ids: list[list[int]], n: int, seed: int, tm: PhaseTimes):
         r = self.cfg.rollout
-        t0 = time.perf_counter()
-        ro = self.models.generate(which, prompt_ids, SamplingParams(
-            n=n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=self.cfg.lengths.max_response,
-            seed=seed))
-        tm.generate += time.perf_counter() - t0
+        with timed(tm, "generate"):
+            ro = self.models.generate(which, prompt_ids, SamplingParams(
+                n=n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=self.cfg.lengths.max_response,
+                seed=seed))
         tm.tokens += ro.num_tokens
         return ro
 
     def _grade(self, texts: list[str], golds: list[str], tm: PhaseTimes) -> list[bool]:
-        t0 = time.perf_counter()
-        verdicts = self.grader.grade(texts, golds, "math")
-        tm.score += time.perf_counter() - t0
+        with timed(tm, "score"):
+            verdicts = self.grader.grade(texts, golds, "math")
         return [bool(v.correct) for v in verdicts]
 
     def collect(self, tm: PhaseTimes, stats: RolloutStats) -> list[Group]:
@@ -223,20 +223,23 @@ class Trainer:
                 stats.modes += self._modes([prompts[j // n_on] for j in range(len(on.responses))],
                                            on.responses)
             on_correct = torch.tensor(on.correct, dtype=torch.float32).view(len(prompts), n_on)
-            anchors = [None] * len(prompts)
+            ref = None                      # with anchors: the reference samples of the prompts it sampled
             if a.distill.mode == "opd":
                 keep = torch.ones(len(prompts), dtype=torch.bool)
             elif a.anchor.enabled:
-                keep, anchors = self._anchor_rollout(prompts, pids, on_correct, B - len(kept), rnd, tm, stats)
+                keep, ref = self._anchor_rollout(prompts, pids, on_correct, B - len(kept), rnd, tm, stats)
             elif a.dynamic_sampling:
                 keep = dynamic_sampling_keep(on_correct)
             else:
                 keep = torch.ones(len(prompts), dtype=torch.bool)
-            for i in range(len(prompts)):
-                if keep[i] and len(kept) < B:
-                    kept.append(Group.of(pids[i], prompts[i].answer, on.prompt(i), anchors[i]))
-                    if self.classify is not None and anchors[i] is not None:
-                        stats.anchor_modes += self._modes([prompts[i]], anchors[i].responses)
+            take = keep.nonzero()[:, 0].tolist()[:B - len(kept)]       # the first that pass, B in all
+            groups = assemble_anchor_groups([pids[i] for i in take], [prompts[i].answer for i in take],
+                                            [on.prompt(i) for i in take],
+                                            None if ref is None else [ref[i] for i in take])
+            kept += groups
+            if self.classify is not None and ref is not None:
+                stats.anchor_modes += self._modes([prompts[i] for i in take],
+                                                  [g.responses[-1] for g in groups])
         if len(kept) < B:
             msg = (f"step {self.step}: kept {len(kept)} of {B} prompts after rollout.max_rounds="
                    f"{cfg.rollout.max_rounds} rounds ({stats.prompts_drawn} drawn)")
@@ -251,14 +254,14 @@ class Trainer:
         return [self.classify(p.problem, t) for p, t in zip(prompts, texts)]
 
     def _anchor_rollout(self, prompts, pids, on_correct: torch.Tensor, need: int, rnd: int, tm: PhaseTimes,
-                        stats: RolloutStats) -> tuple[torch.Tensor, list]:
-        """ARMOR's Anchor Rollout for one round: ref_n samples from πref per candidate prompt, the keep rule,
-        and each kept prompt's anchor (its first correct reference sample, as a one-response Samples).
+                        stats: RolloutStats) -> tuple[torch.Tensor, dict[int, Samples]]:
+        """ARMOR's Anchor Rollout for one round: ref_n samples from πref per candidate prompt and the keep
+        rule (armor.anchors.anchor_keep). Returns keep [P] bool and {prompt: its reference samples} of every
+        prompt sampled; a kept prompt's anchor is the first correct one (anchors.assemble_anchor_groups).
 
         Lazy (the default): candidates are the prompts whose on-policy rewards are not all equal, taken in
         draw order in chunks of ceil(ANCHOR_CHUNK_MARGIN · still needed), until `need` prompts are kept or
-        none is left; the prompts behind them could not be kept this step anyway. Returns keep [P] bool and
-        each prompt's anchor (None if not kept)."""
+        none is left; the prompts behind them could not be kept this step anyway."""
         a = self.cfg.algo.anchor
         P = len(prompts)
         passing = dynamic_sampling_keep(on_correct)
@@ -281,14 +284,11 @@ class Trainer:
                 ref[i] = drawn.prompt(j)
                 ref_correct[i] = torch.tensor(ref[i].correct)
             chunk_no += 1
-        # the groups' layout is armor.anchors' (G-1 on-policy, then the first correct reference sample)
-        g = assemble_anchor_groups(on_correct, ref_correct.float(), ref_correct)
-        return g.keep, [ref[i].response(int(g.anchor_index[i])) if g.keep[i] else None for i in range(P)]
+        return anchor_keep(on_correct, ref_correct), ref
 
     # ---------------------------------------------------------------------------------------- update
     def train_step(self) -> dict:
         tm, stats = PhaseTimes(), RolloutStats()
-        t_start = time.perf_counter()
         groups = self.collect(tm, stats)
         row = {"step": self.step + 1, **stats.metrics(), "prompts_kept": len(groups), "rounds": stats.rounds,
                "anchors": sum(sum(g.is_anchor) for g in groups), "ref_samples": stats.ref_samples,
@@ -307,9 +307,7 @@ class Trainer:
         row["reference_reset"] = self.maybe_reset_reference()
         if row["reference_reset"]:
             faults.point("reset", self.step)
-        row.update(time_generate=tm.generate, time_score=tm.score, time_logprob=tm.logprob,
-                   time_update=tm.update, tokens_generated=tm.tokens,
-                   time_step=time.perf_counter() - t_start, total_step=self.cfg.step_offset + self.step)
+        row.update(**tm.metrics(), total_step=self.cfg.step_offset + self.step)
         # garbage (engine and trainer disagree, nothing kept) stops the run here
         self.health.check(row)
         return row
@@ -317,17 +315,13 @@ class Trainer:
     def update(self, groups: list[Group], tm: PhaseTimes) -> dict:
         """Steps 2-4 of Algorithm 1 on the kept groups: advantages, the frozen log-probs, μ optimizer steps;
         returns the update's metrics (mini-batch means, token means over the step)."""
-        t0 = time.perf_counter()
-        ub = self._update_batch(groups)
-        plan = self._minibatch_plan(len(groups), ub.group_size, ub.batch.seq_lens)
-        frozen = self._frozen_logprobs(ub, plan)
-        tm.logprob += time.perf_counter() - t0
-        t1 = time.perf_counter()
-        # θold complete: the first mini-batch's pass added
-        means, frozen = self._optimize(ub, plan, frozen)
-        out = {**self._token_metrics(ub, plan, frozen), **means}
-        tm.update += time.perf_counter() - t1
-        return out
+        with timed(tm, "logprob"):
+            ub = self._update_batch(groups)
+            plan = self._row_plan(ub)
+            frozen = self._frozen_logprobs(ub, plan)
+        with timed(tm, "update"):
+            means, frozen = self._optimize(ub, plan, frozen)    # θold complete: the first mini-batch's added
+            return {**self._token_metrics(ub, plan, frozen), **means}
 
     def _update_batch(self, groups: list[Group]) -> UpdateBatch:
         """The kept groups as one padded token batch with their shaped rewards' group advantages."""
@@ -341,39 +335,25 @@ class Trainer:
         engine_lp = [x for g in groups for x in g.engine_logprobs]
         return UpdateBatch(batch, batch.response_mask.float(), is_anchor, adv, G, engine_lp)
 
-    def _minibatch_plan(self, n_prompts: int, G: int, seq_lens: torch.Tensor) -> MinibatchPlan:
-        """The step's mini-batches (each epoch shuffles the kept prompts; a mini-batch holds
-        mini_batch_prompts whole groups) and this rank's micro-batches of each, in rows or tokens
-        (armor.microbatch, armor.spmd)."""
-        cfg = self.cfg
-        per_mb = cfg.batch.mini_batch_prompts
-        minibatches = []
-        for epoch in range(cfg.batch.epochs):
-            g = torch.Generator().manual_seed(step_seed(cfg.seed, self.step, SeedPhase.MINIBATCH_ORDER,
-                                                        epoch))
-            order = torch.randperm(n_prompts, generator=g).tolist()
-            minibatches += [torch.tensor([p * G + j for p in order[s:s + per_mb] for j in range(G)],
-                                         device=self.device) for s in range(0, n_prompts, per_mb)]
-        micro = [microbatch.plan(rows, seq_lens, self.dist.world_size, cfg.batch.micro_batch_responses,
-                                 cfg.batch.micro_batch_tokens)[self.dist.rank] for rows in minibatches]
-        local = [torch.cat(p) for p in micro]
-        need = torch.zeros(n_prompts * G, dtype=torch.bool, device=self.device)
-        for rows in local:
-            need[rows] = True
-        # `own`: the rows this rank accounts for in the step's token metrics (its parts of the first epoch)
-        return MinibatchPlan(minibatches, micro, local, need,
-                             torch.cat(local[:math.ceil(n_prompts / per_mb)]))
+    def _row_plan(self, ub: UpdateBatch) -> RowPlan:
+        """The update's rows on this rank (armor.microbatch.RowPlan): each epoch shuffles the kept prompts
+        (seeded by the step) into mini-batches of batch.mini_batch_prompts whole groups, each cut into this
+        rank's micro-batches by the models' budget."""
+        cfg, n = self.cfg, ub.mask.shape[0] // ub.group_size
+        orders = [torch.randperm(n, generator=torch.Generator().manual_seed(
+            step_seed(cfg.seed, self.step, SeedPhase.MINIBATCH_ORDER, epoch))).tolist()
+            for epoch in range(cfg.batch.epochs)]
+        return RowPlan.of(orders, ub.group_size, cfg.batch.mini_batch_prompts, ub.batch.seq_lens,
+                          self.models.budget, self.dist.world_size, self.dist.rank)
 
-    def _frozen_logprobs(self, ub: UpdateBatch, plan: MinibatchPlan) -> FrozenLogprobs:
+    def _frozen_logprobs(self, ub: UpdateBatch, plan: RowPlan) -> FrozenLogprobs:
         """Step 3: θold's log-probs (and entropy) of this rank's rows, πref's when a step reads them, the
         teacher's for OPD/MOPD, and the token advantages; [N, R], 0 on rows this rank does not touch. θold = θ
         until the first optimizer step, so the first mini-batch's θold log-probs are its own update forward
         pass (ratio exactly 1, as verl does on-policy): `_optimize` adds them. OPD/MOPD need every row's
         first."""
         a, temp, mask = self.cfg.algo, self.cfg.rollout.temperature, ub.mask
-        computed = plan.need.clone()
-        if a.distill.mode == "none":
-            computed[plan.local[0]] = False
+        first_from_update = a.distill.mode == "none"
 
         def logprobs(which, rows, with_entropy=False):    # [N, R]: the values of `rows`, 0 elsewhere
             lp, ent = self.models.logprobs(which, ub.batch, rows, temp, with_entropy)
@@ -382,51 +362,38 @@ class Trainer:
             if ent is not None:
                 full_ent[rows] = ent
             return full_lp, full_ent
-        old_logp, entropy = logprobs("policy", computed.nonzero()[:, 0], with_entropy=True)
-        need = plan.need.nonzero()[:, 0]
-        ref_logp = logprobs("reference", need)[0] if needs_reference_logprobs(self.cfg) else None
+        old_logp, entropy = logprobs("policy", plan.rows(skip_first=first_from_update), with_entropy=True)
+        rows = plan.rows()
+        ref_logp = logprobs("reference", rows)[0] if needs_reference_logprobs(self.cfg) else None
         tok_adv = ub.adv[:, None].expand_as(mask)
         if a.distill.mode != "none":
             teacher = self.models.teacher
-            teacher_logp = ref_logp if teacher is self.models.reference else logprobs("teacher", need)[0]
+            teacher_logp = ref_logp if teacher is self.models.reference else logprobs("teacher", rows)[0]
             tok_adv = (opd_token_advantages(teacher_logp, old_logp, mask) if a.distill.mode == "opd" else
                        mopd_token_advantages(ub.adv, teacher_logp, old_logp, mask, coef=a.distill.coef))
-        return FrozenLogprobs(old_logp, entropy, ref_logp, tok_adv, computed)
+        return FrozenLogprobs(old_logp, entropy, ref_logp, tok_adv, first_from_update)
 
-    def _optimize(self, ub: UpdateBatch, plan: MinibatchPlan,
+    def _optimize(self, ub: UpdateBatch, plan: RowPlan,
                   frozen: FrozenLogprobs) -> tuple[dict, FrozenLogprobs]:
-        """Step 4: one optimizer step per mini-batch. The loss is normalised by the whole mini-batch's token
-        count (DAPO's token-mean over the mini-batch, not per rank or per micro-batch); FSDP2's mean over
-        ranks is undone by scaling each rank's loss by the world size. Returns the mini-batch means of the
-        loss's metrics, grad_norm and the number of updates; and θold's log-probs with the first mini-batch's
-        own."""
-        mask, temp, W = ub.mask, self.cfg.rollout.temperature, self.dist.world_size
-        old_logp, entropy = frozen.old_logp.clone(), frozen.entropy.clone()
+        """Step 4: one optimizer step per mini-batch, its micro-batches' gradients accumulated
+        (`_forward_backward`), clipped, AdamW. The loss is normalised by the whole mini-batch's token count
+        (DAPO's token-mean over the mini-batch, not per rank or per micro-batch). Returns the mini-batch means
+        of the loss's metrics, grad_norm and the number of updates; and θold's log-probs with the first
+        mini-batch's own."""
+        frozen = dataclasses.replace(frozen, old_logp=frozen.old_logp.clone(), entropy=frozen.entropy.clone())
         sums: dict[str, float] = {}
         for i, rows in enumerate(plan.minibatches):
-            mb_mask = mask[rows]            # the whole mini-batch's tokens: the normaliser is global
-            normalizer = (mb_mask.sum() if self.loss.loss_agg == "token-mean"
-                          else torch.tensor(float(len(rows))))
+            tokens = ub.mask[rows].sum()       # the whole mini-batch's tokens: the normaliser is global
+            normalizer = tokens if self.loss.loss_agg == "token-mean" else torch.tensor(float(len(rows)))
             self.optimizer.zero_grad(set_to_none=True)
             mstats: dict[str, float] = {}
             for r in plan.micro[i]:
-                weight = 1.0
-                if len(r) == 0:             # a rank short of rows joins the collective with a zero-weight row
-                    r, weight = rows[:1], 0.0
-                own_pass = i == 0 and weight > 0 and not bool(frozen.computed[r].all())
-                logp, ent = self.models.policy_forward(ub.batch, r, temp, with_entropy=own_pass)
-                if own_pass:                # θold = θ: this forward pass is θold's
-                    old_logp[r], entropy[r] = logp.detach(), ent
-                loss, metrics = policy_loss(
-                    logp, old_logp[r], frozen.tok_adv[r], mask[r], self.loss, is_anchor=ub.is_anchor[r],
-                    ref_logp=None if frozen.ref_logp is None else frozen.ref_logp[r], normalizer=normalizer)
-                (loss * (W * weight)).backward()
-                # token means weighted by this micro-batch's share of the mini-batch's tokens, sums as they
-                # are
-                share = weight * float(mask[r].sum() / mb_mask.sum().clamp(min=1.0))
-                for k, v in metrics.items():
-                    mstats[k] = mstats.get(k, 0.0) + (weight if k in ADDITIVE_METRICS else share) * float(v)
-                mstats["loss"] = mstats.get("loss", 0.0) + weight * float(loss.detach())
+                # a rank short of rows joins the collective with a zero-weight row
+                weight, r = (1.0, r) if len(r) else (0.0, rows[:1])
+                own_pass = i == 0 and weight > 0 and frozen.first_from_update
+                part = self._forward_backward(ub, frozen, r, weight, normalizer, tokens, own_pass)
+                for k, v in part.items():
+                    mstats[k] = mstats.get(k, 0.0) + v
             keys = sorted(mstats)           # the mini-batch's metrics: every rank's parts summed
             mstats = dict(zip(keys, self.dist.all_reduce_sum(
                 torch.tensor([mstats[k] for k in keys], dtype=torch.float64)).tolist()))
@@ -443,17 +410,37 @@ class Trainer:
         n_updates = len(plan.minibatches)
         out = {k: v / max(1, n_updates) for k, v in sums.items()}
         out["updates"] = n_updates
-        return out, dataclasses.replace(frozen, old_logp=old_logp, entropy=entropy)
+        return out, frozen
 
-    def _token_metrics(self, ub: UpdateBatch, plan: MinibatchPlan, frozen: FrozenLogprobs) -> dict:
+    def _forward_backward(self, ub: UpdateBatch, frozen: FrozenLogprobs, r: torch.Tensor, weight: float,
+                          normalizer: torch.Tensor, tokens: torch.Tensor, own_pass: bool) -> dict:
+        """One micro-batch `r` of a mini-batch holding `tokens` tokens: the policy's forward, the loss
+        (armor.objectives.policy_loss, divided by `normalizer`) and its backward scaled by W·weight (FSDP2's
+        mean over ranks undone; weight 0: a filler row). On `own_pass` the forward is θold's: its log-probs
+        and entropy go into frozen's (the optimizer's copy). Returns the micro-batch's part of the
+        mini-batch's metrics: sums by weight, token means by its share of the tokens, and the loss."""
+        temp = self.cfg.rollout.temperature
+        logp, ent = self.models.policy_forward(ub.batch, r, temp, with_entropy=own_pass)
+        if own_pass:
+            frozen.old_logp[r], frozen.entropy[r] = logp.detach(), ent
+        loss, metrics = policy_loss(
+            logp, frozen.old_logp[r], frozen.tok_adv[r], ub.mask[r], self.loss, is_anchor=ub.is_anchor[r],
+            ref_logp=None if frozen.ref_logp is None else frozen.ref_logp[r], normalizer=normalizer)
+        (loss * (self.dist.world_size * weight)).backward()
+        share = weight * float(ub.mask[r].sum() / tokens.clamp(min=1.0))
+        out = {k: (weight if k in ADDITIVE_METRICS else share) * float(v) for k, v in metrics.items()}
+        out["loss"] = weight * float(loss.detach())
+        return out
+
+    def _token_metrics(self, ub: UpdateBatch, plan: RowPlan, frozen: FrozenLogprobs) -> dict:
         """Token means over the step's on-policy tokens: entropy, |advantage|, the KL monitors (when πref's
         log-probs exist) and the training/inference mismatch (when the engine gave log-probs). Each rank holds
         its own rows' values: a mean is taken over all ranks (armor.spmd.global_masked_mean)."""
-        mask = ub.mask
+        mask, own = ub.mask, plan.own
         on_mask = mask * (~ub.is_anchor)[:, None].float()
 
         def mean(x, m):
-            return global_masked_mean(self.dist, x, m, plan.own)
+            return global_masked_mean(self.dist, x, m, own)
         out = {"entropy": mean(frozen.entropy, on_mask),
                "advantage_abs_mean": mean(frozen.tok_adv.abs(), mask)}
         if frozen.ref_logp is not None:
@@ -526,29 +513,13 @@ class Trainer:
         return rows
 
     # ------------------------------------------------------------------------------------ checkpoints
-    def scheduled(self, step: int) -> bool:
-        """Whether the schedule saves `step`: every save_every steps, the last step and
-        schedule.keep_steps."""
-        s = self.cfg.schedule
-        return step % s.save_every == 0 or step == s.total_steps or step in s.keep_steps
-
-    def protected_steps(self) -> set[int]:
-        """Checkpoints never pruned: schedule.keep_steps, and every saved step that may still be the best
-        validation (smoothed over schedule.keep_best_window points; armor.models keeps πref's)."""
-        s = self.cfg.schedule
-        saved = {x for x, _ in self.val_curve if x >= 1 and self.scheduled(x)}     # step 0: no checkpoint
-        best = ckpt.best_candidates(self.val_curve, saved, s.keep_best_window)
-        if s.keep_best_window and self.best_val is not None:
-            best.add(self.best_val[1])
-        return set(s.keep_steps) | best
-
     def save(self) -> None:
-        """The step's checkpoint (armor.models.Models.save) with the trainer's state beside the weights."""
-        state = {"scheduler": self.scheduler.state_dict(), "data": self.stream.state_dict(),
-                 "best_val": self.best_val, "val_curve": self.val_curve, "shards": self.shards,
-                 "health": self.health.state_dict()}
-        self.models.save(self.run_dir, self.step, self.optimizer, state, self.cfg.schedule.keep_last,
-                         self.protected_steps(), self.scheduled)
+        """The step's checkpoint with the trainer's state beside the weights (armor.checkpoint's
+        CheckpointManager: the models write it, it prunes)."""
+        self.checkpoints.save(self.models, self.step, self.optimizer, {
+            "scheduler": self.scheduler.state_dict(), "data": self.stream.state_dict(),
+            "best_val": self.best_val, "val_curve": self.val_curve, "shards": self.shards,
+            "health": self.health.state_dict()})
 
     # ------------------------------------------------------------------------------------------- loop
     def fit(self):
@@ -591,7 +562,7 @@ class Trainer:
                     out.validation(r)
                     last_val = r["value"]
             self.stopped = stopper.agreed(self.dist)      # a stop signal on any rank: save this step, leave
-            if self.scheduled(self.step) or self.stopped is not None:
+            if self.checkpoints.due(self.step) or self.stopped is not None:
                 self.save()
             if self.stopped is not None:
                 print(f"{self.run_dir}: stopped by signal {self.stopped} after saving step {self.step}; "

@@ -220,7 +220,7 @@ def save_and_resume(model, opt, out: Path, device: torch.device, compute: str, p
                                                                         cpu_offload=True)))
     before = full(model, opt)
     with Phase(device) as p:
-        models.save(run_dir, 1, opt, {}, None, set())
+        models.save(run_dir, 1, opt, {})
     step = ckpt.step_dir(run_dir, 1)
     phases["save"] = {**p.result, "gib_written": sum(f.stat().st_size for f in step.rglob("*") if f.is_file())
                       / 2 ** 30}

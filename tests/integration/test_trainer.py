@@ -62,22 +62,47 @@ def test_each_arm_runs(arm, world, tmp_path):
         assert all(r["anchors"] == r["prompts_kept"] for r in m)   # one anchor per kept group
 
 
-def test_anchors_are_correct_reference_samples(world, tmp_path):
+def test_anchors_are_correct_reference_samples(world, tmp_path, monkeypatch):
+    """ARMOR's keep rule, applied by hand to what a step sampled: the kept groups are, in draw order, the
+    first B prompts whose on-policy verdicts are not all equal AND that have a correct reference sample; each
+    is its on-policy samples, then its first correct reference sample (the anchor), which the grader finds
+    correct."""
     from common.grading import grade_one
+    drawn, real = [], Trainer._sample_round
+
+    def spy(self, which, pids, golds, n, seed, tm):
+        out = real(self, which, pids, golds, n, seed, tm)
+        drawn.append((which, pids, out))
+        return out
+
+    monkeypatch.setattr(Trainer, "_sample_round", spy)
     cfg = load_config(SMOKE, smoke(world, tmp_path / "a", "algo.anchor.enabled=true", "algo.anchor.ref_n=4",
                                    "batch.prompts_per_step=4", "rollout.max_rounds=5"))
     t = Trainer(cfg).start()
     groups = t.collect(PhaseTimes(), RolloutStats())
     assert groups, "no group kept"
+    rounds = []          # each round's prompts, on-policy samples, its reference chunks' (prompt, samples)
+    for which, pids, samples in drawn:
+        if which == "policy":
+            rounds.append((pids, samples, []))
+        else:
+            rounds[-1][2].extend((p, samples.prompt(j)) for j, p in enumerate(pids))
+    expected = []
+    for pids, on, sampled in rounds:
+        for i, p in enumerate(pids):
+            verdicts = on.correct[i * on.n:(i + 1) * on.n]
+            mixed = True in verdicts and False in verdicts
+            # lazy anchors sample the reference for mixed prompts only, in draw order
+            ref = sampled.pop(0)[1] if mixed and sampled and sampled[0][0] is p else None
+            if mixed and ref is not None and True in ref.correct:
+                anchor = ref.responses[ref.correct.index(True)]
+                expected.append((p, on.responses[i * on.n:(i + 1) * on.n] + [anchor]))
+        assert not sampled                  # every reference sample belongs to a mixed prompt of its round
+    assert [(g.prompt_ids, g.responses) for g in groups] == expected[:cfg.batch.prompts_per_step]
+    G = cfg.batch.group_size
     for g in groups:
-        assert (len(g.responses) == cfg.batch.group_size
-                and g.is_anchor == [False] * (len(g.responses) - 1) + [True])
-        assert g.correct[-1] is True
-        text = t.tokenizer.decode(g.responses[-1], skip_special_tokens=True)
-        assert grade_one(text, g.gold).correct
-        on = g.correct[:-1]
-        assert any(on) != all(on) or (not any(on))   # on-policy rewards not all equal ...
-        assert len(set(on)) == 2                      # ... (the anchor keep rule)
+        assert g.is_anchor == [False] * (G - 1) + [True] and g.correct[-1] is True
+        assert grade_one(t.tokenizer.decode(g.responses[-1], skip_special_tokens=True), g.gold).correct
 
 
 def test_reference_reset_on_schedule(world, tmp_path):
@@ -243,6 +268,12 @@ def test_missing_model_path_fails_before_work(world, tmp_path):
     r = subprocess.run([sys.executable, "-m", "armor.train", "--config", str(SMOKE),
                         *smoke(world, out, "algo.mix.alpha=2")], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "algo.mix.alpha" in r.stderr and not out.exists()
+    afile = tmp_path / "a_file"             # output_dir: an existing file is a clear error, not a traceback
+    afile.write_text("x")
+    r = subprocess.run([sys.executable, "-m", "armor.train", "--config", str(SMOKE), *smoke(world, afile)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and f"output_dir: {str(afile)!r} is an existing file" in r.stderr
+    assert "Traceback" not in r.stderr and afile.read_text() == "x"
 
 
 def test_rerun_after_done_is_a_noop(world, tmp_path):

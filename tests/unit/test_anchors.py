@@ -1,8 +1,9 @@
+import pytest
 import torch
 
-from armor.advantages import grpo_advantages, qae_advantages
-from armor.anchors import (AnchorGroups, anchor_keep, assemble_anchor_groups, dynamic_sampling_keep,
-                           first_correct_index)
+from armor.advantages import group_advantages, grpo_advantages, qae_advantages
+from armor.anchors import anchor_keep, assemble_anchor_groups, dynamic_sampling_keep, first_correct_index
+from armor.step_state import Samples
 
 
 def test_dynamic_sampling_keep():
@@ -30,31 +31,49 @@ def test_first_correct_index():
     assert idx.tolist() == [1, -1, 0, 3]
 
 
-def test_assemble_anchor_groups():
-    on = torch.tensor([[1.0, -1.0, -1.0], [1.0, 1.0, 1.0], [-1.0, -1.0, 1.0]])
-    ref_r = torch.tensor([[-1.0, 1.0, 0.5], [1.0, 1.0, -1.0], [-1.0, -1.0, -1.0]])
-    ref_c = torch.tensor([[False, True, True], [True, True, False], [False, False, False]])
-    g = assemble_anchor_groups(on, ref_r, ref_c)
-    assert isinstance(g, AnchorGroups)
-    assert g.keep.tolist() == [True, False, False]          # row 1 all correct, row 2 no correct ref
-    assert g.anchor_index.tolist() == [1, 0, -1]
-    # anchor = ref 1 (first correct)
-    assert torch.equal(g.group_rewards[0], torch.tensor([1.0, -1.0, -1.0, 1.0]))
-    assert g.group_rewards.shape == (3, 4)
-    assert g.is_anchor.tolist() == [[False, False, False, True]] * 3
-    # the anchor gets a positive advantage on a kept group:
-    # [1,-1,-1,1]: mean 0, unbiased std = sqrt(4/3) -> anchor 1/1.1547 = 0.866
-    adv = grpo_advantages(g.group_rewards[g.keep])
-    assert torch.allclose(adv[0, -1], torch.tensor(3 ** 0.5 / 2), atol=1e-5)
+def _samples(n, correct, rewards, first_token=0):
+    """n responses to each of len(correct) // n prompts; response k is the token list [first_token + k], its
+    engine log-probs [-(first_token + k)]."""
+    ids = [[first_token + k] for k in range(len(correct))]
+    return Samples(n, ids, list(correct), list(rewards), [[-float(i[0])] for i in ids])
+
+
+def test_assemble_anchor_groups_lays_out_the_groups_the_update_trains_on():
+    """The trainer's one layout (Trainer.collect calls it once a round): G-1 on-policy samples, then the first
+    correct reference sample with its own verdict, shaped reward and engine log-probs, is_anchor only there;
+    without reference samples a group is its on-policy samples."""
+    on = _samples(3, [True, False, False, False, True, False], [1.0, -1.0, -1.0, -1.0, 0.5, -1.0])
+    ref = _samples(3, [False, True, True, True, False, False], [-1.0, 0.75, 1.0, 1.0, -1.0, -1.0], 10)
+    groups = assemble_anchor_groups([[5, 6], [7]], ["a", "b"], [on.prompt(0), on.prompt(1)],
+                                    [ref.prompt(0), ref.prompt(1)])
+    g0, g1 = groups
+    assert (g0.prompt_ids, g0.gold, g1.prompt_ids, g1.gold) == ([5, 6], "a", [7], "b")
+    # prompt 0: reference samples [wrong, right (reward 0.75: overlong-shaped), right] -> anchor = ref 1
+    assert g0.responses == [[0], [1], [2], [11]] and g0.correct == [True, False, False, True]
+    assert g0.rewards == [1.0, -1.0, -1.0, 0.75] and g0.is_anchor == [False, False, False, True]
+    assert g0.engine_logprobs == [[0.0], [-1.0], [-2.0], [-11.0]]
+    # prompt 1: its first reference sample is the correct one
+    assert g1.responses == [[3], [4], [5], [13]] and g1.rewards == [-1.0, 0.5, -1.0, 1.0]
+    plain = assemble_anchor_groups([[5, 6]], ["a"], [on.prompt(0)])
+    assert plain[0].responses == [[0], [1], [2]] and plain[0].is_anchor == [False] * 3
+    assert assemble_anchor_groups([], [], [], []) == []
+    with pytest.raises(ValueError, match="no correct reference sample"):
+        assemble_anchor_groups([[1]], ["a"], [on.prompt(0)], [_samples(2, [False, False], [-1.0, -1.0])])
 
 
 def test_anchor_advantage_positive_grpo_nonnegative_qae():
-    # every mixed on-policy pattern of 3 binary rewards, anchor = +1
+    """On the rewards of assembled groups, as the update reads them (one row per group): the anchor's GRPO
+    advantage is positive for every mixed on-policy pattern, its QAE advantage never negative."""
     for bits in range(1, 7):
-        on = torch.tensor([[1.0 if (bits >> i) & 1 else -1.0 for i in range(3)]])
-        g = assemble_anchor_groups(on, torch.tensor([[1.0]]), torch.tensor([[True]]))
-        assert g.keep.item()
-        assert grpo_advantages(g.group_rewards)[0, -1] > 0
-        assert qae_advantages(g.group_rewards)[0, -1] >= 0
+        correct = [bool((bits >> i) & 1) for i in range(3)]
+        on = _samples(3, correct, [1.0 if c else -1.0 for c in correct])
+        assert anchor_keep(torch.tensor([on.rewards]), torch.tensor([[True]])).item()
+        (g,) = assemble_anchor_groups([[1]], ["x"], [on], [_samples(1, [True], [1.0], 9)])
+        rewards = torch.tensor([g.rewards])
+        assert group_advantages(rewards, "grpo")[0, -1] > 0
+        assert group_advantages(rewards, "qae", k=0.45)[0, -1] >= 0
+    # [1,-1,-1,1]: mean 0, unbiased std = sqrt(4/3) -> anchor 1/1.1547 = 0.866
+    assert torch.allclose(grpo_advantages(torch.tensor([[1.0, -1.0, -1.0, 1.0]]))[0, -1],
+                          torch.tensor(3 ** 0.5 / 2), atol=1e-5)
     # QAE, 2 of 3 on-policy correct: [1,1,-1,1] sorted [-1,1,1,1], pos 0.45*3 = 1.35 -> Q = 1 -> anchor Â = 0
     assert qae_advantages(torch.tensor([[1.0, 1.0, -1.0, 1.0]]))[0, -1] == 0

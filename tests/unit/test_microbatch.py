@@ -62,3 +62,39 @@ def test_trim_keeps_positions_and_drops_unused_padding():
     keep = full.attention_mask.bool()
     assert torch.equal(sub.position_ids[sub.attention_mask.bool()], full.position_ids[keep])
     assert b.seq_lens.tolist() == [5, 2, 5]
+
+
+def test_budget_is_read_from_the_batch_config_once():
+    from types import SimpleNamespace
+    rows, lens = torch.arange(6), torch.tensor([5, 9, 2, 9, 3, 4])
+    by_rows = microbatch.Budget.of(SimpleNamespace(micro_batch_responses=4, micro_batch_tokens=None))
+    assert by_rows == microbatch.Budget(4, None) and not by_rows.by_tokens
+    assert [m.tolist() for m in by_rows.split(rows, lens)] == [[0, 1, 2, 3], [4, 5]]
+    by_tokens = microbatch.Budget.of(SimpleNamespace(micro_batch_responses=4, micro_batch_tokens=20))
+    assert by_tokens.by_tokens
+    assert [m.tolist() for m in by_tokens.split(rows, lens)] == [[1, 3], [0, 5, 4, 2]]
+    assert [[m.tolist() for m in r] for r in by_tokens.plan(rows, lens, 2)] == \
+        [[m.tolist() for m in r] for r in microbatch.plan(rows, lens, 2, 4, 20)]
+
+
+def test_row_plan_indexes_an_update_once_and_derives_every_row_set():
+    """3 prompts of G = 2 rows, 2 epochs in the orders [1, 0, 2] and [2, 1, 0], 2 prompts a mini-batch, 1 row
+    a micro-batch, 2 ranks: mini-batches [2, 3, 0, 1], [4, 5] | [4, 5, 2, 3], [0, 1]; each rank takes its
+    contiguous half of each."""
+    lens = torch.ones(6, dtype=torch.long)
+    plans = [microbatch.RowPlan.of([[1, 0, 2], [2, 1, 0]], 2, 2, lens, microbatch.Budget(1), 2, rank)
+             for rank in (0, 1)]
+    assert [m.tolist() for m in plans[0].minibatches] == [[2, 3, 0, 1], [4, 5], [4, 5, 2, 3], [0, 1]]
+    assert plans[0].per_epoch == 2 and plans[0].n_rows == 6
+    assert [[m.tolist() for m in mb] for mb in plans[0].micro] == [[[2], [3]], [[4]], [[4], [5]], [[0]]]
+    assert [[m.tolist() for m in mb] for mb in plans[1].micro] == [[[0], [1]], [[5]], [[2], [3]], [[1]]]
+    assert [len(mb) for mb in plans[0].micro] == [len(mb) for mb in plans[1].micro]   # equal counts
+    assert plans[0].local(0).tolist() == [2, 3] and plans[1].local(2).tolist() == [2, 3]
+    assert plans[0].rows().tolist() == [0, 2, 3, 4, 5] and plans[1].rows().tolist() == [0, 1, 2, 3, 5]
+    # less the first mini-batch's rows (θold from its own pass), even where a later epoch reads them again
+    assert plans[0].rows(skip_first=True).tolist() == [0, 4, 5]
+    assert plans[1].rows(skip_first=True).tolist() == [2, 3, 5]
+    # the token metrics' rows: the first epoch's parts, every row on exactly one rank
+    assert plans[0].own.tolist() == [2, 3, 4] and plans[1].own.tolist() == [0, 1, 5]
+    one = microbatch.RowPlan.of([[1, 0]], 2, 1, lens[:4], microbatch.Budget(4), 1, 0)
+    assert [m.tolist() for m in one.minibatches] == [[2, 3], [0, 1]] and one.own.tolist() == [2, 3, 0, 1]

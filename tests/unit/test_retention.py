@@ -9,7 +9,7 @@ import pytest
 
 from armor import checkpoint as ckpt
 from armor import faults
-from armor.config import ConfigError, load_config
+from armor.config import ConfigError, ScheduleConfig, load_config
 from armor.stop import StopRequest
 from common.distributed import Dist
 from reproduce.matrix.arms import build_arms
@@ -39,6 +39,46 @@ def test_prune_never_deletes_the_newest_even_off_schedule_and_keeps_all_without_
     assert ckpt.list_checkpoints(tmp_path) == [2, 4, 5]
     assert ckpt.prune(tmp_path, 1, set(), scheduled=lambda s: s % 2 == 0) == [2, 4]
     assert ckpt.list_checkpoints(tmp_path) == [5]
+
+
+def test_the_manager_says_when_a_step_is_due_and_which_steps_are_protected():
+    cm = ckpt.CheckpointManager("unused", ScheduleConfig(total_steps=10, save_every=4, keep_steps=[5]))
+    assert [s for s in range(1, 12) if cm.due(s)] == [4, 5, 8, 10]
+    curve = [(0, 0.1), (4, 0.5), (5, 0.3), (6, 0.9), (8, 0.2)]      # step 6: validated, never saved
+    assert cm.protected(curve, (0.9, 6)) == {4, 5, 6}     # the best saved one, the best so far, keep_steps
+    off = ckpt.CheckpointManager("unused", ScheduleConfig(total_steps=10, save_every=4, keep_steps=[5],
+                                                          keep_best_window=0))
+    assert off.protected(curve, (0.9, 6)) == {5}
+
+
+class _Models:
+    """armor.models.Models as the manager sees it: save writes a step folder, reference_step, dist."""
+
+    def __init__(self, run_dir):
+        self.run_dir, self.dist, self.reference_step, self.saved = run_dir, Dist(), None, []
+
+    def save(self, run_dir, step, optimizer, state):
+        self.saved.append((step, state["val_curve"][-1]))
+        _folders(run_dir, [step])
+
+
+def test_the_manager_saves_through_the_models_then_keeps_the_newest_the_protected_and_pi_ref(tmp_path):
+    cm = ckpt.CheckpointManager(tmp_path, ScheduleConfig(total_steps=10, save_every=2, keep_last=1))
+    models, curve = _Models(tmp_path), [(2, 0.9)]
+
+    def save(step, value=None):
+        if value is not None:
+            curve.append((step, value))
+        cm.save(models, step, None, {"val_curve": list(curve), "best_val": max((v, s) for s, v in curve)})
+        return ckpt.list_checkpoints(tmp_path)
+    assert save(2) == [2]
+    assert save(4, 0.1) == [2, 4]                   # 2: the best validation
+    models.reference_step = 4
+    assert save(6, 0.2) == [2, 4, 6]                # 4: πref's
+    models.reference_step = None
+    assert save(7) == [2, 7]                        # a stop signal's save: 7 is the resume point
+    assert save(8, 0.3) == [2, 8]                   # off the schedule, 7 goes once 8 is complete
+    assert [s for s, _ in models.saved] == [2, 4, 6, 7, 8] and models.saved[1] == (4, (4, 0.1))
 
 
 def test_best_candidates_always_hold_the_argmax_the_evaluation_chooses():
