@@ -374,7 +374,7 @@ def prune(run_dir: Path, keep_last: int | None, protected: set[int],
 
 def best_candidates(curve: list[tuple[int, float]], saved, window: int) -> set[int]:
     """The saved steps that may still be the argmax of `curve` [(step, value)] smoothed over `window` centred
-    points (reproduce.peaks.smooth / choose_peak's rule: ties to the earliest) once more points arrive: the
+    points (the driver's θ* rule: a centred moving average, ties to the earliest) once more points arrive: the
     best among those whose smoothed value is final (window // 2 later points exist) and every one not final
     yet. Any other saved step can never be chosen, so deleting it is safe. window 0: none."""
     if window <= 0 or not curve:
