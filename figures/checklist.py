@@ -32,7 +32,6 @@ Quantities (fractions of the validation benchmark's avg@k; "end" = mean of a see
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -295,7 +294,7 @@ def check_resets_raise_ceiling(ctx: Context) -> Verdict:
         return Verdict(key, q, NOT_RUN, "not run: " + ", ".join(missing))
     parts = []
     for arm in resets:
-        tau = int(re.match(r"^armor_reset_(\d+)$", arm).group(1))
+        tau = int(ctx.arm_facts(arm)["sweep"]["value"])         # τ, as the driver recorded it
         # the first reset's step: both arms are the same weights up to it
         diffs, windows = _peaks_after(ctx, arm, never, tau)
         quantity = f"peak({arm}) − peak(never) after step θ*+{tau}"

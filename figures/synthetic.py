@@ -62,13 +62,14 @@ def _shape(arm: str, t: float, collapse: bool) -> float:
     hump = lambda h, d: h * math.sin(math.pi * min(t, 0.5)) - (d * max(0.0, t - 0.4) / 0.6)  # noqa: E731
     if arm in ("dapo_cont", "dapo_late", "qae_cont"):
         return fall(0.10)
-    if arm.startswith("kl_") and arm.endswith("_b1"):
+    family = (ARM_FACTS[arm][3] or ("",))[0]
+    if family in ("kl_k3", "kl_k2") and KL_BETA[arm] == 1.0:
         return 0.004 * math.sin(6 * t)
-    if arm.startswith("kl_"):
+    if family in ("kl_k3", "kl_k2"):
         return fall(0.08) if t > 0.4 else 0.01 * t
-    if arm.startswith("mix_"):
+    if family == "mix":
         return hump(0.03, 0.10 if collapse else 0.0)
-    if arm.startswith("anchor"):
+    if arm in ("anchor_only", "anchor_static_clip", "anchor_offpolicy"):
         return -0.005 * t
     if arm == "armor_reset_never":
         return rise(0.02)
@@ -104,11 +105,12 @@ def make_synthetic(root, preset: str = "tiny", model: str = "tiny-lm", arms: Opt
                  "table_step": (table_steps or {}).get(a), "starts": {}, "teacher_is_start": False}
              for a, (st, base, kind, sw) in ARM_FACTS.items()}
     for arm in arms:
-        if arm in ("dapo", "qae"):
+        stage, baseline, kind, _ = ARM_FACTS[arm]
+        if stage == 1:
             start, n_steps = 0, stage1
-        elif arm in ("armor_late", "dapo_late"):
+        elif kind == "late":
             start, n_steps = late, stage2
-        elif arm.startswith("qae_"):
+        elif baseline == "qae":
             start, n_steps = qae_theta, stage2
         else:
             start, n_steps = theta, stage2
