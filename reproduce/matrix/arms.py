@@ -31,7 +31,7 @@ from the DAPO checkpoint at late_start_step, or the one chosen by late_start_fra
 armor_restart (start "restart") starts from the checkpoint of armor_reset_never chosen by
 protocol.restart_within (restart.json, same stage-2 step r on every seed): model.path = algo.reference.path =
 it (πref = the restart point), a new run folder (fresh optimizer, its learning rate warmed up over
-restart_warmup_steps), step_offset = θ* + r, and stage2_steps − r steps, so it ends at the same total step as
+protocol.stage2_warmup_steps, as every stage-2 run), step_offset = θ* + r, and stage2_steps − r steps, so it ends at the same total step as
 every stage-2 arm; no in-run reset. protocol.single_seed_arms run on the first seed only, protocol.side_arms
 on the first side_arm_seeds (`arm_seeds`); every other arm runs every seed.
 """
@@ -161,10 +161,7 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
             add(f"armor_reset_{int(t)}", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(int(t)),
                 "peak", ("reset", float(t)))
         if p.restart_within is not None:
-            w = p.restart_warmup_steps
-            warm = [] if w is None else [f"optim.warmup_steps={int(w)}"]
-            add(RESTART_ARM, 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(None) + warm,
-                RESTART_START)
+            add(RESTART_ARM, 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(None), RESTART_START)
     if "qae" in a:
         q = ["algo.advantage=qae"]
         add("qae_cont", 2, "qae", q, "peak")

@@ -43,6 +43,8 @@ def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Opti
                 f"schedule.total_steps={steps}"]
         if p.stage2_validate_every:
             out += [f"schedule.validate_every={p.stage2_validate_every}"]
+        if p.stage2_warmup_steps is not None:     # one warm-up rule for every stage-2 run
+            out += [f"optim.warmup_steps={int(p.stage2_warmup_steps)}"]
         out += list(p.stage2_overrides)
         out += retention_overrides(preset, arm, start)
     return out + arm.overrides

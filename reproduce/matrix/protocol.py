@@ -80,8 +80,9 @@ class ProtocolConfig:
               "peak_selection_window, among its checkpoints after θ* up to this fraction of stage2_steps), "
               "with πref = that checkpoint, a fresh optimizer and warm-up, for the rest of stage 2 (it ends "
               "where every stage-2 arm ends); null = not run")
-    restart_warmup_steps: Optional[int] = _f(None, "learning-rate warm-up of armor_restart, RL steps (null = "
-                                                   "optim.warmup_steps)")
+    stage2_warmup_steps: Optional[int] = _f(None, "learning-rate warm-up of every stage-2 run, RL steps, "
+                                                  "armor_restart's included (the authors give each "
+                                                  "continual run the same 10; null = optim.warmup_steps)")
     alpha_sweep: list[float] = _f(factory=list, help="Fig. 3a: α of the mix-only arms")
     kl_betas: list[float] = _f(factory=list, help="Fig. 2 / 5: β of the KL arms")
     kl_k2_sweep: bool = _f(True, "Fig. 5: the kl_betas sweep with the k2 estimator too (false: Fig. 2's k3 "
@@ -180,8 +181,8 @@ def validate_protocol(p: ProtocolConfig) -> None:
     c(r is None or 0 < r < 1, "protocol.restart_within", r, "must be in (0, 1)")
     c(r is None or bool(p.reset_sweep), "protocol.restart_within", r,
       "needs protocol.reset_sweep (the restart starts from armor_reset_never, a Fig. 4 arm)")
-    c(p.restart_warmup_steps is None or p.restart_warmup_steps >= 0, "protocol.restart_warmup_steps",
-      p.restart_warmup_steps, "must be >= 0")
+    c(p.stage2_warmup_steps is None or p.stage2_warmup_steps >= 0, "protocol.stage2_warmup_steps",
+      p.stage2_warmup_steps, "must be >= 0")
     f = p.late_start_fraction
     c(f is None or 0 < f < 1, "protocol.late_start_fraction", f, "must be in (0, 1)")
     c(f is None or p.late_start_step is None, "protocol.late_start_fraction", f,

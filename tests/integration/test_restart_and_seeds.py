@@ -22,7 +22,7 @@ THREE = MINI.replace("  seeds: [0]\n", "  seeds: [0, 1, 2]\n  selection_seeds: [
                                        "  side_arms: [anchor_only]\n  side_arm_seeds: 2\n  single_seed_arms: "
                                        "[qae, qae_cont, qae_armor_reset_never, qae_armor_reset_2]\n"
                      ).replace("  reset_sweep: [2, 4]\n", "  reset_sweep: [2, 4]\n  restart_within: 0.5\n"
-                               "  restart_warmup_steps: 1\n"
+                               "  stage2_warmup_steps: 1\n"
                                ).replace("  stage2_steps: 4\n", "  stage2_steps: 8\n")
 
 
@@ -66,7 +66,7 @@ def test_the_restart_arm_its_jobs_and_fig4(tmp_path):
     assert r.stage == 2 and r.start == "restart" and not r.alias_of and "fig4" in r.figures
     assert figure_arms(p.protocol)["fig4"][-1] == "armor_restart"
     o = dict(x.split("=", 1) for x in r.overrides)
-    assert o["algo.reference.reset.every"] == "null" and o["optim.warmup_steps"] == "1"
+    assert o["algo.reference.reset.every"] == "null" and "optim.warmup_steps" not in o   # every stage 2's
     assert o["algo.anchor.enabled"] == "true" and o["algo.mix.variant"] == "mixed"
     jobs = {j.key: j for j in build_jobs(p, root)}
     for s in (0, 1, 2):
@@ -146,8 +146,8 @@ def test_select_restart_writes_the_point_and_the_restart_config_reads_it(tmp_pat
      r"protocol.selection_seeds: \[0, 5\] must be seeds of protocol.seeds"),
     (lambda t: t.replace("side_arm_seeds: 2", "side_arm_seeds: 0"),
      r"protocol.side_arm_seeds: 0 must be >= 1"),
-    (lambda t: t.replace("restart_warmup_steps: 1", "restart_warmup_steps: -1"),
-     r"protocol.restart_warmup_steps: -1 must be >= 0"),
+    (lambda t: t.replace("stage2_warmup_steps: 1", "stage2_warmup_steps: -1"),
+     r"protocol.stage2_warmup_steps: -1 must be >= 0"),
 ])
 def test_bad_restart_and_seed_settings_fail_before_any_work(tmp_path, edit, message):
     with pytest.raises(Exception, match=message):

@@ -14,7 +14,7 @@ from reproduce.jobs.peaks import choose_restart
 from reproduce.matrix.presets import ExperimentError
 from reproduce.matrix.protocol import ProtocolConfig, load_protocol
 
-P = ProtocolConfig(seeds=[0, 1, 2, 3, 4], reset_sweep=[20], restart_within=0.5, restart_warmup_steps=2,
+P = ProtocolConfig(seeds=[0, 1, 2, 3, 4], reset_sweep=[20], restart_within=0.5, stage2_warmup_steps=2,
                    single_seed_arms=["mopd"], side_arms=["opd"], side_arm_seeds=3, selection_seeds=[0, 1, 2])
 
 
@@ -26,17 +26,33 @@ def test_seeds_per_arm():
     assert selection_seeds(P, [0, 1, 2, 3, 4]) == [0, 1, 2] and selection_seeds(P, [3, 4]) == [3, 4]
 
 
-def test_the_restart_arm_is_armor_without_in_run_resets_plus_warm_up():
+def test_the_restart_arm_is_armor_without_in_run_resets():
     a = arm_definitions(P)
     r = a[RESTART_ARM]
     assert r.start == "restart" and r.stage == 2 and r.alias_of is None
     never = dict(o.split("=", 1) for o in a["armor_reset_never"].overrides)
-    assert dict(o.split("=", 1) for o in r.overrides) == {**never, "optim.warmup_steps": "2"}
+    assert dict(o.split("=", 1) for o in r.overrides) == never      # its warm-up is every stage-2 run's
     assert figure_arms(P)["fig4"][-1] == RESTART_ARM
     assert RESTART_ARM not in arm_definitions(dataclasses.replace(P, restart_within=None))
-    # null warm-up: the preset's optim.warmup_steps (no override)
-    r0 = arm_definitions(dataclasses.replace(P, restart_warmup_steps=None))[RESTART_ARM]
-    assert not any(o.startswith("optim.warmup_steps=") for o in r0.overrides)
+
+
+def test_every_stage2_run_gets_the_same_warm_up(tmp_path):
+    """One warm-up rule (protocol.stage2_warmup_steps) for every stage-2 arm, the restart included; stage 1
+    keeps the preset's; null: no override."""
+    from reproduce.matrix.overrides import train_overrides
+    from reproduce.matrix.presets import load_preset
+    preset = load_preset("smoke")
+    preset.protocol = dataclasses.replace(preset.protocol, stage2_warmup_steps=2)
+    arms = arm_definitions(preset.protocol)
+    start = {"step": 2, "checkpoint": str(tmp_path / "ck"), "stage2_step": 1}
+
+    def warm(arm):
+        ov = train_overrides(preset, tmp_path, arm, 0, None if arm.stage == 1 else start)
+        return [o for o in ov if o.startswith("optim.warmup_steps=")]
+    assert all(warm(a) == ["optim.warmup_steps=2"] for a in arms.values() if a.stage == 2)
+    assert warm(arms["dapo"]) == []
+    preset.protocol = dataclasses.replace(preset.protocol, stage2_warmup_steps=None)
+    assert warm(arm_definitions(preset.protocol)["armor"]) == []
 
 
 def test_restart_point_rule():
