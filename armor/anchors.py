@@ -25,6 +25,7 @@ def dynamic_sampling_keep(rewards: Tensor) -> Tensor:
 def anchor_keep(onpolicy_rewards: Tensor, ref_correct: Tensor) -> Tensor:
     """ARMOR keep rule, onpolicy_rewards [P, G−1] float, ref_correct [P, ref_n] bool → keep [P] bool:
         keep = (on-policy rewards not all equal) AND (any reference response correct).
+    With algo.anchor.correct_only false pass "sampled" for ref_correct (any reference sample anchors).
     """
     return dynamic_sampling_keep(onpolicy_rewards) & ref_correct.to(torch.bool).any(-1)
 
@@ -39,12 +40,13 @@ def first_correct_index(ref_correct: Tensor) -> Tensor:
 
 
 def assemble_anchor_groups(prompt_ids: list, golds: list, on: list[Samples],
-                           ref: list[Samples] | None = None) -> list[Group]:
+                           ref: list[Samples] | None = None, correct_only: bool = True) -> list[Group]:
     """The groups of K kept prompts, the one place their layout is decided: group k is on[k]'s samples
     (G − 1 with anchors, G without), then, given ref[k] (its ref_n reference samples), the anchor: the first
     correct one (first_correct_index), last, with is_anchor True there only. Each response keeps its own
     verdict, shaped reward and engine log-probs. Without `ref` (no anchors: DAPO, OPD, ...) a group is its
-    on-policy samples. A kept prompt's reference samples hold a correct one (anchor_keep).
+    on-policy samples. A kept prompt's reference samples hold a correct one (anchor_keep). correct_only
+    False (the paper's wrong-anchor ablation): the anchor is the first reference sample, right or wrong.
 
     With outcome rewards (+1/−1, no length shaping) the anchor's reward is the group maximum; the keep rule
     (on-policy rewards not all equal) puts the group mean strictly below it, so under GRPO (and Dr.GRPO) the
@@ -57,7 +59,8 @@ def assemble_anchor_groups(prompt_ids: list, golds: list, on: list[Samples],
                 for p, g, o in zip(prompt_ids, golds, on)]
     if not on:
         return []
-    first = first_correct_index(torch.tensor([r.correct for r in ref], dtype=torch.bool)).tolist()
+    first = (first_correct_index(torch.tensor([r.correct for r in ref], dtype=torch.bool)).tolist()
+             if correct_only else [0] * len(ref))
     if -1 in first:
         raise ValueError(f"kept prompt {first.index(-1)} has no correct reference sample to anchor it")
     groups = []

@@ -195,6 +195,9 @@ class AnchorConfig:
     lazy: bool = _f(True, "sample references only for prompts that pass the on-policy filter, and only for "
                           "as many of them (in draw order) as may still be kept; the anchor is the first "
                           "correct of the ref_n samples either way")
+    correct_only: bool = _f(True, "only a correct πref sample anchors a group (the paper); false: the first "
+                                  "πref sample anchors it, right or wrong (the paper's §4 ablation: wrong "
+                                  "anchors destabilise training)")
 
 
 @dataclass

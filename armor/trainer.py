@@ -235,7 +235,8 @@ class Trainer:
             take = keep.nonzero()[:, 0].tolist()[:B - len(kept)]       # the first that pass, B in all
             groups = assemble_anchor_groups([pids[i] for i in take], [prompts[i].answer for i in take],
                                             [on.prompt(i) for i in take],
-                                            None if ref is None else [ref[i] for i in take])
+                                            None if ref is None else [ref[i] for i in take],
+                                            correct_only=a.anchor.correct_only)
             kept += groups
             if self.classify is not None and ref is not None:
                 stats.anchor_modes += self._modes([prompts[i] for i in take],
@@ -282,7 +283,8 @@ class Trainer:
             stats.ref_samples += len(drawn.correct)
             for j, i in enumerate(cand):
                 ref[i] = drawn.prompt(j)
-                ref_correct[i] = torch.tensor(ref[i].correct)
+                # correct_only false: any sample anchors (the wrong-anchor ablation)
+                ref_correct[i] = torch.tensor(ref[i].correct) if a.correct_only else True
             chunk_no += 1
         return anchor_keep(on_correct, ref_correct), ref
 

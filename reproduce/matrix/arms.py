@@ -9,7 +9,8 @@ in the protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rule
   fig1   dapo, armor (+ anchor_only where the anchor ablations run: alpha_sweep or a late start)
   fig2   dapo_cont + kl_k3_b<β> for β in kl_betas                      (needs kl_betas)
   fig3   mix_a<α> for α in alpha_sweep; anchor_only, anchor_static_clip, anchor_offpolicy, armor;
-         armor_late, dapo_late from the late start  (needs alpha_sweep or late_start_step/_fraction)
+         armor_late, dapo_late from the late start  (needs alpha_sweep or late_start_step/_fraction);
+         armor_any_anchor (§4: a wrong reference sample may anchor; needs wrong_anchor_arm)
   fig4   armor_reset_never + armor_reset_<τ> for τ in reset_sweep       (needs reset_sweep)
          + armor_restart, the authors' reset: a new run from armor_reset_never's best checkpoint (needs
            restart_within; reproduce/jobs/peaks.py choose_restart)
@@ -31,8 +32,8 @@ from the DAPO checkpoint at late_start_step, or the one chosen by late_start_fra
 armor_restart (start "restart") starts from the checkpoint of armor_reset_never chosen by
 protocol.restart_within (restart.json, same stage-2 step r on every seed): model.path = algo.reference.path =
 it (πref = the restart point), a new run folder (fresh optimizer, its learning rate warmed up over
-protocol.stage2_warmup_steps, as every stage-2 run), step_offset = θ* + r, and stage2_steps − r steps, so it ends at the same total step as
-every stage-2 arm; no in-run reset. protocol.single_seed_arms run on the first seed only, protocol.side_arms
+protocol.stage2_warmup_steps, as every stage-2 run), step_offset = θ* + r, and stage2_steps − r steps, so
+it ends at the same total step as every stage-2 arm; no in-run reset. protocol.single_seed_arms run on the first seed only, protocol.side_arms
 on the first side_arm_seeds (`arm_seeds`); every other arm runs every seed.
 """
 from __future__ import annotations
@@ -151,6 +152,9 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
             _anchors(p) + ["algo.mix.variant=static_clip", f"algo.mix.alpha={_val(float(p.armor_alpha))}"],
             "peak")
         add("anchor_offpolicy", 2, "dapo", _anchors(p) + ["algo.mix.variant=offpolicy_anchor"], "peak")
+    if p.wrong_anchor_arm:
+        add("armor_any_anchor", 2, "dapo", _anchors(p) + ["algo.anchor.correct_only=false"]
+            + _mixed(p.armor_alpha) + _reset(None), "peak")
     if p.has_late_start:
         add("armor_late", 2, "dapo", armor, "late")
         add("dapo_late", 2, "dapo", [], "late")
@@ -212,6 +216,8 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
         f["fig3"] = (["dapo", "armor"] + [f"mix_a{fmt_alpha(x)}" for x in p.alpha_sweep]
                      + ["anchor_only", "anchor_static_clip", "anchor_offpolicy"]
                      + (["armor_late", "dapo_late"] if p.has_late_start else []))
+    if p.wrong_anchor_arm:
+        f["fig3"] = f.get("fig3", ["dapo", "armor"]) + ["armor_any_anchor"]
     if p.reset_sweep:
         f["fig4"] = (["dapo", "armor", "armor_reset_never"] + [f"armor_reset_{int(t)}" for t in p.reset_sweep]
                      + ([RESTART_ARM] if RESTART_ARM in arms else []))

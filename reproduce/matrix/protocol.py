@@ -84,6 +84,9 @@ class ProtocolConfig:
                                                   "armor_restart's included (the authors give each "
                                                   "continual run the same 10; null = optim.warmup_steps)")
     alpha_sweep: list[float] = _f(factory=list, help="Fig. 3a: α of the mix-only arms")
+    wrong_anchor_arm: bool = _f(False, "§4: run armor_any_anchor, ARMOR without resets whose anchor is the "
+                                       "first reference sample, right or wrong (the paper: only correct "
+                                       "anchors; wrong ones destabilise)")
     kl_betas: list[float] = _f(factory=list, help="Fig. 2 / 5: β of the KL arms")
     kl_k2_sweep: bool = _f(True, "Fig. 5: the kl_betas sweep with the k2 estimator too (false: Fig. 2's k3 "
                                  "sweep only)")

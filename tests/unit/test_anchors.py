@@ -77,3 +77,14 @@ def test_anchor_advantage_positive_grpo_nonnegative_qae():
                           torch.tensor(3 ** 0.5 / 2), atol=1e-5)
     # QAE, 2 of 3 on-policy correct: [1,1,-1,1] sorted [-1,1,1,1], pos 0.45*3 = 1.35 -> Q = 1 -> anchor Â = 0
     assert qae_advantages(torch.tensor([[1.0, 1.0, -1.0, 1.0]]))[0, -1] == 0
+
+
+def test_a_wrong_reference_sample_anchors_when_correct_only_is_off():
+    """The paper's §4 ablation (algo.anchor.correct_only false): the first reference sample anchors the group,
+    right or wrong; with correct_only (the paper) the first correct one."""
+    on = Samples(2, [[1], [2]], [True, False], [1.0, -1.0], [[-0.1], [-0.2]])
+    ref = Samples(2, [[7], [8]], [False, True], [-1.0, 1.0], [[-0.3], [-0.4]])
+    right = assemble_anchor_groups([[0]], ["5"], [on], [ref])[0]
+    wrong = assemble_anchor_groups([[0]], ["5"], [on], [ref], correct_only=False)[0]
+    assert right.responses[-1] == [8] and right.rewards[-1] == 1.0 and right.is_anchor == [False, False, True]
+    assert wrong.responses[-1] == [7] and wrong.correct[-1] is False and wrong.rewards[-1] == -1.0
