@@ -33,8 +33,9 @@ armor_restart (start "restart") starts from the checkpoint of armor_reset_never 
 protocol.restart_within (restart.json, same stage-2 step r on every seed): model.path = algo.reference.path =
 it (πref = the restart point), a new run folder (fresh optimizer, its learning rate warmed up over
 protocol.stage2_warmup_steps, as every stage-2 run), step_offset = θ* + r, and stage2_steps − r steps, so
-it ends at the same total step as every stage-2 arm; no in-run reset. protocol.single_seed_arms run on the first seed only, protocol.side_arms
-on the first side_arm_seeds (`arm_seeds`); every other arm runs every seed.
+it ends at the same total step as every stage-2 arm; no in-run reset. protocol.single_seed_arms run on the
+first seed only, protocol.side_arms on the first side_arm_seeds (`arm_seeds`); every other arm runs every
+seed.
 """
 from __future__ import annotations
 
