@@ -83,7 +83,8 @@ class ArchConfig:
             raise ValueError(f"ArchConfig.family: {self.family!r} is not 'qwen2' or 'qwen3'")
         if (self.head_dim is None) != (self.family == "qwen2"):
             raise ValueError(f"ArchConfig.head_dim: {self.head_dim!r}: qwen2's is hidden_size / "
-                             "num_attention_heads (None), qwen3 needs an explicit one")
+                             "num_attention_heads (None: vLLM's Qwen2 ignores a config head_dim, "
+                             "transformers' reads it), qwen3 needs an explicit one")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"ArchConfig.num_key_value_heads: {self.num_key_value_heads} does not divide "
                              f"num_attention_heads {self.num_attention_heads}")
