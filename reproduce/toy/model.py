@@ -1,5 +1,10 @@
 """The toy world's model: a tiny Qwen2ForCausalLM (~160K parameters), plus a small KV-cache sampler used by
-the world's acceptance checks (and usable by anyone who wants cheap CPU generation from a toy checkpoint)."""
+the world's acceptance checks (and usable by anyone who wants cheap CPU generation from a toy checkpoint).
+
+`ArchConfig` / `build_arch_model`: toy-width models of the paper models' families, for the tests that check
+what the toy model's shape leaves out (untied lm_head, GQA, a vocabulary padded above the tokenizer's,
+Qwen3's per-head q/k RMSNorm and explicit head_dim): QWEN2_ARCH (Qwen2.5-Math-7B's layout) and QWEN3_ARCH
+(Qwen3-8B-Base's)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -26,6 +31,8 @@ class ModelConfig:
 
 
 def build_model(tok, cfg: ModelConfig = ModelConfig(), seed: int = 0) -> Qwen2ForCausalLM:
+    if isinstance(cfg, ArchConfig):                 # a paper family's layout (below)
+        return build_arch_model(tok, cfg, seed)
     qcfg = Qwen2Config(
         vocab_size=len(tok),
         hidden_size=cfg.hidden_size,
@@ -45,6 +52,92 @@ def build_model(tok, cfg: ModelConfig = ModelConfig(), seed: int = 0) -> Qwen2Fo
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(qcfg)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    return model
+
+
+@dataclass(frozen=True)
+class ArchConfig:
+    """A toy-width model of a paper model's family, with the layout details the toy ModelConfig leaves out.
+
+    family: "qwen2" (head_dim = hidden_size / num_attention_heads, q/k/v biases: Qwen2.5-Math-7B) or "qwen3"
+    (an explicit head_dim, per-head q/k RMSNorm, no biases: Qwen3-8B-Base). Both: an untied lm_head, GQA
+    (num_key_value_heads < num_attention_heads) and a vocabulary padded to a multiple of vocab_multiple
+    (Qwen's checkpoints: 151,936 / 152,064 rows for a 151,665-token tokenizer). Head widths are 32 (vLLM's
+    CPU attention takes 32 to 512)."""
+    family: str = "qwen2"
+    hidden_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int | None = None          # qwen3 only; qwen2's is hidden_size / num_attention_heads
+    intermediate_size: int = 256
+    vocab_multiple: int = 128
+    max_position_embeddings: int = 128
+    rope_theta: float = 10000.0
+    initializer_range: float = 0.1       # as ModelConfig's: the quick SFT learns the task
+
+    def __post_init__(self):
+        if self.family not in ("qwen2", "qwen3"):
+            raise ValueError(f"ArchConfig.family: {self.family!r} is not 'qwen2' or 'qwen3'")
+        if (self.head_dim is None) != (self.family == "qwen2"):
+            raise ValueError(f"ArchConfig.head_dim: {self.head_dim!r}: qwen2's is hidden_size / "
+                             "num_attention_heads (None: vLLM's Qwen2 ignores a config head_dim, "
+                             "transformers' reads it), qwen3 needs an explicit one")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"ArchConfig.num_key_value_heads: {self.num_key_value_heads} does not divide "
+                             f"num_attention_heads {self.num_attention_heads}")
+
+    @property
+    def attention_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# the paper models' layouts at toy width: Qwen2.5-Math-7B (28 query heads, 4 kv heads of 128 = 3584 / 28) and
+# Qwen3-8B-Base (32 query heads, 8 kv heads of an explicit 128): here 4 query heads, 2 kv heads of 32 each;
+# Qwen3's head_dim 32 is twice hidden_size / num_attention_heads = 16
+QWEN2_ARCH = ArchConfig(family="qwen2", hidden_size=128)
+QWEN3_ARCH = ArchConfig(family="qwen3", hidden_size=64, head_dim=32, intermediate_size=192)
+
+
+def padded_vocab(n_tokens: int, multiple: int) -> int:
+    """The embedding rows for a tokenizer of n_tokens: n_tokens rounded up to a multiple of `multiple`.
+    padded_vocab(103, 128) = 128; padded_vocab(151665, 128) = 151680 (Qwen pads further, to 151,936)."""
+    if n_tokens < 1 or multiple < 1:
+        raise ValueError(f"padded_vocab: n_tokens {n_tokens} and multiple {multiple} must be >= 1")
+    return -(-n_tokens // multiple) * multiple
+
+
+def build_arch_model(tok, cfg: ArchConfig, seed: int = 0):
+    """A randomly initialised Qwen2ForCausalLM or Qwen3ForCausalLM of layout `cfg` for the tokenizer `tok`
+    (its vocabulary padded: the rows above len(tok) are never a token, as in Qwen's checkpoints)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    kw = dict(
+        vocab_size=padded_vocab(len(tok), cfg.vocab_multiple),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads,
+        max_position_embeddings=cfg.max_position_embeddings,
+        rope_theta=cfg.rope_theta,
+        tie_word_embeddings=False,
+        initializer_range=cfg.initializer_range,
+        use_sliding_window=False,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(seed)
+    if cfg.family == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(head_dim=cfg.head_dim, **kw))
+    else:
+        model = Qwen2ForCausalLM(Qwen2Config(**kw))
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.eos_token_id = tok.eos_token_id
     return model

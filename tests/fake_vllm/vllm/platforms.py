@@ -9,5 +9,8 @@ class _Platform:
     def is_sleep_mode_available(self) -> bool:
         return SLEEP_MODE
 
+    def is_cpu(self) -> bool:                 # the GPU build's platform
+        return False
+
 
 current_platform = _Platform()
