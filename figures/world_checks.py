@@ -15,6 +15,9 @@ Checks (validation values are fractions of avg@k; every DAPO check is decided on
 - clipping:  over dapo_cont (DAPO's stage 2), Σ clipfrac_and_uncertain / Σ uncertain_frac ≥ CLIP_MIN: the
              share of the tokens with old probability < 0.9 that are clipped; the share of all tokens is
              reported beside it
+- regime:    the paper's regime (issue 37): dapo_cont's seed-mean curve declines from θ* (its first point) to
+             its end by DECLINE_MIN..DECLINE_MAX of θ*'s value (the paper's DAPO: about −20 % over 220
+             steps), ending ≥ FLOOR_MARGIN above the shortcut floor (stage-1 DAPO's seed-mean end value)
 """
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ FALL_MIN = 0.05
 TRAIN_ACC_MAX = 0.85
 HEADROOM_MIN = 0.10
 CLIP_MIN = 0.05
+DECLINE_MIN, DECLINE_MAX = 0.10, 0.35
+FLOOR_MARGIN = 0.10
 
 PASS, FAIL, NOT_RUN = "pass", "FAIL", "not run"
 
@@ -127,6 +132,23 @@ def check_clipping(ctx: Context) -> WorldCheck:
                       {"uncertain_clip_share": share, "clipfrac_all": allc})
 
 
+def check_regime(ctx: Context) -> WorldCheck:
+    q = (f"Does DAPO continued from θ* decline by {DECLINE_MIN:.0%}-{DECLINE_MAX:.0%} of θ* over stage 2, "
+         f"ending ≥ {FLOOR_MARGIN:.2f} above the shortcut floor?")
+    cont, dapo = ctx.val_curve("dapo_cont"), ctx.val_curve("dapo")
+    if cont.empty or dapo.empty:
+        return WorldCheck("regime", q, NOT_RUN, "not run: " + ", ".join(
+            n for n, c in (("dapo_cont", cont), ("dapo", dapo)) if c.empty))
+    theta, end, floor = cont.mean[0], end_value(cont), end_value(dapo)
+    decline = (theta - end) / theta if theta > 0 else 0.0
+    ok = DECLINE_MIN <= decline <= DECLINE_MAX and end >= floor + FLOOR_MARGIN
+    ev = (f"seed means: θ* {_f(theta)} @ {cont.step[0]} → end {_f(end)} (last {END_WINDOW} points to step "
+          f"{cont.step[-1]}): −{decline:.1%} (needs {DECLINE_MIN:.0%}-{DECLINE_MAX:.0%}); floor (stage-1 "
+          f"DAPO's end) {_f(floor)}, end − floor {_f(end - floor)} (needs ≥ {FLOOR_MARGIN:.2f})")
+    return WorldCheck("regime", q, PASS if ok else FAIL, ev,
+                      {"theta": theta, "end": end, "decline": decline, "floor": floor})
+
+
 def run_world_checks(ctx: Context) -> list[WorldCheck]:
     return [
         _per_seed(ctx, "dapo_gain", f"Does stage-1 DAPO gain ≥ {GAIN_MIN:.2f} within its first {GAIN_STEPS} "
@@ -137,6 +159,7 @@ def run_world_checks(ctx: Context) -> list[WorldCheck]:
                                          f"rising after it?", _train_acc),
         check_headroom(ctx),
         check_clipping(ctx),
+        check_regime(ctx),
     ]
 
 

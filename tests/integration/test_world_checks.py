@@ -9,9 +9,10 @@ from figures.data import load_context
 
 RISE_FALL = [0.40, 0.55, 0.60, 0.58, 0.50, 0.45, 0.44, 0.44]   # validation every 10 steps, steps 0..70
 FLAT = [0.40, 0.45, 0.47, 0.47, 0.47, 0.47, 0.47, 0.47]
+CONT = [0.70, 0.68, 0.64, 0.60, 0.58, 0.58]      # dapo_cont from θ*, every 10 steps: −16 % at its end
 
 
-def _runs(tmp_path, dapo: dict, natural=None, acc=None, clip=(0.024, 0.4), world=True):
+def _runs(tmp_path, dapo: dict, natural=None, acc=None, clip=(0.024, 0.4), world=True, cont=CONT):
     """A results folder as the driver's collect writes it: results.parquet, steps.parquet (DAPO's training
     accuracy, dapo_cont's clipping) and results.meta.json (the arms, the world's ceiling)."""
     d = tmp_path / "tiny"
@@ -19,6 +20,7 @@ def _runs(tmp_path, dapo: dict, natural=None, acc=None, clip=(0.024, 0.4), world
     rows, steps = [], []
     for seed, vals in dapo.items():
         rows += [dict(arm="dapo", seed=seed, step=10 * i, value=v) for i, v in enumerate(vals)]
+        rows += [dict(arm="dapo_cont", seed=seed, step=20 + 10 * i, value=v) for i, v in enumerate(cont)]
         a = acc or (lambda s: 0.5 + 0.005 * s)
         steps += [dict(arm="dapo", seed=seed, step=s, local_step=s, accuracy=a(s)) for s in range(1, 71)]
         both, unc = clip
@@ -55,8 +57,10 @@ def test_a_world_that_passes_every_check(tmp_path):
     # control end = mean(.72, .8, .85) = .79 >= highest peak .61 + .10, and above the ceiling .70
     assert abs(v["headroom"].numbers["control_end"] - 0.79) < 1e-9
     assert abs(v["clipping"].numbers["uncertain_clip_share"] - 0.06) < 1e-9
+    # dapo_cont: θ* .70 → end mean(.60, .58, .58) = .5867 (−16 %), .147 above DAPO's floor (.44)
+    assert abs(v["regime"].numbers["decline"] - (0.70 - 1.76 / 3) / 0.70) < 1e-9
     md = W.world_checks_markdown(list(v.values()))
-    assert md.count("**pass**") == 5
+    assert md.count("**pass**") == 6
     assert W.applies(ctx)
 
 
@@ -68,6 +72,10 @@ def test_each_check_fails_where_its_rule_says(tmp_path):
     assert v["dapo_gain"].verdict == W.FAIL                       # FLAT gains only .07 within 50 steps
     assert v["headroom"].verdict == W.FAIL                        # .677 < .60 + .10
     assert v["clipping"].verdict == W.FAIL                        # 2.5% of uncertain tokens
+    # too fast (to the floor) and too slow (−3 %): the regime check fails either way
+    for cont in ([0.70, 0.60, 0.50, 0.46, 0.45, 0.45], [0.70, 0.70, 0.69, 0.68, 0.68, 0.68]):
+        v = _verdicts(_runs(tmp_path / f"r{cont[-1]}", {0: RISE_FALL}, cont=cont))
+        assert v["regime"].verdict == W.FAIL, v["regime"].evidence
     # training accuracy above the bound at the peak
     v = _verdicts(_runs(tmp_path / "b", {0: RISE_FALL}, acc=lambda s: 0.9))
     assert v["dapo_train_acc"].verdict == W.FAIL and v["headroom"].verdict == W.NOT_RUN
