@@ -208,9 +208,12 @@ class Models:
         model, b = self.model(which), self.cfg.batch
         micro = microbatch.split(rows, batch.seq_lens, b.micro_batch_responses, b.micro_batch_tokens)
         micro = microbatch.equalize(micro, self.dist.all_gather_object(len(micro)))
+        R = batch.response_mask.shape[1]
+        if not micro:                   # no rank has rows: no pass (and no train/eval switch of the model)
+            return (torch.zeros(0, R, device=rows.device),
+                    torch.zeros(0, R, device=rows.device) if with_entropy else None)
         where = torch.empty(batch.input_ids.shape[0], dtype=torch.long, device=rows.device)
         where[rows] = torch.arange(len(rows), device=rows.device)
-        R = batch.response_mask.shape[1]
         lp = torch.zeros(len(rows), R, device=rows.device)
         ent = torch.zeros(len(rows), R, device=rows.device) if with_entropy else None
         was_training = model.training

@@ -108,8 +108,10 @@ class StaticStepper:
     compacted away in place. The fused matrices are a second copy of the weights while a call runs (at the
     paper's scale the vLLM engine samples instead)."""
 
-    def __init__(self, model):
+    def __init__(self, model, workspace: dict | None = None):
         self.model = model
+        # reusable cache storage across calls (the engine's): a fresh one is page-faulted in on every call
+        self.workspace = {} if workspace is None else workspace
         self.body = model.model
         self.layers = list(self.body.layers)
         a0 = self.layers[0].self_attn
@@ -199,6 +201,19 @@ class StaticStepper:
         xn = _normed(x, self.eps_final)
         return torch.mm(xn, self.w_lm) if self.b_lm is None else torch.addmm(self.b_lm, xn, self.w_lm)
 
+    def _buffer(self, name: str, like: torch.Tensor, shape: tuple) -> torch.Tensor:
+        """An uninitialised tensor of `shape` (like's dtype and device) on the workspace's storage `name`,
+        grown when too small. Only one live tensor per name: the prefill's cache ("*_pre") is read while the
+        expanded one is written."""
+        need = 1
+        for x in shape:
+            need *= x
+        key = (name, like.dtype, like.device)
+        flat = self.workspace.get(key)
+        if flat is None or flat.numel() < need:
+            flat = self.workspace[key] = like.new_empty(need)
+        return flat[:need].view(shape)
+
     # ---------------------------------------------------------------------------------------- stepping
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
                 max_new_tokens: int) -> torch.Tensor:
@@ -211,8 +226,8 @@ class StaticStepper:
         hq, hkv, d = self.q_heads, self.kv_heads, self.head_dim
         # slots are written before they are read (attention reads only the slots filled so far): no zeroing
         # keys transposed ([.., head_dim, slots]: a decode step's q·Kᵀ then reads them in place), values not
-        self.keys_t = x.new_empty(len(self.layers), n, hkv, d, size)
-        self.values = x.new_empty(len(self.layers), n, hkv, size, d)
+        self.keys_t = self._buffer("keys_pre", x, (len(self.layers), n, hkv, d, size))
+        self.values = self._buffer("values_pre", x, (len(self.layers), n, hkv, size, d))
         # cos and sin of every position for every head (1 and 0 on the value heads: the rotation leaves v
         # alone)
         cos, sin = self.body.rotary_emb(x, torch.arange(size, device=dev)[None])
@@ -282,8 +297,8 @@ class StaticStepper:
         """Row j of the cache and the mask becomes current row rows[j] ([K] indices, repeats allowed): after a
         prefill of each distinct prompt, one copy per response."""
         f, k = self.filled, len(rows)
-        keys_t = self.keys_t.new_empty((self.keys_t.shape[0], k) + self.keys_t.shape[2:])
-        values = self.values.new_empty((self.values.shape[0], k) + self.values.shape[2:])
+        keys_t = self._buffer("keys", self.keys_t, (self.keys_t.shape[0], k) + self.keys_t.shape[2:])
+        values = self._buffer("values", self.values, (self.values.shape[0], k) + self.values.shape[2:])
         keys_t[..., :f] = self.keys_t[:, rows, ..., :f]        # only the filled slots
         values[:, :, :, :f] = self.values[:, rows, :, :f]
         self.keys_t, self.values = keys_t, values
@@ -329,6 +344,9 @@ def _rms_norm(norm, x: torch.Tensor) -> torch.Tensor:
     return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
 
 
-def make_stepper(model, static: bool = True):
-    """The fastest stepper that supports `model` (`static=False` forces the generic one)."""
-    return StaticStepper(model) if static and StaticStepper.supports(model) else HFStepper(model)
+def make_stepper(model, static: bool = True, workspace: dict | None = None):
+    """The fastest stepper that supports `model` (`static=False` forces the generic one); `workspace`: the
+    static stepper's reusable cache storage (a dict the caller keeps between calls)."""
+    if static and StaticStepper.supports(model):
+        return StaticStepper(model, workspace)
+    return HFStepper(model)

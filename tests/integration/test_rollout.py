@@ -176,8 +176,8 @@ def test_small_cpu_decodes_run_on_one_thread_and_restore_the_count(monkeypatch):
     model = MODELS["qwen2"]()                      # hidden 32
     seen = []
 
-    def spy(m, static=True):
-        st = make_stepper(m, static)
+    def spy(m, static=True, workspace=None):
+        st = make_stepper(m, static, workspace)
         decode = st.decode
         st.decode = lambda *a: (seen.append(torch.get_num_threads()), decode(*a))[1]
         return st
