@@ -123,7 +123,8 @@ def attach_chunked_logprobs(model) -> str:
     return CHUNKED_METHOD
 
 
-def _lean_logprobs(model, batch: TokenBatch, temperature: float, with_entropy: bool, chunk_tokens: int | None):
+def _lean_logprobs(model, batch: TokenBatch, temperature: float, with_entropy: bool,
+                   chunk_tokens: int | None):
     """forward_logprobs through common.fastmodel: the backbone on the real tokens only, then the lm_head and
     log-softmax on the Tr response tokens alone (`chunk_tokens` at a time when given) -> [N, R] (0 off the
     response mask; entropy likewise)."""

@@ -117,8 +117,8 @@ class Trainer:
         state = ckpt.load_state(self.run_dir, resume_from) if resume_from is not None else None
         self.models = Models(cfg, self.dist, self.tokenizer).load(self.run_dir, resume_from, state)
         o = cfg.optim
-        # one process: the fused AdamW kernel (one pass per tensor, ~5x faster than the loop on the CPU); FSDP2's
-        # DTensor shards keep the loop
+        # one process: the fused AdamW kernel (one pass per tensor, ~5x faster than the loop on the CPU);
+        # FSDP2's DTensor shards keep the loop
         self.optimizer = torch.optim.AdamW(self.models.policy.parameters(), lr=o.lr, betas=tuple(o.betas),
                                            eps=o.eps, weight_decay=o.weight_decay,
                                            fused=not self.dist.distributed)

@@ -5,9 +5,10 @@
 Runs bench.step_time's DAPO and ARMOR configurations (8 prompts x 8 responses, 48 new tokens, one optimizer
 update a step; the world's base model, float32, CPU), one step of each in turn, and prints for every phase
 (generate, log-probs, update) its median wall and CPU time, the FLOPs it computed, its achieved GFLOP/s (per
-CPU second: on a shared machine wall time also counts other processes' turns), and beside it the GEMM limit: the rate of the phase's own matrix products (every linear layer of the model at the phase's
-token count: the forward product X·Wᵀ, and for the update also the backward products G·W and Gᵀ·X) timed
-alone in the same process, right after each step, so that both see the same machine load. Then the same for
+CPU second: on a shared machine wall time also counts other processes' turns), and beside it the GEMM limit:
+the rate of the phase's own matrix products (every linear layer of the model at the phase's token count: the
+forward product X·Wᵀ, and for the update also the backward products G·W and Gᵀ·X) timed alone in the same
+process, right after each step, so that both see the same machine load. Then the same for
 decoding: milliseconds and GFLOP/s a decode step (one token for every row) against the GEMM limit of one
 step's products at that many rows.
 
@@ -67,7 +68,8 @@ class ModelShapes:
     def linear_params(self) -> int:
         """Weights of the linear layers of all decoder layers: L · (H·(hq + 2·hkv)·d + hq·d·H + 3·H·I)."""
         H, d = self.hidden, self.head_dim
-        per_layer = H * (self.q_heads + 2 * self.kv_heads) * d + self.q_heads * d * H + 3 * H * self.intermediate
+        per_layer = (H * (self.q_heads + 2 * self.kv_heads) * d + self.q_heads * d * H
+                     + 3 * H * self.intermediate)
         return self.layers * per_layer
 
     def linears(self) -> list[tuple[int, int]]:
@@ -276,7 +278,8 @@ def summarize(rs: list[dict]) -> dict:
 
 def format_report(res: dict) -> str:
     c = res["config"]
-    L = [f"bench.profile: {c['prompts']} prompts x {c['group']} responses, max_new_tokens {c['max_new_tokens']}, "
+    L = [f"bench.profile: {c['prompts']} prompts x {c['group']} responses, max_new_tokens "
+         f"{c['max_new_tokens']}, "
          f"float32, CPU threads {c['threads']}; medians over {c['steps']} steps after {c['warmup']} warm-up "
          f"(each arm in turn)",
          f"  world {c['world']}; model {c['shapes']}",
@@ -285,7 +288,8 @@ def format_report(res: dict) -> str:
          f"  load average before {res['load_before']}, after {res['load_after']}",
          "  GFLOP/s = FLOPs counted from the shapes / the phase's CPU time; GEMM lim = the phase's "
          "linear-layer products alone (CPU time, best of a few), timed after each step", ""]
-    L.append(f"{'arm':6} {'phase':9} {'wall ms':>8} {'CPU ms':>8} {'GFLOP':>8} {'GFLOP/s':>8} {'GEMM lim':>9} "
+    L.append(f"{'arm':6} {'phase':9} {'wall ms':>8} {'CPU ms':>8} {'GFLOP':>8} {'GFLOP/s':>8} "
+             f"{'GEMM lim':>9} "
              f"{'share':>6}")
     for arm in ("dapo", "armor"):
         a = res[arm]
@@ -301,7 +305,8 @@ def format_report(res: dict) -> str:
              f"{'met' if d['ms_per_step'] <= TARGET_DECODE_MS else 'MISSED'}), {d['gflops']:.2f} GFLOP/s "
              f"against a GEMM limit of {d['limit_gflops']:.1f} GFLOP/s at {d['rows']:.0f} rows")
     share = res["dapo"]["phases"]["update"]["share"]
-    L.append(f"DAPO update at {100 * share:.0f}% of its GEMM limit (target >= {100 * TARGET_UPDATE_SHARE:.0f}%: "
+    L.append(f"DAPO update at {100 * share:.0f}% of its GEMM limit "
+             f"(target >= {100 * TARGET_UPDATE_SHARE:.0f}%: "
              f"{'met' if share >= TARGET_UPDATE_SHARE else 'MISSED'})")
     L.append(f"ARMOR / DAPO step time: {res['armor']['step_ms'] / res['dapo']['step_ms']:.2f}")
     return "\n".join(L)

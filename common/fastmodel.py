@@ -40,15 +40,16 @@ def enabled() -> bool:
     """ARMOR_FAST_FORWARD: "1" (default) uses the lean forward where supported, "0" always HF's."""
     v = os.environ.get(ENV_SWITCH, "1")
     if v not in ("0", "1"):
-        raise ValueError(f"{ENV_SWITCH}: {v!r} must be 0 (HF's forward) or 1 (the lean forward where supported)")
+        raise ValueError(f"{ENV_SWITCH}: {v!r} must be 0 (HF's forward) or 1 (the lean forward where "
+                         "supported)")
     return v == "1"
 
 
 def layout_problem(model) -> str | None:
     """Why `model` does not have the decoder layout the lean passes compute (None: it has it): pre-norm
-    attention with q/k/v/o projections (optional biases, optional per-head q/k RMSNorm), a static RoPE and full
-    attention in every layer, then a pre-norm gated MLP; a final norm and an lm_head. Shared with the static
-    decoder (common.rollout.static_decode)."""
+    attention with q/k/v/o projections (optional biases, optional per-head q/k RMSNorm), a static RoPE and
+    full attention in every layer, then a pre-norm gated MLP; a final norm and an lm_head. Shared with the
+    static decoder (common.rollout.static_decode)."""
     cfg, body = getattr(model, "config", None), getattr(model, "model", None)
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED_TYPES or body is None:
         return f"model_type {getattr(cfg, 'model_type', None)!r} is not one of {SUPPORTED_TYPES}"

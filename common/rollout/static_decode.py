@@ -23,9 +23,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-# model_type -> the layer layout is: pre-norm attention (q/k/v/o projections, optional per-head q/k RMSNorm)
-# with rotary embeddings, then pre-norm MLP; a final norm and lm_head.
-_SUPPORTED_TYPES = {"qwen2", "qwen3", "llama"}
+from common.fastmodel import layout_problem
 
 
 _CACHE_ARGS = ("cache", "past_key_values")   # transformers >= 5.24 names forward's KV cache `cache`
@@ -126,22 +124,9 @@ class StaticStepper:
 
     @staticmethod
     def supports(model) -> bool:
-        """True for Qwen2 / Qwen3 / Llama causal LMs with full attention in every layer and a static RoPE."""
-        cfg = getattr(model, "config", None)
-        body = getattr(model, "model", None)
-        if cfg is None or getattr(cfg, "model_type", None) not in _SUPPORTED_TYPES or body is None:
-            return False
-        if not all(hasattr(body, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb")):
-            return False
-        if getattr(cfg, "use_sliding_window", False):
-            return False
-        if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
-            return False
-        rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-        # its frequencies follow the length
-        if rope.get("rope_type", rope.get("type", "default")) == "dynamic":
-            return False
-        return getattr(cfg, "_attn_implementation", "sdpa") in ("sdpa", "eager")
+        """True for Qwen2 / Qwen3 / Llama causal LMs with full attention in every layer and a static RoPE
+        (common.fastmodel.layout_problem)."""
+        return layout_problem(model) is None
 
     # ------------------------------------------------------------------------------------ fused weights
     def _prepare(self) -> None:

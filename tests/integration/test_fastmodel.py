@@ -1,6 +1,7 @@
-"""The lean forward (common.fastmodel) against HF's own forward: the same log-probs, entropies and gradients on
-every layout it claims (Qwen2 with and without GQA, Qwen3's q/k norms and explicit head_dim, Llama with one kv
-head or with biases, an untied lm_head, activation checkpointing), and HF's forward wherever it does not."""
+"""The lean forward (common.fastmodel) against HF's own forward: the same log-probs, entropies and gradients
+on every layout it claims (Qwen2 with and without GQA, Qwen3's q/k norms and explicit head_dim, Llama with
+one kv head or with biases, an untied lm_head, activation checkpointing), and HF's forward wherever it does
+not."""
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
@@ -131,8 +132,9 @@ def test_selecting_a_padding_position_is_refused():
 
 
 def test_attention_backward_matches_autograd():
-    """_Attention's hand-written backward (one block and causal blocks, GQA-stacked queries) against autograd of
-    softmax(scale·QKᵀ + bias)·V (float64), and its forward against the formula on a 1 x 2 x 1 case by hand: scores 0.5·[1·1, 1·3] = [0.5, 1.5] → weights
+    """_Attention's hand-written backward (one block and causal blocks, GQA-stacked queries) against autograd
+    of softmax(scale·QKᵀ + bias)·V (float64), and its forward against the formula on a 1 x 2 x 1 case by hand:
+    scores 0.5·[1·1, 1·3] = [0.5, 1.5] → weights
     [1/(1+e), e/(1+e)] over values [2, 4]."""
     g = torch.Generator().manual_seed(0)
     S = 5
