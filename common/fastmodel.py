@@ -189,10 +189,10 @@ def _layer(layer, plan: _Plan, x, rope, dest, n_rows: int, n_slots: int, bias):
     # heads first, each row's tokens left-aligned: [q + k + v heads, rows · slots, d]
     slots = qkv.new_zeros(heads, n_rows * n_slots, d).index_copy(1, dest, qkv.transpose(0, 1))
     # batch (kv head, row); the g query heads of a kv head stacked along the product's rows, position-major
-    qs = (slots[:hq].view(hkv, g, n_rows, n_slots, d).permute(0, 2, 3, 1, 4)
-          .reshape(hkv * n_rows, n_slots * g, d))
-    ks = slots[hq:hq + hkv].view(hkv * n_rows, n_slots, d)
-    vs = slots[hq + hkv:].view(hkv * n_rows, n_slots, d)
+    # split, not sliced: a slice's backward fills a whole zero gradient per slice, a split's is one cat
+    qs, ks, vs = slots.split([hq, hkv, hkv], 0)
+    qs = qs.view(hkv, g, n_rows, n_slots, d).permute(0, 2, 3, 1, 4).reshape(hkv * n_rows, n_slots * g, d)
+    ks, vs = ks.view(hkv * n_rows, n_slots, d), vs.view(hkv * n_rows, n_slots, d)
     h = n_slots // 2 if n_slots >= MIN_BLOCKED_SLOTS else 0
     o = _Attention.apply(qs, ks, vs, bias, plan.scale, h, g)
     o = (o.view(hkv, n_rows, n_slots, g, d).permute(1, 2, 0, 3, 4).reshape(n_rows * n_slots, hq * d)
