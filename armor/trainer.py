@@ -47,6 +47,7 @@ from armor.spmd import call_seed, global_masked_mean, sharded_map
 from armor.step_state import (PROBE_ROWS, FrozenLogprobs, Group, MinibatchPlan, PhaseTimes, RolloutStats,
                               Samples, mode_classifier, mode_shares,
                               SeedPhase, UpdateBatch, engine_logprobs, step_seed)
+from common import fastmodel
 from common.distributed import Dist
 from common.grading import Grader
 from common.metrics import avg_at_k
@@ -118,10 +119,10 @@ class Trainer:
         self.models = Models(cfg, self.dist, self.tokenizer).load(self.run_dir, resume_from, state)
         o = cfg.optim
         # one process: the fused AdamW kernel (one pass per tensor, ~5x faster than the loop on the CPU);
-        # FSDP2's DTensor shards keep the loop
+        # FSDP2's DTensor shards, and ARMOR_FAST_FORWARD=0 (the reference numerics), keep the loop
         self.optimizer = torch.optim.AdamW(self.models.policy.parameters(), lr=o.lr, betas=tuple(o.betas),
                                            eps=o.eps, weight_decay=o.weight_decay,
-                                           fused=not self.dist.distributed)
+                                           fused=not self.dist.distributed and fastmodel.enabled())
         warm = o.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)

@@ -37,7 +37,8 @@ ENV_SWITCH = "ARMOR_FAST_FORWARD"
 
 
 def enabled() -> bool:
-    """ARMOR_FAST_FORWARD: "1" (default) uses the lean forward where supported, "0" always HF's."""
+    """ARMOR_FAST_FORWARD: "1" (default) uses the lean forward where supported, "0" always HF's (and the
+    trainer the loop AdamW, not the fused one: the reference numerics, as FSDP2 computes)."""
     v = os.environ.get(ENV_SWITCH, "1")
     if v not in ("0", "1"):
         raise ValueError(f"{ENV_SWITCH}: {v!r} must be 0 (HF's forward) or 1 (the lean forward where "

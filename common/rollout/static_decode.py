@@ -100,7 +100,7 @@ class StaticStepper:
     A decoder layer takes four weight products where the model's forward takes seven: [q; k; v] and [gate; up]
     are fused, each with the RMSNorm weight before it folded in. RoPE's rotate_half is one product by a ±1
     matrix over all heads (cos 1 and sin 0 on the value heads).
-    The norms are weightless (one fused op in float32) and addmm carries the residual additions and biases.
+    The norm's 1/rms(x) scales the product instead of the input, and addmm carries the residual additions.
     The cache is preallocated for the whole call: keys transposed [layers, rows, kv heads, head_dim, slots]
     (so q·Kᵀ reads them in place), values [layers, rows, kv heads, slots, head_dim]; finished rows are
     compacted away in place. The fused matrices are a second copy of the weights while a call runs (at the
@@ -160,8 +160,9 @@ class StaticStepper:
         """Normalized, projected and rotated heads of rows x [M, H]: -> [M, q + k + v heads, head_dim].
         cs: [M, 2, heads, head_dim], cos then sin of each row's position (1 and 0 on the value heads)."""
         f = self.fused[i]
-        xn = _normed(x, f.eps_in)
-        y = torch.mm(xn, f.w_in) if f.b_in is None else torch.addmm(f.b_in, xn, f.w_in)
+        inv = _inv_rms(x, f.eps_in)
+        y = torch.mm(x, f.w_in)
+        y = y.mul_(inv) if f.b_in is None else torch.addcmul(f.b_in, y, inv)
         m, h, d = x.shape[0], self.heads, self.head_dim
         y = y.view(m, h, d)
         if self.qk_norm:                                    # Qwen3: per-head RMSNorm of q and k, before RoPE
@@ -176,15 +177,16 @@ class StaticStepper:
         then plus the MLP of that."""
         f = self.fused[i]
         x = torch.addmm(x, o, f.w_o) if f.b_o is None else torch.addmm(x, o, f.w_o).add_(f.b_o)
-        xn = _normed(x, f.eps_post)
-        gu = torch.mm(xn, f.w_gate_up) if f.b_gate_up is None else torch.addmm(f.b_gate_up, xn, f.w_gate_up)
+        inv = _inv_rms(x, f.eps_post)
+        gu = torch.mm(x, f.w_gate_up)
+        gu = gu.mul_(inv) if f.b_gate_up is None else torch.addcmul(f.b_gate_up, gu, inv)
         inter = gu.shape[1] // 2
         h = self.act(gu[:, :inter]).mul_(gu[:, inter:])
         return torch.addmm(x, h, f.w_down) if f.b_down is None else torch.addmm(x, h, f.w_down).add_(f.b_down)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        xn = _normed(x, self.eps_final)
-        return torch.mm(xn, self.w_lm) if self.b_lm is None else torch.addmm(self.b_lm, xn, self.w_lm)
+        out = torch.mm(x, self.w_lm).mul_(_inv_rms(x, self.eps_final))
+        return out if self.b_lm is None else out.add_(self.b_lm)
 
     def _buffer(self, name: str, like: torch.Tensor, shape: tuple) -> torch.Tensor:
         """An uninitialised tensor of `shape` (like's dtype and device) on the workspace's storage `name`,
@@ -315,14 +317,6 @@ def _inv_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
                                    dtype=torch.float32).square_().mul_(1.0 / x.shape[-1])
     inv = inv.add_(eps).rsqrt_()
     return inv if x.dtype == torch.float32 else inv.to(x.dtype)
-
-
-def _normed(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """x / sqrt(mean(x²) + eps) per row of x [M, H] (the RMSNorm without its weight, which the next product
-    holds): one fused operation in float32, the statistics in float32 (as HF computes them) otherwise."""
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, x.shape[-1:], None, eps)
-    return (x.float() * _inv_rms(x.float(), eps)).to(x.dtype)
 
 
 def _rms_norm(norm, x: torch.Tensor) -> torch.Tensor:
