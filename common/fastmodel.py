@@ -24,6 +24,12 @@ shapes: ~1e-6 in float32; tests/integration/test_fastmodel.py). Anything else fa
 for other architectures, sliding windows, dynamic RoPE, adapters (a projection that is not a plain Linear),
 attention dropout while training, FSDP2-sharded models (their weights are gathered by the layers' own forward
 hooks), and when ARMOR_FAST_FORWARD=0 is set.
+
+What decided it (this machine: 2 shared AMD EPYC cores, torch 2.13 CPU, 1 thread, the tiny world's model, a
+64-row update batch of ~2,500 real tokens): torch.compile of one layer (inductor, dynamic shapes, gcc) took
+55 s to compile in each process and then ran forward + backward in 131 ms against 85 ms eager, in the same
+conditions; CPU SDPA at head width 16 and ~50 positions (the flash kernel) took 12.5 ms forward + backward
+where `_Attention` takes 3.6 (CPU time), and its two causal blocks 2.6.
 """
 from __future__ import annotations
 
