@@ -83,8 +83,8 @@ def test_bench_decode_prints_both_decoders(world, capsys):
 
 
 def test_profile_counts_phases_and_reports(world):
-    """bench.profile on shrunken shapes: every phase that did work has FLOPs, a CPU time, a GEMM limit measured
-    in the run and a share of it; the report names the targets."""
+    """bench.profile on shrunken shapes: every phase that did work has FLOPs, a CPU time, a GEMM limit
+    measured in the run and a share of it; the report names the targets."""
     from bench import profile
     res = profile.run(world, steps=1, warmup=0, threads=1, prompts=2, group=4, max_new_tokens=6)
     for arm in ("dapo", "armor"):
