@@ -207,11 +207,12 @@ class Models:
         forward is a collective on several ranks); the extra ones run row 0 and are dropped."""
         model, b = self.model(which), self.cfg.batch
         micro = microbatch.split(rows, batch.seq_lens, b.micro_batch_responses, b.micro_batch_tokens)
-        micro = microbatch.equalize(micro, self.dist.all_gather_object(len(micro)))
+        counts = self.dist.all_gather_object(len(micro))
         R = batch.response_mask.shape[1]
-        if not micro:                   # no rank has rows: no pass (and no train/eval switch of the model)
+        if max(counts) == 0:            # no rank has rows: no pass on any (nor a train/eval switch)
             return (torch.zeros(0, R, device=rows.device),
                     torch.zeros(0, R, device=rows.device) if with_entropy else None)
+        micro = microbatch.equalize(micro, counts)
         where = torch.empty(batch.input_ids.shape[0], dtype=torch.long, device=rows.device)
         where[rows] = torch.arange(len(rows), device=rows.device)
         lp = torch.zeros(len(rows), R, device=rows.device)
