@@ -108,7 +108,7 @@ class StaticStepper:
 
     def __init__(self, model, workspace: dict | None = None):
         self.model = model
-        # reusable cache storage across calls (the engine's): a fresh one is page-faulted in on every call
+        # reusable CPU cache storage across calls (the engine's): a fresh one is page-faulted in every call
         self.workspace = {} if workspace is None else workspace
         self.body = model.model
         self.layers = list(self.body.layers)
@@ -191,7 +191,10 @@ class StaticStepper:
     def _buffer(self, name: str, like: torch.Tensor, shape: tuple) -> torch.Tensor:
         """An uninitialised tensor of `shape` (like's dtype and device) on the workspace's storage `name`,
         grown when too small. Only one live tensor per name: the prefill's cache ("*_pre") is read while the
-        expanded one is written."""
+        expanded one is written. CPU only: a GPU's caching allocator reuses memory already, and a cache kept
+        between calls would hold GPU memory the trainer needs."""
+        if like.device.type != "cpu":
+            return like.new_empty(shape)
         need = 1
         for x in shape:
             need *= x
