@@ -70,6 +70,7 @@ class Trainer:
         self.run_dir = cfg.run_dir
         # ---- everything that can be wrong with the inputs is checked before any work is spent
         faults.check_env()
+        fastmodel.enabled()          # a malformed ARMOR_FAST_FORWARD is refused here, naming its value
         from armor import logging_backends
         logging_backends.check(cfg.logging)
         check_paths(cfg)

@@ -153,3 +153,21 @@ def test_attention_backward_matches_autograd():
                                      torch.tensor([[[2.0], [4.0]]]), torch.zeros(1, 2), 0.5, 0, 1)
     e = torch.e
     assert abs(float(one) - (2 / (1 + e) + 4 * e / (1 + e))) < 1e-6
+
+
+def test_a_malformed_switch_fails_before_work(world, tmp_path):
+    """`python -m armor.train` with ARMOR_FAST_FORWARD=yes: exit 2 naming the variable and its value, no run
+    folder."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "never"
+    args = [f"model.path={world / 'base_model'}", f"data.train={world / 'data' / 'train.jsonl'}",
+            f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", f"output_dir={out}"]
+    r = subprocess.run([sys.executable, "-m", "armor.train", "--config",
+                        str(root / "reproduce" / "presets" / "smoke.yaml"), *args],
+                       capture_output=True, text=True, cwd=root, env={**os.environ, fastmodel.ENV_SWITCH: "yes"})
+    assert r.returncode == 2 and "ARMOR_FAST_FORWARD: 'yes'" in r.stderr, r.stderr[-2000:]
+    assert not out.exists()
