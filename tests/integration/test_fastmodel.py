@@ -168,6 +168,7 @@ def test_a_malformed_switch_fails_before_work(world, tmp_path):
             f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", f"output_dir={out}"]
     r = subprocess.run([sys.executable, "-m", "armor.train", "--config",
                         str(root / "reproduce" / "presets" / "smoke.yaml"), *args],
-                       capture_output=True, text=True, cwd=root, env={**os.environ, fastmodel.ENV_SWITCH: "yes"})
+                       capture_output=True, text=True, cwd=root,
+                       env={**os.environ, fastmodel.ENV_SWITCH: "yes"})
     assert r.returncode == 2 and "ARMOR_FAST_FORWARD: 'yes'" in r.stderr, r.stderr[-2000:]
     assert not out.exists()
