@@ -295,8 +295,9 @@ def format_report(res: dict) -> str:
         a = res[arm]
         for ph in PHASES:
             p = a["phases"][ph]
-            L.append(f"{arm.upper():6} {ph:9} {p['ms']:8.1f} {p['cpu_ms']:8.1f} {p['gflop']:8.3f} "
-                     f"{p['gflops']:8.1f} {p['limit_gflops']:9.1f} {100 * p['share']:5.0f}%")
+            rates = (f"{p['gflops']:8.1f} {p['limit_gflops']:9.1f} {100 * p['share']:5.0f}%" if p["gflop"]
+                     else f"{'-':>8} {'-':>9} {'-':>6}")       # a phase that computed nothing (DAPO's πref)
+            L.append(f"{arm.upper():6} {ph:9} {p['ms']:8.1f} {p['cpu_ms']:8.1f} {p['gflop']:8.3f} {rates}")
         L.append(f"{arm.upper():6} {'step':9} {a['step_ms']:8.1f} {a['step_cpu_ms']:8.1f}")
     d = res["dapo"]["decode"]
     L.append("")
