@@ -208,10 +208,14 @@ class Models:
         forward is a collective on several ranks); the extra ones run row 0 and are dropped."""
         model = self.model(which)
         micro = self.budget.split(rows, batch.seq_lens)
-        micro = microbatch.equalize(micro, self.dist.all_gather_object(len(micro)))
+        counts = self.dist.all_gather_object(len(micro))
+        R = batch.response_mask.shape[1]
+        if max(counts) == 0:            # no rank has rows: no pass on any (nor a train/eval switch)
+            return (torch.zeros(0, R, device=rows.device),
+                    torch.zeros(0, R, device=rows.device) if with_entropy else None)
+        micro = microbatch.equalize(micro, counts)
         where = torch.empty(batch.input_ids.shape[0], dtype=torch.long, device=rows.device)
         where[rows] = torch.arange(len(rows), device=rows.device)
-        R = batch.response_mask.shape[1]
         lp = torch.zeros(len(rows), R, device=rows.device)
         ent = torch.zeros(len(rows), R, device=rows.device) if with_entropy else None
         was_training = model.training

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
+from common import fastmodel
 
 @dataclass
 class TokenBatch:
@@ -122,6 +123,29 @@ def attach_chunked_logprobs(model) -> str:
     return CHUNKED_METHOD
 
 
+def _lean_logprobs(model, batch: TokenBatch, temperature: float, with_entropy: bool,
+                   chunk_tokens: int | None):
+    """forward_logprobs through common.fastmodel: the backbone on the real tokens only, then the lm_head and
+    log-softmax on the Tr response tokens alone (`chunk_tokens` at a time when given) -> [N, R] (0 off the
+    response mask; entropy likewise)."""
+    N, R = batch.response_mask.shape
+    L = batch.input_ids.shape[1]
+    rows, cols = batch.response_mask.nonzero(as_tuple=True)             # [Tr] each response token
+    target = rows * L + batch.prompt_len + cols                          # its flat position
+    hidden = fastmodel.hidden_states(model, batch.input_ids, batch.attention_mask, batch.position_ids,
+                                     target - 1)                         # the state that predicts it
+    ids = batch.input_ids.reshape(-1).index_select(0, target)
+    head = model.get_output_embeddings()
+    if chunk_tokens is None:
+        lp, ent = _token_logprobs(head(hidden)[None], ids[None], temperature, with_entropy)
+    else:
+        lp, ent = chunked_logprobs(hidden[None], head, ids[None], temperature, with_entropy, chunk_tokens)
+    flat = rows * R + cols
+    logp = lp.new_zeros(N * R).index_copy(0, flat, lp[0]).view(N, R)
+    entropy = None if ent is None else ent.new_zeros(N * R).index_copy(0, flat, ent[0]).view(N, R)
+    return logp, entropy
+
+
 def forward_logprobs(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False,
                      chunk_tokens: int | None = None):
     """Per-token log πθ(y_t | x, y_<t) of the response tokens: [N, R] (and the entropy [N, R], without grad).
@@ -129,6 +153,8 @@ def forward_logprobs(model, batch: TokenBatch, temperature: float = 1.0, with_en
     chunk_tokens: None computes the logits of every position at once; an int runs the backbone, then the
     lm_head and log-softmax over the response positions `chunk_tokens` at a time (`chunked_logprobs`), through
     the model's CHUNKED_METHOD when it has one (a sharded model must: parallel.shard_model attaches it)."""
+    if fastmodel.supports(model):
+        return _lean_logprobs(model, batch, temperature, with_entropy, chunk_tokens)
     if chunk_tokens is not None:
         fn = getattr(model, CHUNKED_METHOD, None)
         args = (batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_len, temperature,

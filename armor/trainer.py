@@ -48,6 +48,7 @@ from armor.spmd import call_seed, global_masked_mean, sharded_map
 from armor.step_state import (PROBE_ROWS, FrozenLogprobs, Group, PhaseTimes, RolloutStats, Samples,
                               SeedPhase, UpdateBatch, engine_logprobs, mode_classifier, mode_shares,
                               step_seed, timed)
+from common import fastmodel
 from common.distributed import Dist
 from common.grading import Grader
 from common.metrics import avg_at_k
@@ -70,6 +71,7 @@ class Trainer:
         self.run_dir = cfg.run_dir
         # ---- everything that can be wrong with the inputs is checked before any work is spent
         faults.check_env()
+        fastmodel.enabled()          # a malformed ARMOR_FAST_FORWARD is refused here, naming its value
         from armor import logging_backends
         logging_backends.check(cfg.logging)
         check_paths(cfg)
@@ -120,8 +122,11 @@ class Trainer:
         state = ckpt.load_state(self.run_dir, resume_from) if resume_from is not None else None
         self.models = Models(cfg, self.dist, self.tokenizer).load(self.run_dir, resume_from, state)
         o = cfg.optim
+        # one process: the fused AdamW kernel (one pass per tensor, ~5x faster than the loop on the CPU);
+        # FSDP2's DTensor shards, and ARMOR_FAST_FORWARD=0 (the reference numerics), keep the loop
         self.optimizer = torch.optim.AdamW(self.models.policy.parameters(), lr=o.lr, betas=tuple(o.betas),
-                                           eps=o.eps, weight_decay=o.weight_decay)
+                                           eps=o.eps, weight_decay=o.weight_decay,
+                                           fused=not self.dist.distributed and fastmodel.enabled())
         warm = o.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)

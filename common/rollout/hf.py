@@ -38,6 +38,7 @@ class HFEngine(RolloutEngine):
         self.static_cache = static_cache   # the preallocated-KV-cache decoder where the architecture allows
         self.tokenizer = tokenizer
         self.max_batch = max_batch
+        self._workspace: dict = {}         # the static decoder's KV-cache storage, kept between calls
         eos = tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -101,7 +102,7 @@ class HFEngine(RolloutEngine):
             mask[u, :plen - len(p)] = 0
         ids, mask = ids.to(device), mask.to(device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        stepper = make_stepper(self.model, self.static_cache)
+        stepper = make_stepper(self.model, self.static_cache, self._workspace)
         logits = stepper.prefill(ids, mask, pos, T)
         self._fit_threads(n, device)
         expand = torch.tensor([row_of[i] for i in row_prompt], device=device)
@@ -142,22 +143,12 @@ class HFEngine(RolloutEngine):
                 self._fit_threads(len(keep), device)
             logits = stepper.decode(tok, next_pos, t)
             next_pos = next_pos + 1
-        toks = tokens[:, :steps].tolist()
-        lpl = logps[:, :steps].tolist()
-        responses, out_lp, finished = [], [], []
-        for j in range(n):
-            r, l = [], []
-            stopped = False
-            for t, lp in zip(toks[j], lpl[j]):
-                r.append(t)
-                l.append(lp)
-                if t in self.eos_ids:
-                    stopped = True
-                    break
-            responses.append(r)
-            out_lp.append(l)
-            finished.append(stopped)
-        return responses, out_lp, finished
+        # each row up to and including its first EOS (a row without one sampled every step)
+        is_eos = torch.isin(tokens[:, :steps], eos)
+        stopped = is_eos.any(1)
+        lens = torch.where(stopped, is_eos.int().argmax(1) + 1, steps).tolist()
+        toks, lpl = tokens[:, :steps].tolist(), logps[:, :steps].tolist()
+        return ([r[:k] for r, k in zip(toks, lens)], [lp[:k] for lp, k in zip(lpl, lens)], stopped.tolist())
 
 
 def _gumbel(gen, n: int, vocab: int) -> torch.Tensor:

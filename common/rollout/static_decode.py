@@ -23,9 +23,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-# model_type -> the layer layout is: pre-norm attention (q/k/v/o projections, optional per-head q/k RMSNorm)
-# with rotary embeddings, then pre-norm MLP; a final norm and lm_head.
-_SUPPORTED_TYPES = {"qwen2", "qwen3", "llama"}
+from common.fastmodel import layout_problem
 
 
 _CACHE_ARGS = ("cache", "past_key_values")   # transformers >= 5.24 names forward's KV cache `cache`
@@ -108,8 +106,10 @@ class StaticStepper:
     compacted away in place. The fused matrices are a second copy of the weights while a call runs (at the
     paper's scale the vLLM engine samples instead)."""
 
-    def __init__(self, model):
+    def __init__(self, model, workspace: dict | None = None):
         self.model = model
+        # reusable CPU cache storage across calls (the engine's): a fresh one is page-faulted in every call
+        self.workspace = {} if workspace is None else workspace
         self.body = model.model
         self.layers = list(self.body.layers)
         a0 = self.layers[0].self_attn
@@ -124,22 +124,9 @@ class StaticStepper:
 
     @staticmethod
     def supports(model) -> bool:
-        """True for Qwen2 / Qwen3 / Llama causal LMs with full attention in every layer and a static RoPE."""
-        cfg = getattr(model, "config", None)
-        body = getattr(model, "model", None)
-        if cfg is None or getattr(cfg, "model_type", None) not in _SUPPORTED_TYPES or body is None:
-            return False
-        if not all(hasattr(body, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb")):
-            return False
-        if getattr(cfg, "use_sliding_window", False):
-            return False
-        if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
-            return False
-        rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-        # its frequencies follow the length
-        if rope.get("rope_type", rope.get("type", "default")) == "dynamic":
-            return False
-        return getattr(cfg, "_attn_implementation", "sdpa") in ("sdpa", "eager")
+        """True for Qwen2 / Qwen3 / Llama causal LMs with full attention in every layer and a static RoPE
+        (common.fastmodel.layout_problem)."""
+        return layout_problem(model) is None
 
     # ------------------------------------------------------------------------------------ fused weights
     def _prepare(self) -> None:
@@ -201,6 +188,22 @@ class StaticStepper:
         out = torch.mm(x, self.w_lm).mul_(_inv_rms(x, self.eps_final))
         return out if self.b_lm is None else out.add_(self.b_lm)
 
+    def _buffer(self, name: str, like: torch.Tensor, shape: tuple) -> torch.Tensor:
+        """An uninitialised tensor of `shape` (like's dtype and device) on the workspace's storage `name`,
+        grown when too small. Only one live tensor per name: the prefill's cache ("*_pre") is read while the
+        expanded one is written. CPU only: a GPU's caching allocator reuses memory already, and a cache kept
+        between calls would hold GPU memory the trainer needs."""
+        if like.device.type != "cpu":
+            return like.new_empty(shape)
+        need = 1
+        for x in shape:
+            need *= x
+        key = (name, like.dtype, like.device)
+        flat = self.workspace.get(key)
+        if flat is None or flat.numel() < need:
+            flat = self.workspace[key] = like.new_empty(need)
+        return flat[:need].view(shape)
+
     # ---------------------------------------------------------------------------------------- stepping
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
                 max_new_tokens: int) -> torch.Tensor:
@@ -213,8 +216,8 @@ class StaticStepper:
         hq, hkv, d = self.q_heads, self.kv_heads, self.head_dim
         # slots are written before they are read (attention reads only the slots filled so far): no zeroing
         # keys transposed ([.., head_dim, slots]: a decode step's q·Kᵀ then reads them in place), values not
-        self.keys_t = x.new_empty(len(self.layers), n, hkv, d, size)
-        self.values = x.new_empty(len(self.layers), n, hkv, size, d)
+        self.keys_t = self._buffer("keys_pre", x, (len(self.layers), n, hkv, d, size))
+        self.values = self._buffer("values_pre", x, (len(self.layers), n, hkv, size, d))
         # cos and sin of every position for every head (1 and 0 on the value heads: the rotation leaves v
         # alone)
         cos, sin = self.body.rotary_emb(x, torch.arange(size, device=dev)[None])
@@ -284,8 +287,8 @@ class StaticStepper:
         """Row j of the cache and the mask becomes current row rows[j] ([K] indices, repeats allowed): after a
         prefill of each distinct prompt, one copy per response."""
         f, k = self.filled, len(rows)
-        keys_t = self.keys_t.new_empty((self.keys_t.shape[0], k) + self.keys_t.shape[2:])
-        values = self.values.new_empty((self.values.shape[0], k) + self.values.shape[2:])
+        keys_t = self._buffer("keys", self.keys_t, (self.keys_t.shape[0], k) + self.keys_t.shape[2:])
+        values = self._buffer("values", self.values, (self.values.shape[0], k) + self.values.shape[2:])
         keys_t[..., :f] = self.keys_t[:, rows, ..., :f]        # only the filled slots
         values[:, :, :, :f] = self.values[:, rows, :, :f]
         self.keys_t, self.values = keys_t, values
@@ -323,6 +326,9 @@ def _rms_norm(norm, x: torch.Tensor) -> torch.Tensor:
     return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
 
 
-def make_stepper(model, static: bool = True):
-    """The fastest stepper that supports `model` (`static=False` forces the generic one)."""
-    return StaticStepper(model) if static and StaticStepper.supports(model) else HFStepper(model)
+def make_stepper(model, static: bool = True, workspace: dict | None = None):
+    """The fastest stepper that supports `model` (`static=False` forces the generic one); `workspace`: the
+    static stepper's reusable cache storage (a dict the caller keeps between calls)."""
+    if static and StaticStepper.supports(model):
+        return StaticStepper(model, workspace)
+    return HFStepper(model)

@@ -80,3 +80,24 @@ def test_bench_decode_prints_both_decoders(world, capsys):
                 and abs(speedup - generic_ms / static_ms) < 0.03 * speedup + 0.01)
     assert bench_decode.main(["--world", str(world), "--rows", "12"]) == 2          # not a multiple of 8
     assert bench_decode.main(["--world", "/nonexistent"]) == 2
+
+
+def test_profile_counts_phases_and_reports(world):
+    """bench.profile on shrunken shapes: every phase that did work has FLOPs, a CPU time, a GEMM limit
+    measured in the run and a share of it; the report names the targets."""
+    from bench import profile
+    res = profile.run(world, steps=1, warmup=0, threads=1, prompts=2, group=4, max_new_tokens=6)
+    for arm in ("dapo", "armor"):
+        a = res[arm]
+        assert a["steps"] == 1 and a["step_cpu_ms"] > 0
+        # DAPO (dynamic sampling off) always updates; ARMOR on the untrained quick world may keep no prompt
+        for ph in ("generate", "update") if arm == "dapo" else ("generate",):
+            p = a["phases"][ph]
+            assert p["gflop"] > 0 and p["cpu_ms"] > 0 and p["limit_gflops"] > 0 and 0 < p["share"]
+        assert a["decode"]["ms_per_step"] > 0
+    assert res["dapo"]["decode"]["rows"] == 8                       # 2 prompts x 4 responses in one call
+    assert res["dapo"]["phases"]["logprob"]["gflop"] == 0          # DAPO without a KL monitor reads no πref
+    assert res["config"]["fast_forward_used"] is True
+    text = profile.format_report(res)
+    for needle in ("GEMM lim", "decode", "DAPO update at", "ARMOR / DAPO step time", "lean forward"):
+        assert needle in text

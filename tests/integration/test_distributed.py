@@ -21,6 +21,17 @@ ARGS = ["schedule.save_every=2", "schedule.validate_every=2", "validation.max_pr
 STEPS = 4
 
 
+@pytest.fixture(scope="module", autouse=True)
+def reference_numerics():
+    """Every run here on HF's forward and the loop AdamW (ARMOR_FAST_FORWARD=0): FSDP2's shards always compute
+    that way, and the one-process runs this module compares them with must too (the one-process fast path,
+    common.fastmodel with the fused AdamW, moves weights by ~5e-6 in 4 steps: tests/integration/
+    test_fastmodel.py checks it against HF's forward)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ARMOR_FAST_FORWARD", "0")
+        yield
+
+
 def _run(world: Path, out: Path, ranks: int, fault: str | None = None,
          extra: tuple = ()) -> subprocess.CompletedProcess:
     return run(train_cmd(world, out, f"schedule.total_steps={STEPS}", "parallel.timeout_s=600", *ARGS, *extra,

@@ -176,8 +176,8 @@ def test_small_cpu_decodes_run_on_one_thread_and_restore_the_count(monkeypatch):
     model = MODELS["qwen2"]()                      # hidden 32
     seen = []
 
-    def spy(m, static=True):
-        st = make_stepper(m, static)
+    def spy(m, static=True, workspace=None):
+        st = make_stepper(m, static, workspace)
         decode = st.decode
         st.decode = lambda *a: (seen.append(torch.get_num_threads()), decode(*a))[1]
         return st
@@ -218,3 +218,23 @@ def test_hf_engine_sync_is_versioned():
     again = eng.generate([[5, 6, 7]], params)
     assert (again.response_ids, again.logprobs) == (before.response_ids, before.logprobs)
     assert eng.sync_weights(policy) is True and eng.sync_weights(policy) is True and eng.pushes == 5
+
+
+def test_kept_cache_storage_changes_no_sample():
+    """The static decoder keeps its KV-cache storage between generate calls (CPU): a call after a larger one,
+    on the reused storage, samples exactly what a fresh engine samples."""
+    model = MODELS["qwen2-gqa"]()
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=8, seed=5)
+    small = [[5, 6, 7], [8, 9]]
+    fresh = HFEngine(model, _Tok()).generate(small, params)
+    eng = HFEngine(model, _Tok())
+    eng.generate([[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16]] * 3, SamplingParams(n=4, max_new_tokens=12,
+                                                                                      seed=1))
+    assert eng._workspace                                     # storage kept from the larger call
+    again = eng.generate(small, params)
+    assert (again.response_ids, again.logprobs, again.finished) == (fresh.response_ids, fresh.logprobs,
+                                                                    fresh.finished)
+    # each response is cut after its first EOS (3); one without EOS ran all max_new_tokens
+    for r, lp, f in zip(again.response_ids, again.logprobs, again.finished):
+        assert len(lp) == len(r) and (3 in r) == f
+        assert (r.index(3) == len(r) - 1) if f else len(r) == params.max_new_tokens

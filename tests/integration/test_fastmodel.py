@@ -1,0 +1,174 @@
+"""The lean forward (common.fastmodel) against HF's own forward: the same log-probs, entropies and gradients
+on every layout it claims (Qwen2 with and without GQA, Qwen3's q/k norms and explicit head_dim, Llama with
+one kv head or with biases, an untied lm_head, activation checkpointing), and HF's forward wherever it does
+not."""
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+
+from armor.policy import forward_logprobs, make_token_batch
+from common import fastmodel
+
+SMALL = dict(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+             max_position_embeddings=64, attn_implementation="sdpa")
+
+
+def _model(cfg_cls, **kw):
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg_cls(**{**SMALL, **kw}))
+    with torch.no_grad():   # HF initialises biases and norm weights to constants: make every one count
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model.train()
+
+
+MODELS = {
+    "qwen2": lambda: _model(Qwen2Config, num_key_value_heads=4),
+    "qwen2-gqa-untied": lambda: _model(Qwen2Config, num_key_value_heads=2, tie_word_embeddings=False),
+    "qwen3": lambda: _model(Qwen3Config, num_key_value_heads=2, head_dim=12),   # q/k norms, head_dim ≠ H/h
+    "llama": lambda: _model(LlamaConfig, num_key_value_heads=1),
+    "llama-bias": lambda: _model(LlamaConfig, num_key_value_heads=2, attention_bias=True, mlp_bias=True),
+}
+
+
+def _batch(vocab=50):
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (5, 9, 2, 7)]
+    responses = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (11, 4, 8, 1)]
+    return make_token_batch(prompts, responses, pad_id=0)
+
+
+def _run(model, batch, fast: bool, monkeypatch, chunk=None):
+    monkeypatch.setenv(fastmodel.ENV_SWITCH, "1" if fast else "0")
+    model.zero_grad(set_to_none=True)
+    logp, ent = forward_logprobs(model, batch, temperature=0.7, with_entropy=True, chunk_tokens=chunk)
+    w = torch.linspace(-1, 1, logp.numel()).view_as(logp)      # every token weighted differently
+    (logp * w).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logp.detach(), ent * batch.response_mask, grads
+
+
+def _assert_same(a, b, grad_tol=1e-5):
+    torch.testing.assert_close(a[0], b[0], rtol=0, atol=2e-5)
+    torch.testing.assert_close(a[1], b[1], rtol=0, atol=2e-5)
+    assert set(a[2]) == set(b[2])
+    for n in a[2]:
+        err = float((a[2][n] - b[2][n]).abs().max() / b[2][n].abs().max().clamp(min=1e-12))
+        assert err < grad_tol, (n, err)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("chunk", [None, 5])
+def test_lean_forward_equals_hf(name, chunk, monkeypatch):
+    model = MODELS[name]()
+    assert fastmodel.supports(model)
+    calls = []
+    real = fastmodel.hidden_states
+    monkeypatch.setattr(fastmodel, "hidden_states", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    batch = _batch()
+    fast = _run(model, batch, True, monkeypatch, chunk)
+    assert calls, "the lean forward was not taken"
+    n = len(calls)
+    hf = _run(model, batch, False, monkeypatch, chunk)
+    assert len(calls) == n                                      # HF's forward when switched off
+    _assert_same(fast, hf)
+    assert float(fast[0].abs().sum()) > 0 and bool((fast[0][batch.response_mask == 0] == 0).all())
+
+
+def test_activation_checkpointing_gives_the_same(monkeypatch):
+    from common.models import enable_activation_checkpointing
+    model = MODELS["qwen2-gqa-untied"]()
+    batch = _batch()
+    plain = _run(model, batch, True, monkeypatch)
+    enable_activation_checkpointing(model)
+    assert all(getattr(layer, "gradient_checkpointing", False) for layer in model.model.layers)
+    _assert_same(_run(model, batch, True, monkeypatch), plain)
+
+
+def test_bfloat16_agrees_with_hf_to_its_rounding(monkeypatch):
+    model = MODELS["qwen3"]().to(torch.bfloat16).eval()
+    batch = _batch()
+    with torch.no_grad():
+        monkeypatch.setenv(fastmodel.ENV_SWITCH, "1")
+        fast = forward_logprobs(model, batch)[0]
+        monkeypatch.setenv(fastmodel.ENV_SWITCH, "0")
+        hf = forward_logprobs(model, batch)[0]
+    assert fast.dtype == torch.float32
+    torch.testing.assert_close(fast, hf, rtol=0, atol=0.1)
+
+
+def test_unsupported_models_fall_back_to_hf(monkeypatch):
+    sliding = _model(Qwen2Config, num_key_value_heads=4, use_sliding_window=True, sliding_window=4,
+                     max_window_layers=0)
+    assert not fastmodel.supports(sliding)
+    adapted = MODELS["qwen2"]()
+
+    class LoRALike(torch.nn.Linear):       # an adapter's projection: not a plain Linear
+        pass
+    q = adapted.model.layers[0].self_attn.q_proj
+    adapted.model.layers[0].self_attn.q_proj = LoRALike(q.in_features, q.out_features)
+    assert not fastmodel.supports(adapted)
+    dropout = _model(Qwen2Config, num_key_value_heads=4, attention_dropout=0.1)
+    assert not fastmodel.supports(dropout) and fastmodel.supports(dropout.eval())
+    model = MODELS["qwen2"]()
+    monkeypatch.setenv(fastmodel.ENV_SWITCH, "0")
+    assert not fastmodel.supports(model)
+    monkeypatch.setenv(fastmodel.ENV_SWITCH, "yes")
+    with pytest.raises(ValueError, match="ARMOR_FAST_FORWARD: 'yes'"):
+        fastmodel.supports(model)
+    # a fallback model still computes its log-probs (HF's forward)
+    monkeypatch.setenv(fastmodel.ENV_SWITCH, "1")
+    logp, _ = forward_logprobs(sliding, _batch())
+    assert logp.shape == (4, 11)
+
+
+def test_selecting_a_padding_position_is_refused():
+    model = MODELS["qwen2"]()
+    b = _batch()
+    pad = int((b.attention_mask.reshape(-1) == 0).nonzero()[0])
+    with pytest.raises(ValueError, match="padding position"):
+        fastmodel.hidden_states(model, b.input_ids, b.attention_mask, b.position_ids, torch.tensor([pad]))
+
+
+def test_attention_backward_matches_autograd():
+    """_Attention's hand-written backward (one block and causal blocks, GQA-stacked queries) against autograd
+    of softmax(scale·QKᵀ + bias)·V (float64), and its forward against the formula on a 1 x 2 x 1 case by hand:
+    scores 0.5·[1·1, 1·3] = [0.5, 1.5] → weights
+    [1/(1+e), e/(1+e)] over values [2, 4]."""
+    g = torch.Generator().manual_seed(0)
+    S = 5
+    causal = torch.zeros(S, S, dtype=torch.float64).masked_fill_(~torch.ones(S, S, dtype=torch.bool).tril(),
+                                                                 float("-inf"))
+    for heads in (1, 2):          # query heads per kv head, stacked position-major
+        q = torch.randn(3, S * heads, 2, dtype=torch.float64, generator=g, requires_grad=True)
+        k, v = (torch.randn(3, S, 2, dtype=torch.float64, generator=g, requires_grad=True) for _ in range(2))
+        bias = causal.repeat_interleave(heads, 0)
+        ref = torch.softmax(0.7 * q @ k.transpose(1, 2) + bias, -1) @ v
+        for block in (0, 2, 3):   # one block, then causal blocks split after 2 and 3 positions
+            fn = lambda a, b, c: fastmodel._Attention.apply(a, b, c, bias, 0.7, block, heads)   # noqa: E731
+            assert torch.autograd.gradcheck(fn, (q, k, v))
+            torch.testing.assert_close(fn(q, k, v), ref)
+    one = fastmodel._Attention.apply(torch.tensor([[[1.0]]]), torch.tensor([[[1.0], [3.0]]]),
+                                     torch.tensor([[[2.0], [4.0]]]), torch.zeros(1, 2), 0.5, 0, 1)
+    e = torch.e
+    assert abs(float(one) - (2 / (1 + e) + 4 * e / (1 + e))) < 1e-6
+
+
+def test_a_malformed_switch_fails_before_work(world, tmp_path):
+    """`python -m armor.train` with ARMOR_FAST_FORWARD=yes: exit 2 naming the variable and its value, no run
+    folder."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "never"
+    args = [f"model.path={world / 'base_model'}", f"data.train={world / 'data' / 'train.jsonl'}",
+            f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", f"output_dir={out}"]
+    r = subprocess.run([sys.executable, "-m", "armor.train", "--config",
+                        str(root / "reproduce" / "presets" / "smoke.yaml"), *args],
+                       capture_output=True, text=True, cwd=root,
+                       env={**os.environ, fastmodel.ENV_SWITCH: "yes"})
+    assert r.returncode == 2 and "ARMOR_FAST_FORWARD: 'yes'" in r.stderr, r.stderr[-2000:]
+    assert not out.exists()
