@@ -8,7 +8,7 @@
     RolloutStats     what collect() counts: prompts drawn, rounds, correctness, rewards and lengths, reference
                      samples, the mismatch probe
     UpdateBatch      the kept groups as one token batch with rewards' advantages (N = groups x G rows)
-    FrozenLogprobs   θold's / πref's log-probs, entropy and token advantages, fixed for the step
+    FrozenLogprobs   θold's / πref's / the engine's log-probs, entropy, token advantages, fixed for the step
     mode_classifier  logging.answer_modes -> the classifier; mode_shares: the step's mode_<m> metrics
 """
 from __future__ import annotations

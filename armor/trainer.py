@@ -465,17 +465,19 @@ class Trainer:
     def _rollout_correction_metrics(self, frozen: FrozenLogprobs, own: torch.Tensor) -> dict:
         """The rollout correction on the step's on-policy tokens with engine log-probs, over all ranks:
         rollout_is_mean/max/min of ρ = πθold/π_rollout before truncation or masking (verl's names), the mean
-        of the weight w applied, and the shares truncated (tis) and masked (mis)."""
+        of the weight w applied, and the shares truncated (tis) and masked (mis). In float64, the means as
+        1 + mean(x − 1): a ρ within float32 rounding of 1 (an fp32 engine's) still shows."""
         c, m = self.loss, frozen.rollout_mask
-        w, rho, cut = rollout_correction(frozen.old_logp, frozen.rollout_logp, m, c.rollout_correction,
-                                         c.rollout_threshold, c.rollout_threshold_lower, c.rollout_level)
+        w, rho, cut = rollout_correction(frozen.old_logp.double(), frozen.rollout_logp.double(), m,
+                                         c.rollout_correction, c.rollout_threshold, c.rollout_threshold_lower,
+                                         c.rollout_level)
         mo = m[own] != 0
         mine = (float(rho[own][mo].max()), float(rho[own][mo].min())) if bool(mo.any()) else None
         ext = [x for x in self.dist.all_gather_object(mine) if x is not None]
         cut_frac = global_masked_mean(self.dist, cut.float(), m, own)
-        return {"rollout_is_mean": global_masked_mean(self.dist, rho, m, own),
+        return {"rollout_is_mean": 1.0 + global_masked_mean(self.dist, rho - 1.0, m, own),
                 "rollout_is_max": max(x[0] for x in ext), "rollout_is_min": min(x[1] for x in ext),
-                "rollout_is_weight_mean": global_masked_mean(self.dist, w, m, own),
+                "rollout_is_weight_mean": 1.0 + global_masked_mean(self.dist, w - 1.0, m, own),
                 "rollout_is_truncated_frac": cut_frac if c.rollout_correction == "tis" else 0.0,
                 "rollout_is_masked_frac": cut_frac if c.rollout_correction == "mis" else 0.0}
 
