@@ -237,6 +237,24 @@ class DistillConfig:
     coef: float = _f(1.0, "weight of the token-level teacher signal (MOPD)")
 
 
+# each on-policy token's policy-gradient loss is weighted by a constant from ρ = πθold/π_rollout, the
+# trainer's θold log-prob over the engine's (TIS: Yao et al. 2025; masked IS: IcePop, Liu et al. 2025; verl's
+# algorithm.rollout_correction); anchor tokens are not corrected (why: armor/objectives.py)
+@dataclass
+class RolloutCorrectionConfig:
+    """Rollout–training mismatch correction of the on-policy tokens (off in the paper presets)."""
+    mode: Literal["none", "tis", "mis"] = _f(
+        "none", "each on-policy token's surrogate × w, ρ = πθold/π_rollout (the engine's log-prob): none; "
+                "tis: truncated IS, w = min(ρ, C); mis: masked IS, w = ρ inside [threshold_lower, C], 0 "
+                "outside (the token stays in the loss's token count)")
+    threshold: Optional[float] = _f(None, "C (> 1), required by tis and mis (verl's rollout_is_threshold; "
+                                          "typical 2)")
+    threshold_lower: Optional[float] = _f(None, "mis only: the lower bound in [0, 1); null = 1/C; 0 = mask "
+                                                "only ρ > C")
+    level: Literal["token", "sequence"] = _f("token", "token: ρ per token; sequence: ρ of the whole response "
+                                                      "(the product over its tokens), for every token of it")
+
+
 @dataclass
 class AlgoConfig:
     """The objective: advantages, loss, clipping, KL, anchors, ratio, reference, distillation."""
@@ -253,6 +271,8 @@ class AlgoConfig:
     mix: MixConfig = _f(factory=MixConfig, help="importance ratio")
     reference: ReferenceConfig = _f(factory=ReferenceConfig, help="reference policy")
     distill: DistillConfig = _f(factory=DistillConfig, help="OPD / MOPD")
+    rollout_correction: RolloutCorrectionConfig = _f(factory=RolloutCorrectionConfig,
+                                                     help="rollout–training mismatch correction")
 
 
 @dataclass
@@ -626,6 +646,19 @@ def validate(cfg: RunConfig) -> None:
     c(a.distill.coef >= 0, "algo.distill.coef", a.distill.coef, "must be >= 0")
     c(not (a.distill.mode != "none" and a.anchor.enabled), "algo.distill.mode", a.distill.mode,
       "cannot be combined with algo.anchor.enabled")
+    rc = a.rollout_correction
+    c(rc.mode == "none" or rc.threshold is not None, "algo.rollout_correction.threshold", rc.threshold,
+      f"is required by algo.rollout_correction.mode={rc.mode} (C > 1, e.g. 2)")
+    c(rc.threshold is None or rc.threshold > 1, "algo.rollout_correction.threshold", rc.threshold,
+      "must be > 1 (ρ = 1, no mismatch, is never truncated or masked)")
+    c(rc.threshold is None or rc.mode != "none", "algo.rollout_correction.threshold", rc.threshold,
+      "needs algo.rollout_correction.mode tis or mis (it is none)")
+    c(rc.threshold_lower is None or rc.mode == "mis", "algo.rollout_correction.threshold_lower",
+      rc.threshold_lower, f"applies to algo.rollout_correction.mode=mis only (it is {rc.mode})")
+    c(rc.threshold_lower is None or 0 <= rc.threshold_lower < 1, "algo.rollout_correction.threshold_lower",
+      rc.threshold_lower, "must be in [0, 1) (or null: 1/threshold)")
+    c(rc.level == "token" or rc.mode != "none", "algo.rollout_correction.level", rc.level,
+      "needs algo.rollout_correction.mode tis or mis (it is none)")
 
     o = cfg.optim
     c(o.lr > 0, "optim.lr", o.lr, "must be > 0")

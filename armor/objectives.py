@@ -27,7 +27,8 @@ __all__ = [
     "masked_sum", "masked_mean", "log_ratio", "importance_ratio", "mixed_log_prob", "mixed_ratio",
     "ratio_and_clip_range", "clipped_surrogate", "aggregate_loss", "kl_penalty", "kl_reverse_estimate",
     "kl_forward_estimate", "kl_reverse_tokens", "kl_forward_tokens", "logprob_gap_tokens", "logprob_mismatch",
-    "pad_token_values", "opd_token_advantages", "mopd_token_advantages", "LossConfig", "policy_loss",
+    "pad_token_values", "ROLLOUT_CORRECTION_MODES", "ROLLOUT_CORRECTION_LEVELS", "rollout_log_ratio",
+    "rollout_correction", "opd_token_advantages", "mopd_token_advantages", "LossConfig", "policy_loss",
     "RATIOS", "LOSS_AGGREGATIONS", "KL_ESTIMATORS",
 ]
 
@@ -358,6 +359,99 @@ def logprob_mismatch(engine_logp: Tensor, trainer_logp: Tensor, mask: Optional[T
     return masked_mean(logprob_gap_tokens(engine_logp, trainer_logp, mask), mask)
 
 
+# ----------------------------------------------------------------------------- rollout correction
+# The rollout engine samples from π_rollout, numerically not quite θold (bf16 kernels, batch shapes): the
+# "on-policy" tokens are slightly off-policy. The correction reweights each token's policy-gradient loss by a
+# constant built from ρ = πθold(y_t) / π_rollout(y_t) (trainer's θold over the engine's log-prob of the token
+# it sampled): TIS (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training";
+# verl algorithm.rollout_correction.rollout_is with rollout_is_threshold) truncates it, MIS (masked IS:
+# IcePop, Ling Team 2025; Liu, Li et al. 2025, "When Speed Kills Stability", Token-/Seq-MIS) drops the
+# tokens whose ρ leaves [C_low, C]. verl: trainer/ppo/rollout_corr_helper.py, core_algos.py (pg_losses *
+# rollout_is_weights).
+# ARMOR's anchors are not corrected (the trainer's mask leaves them out): their behaviour policy is πref's
+# engine, and the authors' mixed ratio already treats an anchor as a sample of π_mix with no importance weight
+# toward πref; the anchor is chosen by its reward (the first correct of ref_n samples), so it is no draw from
+# πref whose density a per-token ratio could correct; and πref's trainer log-probs, which such a ratio needs,
+# are not computed by every arm.
+ROLLOUT_CORRECTION_MODES = ("none", "tis", "mis")
+ROLLOUT_CORRECTION_LEVELS = ("token", "sequence")
+
+
+def rollout_log_ratio(old_logp: Tensor, rollout_logp: Tensor, mask: Optional[Tensor], level: str = "token",
+                      clamp: float = 20.0) -> Tensor:
+    """log ρ of the rollout correction, [B, T], detached; 0 (ρ = 1) at masked positions, even if inf there.
+
+        token:     log ρ_t = clamp(log πθold(y_t) − log π_rollout(y_t), ±clamp)
+        sequence:  log ρ_t = clamp(Σ_s m_s·(log πθold(y_s) − log π_rollout(y_s)), ±clamp), the same for every
+                   masked-in t of the row (ρ_seq = Π_s ρ_s, verl's rollout_is="sequence")
+    old_logp: the trainer's θold log-probs of the sampled tokens; rollout_logp: the engine's; mask [B, T] the
+    tokens to correct (1) or leave alone (0). The clamp is verl's SAFETY_BOUND (20).
+    """
+    if level not in ROLLOUT_CORRECTION_LEVELS:
+        raise ValueError(f"rollout correction level must be one of {ROLLOUT_CORRECTION_LEVELS}, "
+                         f"got {level!r}")
+    old_logp, rollout_logp = old_logp.detach(), rollout_logp.detach().to(old_logp)
+    m = _mask_like(mask, old_logp)
+    zero = torch.zeros((), dtype=old_logp.dtype, device=old_logp.device)
+    diff = torch.where(m != 0, old_logp - rollout_logp, zero)
+    if level == "sequence":
+        diff = torch.broadcast_to(diff.sum(-1, keepdim=True), diff.shape)
+    return torch.where(m != 0, torch.clamp(diff, min=-clamp, max=clamp), zero)
+
+
+def _check_rollout_correction(mode: str, threshold: Optional[float],
+                              threshold_lower: Optional[float]) -> float:
+    """C_low of mode `mis` (1/C when threshold_lower is None), 0 for the others; a bad value: ValueError."""
+    if mode not in ROLLOUT_CORRECTION_MODES:
+        raise ValueError(f"rollout correction mode must be one of {ROLLOUT_CORRECTION_MODES}, got {mode!r}")
+    if mode == "none":
+        return 0.0
+    if threshold is None or not float(threshold) > 1.0:
+        raise ValueError(f"rollout correction {mode!r} needs a threshold C > 1, got {threshold!r}")
+    if threshold_lower is not None and mode != "mis":
+        raise ValueError(f"rollout correction threshold_lower applies to mode 'mis' only, not {mode!r}")
+    if mode != "mis":
+        return 0.0
+    lower = 1.0 / float(threshold) if threshold_lower is None else float(threshold_lower)
+    if not 0.0 <= lower < 1.0:
+        raise ValueError(f"rollout correction threshold_lower must be in [0, 1), got {threshold_lower!r}")
+    return lower
+
+
+def rollout_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Optional[Tensor], mode: str,
+                       threshold: Optional[float] = None, threshold_lower: Optional[float] = None,
+                       level: str = "token", clamp: float = 20.0) -> tuple[Tensor, Tensor, Tensor]:
+    """The rollout–training mismatch correction of the policy-gradient loss: (w, ρ, cut), [B, T] each,
+    detached.
+
+    ρ = exp(rollout_log_ratio(old_logp, rollout_logp, mask, level, clamp)) (πθold / π_rollout; sequence level:
+    the row's product), C = threshold, C_low = threshold_lower (mis; default 1/C, 0 = no lower bound):
+        none  w = 1
+        tis   w = min(ρ, C)                   cut = ρ > C               (truncated IS)
+        mis   w = ρ · 1[C_low ≤ ρ ≤ C]        cut = ρ outside [C_low, C] (masked IS)
+    w multiplies the per-token clipped surrogate (verl: pg_losses * rollout_is_weights) and is a constant (no
+    gradient); w = 1 and cut = False at masked positions (tokens not corrected). A masked-out token keeps its
+    place in the loss's normaliser (IcePop's and Liu et al.'s estimator E[ρ·1[..]·A·∇log π]; verl's rejection
+    sampling instead drops it from the denominator): the trainer fixes the normaliser per mini-batch before
+    the first mini-batch's θold log-probs exist (they come from its own forward).
+    With the engine and trainer in agreement (ρ = 1) every mode gives w = 1.
+    """
+    lower = _check_rollout_correction(mode, threshold, threshold_lower)
+    log_rho = rollout_log_ratio(old_logp, rollout_logp, mask, level, clamp)
+    rho = torch.exp(log_rho)
+    m = _mask_like(mask, rho) != 0
+    if mode == "none":
+        return torch.ones_like(rho), rho, torch.zeros_like(m)
+    if mode == "tis":
+        cut = rho > threshold
+        w = torch.clamp(rho, max=float(threshold))
+    else:
+        cut = (rho > threshold) | (rho < lower)
+        w = torch.where(cut, torch.zeros_like(rho), rho)
+    cut = cut & m
+    return torch.where(m, w, torch.ones_like(w)), rho, cut
+
+
 # ----------------------------------------------------------------------------- distillation
 
 def opd_token_advantages(teacher_logp: Tensor, student_logp: Tensor, mask: Optional[Tensor]) -> Tensor:
@@ -398,7 +492,8 @@ UNCERTAIN_LOGP = math.log(0.9)
 class LossConfig:
     """The objective's settings, fixed for a run (the trainer builds one from algo.*): the ratio variant and
     its α, the clip range ε_low/ε_high and dual-clip c, the loss aggregation, the KL penalty's β and
-    estimator, and the clamp of every log-ratio."""
+    estimator, the clamp of every log-ratio, and the rollout correction (rollout_correction: its mode,
+    threshold C, mis's lower threshold, level)."""
     ratio_variant: str = "plain"
     alpha: float = 1.0
     eps_low: float = 0.2
@@ -408,18 +503,27 @@ class LossConfig:
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     clamp: float = 20.0
+    rollout_correction: str = "none"
+    rollout_threshold: Optional[float] = None
+    rollout_threshold_lower: Optional[float] = None
+    rollout_level: str = "token"
 
 
 def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
                 cfg: LossConfig = LossConfig(),
                 *, ref_logp: Optional[Tensor] = None, is_anchor: Optional[Tensor] = None,
-                normalizer: Optional[Union[Number, Tensor]] = None):
-    """Full policy loss: ratio_and_clip_range → clipped_surrogate → + kl_coef·kl_penalty → aggregate_loss.
+                normalizer: Optional[Union[Number, Tensor]] = None,
+                rollout_logp: Optional[Tensor] = None, rollout_mask: Optional[Tensor] = None):
+    """Full policy loss: ratio_and_clip_range → clipped_surrogate (× w) → + kl_coef·kl_penalty →
+    aggregate_loss.
 
-        L = agg_t( PPO_clip(r, A; ε_low_eff, ε_high_eff, c)_t + β · KL_t )
+        L = agg_t( w_t · PPO_clip(r, A; ε_low_eff, ε_high_eff, c)_t + β · KL_t )
     logp [B, T] (with grad), old_logp/ref_logp [B, T], advantages [B] or [B, T], mask [B, T]; `cfg` the
     objective's settings (LossConfig), `is_anchor` [B] bool (anchor rows), `normalizer` the aggregation's.
     The KL term is the loss-level penalty of the KL baselines (needs ref_logp when kl_coef > 0).
+    w: the rollout correction (cfg.rollout_correction tis | mis, see rollout_correction; w = 1 for none) of
+    the engine's log-probs `rollout_logp` [B, T] on the tokens `rollout_mask` [B, T] (the on-policy tokens
+    the engine gave log-probs for); it weights the surrogate only, as verl does, not the KL penalty.
     Returns (loss 0-dim tensor, metrics of python floats):
       pg_loss, kl_penalty  aggregated like the loss (same mode / normalizer, so loss = pg_loss +
                            kl_coef·kl_penalty and micro-batch values add up); kl_penalty is reported
@@ -437,6 +541,14 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
                                          is_anchor=is_anchor, clamp=clamp)
     pg, stats = clipped_surrogate(ratio, advantages, mask, el, eh, dual_clip_c=cfg.dual_clip_c,
                                   uncertain=old_logp.detach() < UNCERTAIN_LOGP)
+    if cfg.rollout_correction != "none":
+        if rollout_logp is None or rollout_mask is None:
+            raise ValueError(f"policy_loss with rollout correction {cfg.rollout_correction!r} needs "
+                             "rollout_logp and rollout_mask")
+        m = _mask_like(rollout_mask, pg) * _mask_like(mask, pg)
+        w, _, _ = rollout_correction(old_logp, rollout_logp, m, cfg.rollout_correction, cfg.rollout_threshold,
+                                     cfg.rollout_threshold_lower, cfg.rollout_level, clamp)
+        pg = pg * w
     pg_loss = aggregate_loss(pg, mask, loss_agg, normalizer)
     if kl_coef != 0.0:
         kl = aggregate_loss(kl_penalty(logp, ref_logp, kl_estimator, clamp=clamp), mask, loss_agg, normalizer)

@@ -8,7 +8,7 @@
     RolloutStats     what collect() counts: prompts drawn, rounds, correctness, rewards and lengths, reference
                      samples, the mismatch probe
     UpdateBatch      the kept groups as one token batch with rewards' advantages (N = groups x G rows)
-    FrozenLogprobs   θold's / πref's log-probs, entropy and token advantages, fixed for the step
+    FrozenLogprobs   θold's / πref's / the engine's log-probs, entropy, token advantages, fixed for the step
     mode_classifier  logging.answer_modes -> the classifier; mode_shares: the step's mode_<m> metrics
 """
 from __future__ import annotations
@@ -162,12 +162,16 @@ class FrozenLogprobs:
     """Per-token values fixed for the step, [N, R]: θold's log-probs and entropy, πref's (None when nothing
     reads them) and the token advantages. `first_from_update`: the first mini-batch's θold values are not
     here yet but come from its own update pass (θold = θ until the first optimizer step); the optimizer
-    returns a copy with them added."""
+    returns a copy with them added. `rollout_logp`: the engine's log-probs of the sampled tokens (0 where it
+    gave none), `rollout_mask`: the on-policy response tokens that have one (the mismatch metric's and the
+    rollout correction's tokens)."""
     old_logp: torch.Tensor
     entropy: torch.Tensor
     ref_logp: torch.Tensor | None
     tok_adv: torch.Tensor
     first_from_update: bool
+    rollout_logp: torch.Tensor | None = None
+    rollout_mask: torch.Tensor | None = None
 
 
 @dataclass

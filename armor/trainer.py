@@ -11,8 +11,8 @@ One RL step (`train_step`):
      θold = θ until the first optimizer step), θref's (armor.config.needs_reference_logprobs) and the
      teacher's
   4. `_optimize`: μ mini-batch updates of the objective (armor.objectives.policy_loss: plain / mixed /
-     static-clip / off-policy ratio, clip-higher + dual-clip, optional β·KL), AdamW, warm-up, gradient
-     clipping
+     static-clip / off-policy ratio, clip-higher + dual-clip, optional β·KL, optional rollout correction
+     of the on-policy tokens toward the engine's log-probs), AdamW, warm-up, gradient clipping
   5. `maybe_reset_reference`: every τ steps (until a given step) θref <- θ
   6. the metrics row (armor.health stops a run computing garbage); validation every k steps, a checkpoint
      when armor.checkpoint.CheckpointManager says it is due; a stop signal (armor.stop: SLURM's time-limit
@@ -41,7 +41,7 @@ from armor.microbatch import RowPlan
 from armor.models import Models, check_paths
 from armor.objectives import (ADDITIVE_METRICS, LossConfig, kl_forward_tokens, kl_reverse_tokens,
                               logprob_gap_tokens, logprob_mismatch, mopd_token_advantages,
-                              opd_token_advantages, pad_token_values, policy_loss)
+                              opd_token_advantages, pad_token_values, policy_loss, rollout_correction)
 from armor.policy import make_token_batch
 from armor.rewards import shaped_reward
 from armor.spmd import call_seed, global_masked_mean, sharded_map
@@ -130,9 +130,12 @@ class Trainer:
         warm = o.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
+        rc = a.rollout_correction
         self.loss = LossConfig(ratio_variant=a.mix.variant, alpha=a.mix.alpha, eps_low=a.clip.eps_low,
                                eps_high=a.clip.eps_high, dual_clip_c=a.clip.dual_clip_c, loss_agg=a.loss_agg,
-                               kl_coef=a.kl.coef, kl_estimator=a.kl.estimator)
+                               kl_coef=a.kl.coef, kl_estimator=a.kl.estimator, rollout_correction=rc.mode,
+                               rollout_threshold=rc.threshold, rollout_threshold_lower=rc.threshold_lower,
+                               rollout_level=rc.level)
         # stops a run whose engine samples other weights than it trains, or that keeps nothing (armor.health)
         self.health = health.HealthMonitor(health.mismatch_bound(r.max_logprob_mismatch,
                                                                  self.models.compute_dtype),
@@ -358,7 +361,9 @@ class Trainer:
         teacher's for OPD/MOPD, and the token advantages; [N, R], 0 on rows this rank does not touch. θold = θ
         until the first optimizer step, so the first mini-batch's θold log-probs are its own update forward
         pass (ratio exactly 1, as verl does on-policy): `_optimize` adds them. OPD/MOPD need every row's
-        first."""
+        first. Beside them the behaviour policy's: the engine's log-probs of every row, and the on-policy
+        tokens that have them (the rollout correction's; an anchor's behaviour policy is πref, and the mixed
+        ratio, not a correction, is what treats it)."""
         a, temp, mask = self.cfg.algo, self.cfg.rollout.temperature, ub.mask
         first_from_update = a.distill.mode == "none"
 
@@ -378,7 +383,9 @@ class Trainer:
             teacher_logp = ref_logp if teacher is self.models.reference else logprobs("teacher", rows)[0]
             tok_adv = (opd_token_advantages(teacher_logp, old_logp, mask) if a.distill.mode == "opd" else
                        mopd_token_advantages(ub.adv, teacher_logp, old_logp, mask, coef=a.distill.coef))
-        return FrozenLogprobs(old_logp, entropy, ref_logp, tok_adv, first_from_update)
+        rollout_logp, has_lp = pad_token_values(ub.engine_logprobs, mask.shape[1], self.device)
+        return FrozenLogprobs(old_logp, entropy, ref_logp, tok_adv, first_from_update, rollout_logp,
+                              mask * (~ub.is_anchor)[:, None].float() * has_lp)
 
     def _optimize(self, ub: UpdateBatch, plan: RowPlan,
                   frozen: FrozenLogprobs) -> tuple[dict, FrozenLogprobs]:
@@ -432,7 +439,8 @@ class Trainer:
             frozen.old_logp[r], frozen.entropy[r] = logp.detach(), ent
         loss, metrics = policy_loss(
             logp, frozen.old_logp[r], frozen.tok_adv[r], ub.mask[r], self.loss, is_anchor=ub.is_anchor[r],
-            ref_logp=None if frozen.ref_logp is None else frozen.ref_logp[r], normalizer=normalizer)
+            ref_logp=None if frozen.ref_logp is None else frozen.ref_logp[r], normalizer=normalizer,
+            rollout_logp=frozen.rollout_logp[r], rollout_mask=frozen.rollout_mask[r])
         (loss * (self.dist.world_size * weight)).backward()
         share = weight * float(ub.mask[r].sum() / tokens.clamp(min=1.0))
         out = {k: (weight if k in ADDITIVE_METRICS else share) * float(v) for k, v in metrics.items()}
@@ -441,7 +449,8 @@ class Trainer:
 
     def _token_metrics(self, ub: UpdateBatch, plan: RowPlan, frozen: FrozenLogprobs) -> dict:
         """Token means over the step's on-policy tokens: entropy, |advantage|, the KL monitors (when πref's
-        log-probs exist) and the training/inference mismatch (when the engine gave log-probs). Each rank holds
+        log-probs exist), the training/inference mismatch (when the engine gave log-probs) and, with a rollout
+        correction, its ρ's mean/max/min, the weight's mean and the shares truncated / masked. Each rank holds
         its own rows' values: a mean is taken over all ranks (armor.spmd.global_masked_mean)."""
         mask, own = ub.mask, plan.own
         on_mask = mask * (~ub.is_anchor)[:, None].float()
@@ -453,11 +462,31 @@ class Trainer:
         if frozen.ref_logp is not None:
             out.update(kl_reverse=mean(kl_reverse_tokens(frozen.old_logp, frozen.ref_logp), on_mask),
                        kl_forward=mean(kl_forward_tokens(frozen.old_logp, frozen.ref_logp), on_mask))
-        eng_lp, has_lp = pad_token_values(ub.engine_logprobs, mask.shape[1], self.device)
-        if bool(has_lp.any()):              # training/inference mismatch on the sampled on-policy tokens
-            m = on_mask * has_lp
-            out["logprob_mismatch"] = mean(logprob_gap_tokens(eng_lp, frozen.old_logp, m), m)
+        m = frozen.rollout_mask
+        if bool(m.any()):                   # training/inference mismatch on the sampled on-policy tokens
+            out["logprob_mismatch"] = mean(logprob_gap_tokens(frozen.rollout_logp, frozen.old_logp, m), m)
+            if self.loss.rollout_correction != "none":
+                out.update(self._rollout_correction_metrics(frozen, own))
         return out
+
+    def _rollout_correction_metrics(self, frozen: FrozenLogprobs, own: torch.Tensor) -> dict:
+        """The rollout correction on the step's on-policy tokens with engine log-probs, over all ranks:
+        rollout_is_mean/max/min of ρ = πθold/π_rollout before truncation or masking (verl's names), the mean
+        of the weight w applied, and the shares truncated (tis) and masked (mis). In float64, the means as
+        1 + mean(x − 1): a ρ within float32 rounding of 1 (an fp32 engine's) still shows."""
+        c, m = self.loss, frozen.rollout_mask
+        w, rho, cut = rollout_correction(frozen.old_logp.double(), frozen.rollout_logp.double(), m,
+                                         c.rollout_correction, c.rollout_threshold, c.rollout_threshold_lower,
+                                         c.rollout_level)
+        mo = m[own] != 0
+        mine = (float(rho[own][mo].max()), float(rho[own][mo].min())) if bool(mo.any()) else None
+        ext = [x for x in self.dist.all_gather_object(mine) if x is not None]
+        cut_frac = global_masked_mean(self.dist, cut.float(), m, own)
+        return {"rollout_is_mean": 1.0 + global_masked_mean(self.dist, rho - 1.0, m, own),
+                "rollout_is_max": max(x[0] for x in ext), "rollout_is_min": min(x[1] for x in ext),
+                "rollout_is_weight_mean": 1.0 + global_masked_mean(self.dist, w - 1.0, m, own),
+                "rollout_is_truncated_frac": cut_frac if c.rollout_correction == "tis" else 0.0,
+                "rollout_is_masked_frac": cut_frac if c.rollout_correction == "mis" else 0.0}
 
     def _probe_mismatch(self, probe: list) -> dict:
         """logprob_mismatch on a step that kept nothing, over its first on-policy samples (RolloutStats.probe,

@@ -129,7 +129,8 @@ STEP_ID_COLUMNS = ["arm", "seed", "step", "local_step"]
 STEP_METRICS = ["anchors", "prompts_kept", "prompts_drawn", "shortfall", "ref_samples", "clipfrac",
                 "clipfrac_low", "clipfrac_high", "uncertain_frac", "clipfrac_and_uncertain", "kl_reverse",
                 "kl_forward", "accuracy", "reward_mean", "response_length", "grad_norm", "entropy",
-                "reference_reset"]
+                "reference_reset", "rollout_is_mean", "rollout_is_max", "rollout_is_min",
+                "rollout_is_weight_mean", "rollout_is_truncated_frac", "rollout_is_masked_frac"]
 STEP_PREFIXES = ("mode_", "anchor_mode_")          # logging.answer_modes' shares, where a run logged them
 # noise_floor.json: one checkpoint validated k times with different sampling seeds (the verdicts' floor)
 NOISE_NAME = "noise_floor.json"

@@ -244,7 +244,7 @@ def test_token_micro_batches_and_chunked_logprobs_change_no_value(world, tmp_pat
 
 def test_contracts_list_every_metric_key_a_step_writes(world, tmp_path):
     """docs/CONTRACTS.md's metrics.jsonl keys are exactly those of a real ARMOR row (anchors, mixed ratio, KL
-    monitor, a reset): none undocumented, none documented that no row has."""
+    monitor, a reset, a rollout correction): none undocumented, none documented that no row has."""
     import re
     text = (ROOT / "docs" / "CONTRACTS.md").read_text()
     block = text[text.index("<!-- metric-keys"):text.index("<!-- /metric-keys -->")].split("-->", 1)[1]
@@ -252,7 +252,8 @@ def test_contracts_list_every_metric_key_a_step_writes(world, tmp_path):
     cfg = load_config(SMOKE, smoke(world, tmp_path / "c", "schedule.total_steps=1",
                                    "schedule.validate_every=0", "validation.benchmarks=[]",
                                    "algo.anchor.enabled=true", "algo.mix.variant=mixed",
-                                   "algo.mix.alpha=0.875", "algo.reference.reset.every=1"))
+                                   "algo.mix.alpha=0.875", "algo.reference.reset.every=1",
+                                   "algo.rollout_correction.mode=tis", "algo.rollout_correction.threshold=2"))
     train(cfg)
     (row,) = rows(tmp_path / "c" / "metrics.jsonl")
     assert set(row) == documented, (sorted(set(row) - documented), sorted(documented - set(row)))

@@ -84,6 +84,18 @@ BAD = [
     ("logging.backends=[tensorboard,tensorboard]", "logging.backends"),
     ("logging.wandb_mode=cloud", "logging.wandb_mode"),
     ("nonsense", "override"),
+    ("algo.rollout_correction.mode=is", "algo.rollout_correction.mode"),
+    ("algo.rollout_correction.mode=tis", "algo.rollout_correction.threshold"),
+    ("algo.rollout_correction.mode=tis algo.rollout_correction.threshold=1",
+     "algo.rollout_correction.threshold"),
+    ("algo.rollout_correction.threshold=2", "algo.rollout_correction.threshold"),
+    ("algo.rollout_correction.mode=tis algo.rollout_correction.threshold=2 "
+     "algo.rollout_correction.threshold_lower=0.5", "algo.rollout_correction.threshold_lower"),
+    ("algo.rollout_correction.mode=mis algo.rollout_correction.threshold=2 "
+     "algo.rollout_correction.threshold_lower=1", "algo.rollout_correction.threshold_lower"),
+    ("algo.rollout_correction.level=sequence", "algo.rollout_correction.level"),
+    ("algo.rollout_correction.mode=mis algo.rollout_correction.threshold=2 "
+     "algo.rollout_correction.level=response", "algo.rollout_correction.level"),
 ]
 
 
@@ -148,3 +160,22 @@ def test_the_trainer_keeps_other_tools_sections_unread_and_writes_them_back(tmp_
         load_config(P7B, ["algo.mix.alfa=0.5"])
     with pytest.raises(ConfigError, match=r"^foreign: unknown key"):    # the field is not a key of the file
         load_config(P7B, ["foreign.protocol.seeds=[1]"])
+
+
+def test_rollout_correction_is_off_in_the_paper_presets_and_validated_naming_key_and_value():
+    for preset in ("qwen25-math-7b", "qwen3-8b-base", "tiny", "smoke"):
+        rc = load_config(PRESETS / f"{preset}.yaml").algo.rollout_correction
+        assert (rc.mode, rc.threshold, rc.threshold_lower, rc.level) == ("none", None, None, "token"), preset
+    rc = load_config(P7B, ["algo.rollout_correction.mode=mis", "algo.rollout_correction.threshold=2",
+                           "algo.rollout_correction.threshold_lower=0",
+                           "algo.rollout_correction.level=sequence"]).algo.rollout_correction
+    assert (rc.mode, rc.threshold, rc.threshold_lower, rc.level) == ("mis", 2.0, 0.0, "sequence")
+    with pytest.raises(ConfigError, match=r"algo.rollout_correction.threshold: 0.5 must be > 1"):
+        load_config(P7B, ["algo.rollout_correction.mode=tis", "algo.rollout_correction.threshold=0.5"])
+    with pytest.raises(ConfigError, match=r"algo.rollout_correction.threshold: None is required by "
+                                          r"algo.rollout_correction.mode=mis"):
+        load_config(P7B, ["algo.rollout_correction.mode=mis"])
+    with pytest.raises(ConfigError, match=r"algo.rollout_correction.threshold_lower: 0.5 applies to "
+                                          r"algo.rollout_correction.mode=mis only \(it is tis\)"):
+        load_config(P7B, ["algo.rollout_correction.mode=tis", "algo.rollout_correction.threshold=2",
+                          "algo.rollout_correction.threshold_lower=0.5"])

@@ -421,3 +421,92 @@ def test_logprob_mismatch_by_hand():
     assert logprob_mismatch(eng, trainer, have * on_policy) == 0.5
     assert logprob_mismatch(eng, eng, have) == 0.0
     assert logprob_mismatch(eng, trainer, torch.zeros_like(have)) == 0.0   # no token: 0, not NaN
+
+
+# ----------------------------------------------------------------------------- rollout correction
+
+def _rc(*args, **kw):
+    from armor.objectives import rollout_correction
+    return rollout_correction(*args, **kw)
+
+
+def test_token_tis_and_mis_by_hand():
+    """ρ = πθold/π_rollout = .5/.25, .3/.3, .2/.4 = 2, 1, .5 (a 4th token masked, -inf there); C = 1.5."""
+    old = torch.tensor([[L(0.5), L(0.3), L(0.2), 0.0]])
+    eng = torch.tensor([[L(0.25), L(0.3), L(0.4), float("-inf")]])
+    m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    w, rho, cut = _rc(old, eng, m, "tis", 1.5)
+    assert close(rho, [[2.0, 1.0, 0.5, 1.0]]) and close(w, [[1.5, 1.0, 0.5, 1.0]])     # min(ρ, C)
+    assert cut.tolist() == [[True, False, False, False]]
+    w, _, cut = _rc(old, eng, m, "mis", 1.5)                  # kept in [1/1.5, 1.5] = [.667, 1.5]: ρ itself
+    assert close(w, [[0.0, 1.0, 0.0, 1.0]]) and cut.tolist() == [[True, False, True, False]]
+    w, _, cut = _rc(old, eng, m, "mis", 1.5, threshold_lower=0.0)        # upper bound only
+    assert close(w, [[0.0, 1.0, 0.5, 1.0]]) and cut.tolist() == [[True, False, False, False]]
+    w, _, cut = _rc(old, eng, m, "mis", 2.5, threshold_lower=0.4)        # all inside [.4, 2.5]: w = ρ
+    assert close(w, [[2.0, 1.0, 0.5, 1.0]]) and not cut.any()
+    w, _, cut = _rc(old, eng, m, "none")
+    assert torch.equal(w, torch.ones(1, 4)) and not cut.any()
+    w, rho, _ = _rc(old.clone().requires_grad_(True), eng, m, "tis", 1.5)     # a constant: no gradient
+    assert not w.requires_grad and not rho.requires_grad
+
+
+def test_sequence_level_by_hand():
+    """Row 0: ρ_t = 2, 1.5 -> ρ_seq = 3 (its padding ignored); row 1: .5, .8 -> .4; every token of a row gets
+    the row's weight."""
+    old = torch.tensor([[L(0.5), L(0.3), -1.0], [L(0.1), L(0.4), 0.0]])
+    eng = torch.tensor([[L(0.25), L(0.2), 5.0], [L(0.2), L(0.5), 0.0]])
+    m = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    w, rho, cut = _rc(old, eng, m, "tis", 2.0, level="sequence")
+    assert close(rho, [[3.0, 3.0, 1.0], [0.4, 0.4, 1.0]]) and close(w, [[2.0, 2.0, 1.0], [0.4, 0.4, 1.0]])
+    assert cut.tolist() == [[True, True, False], [False, False, False]]
+    w, _, cut = _rc(old, eng, m, "mis", 2.0, level="sequence")          # [.5, 2]: both rows out
+    assert close(w, [[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]]) and cut.tolist() == [[True, True, False]] * 2
+    w, _, _ = _rc(old, eng, m, "mis", 4.0, level="sequence")            # [.25, 4]: both rows in, w = ρ_seq
+    assert close(w, [[3.0, 3.0, 1.0], [0.4, 0.4, 1.0]])
+    from armor.objectives import rollout_log_ratio
+    assert close(rollout_log_ratio(old, eng, m, "sequence", clamp=1.0),     # log 3 clamped to 1
+                 [[1.0, 1.0, 0.0], [L(0.4), L(0.4), 0.0]])
+
+
+def test_rollout_correction_is_one_when_engine_and_trainer_agree_and_refuses_bad_settings():
+    lp = torch.log(torch.tensor([[0.9, 0.05, 0.3]]))
+    for mode in ("tis", "mis"):
+        for level in ("token", "sequence"):
+            w, rho, cut = _rc(lp, lp.clone(), None, mode, 1.01, level=level)
+            assert torch.equal(w, torch.ones(1, 3)) and torch.equal(rho, torch.ones(1, 3)) and not cut.any()
+    for kw, msg in (({"mode": "is", "threshold": 2.0}, "mode must be one of"),
+                    ({"mode": "tis", "threshold": None}, "needs a threshold C > 1, got None"),
+                    ({"mode": "mis", "threshold": 1.0}, "needs a threshold C > 1, got 1.0"),
+                    ({"mode": "tis", "threshold": 2.0, "threshold_lower": 0.5},
+                     "applies to mode 'mis' only"),
+                    ({"mode": "mis", "threshold": 2.0, "threshold_lower": 1.0},
+                     r"in \[0, 1\), got 1.0"),
+                    ({"mode": "tis", "threshold": 2.0, "level": "seq"}, "level must be one of")):
+        with pytest.raises(ValueError, match=msg):
+            _rc(lp, lp, None, **kw)
+
+
+def test_policy_loss_weights_the_surrogate_by_the_rollout_correction():
+    """θ = θold (r = 1), A = +1: L_t = −w_t, token-mean over 3 tokens. ρ = 2, 1, 1 (C = 1.5): tis w = 1.5, 1,
+    1 -> −3.5/3; mis w = 0, 1, 1 -> −2/3 (the masked token stays in the count); d L / d logp_t = −w_t / 3 (w
+    is a constant). The 3rd token is outside rollout_mask (an anchor's): w = 1 whatever its engine
+    log-prob."""
+    old = torch.tensor([[L(0.5), L(0.3), L(0.2)]])
+    eng = torch.tensor([[L(0.25), L(0.3), L(0.01)]])
+    mask, corr = torch.ones(1, 3), torch.tensor([[1.0, 1.0, 0.0]])
+    adv = torch.ones(1)
+    base_lp = old.clone().requires_grad_(True)
+    base, _ = policy_loss(base_lp, old, adv, mask, LossConfig())
+    assert close(base, -1.0)
+    for mode, w, value in (("tis", [1.5, 1.0, 1.0], -3.5 / 3), ("mis", [0.0, 1.0, 1.0], -2.0 / 3)):
+        lp = old.clone().requires_grad_(True)
+        cfg = LossConfig(rollout_correction=mode, rollout_threshold=1.5)
+        loss, metrics = policy_loss(lp, old, adv, mask, cfg, rollout_logp=eng, rollout_mask=corr)
+        loss.backward()
+        assert close(loss, value) and close(metrics["pg_loss"], value)
+        assert close(lp.grad, [[-x / 3 for x in w]])
+    # none: the engine's log-probs are not read; a mode without them is an error, not a silent no-op
+    loss, _ = policy_loss(old, old, adv, mask, LossConfig(), rollout_logp=eng, rollout_mask=corr)
+    assert torch.equal(loss, base.detach())
+    with pytest.raises(ValueError, match="rollout correction 'tis' needs rollout_logp"):
+        policy_loss(old, old, adv, mask, LossConfig(rollout_correction="tis", rollout_threshold=2.0))
