@@ -121,11 +121,13 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.parametrize("mode", ["tis", "mis"])
-def test_two_ranks_log_the_correction_of_one_process(mode, world, tmp_path):
+def test_two_ranks_log_the_correction_of_one_process(mode, world, tmp_path, monkeypatch):
     """Each rank holds its own rows' θold log-probs: the weight means are over all ranks' tokens and the max /
     min over all ranks' rows, as one process (rollout.shards=2, half-mini-batch micro-batches: the same
     samples and partition) computes them; the updates agree as tests/integration/test_distributed.py's do."""
     from toy_runs import hf_weights, run as run_cmd, train_cmd
+    # both on HF's forward and the loop AdamW, as FSDP2 computes (tests/integration/test_distributed.py)
+    monkeypatch.setenv("ARMOR_FAST_FORWARD", "0")
     script = tmp_path / "skewed.py"
     script.write_text(SKEWED)
     args = ("schedule.total_steps=2", "schedule.save_every=2", *QUIET, "rollout.shards=2",
