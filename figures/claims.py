@@ -609,11 +609,11 @@ def sentence(v: Verdict) -> str:
     where = f" ({v.paper})" if v.paper else ""
     head = f"**{PLAIN.get(v.verdict, v.verdict)}** — {v.question}{where}, `{v.key}`, {v.decided_as}"
     if not st:
-        return f"{head}: {v.reason or v.evidence}."
+        return f"{head}: {(v.evidence or v.reason).removeprefix('not run: ')}."
     ci = (f"95% interval [{st['lo']:+.3f}, {st['hi']:+.3f}]" if st.get("lo") is not None
           else "no interval")
-    p = f"raw p {_p(st.get('p'))}" + (f", Holm-adjusted p {_p(v.p_adjusted)}" if v.p_adjusted is not None
-                                      else "")
+    p = (f"raw p {_p(st.get('p'))}" if st.get("p") is not None else "no p") + (
+        f", Holm-adjusted p {_p(v.p_adjusted)}" if v.p_adjusted is not None else "")
     return (f"{head}: {v.quantity} = {st['mean']:+.3f}, {ci}, {st['n']} seed{'s' if st['n'] != 1 else ''}, "
             f"{p}.")
 
