@@ -55,7 +55,7 @@ from typing import Callable, Optional
 from common.results import metric_k
 
 from . import stats as S
-from .checklist import (END_WINDOW, NOT_RUN, NOT_TESTABLE, REWARD_WINDOW, Verdict, _window_mean, describe,
+from .checklist import (NOT_RUN, NOT_TESTABLE, REWARD_WINDOW, Verdict, _window_mean, describe,
                         end_value, floor_of, theta_star_copy, write_verdicts)
 from .data import Context, Curve, load_context
 

@@ -207,7 +207,10 @@ def parse_register(data: Any, path: Path = REGISTER, sha256: str = "") -> Regist
 
 def load_register(path: str | Path = REGISTER) -> Register:
     p = Path(path)
-    text = p.read_text()
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ClaimsError(f"claims register {p}: cannot be read ({e.strerror or e})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

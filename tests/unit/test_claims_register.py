@@ -212,3 +212,11 @@ def test_the_drivers_form_of_the_register():
     cm = register_meta(reg, confirm, runs)
     assert cm["role"] == "confirm" and cm["family"] == [c.key for c in reg.confirmatory]
     assert cm["design_preset"] == "tiny"
+
+
+def test_a_register_that_cannot_be_read_or_parsed_is_a_clear_error(tmp_path):
+    with pytest.raises(ClaimsError, match=r"claims register .*none.yaml: cannot be read"):
+        load_register(tmp_path / "none.yaml")
+    (tmp_path / "bad.yaml").write_text("claims: [\n")
+    with pytest.raises(ClaimsError, match=r"claims register .*bad.yaml: not YAML"):
+        load_register(tmp_path / "bad.yaml")
