@@ -1,9 +1,9 @@
 """python -m figures --results runs/<preset>/results.parquet --out DIR [--only fig4,table1] [--preset NAME]
 
 Redraws all (or the listed) paper items from the tidy results table: fig1..fig7 (PNG + PDF), table1..table3
-(Markdown + LaTeX), checklist (Markdown + JSON). With several presets in the results and no --preset, each
-preset's figures go to DIR/<preset>/ and the tables (spanning all presets) to DIR. --report PATH also writes
-REPRODUCTION.md (figures/report.py).
+(Markdown + LaTeX), checklist (the claims register decided: Markdown + JSON, forest plot claims.png/.pdf).
+With several presets in the results and no --preset, each preset's figures go to DIR/<preset>/ and the
+tables (spanning all presets) to DIR. --report PATH also writes REPRODUCTION.md (figures/report.py).
 """
 from __future__ import annotations
 

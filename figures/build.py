@@ -1,4 +1,5 @@
-"""Draw all (or some) paper items for one preset: figures (PNG + PDF), tables (Markdown + LaTeX), checklist.
+"""Draw all (or some) paper items for one preset: figures (PNG + PDF), tables (Markdown + LaTeX), the claims
+checklist (Markdown + JSON, and its forest plot).
 
     from figures.build import draw_all
     produced = draw_all(ctx, "out/", only=["fig4", "table1"])   # {item: [paths]}
@@ -13,7 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .checklist import write_checklist
+from .claims import FOREST, write_checklist
 from .data import Context
 from .plots import FIGURES, fig_steps, save
 from .tables import TABLES
@@ -68,7 +69,8 @@ def draw_all(ctx: Context, out_dir, only=None, table_ctxs: Optional[Sequence[Con
                 produced[name] = [out / "world_checks.md", out / "world_checks.json"]
             else:
                 write_checklist(ctx, out)
-                produced[name] = [out / "checklist.md", out / "checklist.json"]
+                produced[name] = [out / "checklist.md", out / "checklist.json", out / f"{FOREST}.png",
+                                  out / f"{FOREST}.pdf"]
         except Exception as e:  # noqa: BLE001 - a broken item must not stop the others
             err = f"{type(e).__name__}: {e}"
             print(f"[figures] {name} failed: {err}\n{traceback.format_exc()}", file=sys.stderr)

@@ -216,6 +216,14 @@ class Context:
         return self._cache["driver_meta"]
 
     @property
+    def claims(self) -> dict:
+        """The claims register as the driver resolved it for this preset (results.meta.json `claims`: the
+        seeds' role, roles, entries with their arms and whether the preset runs them; figures/claims.py), or
+        {} for results collected without it."""
+        c = self.driver_meta.get("claims")
+        return c if isinstance(c, dict) else {}
+
+    @property
     def figure_arms(self) -> Optional[dict]:
         """{figure: [arms]} as the driver listed them (reproduce.matrix.arms.figure_arms), or None."""
         fa = self.driver_meta.get("figure_arms")

@@ -396,3 +396,77 @@ def fig_steps(ctx: Context, out_dir=None) -> Figure:
         _finish(ax, "share", f"{arm}: answer modes (solid: on-policy samples, dashed: kept anchors)")
     save(fig, out_dir, "steps")
     return fig
+
+
+# ------------------------------------------------------------------------------------------ claims
+CLASS_COLORS = {"yes": "tab:green", "no": "tab:red", "inconclusive": "0.35",
+                "not testable here": "tab:purple", "not run": "0.7"}
+
+
+def _forest_rows(ax, rows, min_effect: Optional[float]) -> None:
+    """One row a verdict, top to bottom: mean and 95% interval in its class's colour, the p's at the right."""
+    n = len(rows)
+    if min_effect:
+        ax.axvspan(-min_effect, min_effect, color="0.85", alpha=0.6, lw=0,
+                   label=f"± minimum effect ({min_effect:.3f})")
+    ax.axvline(0.0, color="k", lw=0.9)
+    for i, v in enumerate(rows):
+        y = n - 1 - i
+        color = CLASS_COLORS.get(v.verdict, "k")
+        st = v.stat or {}
+        if st.get("mean") is not None:
+            lo, hi = st.get("lo"), st.get("hi")
+            xerr = [[st["mean"] - lo], [hi - st["mean"]]] if lo is not None else None
+            ax.errorbar([st["mean"]], [y], xerr=xerr, fmt="o", color=color, ms=4, capsize=2, lw=1.2)
+        else:
+            ax.text(0.0, y, f" {v.verdict}", color=color, fontsize=6.5, va="center", ha="left")
+        p = st.get("p")
+        holm = f" · Holm {v.p_adjusted:.2g}" if v.p_adjusted is not None else ""
+        txt = v.verdict if p is None else f"{v.verdict} · p {p:.2g}{holm}"
+        ax.annotate(txt, xy=(1.01, y), xycoords=("axes fraction", "data"), fontsize=6.5, va="center",
+                    color=color)
+    k = sum(1 for v in rows if v.confirmatory)
+    if 0 < k < n:                              # the confirmatory family above, the exploratory entries below
+        ax.axhline(n - k - 0.5, color="0.4", ls="--", lw=0.8)
+    ax.set_yticks(range(n), [("★ " if v.confirmatory else "") + v.key for v in reversed(rows)], fontsize=6.5)
+    ax.set_ylim(-0.7, n - 0.3)
+    ax.grid(alpha=0.3, axis="x")
+
+
+def fig_claims(verdicts: Sequence, ctx: Context, out_dir=None) -> Figure:
+    """The forest plot of the claims register (figures/claims.py verdicts): every entry, its mean and 95% t
+    interval over seeds, coloured by its class, with raw p and (confirmatory family, confirmation seeds) the
+    Holm-adjusted p at the right; the confirmatory entries (★) first; a line at 0 and shading at ± the
+    minimum effect (NOISE_MULTIPLE x the noise floor). Training-metric entries (their own units, decided on
+    their interval alone) get a panel of their own."""
+    rows = sorted(verdicts, key=lambda v: not v.confirmatory)     # stable: the register's order within
+    score = [v for v in rows if v.split != "train"]
+    train = [v for v in rows if v.split == "train"]
+    panels = [(score, "validation / test: fraction of the score"), (train, "training metrics (own units)")]
+    panels = [(r, t) for r, t in panels if r] or [([], "no claims register in the results")]
+    fig = Figure(figsize=(8.5, 1.2 + 0.22 * max(len(rows), 1) + 0.6 * len(panels)), layout="constrained")
+    axes = fig.subplots(len(panels), 1, squeeze=False,
+                        height_ratios=[max(len(r), 1) for r, _ in panels])[:, 0].tolist()
+    role = (ctx.claims or {}).get("role", "—")
+    fig.suptitle(f"Claims of the paper — preset {ctx.preset} · seeds' role {role} · seeds "
+                 f"{ctx.seeds() or '-'}\n★ confirmatory; colour: class (green yes, red no, grey "
+                 "inconclusive, purple not testable, light grey not run)", fontsize=9)
+    fig.armor_info = {"panels": [], "missing": {}, "series": {}, "rows": [v.key for v in rows],
+                      "classes": {v.key: v.verdict for v in rows}}
+    min_effects = [v.min_effect for v in score if v.min_effect]
+    for ax, (group, title) in zip(axes, panels):
+        name = "train" if group is train and train else "score"
+        _register(fig, ax, "claims", name)
+        fig.armor_info["series"][name] = [v.key for v in group]
+        if not group:
+            ax.text(0.5, 0.5, title, transform=ax.transAxes, ha="center", va="center", color=MISSING_COLOR,
+                    gid="not-run")
+            ax.set_axis_off()
+            continue
+        _forest_rows(ax, group, max(min_effects) if min_effects and group is score else None)
+        ax.set_xlabel("per-seed quantity: mean and 95% t interval over seeds")
+        ax.set_title(title, fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6.5, loc="lower right")
+    save(fig, out_dir, "claims")
+    return fig

@@ -1,4 +1,5 @@
-"""REPRODUCTION.md: our figures and tables beside the paper's, the checklist, and how the run was made.
+"""REPRODUCTION.md: the claims of the paper decided (a forest plot of every register entry, then a sentence
+each), our figures and tables beside the paper's, the checklist, and how the run was made.
 
     write_report("runs/tiny/results.parquet", "REPRODUCTION.md", preset="tiny", command="python -m ...",
                  seeds=[0, 1], wall_time_s=3600.0, figures_dir="artifacts/figures")
@@ -22,7 +23,7 @@ from typing import Optional, Sequence
 
 from . import paper as paper_mod
 from .build import draw_all
-from .checklist import checklist_markdown, run_checklist
+from .claims import FOREST, checklist_markdown, rule_text, run_claims, sentence, write_checklist
 from .world_checks import applies as world_applies, run_world_checks, world_checks_markdown
 from .data import Context, load_context
 from .plots import FIGURES
@@ -109,6 +110,20 @@ def _missing_summary(fig) -> str:
     return "Not run: " + "; ".join(f"panel {p}: {', '.join(m)}" for p, m in miss.items())
 
 
+def claims_section(ctx: Context, verdicts, figures_dir: Path, base: Path) -> list[str]:
+    """The report's opening: the forest plot of every register entry, then one plain sentence an entry
+    (holds here / fails here / undecided here, with its numbers; or why it is not decided)."""
+    png = figures_dir / f"{FOREST}.png"
+    if not ctx.claims:
+        return ["## Claims of the paper", "",
+                "_No claims register in the results' record (results.meta.json has no `claims`: results "
+                "collected before the register); nothing is decided._", ""]
+    return (["## Claims of the paper", "",
+             f"![claims]({_rel(png, base)})", "",
+             f"PDF: [{FOREST}.pdf]({_rel(figures_dir / f'{FOREST}.pdf', base)}). {rule_text(ctx)}", ""]
+            + [f"- {sentence(v)}" for v in verdicts] + [""])
+
+
 def build_report(ctx: Context, out_md: Path, command: str, seeds, wall_time_s, figures_dir: Path,
                  draw: Optional[bool] = None, results_path=None) -> str:
     figures_dir = Path(figures_dir)
@@ -117,9 +132,13 @@ def build_report(ctx: Context, out_md: Path, command: str, seeds, wall_time_s, f
         draw_all(ctx, figures_dir, only=need)
     base = out_md.parent
     seeds = list(seeds) if seeds is not None else ctx.seeds()
+    verdicts = run_claims(ctx)
+    if draw or not (figures_dir / f"{FOREST}.png").exists():
+        write_checklist(ctx, figures_dir)
     lines = [HEADER, "", f"# ARMOR reproduction — preset `{ctx.preset}`", "",
-             "_Generated from the results table by `figures/report.py`; never hand-edited._", "",
-             "| | |", "|---|---|",
+             "_Generated from the results table by `figures/report.py`; never hand-edited._", ""]
+    lines += claims_section(ctx, verdicts, figures_dir, base)
+    lines += ["## The run", "", "| | |", "|---|---|",
              f"| preset | `{ctx.preset}` (model {ctx.model}) |",
              f"| seeds | {', '.join(str(s) for s in seeds) or 'n/a'} |",
              f"| wall time | {_wall(wall_time_s)} |",
@@ -142,8 +161,8 @@ def build_report(ctx: Context, out_md: Path, command: str, seeds, wall_time_s, f
                   "Can the paper's claims be tested in this world? (figures/world_checks.py: thresholds and "
                   "rules)", "",
                   world_checks_markdown(run_world_checks(ctx))]
-    lines += ["## Checklist of the paper's qualitative claims", "",
-              checklist_markdown(run_checklist(ctx), ctx)]
+    lines += ["## Checklist of the claims register, entry by entry", "",
+              checklist_markdown(verdicts, ctx)]
 
     steps_png = figures_dir / "steps.png"
     if draw or not steps_png.exists():

@@ -1,9 +1,10 @@
-"""The statistics of the verdicts (figures/checklist.py), pure functions of plain numbers; the rule that turns
-them into a class is `classify` (written out in docs/verdicts.md).
+"""The statistics of the verdicts (figures/claims.py), pure functions of plain numbers; the rule that turns
+them into a class is `classify` (written out in docs/verdicts.md), the family-wise control is `holm`.
 
     d = paired_differences({0: .15, 1: .22}, {0: .12, 1: .11})   # {seed: a - b} on the seeds both have
     s = t_interval(list(d.values()))                                # Interval(mean, lo, hi, n, sd, p)
     classify(s, floor=0.011, kind=GREATER)                          # ("yes" | "no" | "inconclusive", why)
+    holm([0.01, 0.04, 0.03])                                        # [0.03, 0.06, 0.06]
 
 The unit is the seed: each seed gives one number (a paired difference of two arms that start from the same
 θ*, or a change of one arm), and the interval is Student's t interval over those numbers:
@@ -17,11 +18,13 @@ from dataclasses import asdict, dataclass
 from typing import Mapping, Optional, Sequence
 
 LEVEL = 0.95            # the intervals' confidence level
+ALPHA = 0.05            # the tests' level: a class needs p (Holm-adjusted in the confirmatory family) < ALPHA
 NOISE_MULTIPLE = 2.0    # an effect is decided only when |mean| >= this x the evaluation noise floor
 
 YES, NO, INCONCLUSIVE, NOT_TESTABLE = "yes", "no", "inconclusive", "not testable here"
 # claim kinds: what "yes" asserts about the per-seed quantity x
 GREATER = "greater"      # x > 0 (a difference or a change in the claimed direction)
+LESS = "less"            # x < 0
 NO_CHANGE = "no_change"  # x = 0 within the noise (e.g. "stagnates")
 NO_DROP = "no_drop"      # x is not below 0 by more than the noise (e.g. "stays stable")
 
@@ -134,12 +137,16 @@ def paired_differences(a: Mapping[int, float], b: Mapping[int, float]) -> dict[i
 
 
 def classify(iv: Optional[Interval], floor: Optional[float], kind: str = GREATER,
-             multiple: float = NOISE_MULTIPLE) -> tuple[str, str]:
+             multiple: float = NOISE_MULTIPLE, p: Optional[float] = None,
+             alpha: float = ALPHA) -> tuple[str, str]:
     """(class, reason) of a claim about the per-seed quantity whose interval is iv; floor = the evaluation
     noise floor (sd of one evaluation of fixed weights), m = multiple · floor:
     - GREATER (x > 0): yes when lo > 0 and mean >= m; no when hi < 0 and -mean >= m.
+    - LESS (x < 0): the mirror: yes when hi < 0 and -mean >= m; no when lo > 0 and mean >= m.
     - NO_CHANGE (x = 0): yes when the interval lies inside [-m, m]; no when it excludes 0 and |mean| >= m.
     - NO_DROP (x >= 0 up to noise): yes when lo > -m; no when hi < 0 and -mean >= m.
+    A GREATER / LESS yes or no also needs p < alpha, p the test's p-value (default the interval's own, for
+    which the condition is the interval's; a confirmatory entry passes its Holm-adjusted p).
     Otherwise inconclusive; always inconclusive without a measured floor or with fewer than 2 seeds."""
     if iv is None:
         return INCONCLUSIVE, "no seed has both numbers"
@@ -150,11 +157,17 @@ def classify(iv: Optional[Interval], floor: Optional[float], kind: str = GREATER
     m = multiple * floor
     big = abs(iv.mean) >= m
     excl = f"interval excludes 0 and |mean| {abs(iv.mean):.3f} >= {multiple:g} x floor {m:.3f}"
-    if kind == GREATER:
-        if iv.lo > 0 and big:
-            return YES, excl
-        if iv.hi < 0 and big:
-            return NO, excl + " (the other direction)"
+    if kind in (GREATER, LESS):
+        sign = 1.0 if kind == GREATER else -1.0
+        lo, hi = sorted((sign * iv.lo, sign * iv.hi))
+        cls = YES if lo > 0 and big else NO if hi < 0 and big else None
+        if cls is not None:
+            pv = iv.p if p is None else p
+            if pv is None or pv >= alpha:
+                return INCONCLUSIVE, (f"{excl}, but p {_p(pv)} >= {alpha:g}" + (f" (raw p {_p(iv.p)})"
+                                                                                  if p is not None else ""))
+            tail = f", p {_p(pv)} < {alpha:g}" + (" (Holm-adjusted)" if p is not None else "")
+            return cls, excl + tail + ("" if cls == YES else " (the other direction)")
     elif kind == NO_CHANGE:
         if -m <= iv.lo and iv.hi <= m:
             return YES, f"interval inside ±{multiple:g} x floor = ±{m:.3f}"
@@ -169,6 +182,30 @@ def classify(iv: Optional[Interval], floor: Optional[float], kind: str = GREATER
         raise ValueError(f"unknown claim kind {kind!r}")
     return INCONCLUSIVE, (f"interval [{iv.lo:+.3f}, {iv.hi:+.3f}] and mean {iv.mean:+.3f} vs {multiple:g} x "
                           f"floor {m:.3f}: not decided")
+
+
+def _p(p: Optional[float]) -> str:
+    return "n/a" if p is None else f"{p:.2g}"
+
+
+def holm(ps: Sequence[Optional[float]]) -> list[float]:
+    """Holm's step-down adjusted p-values of a family of m tests, in the order given. With the p-values
+    sorted ascending, p_(1) <= ... <= p_(m):
+
+        adj_(i) = max_{j <= i} min(1, (m - j + 1) · p_(j))
+
+    A test without a p-value (None: not run, not testable, one seed) counts as p = 1: it stays in the family
+    (m does not shrink) and is never rejected. Ties keep their given order. Rejecting adj < α controls the
+    family-wise error rate at α."""
+    m = len(ps)
+    filled = [1.0 if p is None else float(p) for p in ps]
+    order = sorted(range(m), key=lambda i: filled[i])
+    out = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * filled[i]))
+        out[i] = running
+    return out
 
 
 def combine(classes: Sequence[str]) -> str:

@@ -28,8 +28,9 @@ BENCH_OFFSET = {"aime24": 0.0, "aime25": -0.12, "amc": 0.3, "gpqa_diamond": 0.02
 # arm: (start, kind, params) ; start "theta" | "late" | "qae_theta" | 0
 ALL_ARMS = ["dapo", "dapo_cont", "armor", "anchor_only", "kl_k3_b1e-2", "kl_k3_b1", "kl_k2_b1e-2", "kl_k2_b1",
             "mix_a0.9", "mix_a0.8", "anchor_static_clip", "anchor_offpolicy", "armor_reset_never",
-            "armor_reset_20", "armor_reset_40", "armor_late", "dapo_late", "opd", "mopd", "qae", "qae_cont",
-            "qae_armor_reset_never", "qae_armor_reset_20", "armor_tau1", "armor_tau1_until40", "clip_expand"]
+            "armor_reset_20", "armor_reset_40", "armor_restart", "armor_late", "dapo_late", "opd", "mopd",
+            "qae", "qae_cont", "qae_armor_reset_never", "qae_armor_reset_20", "armor_tau1",
+            "armor_tau1_until40", "clip_expand"]
 
 
 # what the driver's results.meta.json says of each arm (reproduce/jobs/collect.py arm_facts): stage, baseline,
@@ -45,6 +46,7 @@ ARM_FACTS = {
     "armor_reset_never": (2, "dapo", "peak", ("reset", None)),
     "armor_reset_20": (2, "dapo", "peak", ("reset", 20.0)),
     "armor_reset_40": (2, "dapo", "peak", ("reset", 40.0)),
+    "armor_restart": (2, "dapo", "restart", None),
     "armor_late": (2, "dapo", "late", None), "dapo_late": (2, "dapo", "late", None),
     "opd": (2, "dapo", "peak", None), "mopd": (2, "dapo", "peak", None),
     "qae_cont": (2, "qae", "peak", None), "qae_armor_reset_never": (2, "qae", "peak", ("qae_armor", None)),
@@ -79,6 +81,8 @@ def _shape(arm: str, t: float, collapse: bool) -> float:
         return hump(0.04, 0.06)
     if arm == "clip_expand":
         return hump(0.02, 0.04) + 0.01 * math.sin(12 * t)
+    if arm == "armor_restart":   # t from the restart point: never's value there, then a higher rise
+        return 0.02 * (1 - math.exp(-4 / 3)) + rise(0.04)
     return rise(0.05)  # armor, armor_reset_<τ>, armor_late, qae_armor_*, armor_tau1_until*
 
 
@@ -87,9 +91,11 @@ def make_synthetic(root, preset: str = "tiny", model: str = "tiny-lm", arms: Opt
                    theta: int = 30, stage1: int = 60, stage2: int = 60, every: int = 5, eval_every: int = 10,
                    collapse: bool = True, eval_benches: Sequence[str] = MATH + GENERAL,
                    kl_after_steps: int = 20, write_metrics: bool = True, late: Optional[int] = None,
-                   qae_theta: Optional[int] = None, table_steps: Optional[dict] = None) -> Path:
+                   qae_theta: Optional[int] = None, table_steps: Optional[dict] = None,
+                   claims: Optional[dict] = None) -> Path:
     """Write runs/<preset>-like folder `root` and return the results.parquet path. `table_steps`: arm -> the
-    paper's table step the driver would record (protocol.table_steps)."""
+    paper's table step the driver would record (protocol.table_steps); `claims`: the claims register as the
+    driver records it (results.meta.json `claims`), none by default."""
     root = Path(root)
     arms = list(ALL_ARMS if arms is None else arms)
     late = late if late is not None else theta + 15
@@ -110,6 +116,8 @@ def make_synthetic(root, preset: str = "tiny", model: str = "tiny-lm", arms: Opt
             start, n_steps = 0, stage1
         elif kind == "late":
             start, n_steps = late, stage2
+        elif kind == "restart":            # from armor_reset_never's checkpoint a third into stage 2
+            start, n_steps = theta + stage2 // 3, stage2 - stage2 // 3
         elif baseline == "qae":
             start, n_steps = qae_theta, stage2
         else:
@@ -167,6 +175,8 @@ def make_synthetic(root, preset: str = "tiny", model: str = "tiny-lm", arms: Opt
         pd.DataFrame(step_rows).to_parquet(root / STEPS_NAME, index=False)
     meta = {"preset": preset, "model": model, "protocol": protocol, "seeds": list(seeds),
             "validation_benchmark": val_bench, "arms": facts, "world": {}, "live_logs": []}
+    if claims is not None:
+        meta["claims"] = claims
     (root / META_NAME).write_text(json.dumps(meta, indent=1))
     return path
 

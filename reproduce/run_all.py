@@ -205,10 +205,11 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
 
 
 def print_verdicts(figures_dir: Path) -> None:
-    """The world's acceptance checks and the checklist of the paper's claims, one line each, when the figures
-    job wrote them (figures/world_checks.py, figures/checklist.py); the numbers are in REPRODUCTION.md."""
+    """The world's acceptance checks and every entry of the claims register, one line each (an entry's raw p
+    and, in the confirmatory family of a confirmation preset, its Holm-adjusted p), when the figures job wrote
+    them (figures/world_checks.py, figures/claims.py); the numbers are in REPRODUCTION.md."""
     for stem, title in (("world_checks", "the world's acceptance checks"),
-                        ("checklist", "the paper's claims on this preset")):
+                        ("checklist", "the paper's claims on this preset (the claims register)")):
         path = figures_dir / f"{stem}.json"
         if path.is_file():
             print(f"{title} ({path}):")

@@ -7,9 +7,10 @@ table (and the figures drawn from it) are current.
                                         common.results.STEP_METRICS) # and noise_floor.json
                                         (reproduce/jobs/noise.py), when measured
 
-The table's columns are docs/CONTRACTS.md's (common/results.py owns them). Its inputs' fingerprint (names,
-sizes, mtimes) goes into results.meta.json: `collect_done` is true while no input changed. `collect` only
-reads the runs; `link_aliases` is the one step that writes into run folders.
+The table's columns are docs/CONTRACTS.md's (common/results.py owns them); results.meta.json also carries
+the claims register as resolved for the preset (`claims`: reproduce/matrix/claims.py). Its inputs'
+fingerprint (names, sizes, mtimes) goes into results.meta.json: `collect_done` is true while no input
+changed. `collect` only reads the runs; `link_aliases` is the one step that writes into run folders.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from common.layout import STEP_RE
 from common.results import META_NAME, NOISE_NAME, STEPS_NAME, frame, steps_frame, summary_rows, write_results
 from reproduce.jobs import noise
 from reproduce.jobs.peaks import read_peak, start_point, validation_benchmark
-from reproduce.matrix.arms import Arm, arm_definitions, figure_arms, table_step
+from reproduce.matrix import claims as claims_register
+from reproduce.matrix.arms import Arm, arm_definitions, figure_arms, preset_runs, table_step
 from reproduce.matrix.presets import STATE_JSON, Preset, preset_root, repo_path, run_dir
 
 FIG_STAMP = ".armor_figures.json"
@@ -173,7 +175,8 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
             "validation_benchmark": validation_benchmark(preset), "inputs": fp, "rows": len(df),
             "cpu_numerics": [json.loads(n) for n in sorted(numerics) if n != "null"], "time": time.time(),
             "figure_arms": figure_arms(preset.protocol), "arms": arm_facts(preset, root, seeds),
-            "world": world_facts(preset), "live_logs": live_logs(preset, root, seeds)}
+            "world": world_facts(preset), "live_logs": live_logs(preset, root, seeds),
+            "claims": claims_meta(preset)}
     write_results(out / "results.parquet", df)
     write_steps(out / STEPS_NAME, step_rows)
     floor = noise.read_noise(noise.result_path(preset, root))
@@ -206,6 +209,13 @@ def arm_facts(preset: Preset, root: Path, seeds: list[int]) -> dict[str, dict]:
         f["teacher_is_start"] = any(_teacher_is_start(run_dir(root, preset, arm.run_arm, s)) for s in seeds)
         out[arm.name] = f
     return out
+
+
+def claims_meta(preset: Preset) -> dict:
+    """The claims register resolved for this preset (results.meta.json `claims`; figures/claims.py reads it):
+    the seeds' role (protocol.claims), the roles, each entry's arms and whether this preset runs them."""
+    runs, _ = preset_runs(preset)
+    return claims_register.register_meta(claims_register.load_register(), preset, runs)
 
 
 def _teacher_is_start(run: Path) -> bool:

@@ -16,7 +16,9 @@ The authors' reset (armor_restart, protocol.restart_within = w): the restart poi
 armor_reset_never's stage-2 curve: the argmax of its seed-mean validation smoothed over peak_selection_window,
 among the stage-2 steps r with a checkpoint in every seed and 0 < r ≤ w · stage2_steps (`choose_restart`;
 ties: earliest). One r for all seeds; each seed restarts from its own run's checkpoint at r. Written to
-runs/<preset>/armor_reset_never/seed<s>/restart.json by `python -m reproduce.jobs select-restart`.
+runs/<preset>/armor_reset_never/seed<s>/restart.json by `python -m reproduce.jobs select-restart`. With
+protocol.restart_step fixed (a confirmation preset: r from the design seeds) no curve is read: r is that step,
+and this seed's checkpoint at r must exist.
 """
 from __future__ import annotations
 
@@ -183,18 +185,26 @@ def select_restart(preset: Preset, root: Path, seed: int, seeds: Optional[list[i
     if p.restart_within is None:
         raise ExperimentError(f"preset {preset.name}: protocol.restart_within is not set (no armor_restart)")
     seeds = sorted(set(seeds or [seed]))
-    runs = [run_dir(root, preset, RESTART_FROM, x) for x in seeds]
     bench = validation_benchmark(preset)
-    curves = [read_validation(r, bench) for r in runs]
-    lacking = [x for x, r in zip(seeds, runs) if not (r / "DONE").is_file()]
-    if lacking:
-        raise ExperimentError(f"the restart point is chosen from {RESTART_FROM}'s finished runs of seeds "
-                              f"{seeds}, but seed(s) {lacking} are not DONE "
-                              f"({runs[seeds.index(lacking[0])]})")
     s2 = stage_steps(preset)[1]
     run = run_dir(root, preset, RESTART_FROM, seed)
-    ckpts = sorted(set.intersection(*(set(list_checkpoints(r)) for r in runs + [run])))
-    info = choose_restart(mean_curve(curves), ckpts, int(p.restart_within * s2), p.peak_selection_window)
+    if p.restart_step is not None:
+        r = int(p.restart_step)
+        if r not in list_checkpoints(run):
+            raise ExperimentError(f"protocol.restart_step={r}: {RESTART_FROM} seed {seed} has no checkpoint "
+                                  f"at stage-2 step {r} ({ckpt_dir(run, r)})")
+        info = {"step": r, "method": "fixed", "last": int(p.restart_within * s2)}
+        seeds = [seed]                     # no curve is read: the step is the protocol's
+    else:
+        runs = [run_dir(root, preset, RESTART_FROM, x) for x in seeds]
+        curves = [read_validation(x, bench) for x in runs]
+        lacking = [x for x, r in zip(seeds, runs) if not (r / "DONE").is_file()]
+        if lacking:
+            raise ExperimentError(f"the restart point is chosen from {RESTART_FROM}'s finished runs of seeds "
+                                  f"{seeds}, but seed(s) {lacking} are not DONE "
+                                  f"({runs[seeds.index(lacking[0])]})")
+        ckpts = sorted(set.intersection(*(set(list_checkpoints(x)) for x in runs + [run])))
+        info = choose_restart(mean_curve(curves), ckpts, int(p.restart_within * s2), p.peak_selection_window)
     pk = read_peak(root, preset, "dapo", seed)
     if pk is None:
         raise ExperimentError(f"θ* of dapo seed {seed} is not chosen "
@@ -296,7 +306,8 @@ def cmd_select_restart(preset: Preset, root: Path, seed: int, seeds: Optional[li
         preset.protocol, arm_seeds(preset.protocol, src, preset.protocol.seeds))
     info = select_restart(preset, root, seed, seeds)
     write_json_atomic(restart_file(root, preset, seed), info, **STATE_JSON)
+    how = ("protocol.restart_step" if info.get("method") == "fixed"
+           else f"mean of seeds {info['seeds']}")
     print(f"restart point of {src.name} seed {seed}: stage-2 step {info['stage2_step']} "
-          f"(total {info['step']}, "
-          f"mean of seeds {info['seeds']}) -> {info['checkpoint']}; {info['remaining']} steps left")
+          f"(total {info['step']}, {how}) -> {info['checkpoint']}; {info['remaining']} steps left")
     return 0

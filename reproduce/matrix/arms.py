@@ -312,7 +312,26 @@ def parse_seeds(text: Optional[str], flag: str = "--seeds") -> Optional[list[int
 
 def build_arms(preset: Preset, only: Optional[list[str]] = None) -> dict[str, Arm]:
     """The arms to run for these figures/tables (default: all the preset has numbers for), canonical
-    order, with `figures` and `evaluate` filled in. Raises if --only names an item the preset lacks."""
+    order, with `figures` and `evaluate` filled in. Raises if --only names an item the preset lacks, or when
+    a confirmation preset (protocol.claims: confirm) cannot decide the claims register's confirmatory
+    entries (reproduce/matrix/claims.py check_preset, on the whole matrix)."""
+    if preset.protocol.claims != "design":
+        from reproduce.matrix import claims
+        runs, evaluated = preset_runs(preset)
+        claims.check_preset(claims.load_register(), preset, runs, evaluated)
+    return _chosen_arms(preset, only)
+
+
+def preset_runs(preset: Preset) -> tuple[dict[str, list[int]], set[str]]:
+    """The preset's whole matrix as the claims register reads it: arm -> the seeds it runs, and the arms it
+    evaluates."""
+    arms = _chosen_arms(preset, None)
+    p = preset.protocol
+    return ({n: arm_seeds(p, a, p.seeds) for n, a in arms.items()},
+            {n for n, a in arms.items() if a.evaluate})
+
+
+def _chosen_arms(preset: Preset, only: Optional[list[str]]) -> dict[str, Arm]:
     defs = arm_definitions(preset.protocol)
     figs = figure_arms(preset.protocol)
     if only is not None:

@@ -94,24 +94,41 @@ def load_preset(name_or_path: str | Path) -> Preset:
                               f"start is chosen among stage-1 DAPO's checkpoints after it ends, but "
                               f"schedule.keep_last="
                               f"{cfg.schedule.keep_last} deletes them; set schedule.keep_last: null")
-    _check_restart(preset)
+    stage2_cfg = cfg
     if preset.protocol.stage2_overrides:      # every stage-2 run's config validates before any job is planned
-        load_config(p, list(preset.protocol.stage2_overrides))
+        stage2_cfg = load_config(p, list(preset.protocol.stage2_overrides))
+    _check_restart(preset, stage2_cfg)
     return preset
 
 
-def _check_restart(preset: Preset) -> None:
+def _check_restart(preset: Preset, stage2_cfg: Optional[RunConfig] = None) -> None:
     """protocol.restart_within leaves armor_restart a validated checkpoint of armor_reset_never to start from
-    (with schedule.keep_last, reproduce/matrix/retention.py keeps every candidate)."""
+    (with schedule.keep_last, reproduce/matrix/retention.py keeps every candidate); a fixed
+    protocol.restart_step is one of them: within the window, validated and saved (stage2_cfg: the stage-2
+    runs' config, protocol.stage2_overrides applied)."""
     p, cfg = preset.protocol, preset.cfg
     if p.restart_within is None:
         return
     s2 = p.stage2_steps or cfg.schedule.total_steps
     every = p.stage2_validate_every or cfg.schedule.validate_every
-    if not every or int(p.restart_within * s2) < every:
+    last = int(p.restart_within * s2)
+    if not every or last < every:
         raise ExperimentError(f"protocol.restart_within={p.restart_within}: the first "
-                              f"{int(p.restart_within * s2)} of {s2} stage-2 steps hold no validation (every "
+                              f"{last} of {s2} stage-2 steps hold no validation (every "
                               f"{every}) to choose a restart point")
+    r = p.restart_step
+    if r is None:
+        return
+    sched = (stage2_cfg or cfg).schedule
+    if not 0 < r <= last:
+        raise ExperimentError(f"protocol.restart_step={r}: not within protocol.restart_within's window of "
+                              f"stage-2 steps (0, {last}] ({p.restart_within} of {s2})")
+    if r % every:
+        raise ExperimentError(f"protocol.restart_step={r}: not a validated stage-2 step (validation every "
+                              f"{every}: protocol.stage2_validate_every / schedule.validate_every)")
+    if r % sched.save_every and sched.keep_last is None:
+        raise ExperimentError(f"protocol.restart_step={r}: armor_reset_never saves no checkpoint there "
+                              f"(schedule.save_every={sched.save_every})")
 
 
 def _check_eval_samples(proto: ProtocolConfig) -> None:

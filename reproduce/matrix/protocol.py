@@ -80,6 +80,12 @@ class ProtocolConfig:
               "peak_selection_window, among its checkpoints after θ* up to this fraction of stage2_steps), "
               "with πref = that checkpoint, a fresh optimizer and warm-up, for the rest of stage 2 (it ends "
               "where every stage-2 arm ends); null = not run")
+    restart_step: Optional[int] = _f(None, "the restart point's stage-2 step r, fixed (from the design "
+                                           "seeds: a confirmation preset chooses nothing from its own "
+                                           "seeds); "
+                                           "select-restart then reads no curve. A validated and saved step "
+                                           "of armor_reset_never within restart_within's window; null = "
+                                           "chosen by restart_within's argmax")
     stage2_warmup_steps: Optional[int] = _f(None, "learning-rate warm-up of every stage-2 run, RL steps, "
                                                   "armor_restart's included (the authors give each "
                                                   "continual run the same 10; null = optim.warmup_steps)")
@@ -127,6 +133,14 @@ class ProtocolConfig:
                                     help="seeds whose mean validation curve chooses θ*, the late start and "
                                          "the restart point, once for every seed (empty = every seed the run "
                                          "to choose from runs)")
+    claims: str = _f("design", "the seeds' role for the claims register (reproduce/matrix/claims.yaml, "
+                               "docs/claims.md): design (every entry exploratory, raw p: the design seeds' "
+                               "estimates) or confirm (fresh seeds: the confirmatory entries one Holm "
+                               "family; θ* and the restart point fixed, every confirmatory arm run)")
+    claims_design_preset: Optional[str] = _f(None, "confirm only: the design preset (a preset name) whose "
+                                                   "seeds designed the world and chose θ*; this preset's "
+                                                   "seeds must be disjoint from its selection seeds, and the "
+                                                   "exploratory entries are decided there")
     side_arms: list[str] = _f(factory=list, help="arms run on the first side_arm_seeds seeds (side arms a "
                                                  "report cites; no headline verdict rests on them)")
     side_arm_seeds: int = _f(3, "seeds of protocol.side_arms (the first N of protocol.seeds)")
@@ -186,6 +200,22 @@ def validate_protocol(p: ProtocolConfig) -> None:
       "needs protocol.reset_sweep (the restart starts from armor_reset_never, a Fig. 4 arm)")
     c(p.stage2_warmup_steps is None or p.stage2_warmup_steps >= 0, "protocol.stage2_warmup_steps",
       p.stage2_warmup_steps, "must be >= 0")
+    c(p.restart_step is None or p.restart_within is not None, "protocol.restart_step", p.restart_step,
+      "needs protocol.restart_within (the window it lies in; armor_restart runs only with it)")
+    c(p.restart_step is None or p.restart_step >= 1, "protocol.restart_step", p.restart_step,
+      "must be a stage-2 step >= 1 (step 0 is θ* itself)")
+    c(p.claims in ("design", "confirm"), "protocol.claims", p.claims, "must be design or confirm")
+    if p.claims == "confirm":
+        c(bool(p.claims_design_preset), "protocol.claims_design_preset", p.claims_design_preset,
+          "must name the design preset (protocol.claims: confirm)")
+        c(p.peak_step is not None, "protocol.peak_step", p.peak_step,
+          "must fix θ* in a confirmation preset (protocol.claims: confirm): its seeds choose nothing")
+        c(p.restart_within is None or p.restart_step is not None, "protocol.restart_step", p.restart_step,
+          "must fix the restart point in a confirmation preset (protocol.claims: confirm) that runs "
+          "armor_restart (protocol.restart_within)")
+    else:
+        c(p.claims_design_preset is None, "protocol.claims_design_preset", p.claims_design_preset,
+          "applies to a confirmation preset only (protocol.claims: confirm)")
     f = p.late_start_fraction
     c(f is None or 0 < f < 1, "protocol.late_start_fraction", f, "must be in (0, 1)")
     c(f is None or p.late_start_step is None, "protocol.late_start_fraction", f,

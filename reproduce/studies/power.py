@@ -1,6 +1,14 @@
 """How many seeds the headline comparisons need: a results table's per-seed gaps -> paired-t power.
 
+    python -m reproduce.studies.power --claims reproduce/results/tiny/    # the confirmatory family
     python -m reproduce.studies.power --results reproduce/results/tiny/results.parquet
+
+--claims (the confirmation seeds' number, docs/claims.md): for every confirmatory entry of the claims register
+(reproduce/matrix/claims.yaml), its per-seed values in a design results folder (figures/claims.py, as the
+checklist computes them), their mean d and sd s, and the seeds a paired two-sided t test needs for power 0.8
+at the Holm level of the entry's rank among the family's design p-values, α/(m − rank + 1), and at the
+conservative α/m (every entry at the smallest level); the confirmation preset runs the largest n(α/m), at
+least MIN_CONFIRM_SEEDS.
 
 For each comparison (`COMPARISONS`: arm minus reference, each seed's end value = the mean of its last
 `END_POINTS` validation points; "theta*" = the arm's own first stage-2 point, i.e. θ*'s weights) it prints the
@@ -20,6 +28,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 from typing import Optional
 
 import pandas as pd
@@ -91,12 +100,71 @@ def power(n: int, d: float, s: float, alpha: float = ALPHA) -> float:
     return float(min(1.0, integrate.quad(f, 0, math.inf, limit=200)[0]))
 
 
-def seeds_needed(d: float, s: float, target: float = POWER, n_max: int = 100) -> Optional[int]:
-    """The least n ≥ 2 with power(n) ≥ target, or None up to n_max."""
+def seeds_needed(d: float, s: float, target: float = POWER, n_max: int = 100,
+                 alpha: float = ALPHA) -> Optional[int]:
+    """The least n ≥ 2 with power(n) ≥ target at level alpha, or None up to n_max."""
     for n in range(2, n_max + 1):
-        if power(n, d, s) >= target:
+        if power(n, d, s, alpha) >= target:
             return n
     return None
+
+
+def claims_power(results_dir: Path, register=None) -> list[dict]:
+    """Per confirmatory entry of the register, from a design results folder: {key, n (seeds), d, sd, p (the
+    design seeds' raw p), along (d lies in the claimed direction), rank (Holm rank by p, 1 = smallest), level
+    (α/(m − rank + 1)), n_rank, n_m (seeds for power POWER at that level and at α/m)}, or {key, why} when it
+    has fewer than 2 seeds' values."""
+    from figures.claims import Entry, measure
+    from figures.data import load_context
+    from reproduce.matrix.claims import load_register, register_meta
+    ctx = load_context(Path(results_dir) / "results.parquet")
+    meta = register_meta(register or load_register())
+    fam = [Entry.from_json(e) for e in meta["entries"] if e["confirmatory"]]
+    m = len(fam)
+    rows = []
+    for e in fam:
+        v = measure(ctx, e)
+        xs = list((v.numbers.get("per_seed") or {}).values())
+        if len(xs) < 2:
+            rows.append({"key": e.key, "why": v.evidence or f"{len(xs)} seed"})
+            continue
+        d = sum(xs) / len(xs)
+        sd = math.sqrt(sum((x - d) ** 2 for x in xs) / (len(xs) - 1))
+        sign = 1.0 if e.direction == "greater" else -1.0
+        rows.append({"key": e.key, "n": len(xs), "d": d, "sd": sd, "p": v.stat["p"],
+                     "along": sign * d > 0})
+    ranked = sorted((r for r in rows if "p" in r), key=lambda r: r["p"])
+    for rank, r in enumerate(ranked, 1):
+        r["rank"], r["level"] = rank, ALPHA / (m - rank + 1)
+        r["n_rank"] = seeds_needed(r["d"], r["sd"], alpha=r["level"])
+        r["n_m"] = seeds_needed(r["d"], r["sd"], alpha=ALPHA / m)
+    return rows
+
+
+def claims_report(results_dir: Path) -> str:
+    """The table of claims_power: the confirmation seeds each confirmatory entry needs."""
+    from reproduce.matrix.claims import MIN_CONFIRM_SEEDS
+    rows = claims_power(results_dir)
+    m = len(rows)
+    lines = [f"confirmatory family of the claims register: m = {m}; design results {results_dir}",
+             f"paired two-sided t, power {POWER}: n at the Holm level of the entry's rank (α/(m − rank + 1)) "
+             f"and at α/m = {ALPHA / m:.4f}", "",
+             f"{'entry':<34} {'seeds':>5} {'mean':>7} {'sd':>6} {'p':>8} {'rank':>4} {'level':>7} "
+             f"{'n(rank)':>7} {'n(α/m)':>7}  direction"]
+    for r in rows:
+        if "why" in r:
+            lines.append(f"{r['key']:<34} no per-seed values: {r['why']}")
+            continue
+        fmt = lambda n: ">100" if n is None else str(n)  # noqa: E731
+        lines.append(f"{r['key']:<34} {r['n']:>5} {r['d']:+7.3f} {r['sd']:6.3f} {r['p']:8.2g} {r['rank']:>4} "
+                     f"{r['level']:7.4f} {fmt(r['n_rank']):>7} {fmt(r['n_m']):>7}  "
+                     f"{'claimed' if r['along'] else 'against the claim'}")
+    ns = [r["n_m"] for r in rows if "n_m" in r]
+    if ns:
+        worst = ">100" if None in ns else str(max(max(ns), MIN_CONFIRM_SEEDS))
+        lines += ["", f"the confirmation preset's seeds: max n(α/m) over the entries, at least "
+                      f"{MIN_CONFIRM_SEEDS}: {worst}"]
+    return "\n".join(lines)
 
 
 def report(df: pd.DataFrame, fixed_arm: str = "opd", sample_factors: tuple[int, ...] = (1, 2, 4)) -> str:
@@ -136,7 +204,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m reproduce.studies.power", description=__doc__.split("\n")[0])
     ap.add_argument("--results", default="reproduce/results/tiny/results.parquet")
     ap.add_argument("--fixed-arm", default="opd", help="an arm whose weights never move (evaluation noise)")
+    ap.add_argument("--claims", type=Path, metavar="DIR",
+                    help="a design results folder: the seeds each confirmatory entry of the register needs")
     a = ap.parse_args(argv)
+    if a.claims is not None:
+        if not (a.claims / "results.parquet").is_file():
+            ap.error(f"--claims: {a.claims} holds no results.parquet")
+        print(claims_report(a.claims))
+        return 0
     print(report(pd.read_parquet(a.results), a.fixed_arm))
     return 0
 

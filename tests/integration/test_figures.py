@@ -3,16 +3,18 @@ marked instead of crashing, the checklist verdicts follow the curves, the report
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 import re
 
 import pandas as pd
 import pytest
 
-from figures import build, checklist, plots, report, tables
+from figures import build, checklist, claims, plots, report, tables
 from figures.__main__ import main as figures_main
 from figures.data import load_context, load_results, paper_preset
 from figures.synthetic import ALL_ARMS, make_synthetic
+from reproduce.matrix.claims import load_register, parse_register, register_meta
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,9 +23,14 @@ FIG_PANELS = {"fig1": ["reward", "length", "validation"], "fig2": ["a", "b"], "f
 
 
 # ------------------------------------------------------------------------------------------ fixtures
+def _register(arms=ALL_ARMS, register=None) -> dict:
+    """The claims register as the driver records it for a preset whose matrix is `arms`."""
+    return register_meta(register or load_register(), runs={a: [0, 1] for a in arms})
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    return make_synthetic(tmp_path_factory.mktemp("w") / "runs" / "tiny")
+    return make_synthetic(tmp_path_factory.mktemp("w") / "runs" / "tiny", claims=_register())
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +104,8 @@ def test_cli_produces_every_item(drawn):
         tex = (figs / f"{name}.tex").read_text()
         assert "\\begin{tabular}" in tex and "\\bottomrule" in tex
     verdicts = json.loads((figs / "checklist.json").read_text())
-    assert [v["key"] for v in verdicts] == [c.__name__.removeprefix("check_") for c in checklist.CHECKS]
+    assert [v["key"] for v in verdicts] == [c.key for c in load_register().claims]
+    assert (figs / "claims.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (figs / "claims.pdf").is_file()
 
 
 def test_only_subset(tiny, tmp_path):
@@ -285,7 +293,7 @@ def test_generic_benchmarks_get_their_own_columns(tmp_path):
 def test_missing_arms_leave_marked_gaps(tmp_path):
     keep = [a for a in ALL_ARMS if a not in ("kl_k3_b1", "armor", "mopd", "opd", "armor_reset_never")
             and not a.startswith("qae")]
-    path = make_synthetic(tmp_path / "runs" / "tiny", arms=keep)
+    path = make_synthetic(tmp_path / "runs" / "tiny", arms=keep, claims=_register())
     ctx = load_context(path)
     f2 = _axes(plots.fig2(ctx))
     assert "kl_k3_b1" not in _labels(f2["a"]) and any("kl_k3_b1" in t for t in _not_run_texts(f2["a"]))
@@ -302,11 +310,14 @@ def test_missing_arms_leave_marked_gaps(tmp_path):
     assert md[1]["AIME24"].startswith("—") and "[1]" in md[1]["AIME24"]
     assert "[1] tiny-lm +ARMOR: not run: armor" in t1.to_markdown()
     assert len(t1.rows) == 2  # no QAE arm in the data and tiny is no paper preset: no QAE rows
-    verdicts = {v.key: v for v in checklist.run_checklist(ctx)}
-    assert verdicts["armor_holds"].verdict == "not run" and "armor" in verdicts["armor_holds"].evidence
-    assert verdicts["resets_raise_ceiling"].verdict == "not run"
-    assert verdicts["opd_below_armor"].verdict == "not run"
-    assert verdicts["baseline_collapse"].verdict == "inconclusive"      # no noise floor in the synthetic data
+    verdicts = {v.key: v for v in claims.run_claims(ctx)}
+    # ARMOR's restart continues armor_reset_never's run, which is missing: not run
+    v = verdicts["armor_above_dapo_cont"]
+    assert v.verdict == "not run" and "no validation rows of armor_reset_never" in v.evidence
+    assert verdicts["mixture_adds_over_anchors"].verdict == "not run"
+    assert verdicts["mopd_below_armor"].verdict == "not run"
+    assert verdicts["dapo_collapses"].verdict == "inconclusive"          # no noise floor in the synthetic
+    assert verdicts["dapo_collapses"].reason == "noise floor not measured"
 
 
 def test_the_drivers_arms_decide_what_a_sweep_expects(tmp_path):
@@ -368,8 +379,14 @@ def _noise(d, sd):
                                                     "arm": "dapo", "seed": 0, "step": 10}))
 
 
-def _table(d, curves, evals=()):
-    """results.parquet of {(arm, seed): [values at steps 10, 15, ...]} (stage-2 arms from θ* = step 10)."""
+def _entry(key, quantity, arms, direction="greater", split="validation", **kw) -> dict:
+    return {"key": key, "paper": "p", "claim": f"claim {key}", "quantity": quantity, "arms": arms,
+            "direction": direction, "split": split, **kw}
+
+
+def _table(d, curves, evals=(), entries=(), protocol=None):
+    """results.parquet of {(arm, seed): [values at steps 10, 15, ...]} (stage-2 arms from θ* = step 10), and
+    the register `entries` as the driver records them."""
     rows = [dict(preset="tiny", model="m", arm=arm, seed=seed, step=10 + 5 * i, benchmark="val",
                  metric="avg@4", k=4, value=v, n=4, source="validation") for (arm, seed),
             vals in curves.items()
@@ -386,8 +403,19 @@ def _table(d, curves, evals=()):
              {"stage": 2, "baseline": "dapo", "start": "peak", "starts": {str(s): 10 for s in range(5)},
               "sweep": {"family": sweeps[a][0], "value": sweeps[a][1]} if a in sweeps else None}
              for a in arms}
-    (d / "results.meta.json").write_text(json.dumps({"arms": facts}))
+    meta = {"arms": facts, "protocol": protocol or {}}
+    if entries:
+        meta["claims"] = register_meta(parse_register({"claims": list(entries)}), runs={a: [0] for a in arms})
+    (d / "results.meta.json").write_text(json.dumps(meta))
     return d / "results.parquet"
+
+
+HOLDS = _entry("armor_holds", "end_diff", ["armor", "dapo_cont"])
+
+
+def _one(path, key=None):
+    vs = claims.run_claims(load_context(path))
+    return vs[0] if key is None else next(v for v in vs if v.key == key)
 
 
 def test_a_verdict_needs_its_interval_and_the_noise_floor(tmp_path):
@@ -397,48 +425,50 @@ def test_a_verdict_needs_its_interval_and_the_noise_floor(tmp_path):
     gaps = {0: 0.10, 1: 0.12, 2: 0.11}
     curves = {**{("dapo_cont", s): start + [0.2] * 3 for s in gaps},
               **{("armor", s): start + [0.2 + g] * 3 for s, g in gaps.items()}}
-    path = _table(tmp_path / "a", curves)
-    v = checklist.check_armor_holds(load_context(path))
+    path = _table(tmp_path / "a", curves, entries=[HOLDS])
+    v = _one(path)
     assert v.verdict == "inconclusive" and v.reason == "noise floor not measured" and v.floor is None
     assert v.stat["n"] == 3 and v.stat["mean"] == pytest.approx(0.11) and v.stat["lo"] > 0
     _noise(tmp_path / "a", 0.01)
-    v = checklist.check_armor_holds(load_context(path))
-    assert v.verdict == "yes" and v.floor == 0.01
+    v = _one(path)
+    assert v.verdict == "yes" and v.floor == 0.01 and v.min_effect == pytest.approx(0.02)
+    assert v.numbers["per_seed"] == pytest.approx(gaps)
     line = checklist.verdict_lines([v])[0]
     assert line.startswith("  [yes] ") and "95% t interval [+" in line and "3 seeds" in line and \
         "noise floor 0.010" in line
     _noise(tmp_path / "a", 0.06)                 # the gap 0.11 < 2 x 0.06: below the noise multiple
-    assert checklist.check_armor_holds(load_context(path)).verdict == "inconclusive"
+    assert _one(path).verdict == "inconclusive"
     wide = {**curves, ("armor", 2): start + [0.05] * 3}    # one seed the other way: the interval holds 0
     _noise(tmp_path / "b", 0.01)
-    assert checklist.check_armor_holds(load_context(_table(tmp_path / "b", wide))).verdict == "inconclusive"
+    assert _one(_table(tmp_path / "b", wide, entries=[HOLDS])).verdict == "inconclusive"
     worse = {**{k: v for k, v in curves.items() if k[0] == "dapo_cont"},
              **{("armor", s): start + [0.2 - g] * 3 for s, g in gaps.items()}}
     _noise(tmp_path / "c", 0.01)
-    assert checklist.check_armor_holds(load_context(_table(tmp_path / "c", worse))).verdict == "no"
+    assert _one(_table(tmp_path / "c", worse, entries=[HOLDS])).verdict == "no"
 
 
 def test_resets_are_compared_after_their_first_reset(tmp_path):
     """A reset arm equals never up to θ* + τ; its peak there (the shared start) decides nothing; without a
-    point after the reset the claim is not testable, never "no"."""
+    point after the reset the entry is not testable, never "no"."""
     never = [0.5, 0.45, 0.40, 0.35, 0.30, 0.25, 0.20]            # steps 10..40
     higher = never[:3] + [0.42, 0.41, 0.40, 0.39]                  # reset at τ = 10 (step 20) helps
     curves = {**{("armor_reset_never", s): never for s in (0, 1, 2)},
               **{("armor_reset_10", s): [x + 0.002 * s for x in higher] for s in (0, 1, 2)}}
+    entries = [_entry(f"reset_{t}", "peak_after_diff", [f"armor_reset_{t}", "armor_reset_never"])
+               for t in (10, 40)]
     d = tmp_path / "r"
     _noise(d, 0.01)
-    v = checklist.check_resets_raise_ceiling(load_context(_table(d, curves)))
-    assert v.verdict == "yes" and "after step θ*+10" in v.quantity
+    v = _one(_table(d, curves, entries=entries[:1]))
+    assert v.verdict == "yes" and v.numbers["windows"][0] == [25, 30, 35, 40]
     late = {**curves, **{("armor_reset_40", s): never for s in (0, 1, 2)}}   # τ = 40: no point after step 50
     d2 = tmp_path / "r2"
     _noise(d2, 0.01)
-    ctx = load_context(_table(d2, {k: v for k, v in late.items() if k[0] != "armor_reset_10"}))
-    v = checklist.check_resets_raise_ceiling(ctx)
+    v = _one(_table(d2, {k: v for k, v in late.items() if k[0] != "armor_reset_10"}, entries=entries[1:]))
     assert v.verdict == "not testable here" and "no validation point after its first reset" in v.evidence
 
 
 def test_opd_whose_weights_are_theta_star_is_not_testable(tmp_path):
-    """OPD's eval rows equal dapo's at θ* bit for bit: "not testable here", and MOPD is still compared."""
+    """OPD's eval rows equal dapo's at θ* bit for bit: "not testable here"; MOPD is still compared."""
     flat = [0.5] * 4
     curves = {("dapo", s): [0.4, 0.5, 0.3] for s in (0, 1)} | {(a, s): flat for a in ("armor", "opd", "mopd")
                                                                 for s in (0, 1)}
@@ -446,15 +476,15 @@ def test_opd_whose_weights_are_theta_star_is_not_testable(tmp_path):
                                                                  for s in (0, 1)]
     evals += [("armor", s, 15, 0.70 + s / 100) for s in (0, 1)] + [("mopd", s, 15, 0.55 + s / 50)
                                                                    for s in (0, 1)]
+    entries = [_entry(f"{x}_below_armor", "eval_diff", ["armor", x], split="test", at="best")
+               for x in ("opd", "mopd")]
     d = tmp_path / "o"
     _noise(d, 0.01)
-    v = checklist.check_opd_below_armor(load_context(_table(d, curves, evals)))
-    assert "[not testable here] opd" in v.evidence and "weights are θ*" in v.evidence
-    assert v.quantity.endswith("armor − mopd") and v.verdict == "yes"
-    only_opd = [e for e in evals if e[0] != "mopd"]
-    v = checklist.check_opd_below_armor(load_context(_table(tmp_path / "o2", {k: c for k, c in curves.items()
-                                                                              if k[0] != "mopd"}, only_opd)))
-    assert v.verdict == "not testable here"
+    path = _table(d, curves, evals, entries)
+    v = _one(path, "opd_below_armor")
+    assert v.verdict == "not testable here" and "weights are θ*" in v.evidence
+    v = _one(path, "mopd_below_armor")
+    assert v.verdict == "yes" and v.numbers["per_seed"] == pytest.approx({0: 0.15, 1: 0.14})
 
 
 def test_checklist_reads_metrics_from_the_steps_table(tmp_path):
@@ -464,29 +494,33 @@ def test_checklist_reads_metrics_from_the_steps_table(tmp_path):
     curves = {("kl_k3_b1", s): flat for s in (0, 1, 2)} | {("dapo_cont", s): [0.5, 0.3, 0.2, 0.1, 0.1, 0.1]
                                                             for s in (0, 1, 2)}
     d = tmp_path / "s"
-    path = _table(d, curves)
+    entries = [_entry("beta1_stagnates", "end_minus_theta", ["kl_k3_b1"], "no_change"),
+               _entry("kl", "kl_contrast", ["kl_k3_b1", "dapo_cont"], "less", "train")]
+    path = _table(d, curves, entries=entries, protocol={"kl_after_steps": 3})
     _noise(d, 0.02)
-    rows = [{"arm": arm, "seed": s, "step": 10 + i, "local_step": i, "kl_reverse": kl, "accuracy": 0.5}
+    rows = [{"arm": arm, "seed": s, "step": 10 + i, "local_step": i, "kl_reverse": kl * (1 + s),
+             "kl_forward": 0.1, "accuracy": 0.5}
             for s in (0, 1, 2) for i in range(1, 6) for arm, kl in (("kl_k3_b1", 0.001), ("dapo_cont", 0.5))]
     steps_frame(rows).to_parquet(d / "steps.parquet")
     ctx = load_context(path)
     assert ctx.metrics("kl_k3_b1")["kl_reverse"].tolist()[:2] == pytest.approx([0.001, 0.001])
-    v = checklist.check_beta1_stagnates(ctx)
-    assert v.verdict == "yes" and "KL ratio" in v.numbers and v.stat["n"] == 3
+    v = {x.key: x for x in claims.run_claims(ctx)}
+    assert v["beta1_stagnates"].verdict == "yes" and v["beta1_stagnates"].stat["n"] == 3
+    # log(0.001 / 0.5) − log(0.1 / 0.1) on every seed (the seed's factor cancels)
+    assert v["kl"].numbers["per_seed"] == pytest.approx({s: math.log(0.002) for s in (0, 1, 2)})
+    assert v["kl"].verdict == "yes"
 
 
 def test_checklist_on_the_committed_tiny_results():
-    """The committed results (no noise floor, no per-step table, when they predate them): no verdict is
-    decided, the OPD comparison is not testable, nothing crashes."""
+    """The committed results, decided by the register their record carries: every entry, OPD not testable,
+    nothing crashes; the design seeds adjust nothing."""
     path = ROOT / "reproduce" / "results" / "tiny" / "results.parquet"
     ctx = load_context(path)
-    verdicts = {v.key: v for v in checklist.run_checklist(ctx)}
-    assert set(verdicts) == {c.__name__.removeprefix("check_") for c in checklist.CHECKS}
-    if ctx.noise_floor is None:         # an arm the table lacks (armor_restart, newer) is "not run"
-        ran = {k: v for k, v in verdicts.items() if v.verdict != "not run"}
-        assert len(ran) >= 7 and all(v.verdict == "inconclusive" for v in ran.values()), {
-            k: v.verdict for k, v in verdicts.items()}
-    assert "[not testable here] opd" in verdicts["opd_below_armor"].evidence
+    verdicts = {v.key: v for v in claims.run_claims(ctx)}
+    assert list(verdicts) == [c.key for c in load_register().claims]
+    assert all(v.p_adjusted is None for v in verdicts.values())
+    assert verdicts["opd_below_armor"].verdict == "not testable here"
+    assert "teacher is its start" in verdicts["opd_below_armor"].evidence
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -500,6 +534,10 @@ def test_report_mentions_every_item(drawn):
     assert "python -m reproduce tiny" in md and "1h 02m 05s" in md and "| seeds | 0, 1 |" in md
     # no floor here
     assert "Checklist" in md and "**inconclusive**" in md and "Noise floor: not measured" in md
+    # it opens with the forest plot of every entry, then a sentence each, then the run
+    assert (md.index("## Claims of the paper") < md.index("![claims](figs/claims.png)")
+            < md.index("## The run"))
+    assert "- **undecided here** — stage-1 DAPO falls from θ* by the end of stage 1" in md
     assert "## Per-step evidence" in md and "![steps](figs/steps.png)" in md
     assert "Paper's table for reference" in md and "37.13" in md  # tiny: the paper's numbers beside ours
 
@@ -527,10 +565,8 @@ def test_helpers(tmp_path):
         load_results(df.drop(columns=["source"]))
 
 
-def test_the_restart_is_compared_after_its_restart_point():
+def test_the_restart_is_compared_after_its_restart_point(tmp_path):
     """armor_restart equals armor_reset_never at its restart point: only the steps after it count."""
-    import pandas as pd
-    from figures.data import load_context
     rows = []
     for seed in (0, 1, 2):
         for step, v in ((15, 0.5), (25, 0.55), (35, 0.6), (45, 0.5), (55, 0.45)):
@@ -540,25 +576,35 @@ def test_the_restart_is_compared_after_its_restart_point():
             rows.append(("armor_restart", seed, step, v))
     df = pd.DataFrame([dict(preset="t", model="m", arm=a, seed=s, step=st, benchmark="toy_val",
                             metric="avg@4", k=4, value=v, n=4, source="validation") for a, s, st, v in rows])
-    v = checklist.check_restart_raises_ceiling(load_context(df))
+    df.to_parquet(tmp_path / "results.parquet")
+    facts = {"armor_reset_never": {"stage": 2, "start": "peak", "starts": {str(s): 15 for s in range(3)}},
+             "armor_restart": {"stage": 2, "start": "restart", "starts": {str(s): 35 for s in range(3)}}}
+    reg = parse_register({"claims": [_entry("restart", "peak_after_diff", ["armor_restart",
+                                                                            "armor_reset_never"])]})
+    (tmp_path / "results.meta.json").write_text(json.dumps({"arms": facts, "claims": register_meta(reg)}))
+    v = _one(tmp_path / "results.parquet")
     assert v.numbers["windows"] == {0: [45, 55], 1: [45, 55], 2: [45, 55]}
+    assert v.numbers["per_seed"] == pytest.approx({s: 0.2 + 0.01 * s for s in range(3)})
     assert v.verdict == "inconclusive" and "noise floor not measured" in v.reason   # no floor in this table
 
 
 def test_compare_two_regimes_prints_classes_and_end_values(tmp_path, capsys):
     """figures.compare on two synthetic results folders (one collapsing, one not): a row a claim, and with
     --ends each arm's end value per seed, equal to the checklist's own end values."""
-    from figures.checklist import ends, write_checklist
+    from figures.checklist import ends
+    from figures.claims import write_checklist
     from figures.compare import main
     from figures.data import load_context
-    paths = {name: make_synthetic(tmp_path / name / "tiny", arms=["dapo", "dapo_cont", "armor"],
-                                  collapse=(name == "a"), seeds=(0, 1, 2)) for name in ("a", "b")}
+    arms = ["dapo", "dapo_cont", "armor"]
+    paths = {name: make_synthetic(tmp_path / name / "tiny", arms=arms, collapse=(name == "a"),
+                                  seeds=(0, 1, 2), claims=_register(arms)) for name in ("a", "b")}
     for p in paths.values():
         write_checklist(load_context(p), p.parent / "figures")
     assert main([str(paths[n].parent / "figures" / "checklist.json") for n in ("a", "b")]
                 + ["--ends", "armor,dapo_cont"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("| claim | tiny | tiny | class |\n") and "| Did ARMOR end above dapo_cont? |" in out
+    assert out.startswith("| claim | tiny | tiny | class |\n")
+    assert "| stage-1 DAPO falls from θ* by the end of stage 1 | **" in out
     row = next(line for line in out.splitlines() if line.startswith("| `armor` |"))
     for p, cell in zip(paths.values(), row.split("|")[2:4]):
         e = ends(load_context(p), "armor")

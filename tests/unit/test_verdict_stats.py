@@ -108,3 +108,31 @@ def test_two_checklists_side_by_side(tmp_path, capsys):
         "| Q collapse? | **yes** +0.420 [+0.391, +0.449] (5) | **yes** +0.200 (1) | same |",
         "| Q opd? | **not testable here** | — | differs |",
         "| Q new? | — | **no** -0.100 [-0.200, -0.050] (5) | differs |"]
+
+
+def test_holm_by_hand():
+    """p = 0.01, 0.04, 0.03 (m = 3): sorted 0.01, 0.03, 0.04 -> 3·0.01 = 0.03, max(0.03, 2·0.03) = 0.06,
+    max(0.06, 1·0.04) = 0.06; returned in the order given."""
+    assert S.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    # the step-down maximum: a later (larger) p never gets a smaller adjusted p; capped at 1
+    assert S.holm([0.04, 0.001]) == pytest.approx([0.04, 0.002])
+    assert S.holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+    # an entry without a p (not run, one seed) stays in the family as p = 1
+    assert S.holm([0.01, None]) == pytest.approx([0.02, 1.0])
+    assert S.holm([]) == []
+
+
+def test_classify_less_and_the_adjusted_p():
+    down = S.Interval(-0.10, -0.15, -0.05, 3, 0.02, 0.01)
+    assert S.classify(down, 0.01, S.LESS)[0] == S.YES          # the mirror of greater
+    assert S.classify(S.Interval(0.10, 0.05, 0.15, 3, 0.02, 0.01), 0.01, S.LESS)[0] == S.NO
+    assert S.classify(down, 0.06, S.LESS)[0] == S.INCONCLUSIVE  # below the minimum effect
+    # the interval excludes 0 (raw p 0.01) but the Holm-adjusted p does not pass: not "yes"
+    cls, why = S.classify(down, 0.01, S.LESS, p=0.09)
+    assert cls == S.INCONCLUSIVE and "p 0.09 >= 0.05" in why and "raw p 0.01" in why
+    cls, why = S.classify(down, 0.01, S.LESS, p=0.03)
+    assert cls == S.YES and "(Holm-adjusted)" in why
+    up = S.Interval(0.10, 0.05, 0.15, 3, 0.02, 0.01)
+    assert S.classify(up, 0.01, S.GREATER, p=0.2)[0] == S.INCONCLUSIVE
+    assert S.classify(S.Interval(-0.10, -0.15, -0.05, 3, 0.02, 0.01), 0.01, S.GREATER, p=0.2)[0] == \
+        S.INCONCLUSIVE                                          # nor "no" on a failed adjusted test
