@@ -104,9 +104,13 @@ def _check_restart(preset: Preset) -> None:
     """protocol.restart_within leaves armor_restart a validated checkpoint of armor_reset_never to start from
     (with schedule.keep_last, reproduce/matrix/retention.py keeps every candidate)."""
     p, cfg = preset.protocol, preset.cfg
+    s2 = p.stage2_steps or cfg.schedule.total_steps
+    late = [t for t in p.restart_sweep if t >= s2]
+    if late:
+        raise ExperimentError(f"protocol.restart_sweep: {late} leave no stage-2 step after the restart "
+                              f"(stage2_steps {s2})")
     if p.restart_within is None:
         return
-    s2 = p.stage2_steps or cfg.schedule.total_steps
     every = p.stage2_validate_every or cfg.schedule.validate_every
     if not every or int(p.restart_within * s2) < every:
         raise ExperimentError(f"protocol.restart_within={p.restart_within}: the first "
