@@ -1,5 +1,5 @@
-"""Pre-flight: what stops a paper-scale run on some clusters, checked before any job is submitted (and printed by
-the dry run), each failure naming its fix; a failed check stops the submission.
+"""Pre-flight: what stops a paper-scale run on some clusters, checked before any job is submitted (and printed
+by the dry run), each failure naming its fix; a failed check stops the submission.
 
     facts = gather_facts(root, env)                         # what this host sees (or injected: tests)
     checks = run_checks(preset, res, jobs, est, facts)      # [Check(name, status, detail)]
@@ -8,8 +8,8 @@ the dry run), each failure naming its fix; a failed check stops the submission.
 The checks (status "ok", "FAIL", or "not checked here" with the reason):
   driver         the NVIDIA driver the GPU wheels' CUDA needs (NVIDIA's CUDA release notes, "CUDA Toolkit
                  and Corresponding Driver Versions": CUDA 13.x >= 580.65.06, 12.x >= 525.60.13); read with
-                 nvidia-smi where one answers: the submission host when it has a GPU, else the first thing each
-                 GPU job does (`node_checks`, before any model loads)
+                 nvidia-smi where one answers: the submission host when it has a GPU, else the first thing
+                 each GPU job does (`node_checks`, before any model loads)
   alloc_conf     PYTORCH_CUDA_ALLOC_CONF without expandable_segments:True: vLLM's sleep mode allocates from a
                  memory pool and refuses it at start (vllm/device_allocator/cumem.py asserts "Expandable
                  segments are not compatible with memory pool")
@@ -17,10 +17,10 @@ The checks (status "ok", "FAIL", or "not checked here" with the reason):
                  (a shared $HOME over NFS, Lustre, GPFS ...): every rank compiles into them at once
   disk           free space under the run folder for the checkpoints the plan keeps (reproduce/sizing.py's
                  volume of the jobs still to run)
-  vllm_share     the training state a rank holds while vLLM generates (its shards of the fp32 masters, AdamW's
-                 moments and πref: armor/memory.py at the run's world size) plus rollout.gpu_memory_utilization
-                 of a GPU fit in a GPU (a run shrunk to fewer nodes holds larger shards); needs the GPU's memory:
-                 nvidia-smi, or --gpu-mem-gb
+  vllm_share     the training state a rank holds while vLLM generates (its shards of the fp32 masters,
+                 AdamW's moments and πref: armor/memory.py at the run's world size) plus
+                 rollout.gpu_memory_utilization of a GPU fit in a GPU (a run shrunk to fewer nodes holds
+                 larger shards); needs the GPU's memory: nvidia-smi, or --gpu-mem-gb
 
 `ARMOR_PREFLIGHT_FACTS` (a JSON file of Facts fields) replaces what gather_facts found: the tests inject
 facts through it, so each check's logic runs on CPU.
@@ -196,10 +196,10 @@ def check_compile_cache(f: Facts, engine: str) -> Check:
     bad = {k: v for k, v in shared.items() if v[1] in NETWORK_FS}
     if bad:
         names = ", ".join(f"{k}={d} ({kind})" for k, (d, kind) in bad.items())
-        return Check("compile_cache", FAIL, f"compile caches on a network file system: {names}; every rank "
-                                            f"compiles into them at once: set {', '.join(bad)} to a node-local "
-                                            f"folder (e.g. /tmp/$USER/...) in the environment or the resources "
-                                            f"file's env:")
+        return Check("compile_cache", FAIL,
+                     f"compile caches on a network file system: {names}; every rank compiles into them at "
+                     f"once: set {', '.join(bad)} to a node-local folder (e.g. /tmp/$USER/...) in the "
+                     f"environment or the resources file's env:")
     return Check("compile_cache", OK, "node-local: " + ", ".join(f"{k} ({v[1]})" for k, v in shared.items()))
 
 
@@ -211,8 +211,8 @@ def check_disk(f: Facts, need_bytes: Optional[int], root: Path) -> Check:
     from reproduce.sizing import fmt_bytes
     if f.free_bytes < need_bytes:
         return Check("disk", FAIL, f"{fmt_bytes(f.free_bytes)} free under {root}, the plan keeps "
-                                   f"{fmt_bytes(need_bytes)} of checkpoints: free space, put --root on a larger "
-                                   f"file system, or keep fewer (schedule.keep_last)")
+                                   f"{fmt_bytes(need_bytes)} of checkpoints: free space, put --root on a "
+                                   f"larger file system, or keep fewer (schedule.keep_last)")
     return Check("disk", OK, f"{fmt_bytes(f.free_bytes)} free under {root} for {fmt_bytes(need_bytes)}")
 
 
@@ -238,8 +238,8 @@ def check_vllm_share(f: Facts, cfg, world_size: int, shape, key: str = "train") 
     what = (f"{held:.1f} GiB of training state a rank at {world_size} ranks + {util:g} x "
             f"{f.gpu_memory_gib:.0f} GiB for vLLM + {GPU_MARGIN_GIB:g} GiB")
     if need > f.gpu_memory_gib:
-        return Check("vllm_share", FAIL, f"{what} = {need:.1f} GiB > a GPU's {f.gpu_memory_gib:.0f} GiB: lower "
-                                         f"rollout.gpu_memory_utilization, or run on more nodes "
+        return Check("vllm_share", FAIL, f"{what} = {need:.1f} GiB > a GPU's {f.gpu_memory_gib:.0f} GiB: "
+                                         f"lower rollout.gpu_memory_utilization, or run on more nodes "
                                          f"(--nodes; {key}.nodes)")
     return Check("vllm_share", OK, f"{what} = {need:.1f} GiB <= {f.gpu_memory_gib:.0f} GiB")
 

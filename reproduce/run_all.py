@@ -75,9 +75,10 @@ def parse_args(argv=None):
                          f"stages (default: ${hub.STAGE_ENV}, else <root>/_stage)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     ap.add_argument("--pilot", action="store_true",
-                    help="run the pilot instead of the matrix: one node, the real model, a few DAPO and ARMOR "
-                         "steps, a stop by the time-limit signal and its resume, saves, an evaluation slice; "
-                         "it writes runs/<preset>/pilot/pilot.json, which later dry runs size the plan from")
+                    help="run the pilot instead of the matrix: one node, the real model, a few DAPO and "
+                         "ARMOR steps, a stop by the time-limit signal and its resume, saves, an evaluation "
+                         "slice; it writes runs/<preset>/pilot/pilot.json, which later dry runs size the "
+                         "plan from")
     ap.add_argument("--status", action="store_true", help="print each job's state and exit")
     ap.add_argument("--no-wait", action="store_true", help="slurm: submit and exit (rerun later to follow)")
     ap.add_argument("--workers", type=int, default=None, help="local: jobs at once (default: CPU cores)")
@@ -166,9 +167,10 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
     print(f"preset {preset.name} ({preset.path})")
     print(f"  runs: {preset_root(root, preset)}   cluster: {cluster}   seeds: {','.join(map(str, seeds))}")
     if pilot:
-        print(f"  the pilot: one node, {preset.cfg.model.display_name or preset.cfg.model.path}, a few steps of "
-              f"stage-1 DAPO and of ARMOR, a stop by the time-limit signal and its resume, saves, an "
-              f"evaluation slice -> {preset_root(root, preset) / sizing.PILOT_DIR / sizing.PILOT_FILE}")
+        model = preset.cfg.model.display_name or preset.cfg.model.path
+        print(f"  the pilot: one node, {model}, a few steps of stage-1 DAPO and of ARMOR, a stop by the "
+              f"time-limit signal and its resume, saves, an evaluation slice -> "
+              f"{preset_root(root, preset) / sizing.PILOT_DIR / sizing.PILOT_FILE}")
     print(f"  items: {', '.join(chosen)}"
           + (f"   (preset also has: {', '.join(f for f in figs if f not in chosen)})"
              if only and len(chosen) < len(figs) else ""))

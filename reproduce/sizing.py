@@ -36,7 +36,7 @@ import dataclasses
 import functools
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 

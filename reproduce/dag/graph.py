@@ -121,12 +121,12 @@ def _train_order(g: _Inputs, arms: dict[str, Arm]) -> list[tuple[Arm, int]]:
     """(arm, seed) of every train job, in the order they start when ready (local workers take ready jobs in
     this order; SLURM's FIFO queue is submitted in it): first every seed of the stage-1 baselines that stage 2
     starts from (θ* waits for all of them), then the other stage-1 runs (the headroom control), then every
-    seed of the stage-2 runs others start from (armor_restart's restart point waits for them; branches wait
-    for their checkpoints), then the rest of stage 2, seed by seed."""
+    seed of the stage-2 run armor_restart starts from (its restart point waits for them), then, seed by seed,
+    the runs others branch from, then the rest of stage 2."""
     names = list(arms)
     gating = {a.baseline for a in arms.values() if a.stage == 2}
-    gating2 = ({RESTART_FROM for a in arms.values() if a.start == RESTART_START}
-               | {b.source for b in g.branches.values() if b.kind == SIBLING})
+    gating2 = {RESTART_FROM for a in arms.values() if a.start == RESTART_START}
+    sources = {b.source for b in g.branches.values() if b.kind == SIBLING}
     units = [(arm, s) for s in g.seeds for arm in arms.values()
              if not arm.alias_of and s in g.arm_seeds(arm)]
 
@@ -134,7 +134,7 @@ def _train_order(g: _Inputs, arms: dict[str, Arm]) -> list[tuple[Arm, int]]:
         arm, s = u
         if arm.stage == 1:
             return (0 if arm.name in gating else 1, names.index(arm.name), s)
-        return (2, 0 if arm.name in gating2 else 1, s, names.index(arm.name))
+        return (2, 0 if arm.name in gating2 else 1 if arm.name in sources else 2, s, names.index(arm.name))
     return sorted(units, key=key)
 
 
@@ -217,8 +217,11 @@ def _train_jobs(g: _Inputs, arms: dict[str, Arm], arm: Arm, s: int, first: list[
         deps = [f"peak/{arm.baseline}/seed{s}"]
     run = run_dir(root, preset, arm.name, s)
     key = f"stage{arm.stage}/{arm.name}/seed{s}"
-    steps, keep = _run_steps(g, arm), branch_points(g, arm, s)
-    extra = ["--steps", str(steps)] + (["--keep-steps", ",".join(map(str, keep))] if keep else [])
+    keep = branch_points(g, arm, s)
+    # a restart from a point chosen at run time trains the rest of stage 2 from there: its length is the job's
+    steps = None if arm.start == RESTART_START and not arm.restart_step else _run_steps(g, arm)
+    extra = ((["--steps", str(steps)] if steps else [])
+             + (["--keep-steps", ",".join(map(str, keep))] if keep else []))
     if br is not None:
         extra += ["--branch-from", br.source, "--branch-step", "end" if br.step is None else str(br.step)]
     jobs = [Job(key, g.command("train", "--arm", arm.name, "--seed", str(s), *g.stage_args, *extra),

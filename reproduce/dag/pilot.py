@@ -10,7 +10,6 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-from common.layout import list_checkpoints
 from reproduce import hub
 from reproduce.dag.graph import JOB_ENV, _Inputs, _setup_jobs
 from reproduce.dag.resources import preset_resources
@@ -60,7 +59,3 @@ def pilot_jobs(preset: Preset, root: str | Path, resources: Optional[dict] = Non
                     description=f"pilot: what it measured -> {d / PILOT_FILE}"))
     return jobs
 
-
-def pilot_done(preset: Preset, root: Path) -> bool:
-    return list_checkpoints(pilot_dir(Path(root), preset) / "armor") != [] and \
-        read_pilot(pilot_dir(Path(root), preset) / PILOT_FILE) is not None

@@ -102,7 +102,8 @@ def main(argv=None) -> int:
     pt.add_argument("--phase", required=True, help="dapo | armor")
     common(sub.add_parser("pilot-eval", help="the pilot's evaluation slice on every GPU of a node"),
            staged=True)
-    common(sub.add_parser("pilot-report", help="write runs/<preset>/pilot/pilot.json from the pilot's phases"))
+    common(sub.add_parser("pilot-report",
+                          help="write runs/<preset>/pilot/pilot.json from the pilot's phases"))
     wait.add_parser(sub)
     a = ap.parse_args(argv)
     if a.cmd == "wait-checkpoint":

@@ -18,7 +18,6 @@ process (exec); several local ranks record the stop and resume as not exercised.
 """
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import statistics
@@ -61,8 +60,9 @@ def scaled_batch(preset: Preset) -> dict[str, int]:
     ranks = preset.protocol.procs_per_node or preset.protocol.gpus_per_node or 1
     if B % mini or (mini * b.group_size) % ranks:
         raise ExperimentError(f"the pilot's batch ({b.prompts_per_step} / {n} nodes = {B} prompts, "
-                              f"mini-batches of {mini}) does not split over {ranks} ranks: set protocol.nodes "
-                              f"so that batch.prompts_per_step and batch.mini_batch_prompts divide by it")
+                              f"mini-batches of {mini}) does not split over {ranks} ranks: set "
+                              f"protocol.nodes so that batch.prompts_per_step and batch.mini_batch_prompts "
+                              f"divide by it")
     return out
 
 
@@ -158,7 +158,8 @@ def _request_stop(main: bool) -> str:
 
 
 def cmd_pilot_train(preset: Preset, root: Path, phase: str, stage_dir: Optional[Path] = None) -> int:
-    """One pilot phase in this process: the node's checks, the trainer timed, the stop and its resume (dapo)."""
+    """One pilot phase in this process: the node's checks, the trainer timed, the stop and its resume
+    (dapo)."""
     from armor.config import load_config
     from armor.trainer import Trainer
     if phase not in ("dapo", "armor"):
@@ -297,7 +298,8 @@ def pilot_report(preset: Preset, root: Path) -> dict:
            "push_s": _median(dapo["pushes"] + armor["pushes"]),
            "save_s": _median(dapo["saves"] + armor["saves"]),
            "load_s": _median([a["load_s"] for a in dapo["attempts"] + armor["attempts"]]),
-           "validation_sample_s": (sum(s for s, _ in vals) / max(1, sum(n for _, n in vals))) if vals else None,
+           "validation_sample_s": ((sum(s for s, _ in vals) / max(1, sum(n for _, n in vals)))
+                                   if vals else None),
            "eval": {"seconds": ev.get("seconds"), "samples": ev.get("samples"),
                     "sample_s": (ev["seconds"] / ev["samples"]) if ev.get("samples") else None},
            "stop": {"asked": stops[0]["stop"] if stops else None,
@@ -329,8 +331,8 @@ def summary_lines(rep: dict, path: Path) -> list[str]:
             f"  DAPO step {rep['dapo']['step_s']:.2f} s (generate {rep['dapo']['generate_s']:.2f}, update "
             f"{rep['dapo']['update_s']:.2f}), ARMOR step {rep['armor']['step_s']:.2f} s, anchor share "
             + (f"{rep['armor']['anchor_share']:.2f}" if rep['armor']['anchor_share'] is not None else "-"),
-            f"  push {rep['push_s']:.3f} s, save {rep['save_s']:.2f} s, load {rep['load_s']:.2f} s, validation "
-            f"{rep['validation_sample_s']:.4f} s a sample, evaluation slice "
+            f"  push {rep['push_s']:.3f} s, save {rep['save_s']:.2f} s, load {rep['load_s']:.2f} s, "
+            f"validation {rep['validation_sample_s']:.4f} s a sample, evaluation slice "
             + (f"{ev['seconds']:.1f} s for {ev['samples']} samples" if ev.get("seconds") else "not run"),
             "  stop by the time-limit signal: " + (
                 f"asked after step {st['asked']['at_step']} by {st['asked']['how']}, saved step "

@@ -181,8 +181,8 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
                 RESTART_START)
         for t in p.restart_sweep:
             add(f"{RESTART_ARM}_{int(t)}", 2, "dapo",
-                _anchors(p) + _mixed(p.armor_alpha) + _reset(None) + warm, RESTART_START, ("restart", float(t)),
-                restart_step=int(t))
+                _anchors(p) + _mixed(p.armor_alpha) + _reset(None) + warm, RESTART_START,
+                ("restart", float(t)), restart_step=int(t))
     if "qae" in a:
         q = ["algo.advantage=qae"]
         add("qae_cont", 2, "qae", q, "peak")

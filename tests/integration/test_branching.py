@@ -30,16 +30,16 @@ def _preset(tmp: Path, world: Path, branch: bool) -> Path:
         f"model: {{path: {world / 'base_model'}}}\n"
         f"data: {{train: {world / 'data' / 'train.jsonl'}}}\n"
         f"validation: {{benchmarks: ['toy_val={world / 'data' / 'validation.jsonl'}']}}\n"
-        f"protocol: {{stage2_steps: 6, armor_reset_every: 4, reset_sweep: [4], branch: {str(branch).lower()}, "
-        f"eval_benchmarks: ['toy_test={world / 'data' / 'test.jsonl'}']}}\n")
+        f"protocol: {{stage2_steps: 6, armor_reset_every: 4, reset_sweep: [4], "
+        f"branch: {str(branch).lower()}, eval_benchmarks: ['toy_test={world / 'data' / 'test.jsonl'}']}}\n")
     return p
 
 
 def _driver(preset: Path, root: Path) -> str:
     buf = io.StringIO()
     with redirect_stdout(buf):
-        rc = run_all.main(["--preset", str(preset), "--cluster", "local", "--root", str(root), "--only", "fig4",
-                           "--workers", "2", "--no-progress", "--poll", "0.2"])
+        rc = run_all.main(["--preset", str(preset), "--cluster", "local", "--root", str(root),
+                           "--only", "fig4", "--workers", "2", "--no-progress", "--poll", "0.2"])
     assert rc == 0, buf.getvalue()[-3000:]
     return buf.getvalue()
 
@@ -62,7 +62,7 @@ def two_runs(world, tmp_path_factory):
 
 
 def test_a_sibling_branch_equals_its_run_from_the_start(two_runs):
-    (b, out), (s, _) = two_runs[True], two_runs[False]
+    (b, _), (s, _) = two_runs[True], two_runs[False]
     run_b, run_s = (r / "smoke" / "armor" / "seed0" for r in (b, s))
     info = json.loads((run_b / "branch.json").read_text())
     assert info["step"] == 3 and info["source"].endswith("armor_reset_never/seed0")

@@ -18,7 +18,8 @@ def test_reset_steps_follow_the_trainers_rule():
 def test_shared_steps_end_before_the_first_differing_reset():
     p = load_preset("qwen25-math-7b")
     a = build_arms(p)
-    never, r80, r120, armor = (a[n] for n in ("armor_reset_never", "armor_reset_80", "armor_reset_120", "armor"))
+    never, r80, r120, armor = (a[n] for n in ("armor_reset_never", "armor_reset_80", "armor_reset_120",
+                                              "armor"))
     assert shared_steps(p, never, r80) == 79 and shared_steps(p, r80, never) == 79
     assert shared_steps(p, r80, r120) == 79                # both reset at 80; 120 not at 160, 80 does
     assert shared_steps(p, never, armor) == 159

@@ -1,7 +1,7 @@
 """The plan's arithmetic (reproduce/sizing.py): checkpoint volume, host memory, the step model (tails, the
 anchors' extra inference, the paper's response lengths, the range), the schedule on a cluster of a given size,
-the budget's choice of items by importance; the pre-flight's checks on injected facts (reproduce/preflight.py);
-the job shape's threads (slurm/resources.py, slurm/jobwrap.py)."""
+the budget's choice of items by importance; the pre-flight's checks on injected facts
+(reproduce/preflight.py); the job shape's threads (slurm/resources.py, slurm/jobwrap.py)."""
 import dataclasses
 
 import pytest
@@ -97,9 +97,11 @@ def test_a_step_waits_for_its_longest_response_and_armor_samples_the_reference_t
     dapo = P7.cfg                                                      # 2048 drawn x 16, 8192 tokens at most
     armor = load_config(P7.path, ["algo.anchor.enabled=true", "algo.anchor.ref_n=4", "algo.mix.variant=mixed",
                                   "algo.mix.alpha=0.9375"])
-    # on-policy 2048 x 16 x 1024 tokens over 128 GPUs at 2048 tok/s = 128 s, + a tail (8192 - 1024) / 128 = 56 s;
+    # on-policy 2048 x 16 x 1024 tokens over 128 GPUs at 2048 tok/s = 128 s, + a tail (8192 - 1024) / 128
+    # = 56 s;
     # trained 512 x 16 x 0.125 x 10240 x 1.5 (old policy + the KL monitor's πref) / (4096 x 128) = 30 s
-    assert step_parts(dapo, _t(), 128, None) == pytest.approx({"generate": 184.0, "update": 30.0, "push": 10.0})
+    assert step_parts(dapo, _t(), 128, None) == pytest.approx({"generate": 184.0, "update": 30.0,
+                                                               "push": 10.0})
     # ARMOR: 15 on-policy + the reference's 4 for 1.5 B = 768 of the 2048 drawn prompts, a second tail, the
     # reference pushed in and the policy back
     on, ref = 2048 * 15 * 1024, 768 * 4 * 1024
@@ -125,8 +127,8 @@ def test_the_fill_comes_from_the_papers_lengths_and_the_range_spans_the_knobs():
     assert lo.push_s < mid.push_s < hi.push_s and hi.anchor_share == 1.0
     fixed = scenarios(P7, throughput(P7, fill=0.3))           # a flag fixes its knob in every scenario
     assert {x.fill for x in fixed} == {0.3}
-    assert scenarios(P7, dataclasses.replace(t, measured=Measured("p", 1, 1, 0, 1, 1, 1, None, 1, None, 1, 8))) \
-        == [dataclasses.replace(t, measured=Measured("p", 1, 1, 0, 1, 1, 1, None, 1, None, 1, 8))]
+    m = dataclasses.replace(t, measured=Measured("p", 1, 1, 0, 1, 1, 1, None, 1, None, 1, 8))
+    assert scenarios(P7, m) == [m]                            # measured: no range
 
 
 # ------------------------------------------------------------------------------------------- pre-flight
@@ -138,13 +140,15 @@ def _facts(**kw):
 def test_driver_check_against_the_cuda_of_the_wheels():
     assert preflight.check_driver(_facts()).status == preflight.OK
     bad = preflight.check_driver(_facts(driver="575.57.08"))
-    assert bad.status == preflight.FAIL and "older than the 580.65.06" in bad.detail and "update" in bad.detail
+    assert bad.status == preflight.FAIL and "older than the 580.65.06" in bad.detail
+    assert "update the driver" in bad.detail
     assert preflight.check_driver(_facts(driver="535.1", cuda="12.4")).status == preflight.OK
     assert preflight.check_driver(_facts(driver=None)).status == preflight.NOT_CHECKED
 
 
 def test_expandable_segments_and_compile_caches_on_a_shared_home_fail_with_their_fix():
-    bad = preflight.check_alloc_conf(_facts(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}), "vllm")
+    expandable = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    bad = preflight.check_alloc_conf(_facts(env=expandable), "vllm")
     assert bad.status == preflight.FAIL and "unset it" in bad.detail
     assert preflight.check_alloc_conf(_facts(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}),
                                       "vllm").status == preflight.OK
