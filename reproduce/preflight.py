@@ -120,7 +120,8 @@ def gather_facts(root: Path, env: Optional[dict] = None, gpu_mem_gb: Optional[fl
     drv, mem = _nvidia_smi()
     f = Facts(env=dict(os.environ if env is None else env), home=os.path.expanduser("~"), mounts=_mounts(),
               free_bytes=_free_under(root), driver=drv,
-              gpu_memory_gib=gpu_mem_gb * 1e9 / 2 ** 30 if gpu_mem_gb else mem, cuda=_cuda_here(),
+              gpu_memory_gib=gpu_mem_gb * 1e9 / 2 ** 30 if gpu_mem_gb else mem,
+              cuda=_cuda_here() if drv is not None else GPU_WHEEL_CUDA,     # torch loads only on a GPU host
               where=where if drv is None else f"{where} ({socket.gethostname()}, a GPU)")
     inject = os.environ.get(FACTS_ENV)
     if inject:

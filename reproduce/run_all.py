@@ -326,6 +326,7 @@ def main(argv=None) -> int:
                        stage_dir=stage_dir, launcher=la if a.dry_run and gpu else None, est=est,
                        totals=totals, est_measured=measured is not None, pilot=a.pilot)
             return 0
+        hub.check_ready(hub.items(preset, stage_dir))   # a gated dataset without a token fails here
         # the pre-flight stops a submission that would fail on the cluster (a GPU preset, or a sized one)
         if sized:
             est = sizing.estimate_jobs(preset, jobs, tp) if not a.pilot else None
@@ -336,7 +337,6 @@ def main(argv=None) -> int:
                 print(f"error: the pre-flight failed ({', '.join(c.name for c in bad)}): nothing submitted",
                       file=sys.stderr)
                 return 2
-        hub.check_ready(hub.items(preset, stage_dir))   # a gated dataset without a token fails here
         missing = missing_entry_points(preset)
         if missing:
             print(f"warning: entry points not found: {', '.join(missing)}; their jobs will fail",

@@ -157,6 +157,7 @@ def test_a_failed_preflight_stops_the_submission(tmp_path, monkeypatch, capsys):
     facts.write_text(json.dumps({"driver": "550.54.15", "env": {"PYTORCH_CUDA_ALLOC_CONF":
                                                                 "expandable_segments:True"}}))
     monkeypatch.setenv("ARMOR_PREFLIGHT_FACTS", str(facts))
+    monkeypatch.setenv("HF_TOKEN", "hf_test")          # the gated dataset's check passes first
     rc = run_all.main(["--preset", "qwen25-math-7b", "--cluster", "slurm", "--root", str(tmp_path),
                        "--no-wait"])
     err = capsys.readouterr().err
