@@ -269,9 +269,10 @@ def fig4(ctx: Context, out_dir=None) -> Figure:
     authors' restart from never's best checkpoint (armor_restart), when run."""
     fig, (a,) = _figure(1, "Fig. 4 — reference reset: every τ steps, and the authors' restart", ctx,
                         width=6.0)
-    restart = [] if ctx.val_curve("armor_restart").empty else ["armor_restart"]
+    # the restarts: from never's best checkpoint, and (armor_restart_<τ>) from its checkpoint at τ
+    restart = [x for x in ["armor_restart"] + ctx.expected_arms("restart") if not ctx.val_curve(x).empty]
     val_panel(fig, a, ctx, "fig4", "a", ctx.expected_arms("reset") + restart, "(a) reset sweep and restart",
-              starts=[_theta(ctx)], styles={"armor_restart": ":"})
+              starts=[_theta(ctx)], styles={x: ":" for x in restart})
     save(fig, out_dir, "fig4")
     return fig
 

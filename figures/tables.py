@@ -76,7 +76,11 @@ def row_specs(ctx: Context, table: str) -> list[RowSpec]:
     if table == "table3":
         return [RowSpec("opd", "OPD", ["opd"]), RowSpec("mopd", "MOPD", ["mopd"]),
                 RowSpec("armor", "ARMOR", ["armor"])]
-    rows = [RowSpec("dapo", "DAPO", ["dapo"]), RowSpec("dapo_armor", "+ARMOR", ["armor"], base="dapo")]
+    # +ARMOR: the protocol's headline arm (the authors' restart on the 7B preset), the in-run reset beside it
+    head = ctx.protocol.get("headline_arm") or "armor"
+    rows = [RowSpec("dapo", "DAPO", ["dapo"]), RowSpec("dapo_armor", "+ARMOR", [head], base="dapo")]
+    if head != "armor":
+        rows.append(RowSpec("dapo_armor_in_run", "+ARMOR (in-run reset)", ["armor"], base="dapo"))
     has_qae = any(ctx.arm_facts(a).get("baseline") == "qae" for a in ctx.all_arms()) or \
         "qae" in paper_mod.table_rows(ctx.preset, table)
     if has_qae:

@@ -8,10 +8,16 @@
     python reproduce/run_all.py --preset tiny --only fig4,table1 # only these items (and what they need)
     python reproduce/run_all.py --preset tiny --status           # what is done / queued / running
     python reproduce/run_all.py --preset qwen25-math-7b --stage-dir /shared/armor_stage   # hub copies there
+    python reproduce/run_all.py --preset qwen25-math-7b --cluster slurm --pilot   # one node measures the step
+    python reproduce/run_all.py --preset qwen25-math-7b --dry-run --budget-gpu-hours 10000   # by importance
 
 The DAG (reproduce/dag/graph.py): staging of the hub models and datasets (presets that name hub ids;
 reproduce/hub.py) or the world build (toy presets) -> stage-1 baselines -> select θ* -> stage-2 arms ->
-evaluate (one job per arm) -> runs/<preset>/results.parquet -> figures + REPRODUCTION.md.
+evaluate (one job per arm) -> runs/<preset>/results.parquet -> figures + REPRODUCTION.md. Runs identical up to
+a step branch from each other's checkpoints (reproduce/matrix/branching.py). Before any submission (and in the
+dry run) the pre-flight checks run (reproduce/preflight.py); a failure stops the submission. --pilot runs the
+pilot instead (reproduce/dag/pilot.py): one node measures the step, push, save and evaluation times into
+runs/<preset>/pilot/pilot.json, from which the dry run then prints its hours (marked measured).
 Reruns skip finished units (DONE markers, outputs) and never resubmit a queued or running job, so after an
 interruption (Ctrl-C, SIGKILL, a lost SSH session) rerunning the same command resumes. Bookkeeping and
 per-job logs: runs/<preset>/_jobs/<job key>/ (log.out, log.err); `python -m slurm.launcher status
@@ -36,7 +42,10 @@ cpu_numerics.pin()   # a process starts here: its CPU numerics, before torch loa
 
 from common.yaml_config import ConfigError  # noqa: E402
 from figures.checklist import read_verdicts, verdict_lines  # noqa: E402
-from reproduce import hub, sizing  # noqa: E402
+from common.jsonl import read_json  # noqa: E402
+from reproduce import hub, preflight, sizing  # noqa: E402
+from reproduce.dag.pilot import pilot_jobs  # noqa: E402
+from reproduce.jobs.pilot import summary_lines as pilot_summary  # noqa: E402
 from reproduce.dag.budget import budget_lines, item_costs  # noqa: E402
 from reproduce.dag.graph import WARM_PRELOAD, build_jobs  # noqa: E402
 from reproduce.dag.resources import preset_resources  # noqa: E402
@@ -66,6 +75,11 @@ def parse_args(argv=None):
                     help="shared folder for the hub models and datasets the plan "
                          f"stages (default: ${hub.STAGE_ENV}, else <root>/_stage)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    ap.add_argument("--pilot", action="store_true",
+                    help="run the pilot instead of the matrix: one node, the real model, a few DAPO and "
+                         "ARMOR steps, a stop by the time-limit signal and its resume, saves, an evaluation "
+                         "slice; it writes runs/<preset>/pilot/pilot.json, which later dry runs size the "
+                         "plan from")
     ap.add_argument("--status", action="store_true", help="print each job's state and exit")
     ap.add_argument("--no-wait", action="store_true", help="slurm: submit and exit (rerun later to follow)")
     ap.add_argument("--workers", type=int, default=None, help="local: jobs at once (default: CPU cores)")
@@ -96,12 +110,30 @@ def parse_args(argv=None):
                    help="generated tokens/s per GPU (throughput assumption)")
     s.add_argument("--update-tokens-per-s", type=float,
                    help="trained tokens/s per GPU (throughput assumption)")
-    s.add_argument("--response-fill", type=float, help="mean response length / lengths.max_response")
+    s.add_argument("--response-fill", type=float,
+                   help="mean response length / lengths.max_response (default: from the paper's reported "
+                        "lengths, protocol.paper_response_tokens, else an assumed range)")
     s.add_argument("--save-s", type=float, help="seconds per checkpoint save")
+    s.add_argument("--decode-tokens-per-s", type=float,
+                   help="tokens/s of one sequence decoded alone: a generation call's tail (its longest "
+                        "response)")
+    s.add_argument("--push-s", type=float, help="seconds per weight push into the engine")
+    s.add_argument("--anchor-share", type=float,
+                   help="fraction of a round's drawn prompts the reference samples for anchors (default: "
+                        "the lazy anchors' 1.5 B; 1 = every prompt, the paper's ~125 %%)")
     s.add_argument("--gpu-check", help="a GPU check report (gpu_check.json) to take the throughput from")
+    s.add_argument("--gpu-mem-gb", type=float,
+                   help="memory of one GPU, GB, for the pre-flight's vLLM-share check (default: "
+                        "nvidia-smi's where it answers)")
     s.add_argument("--budget-gpu-hours", type=float,
-                   help="list which --only items this many GPU-hours cover, in order of cost")
+                   help="list which --only items this many GPU-hours cover, in order of the paper's "
+                        "importance (each model's headline first)")
     return ap.parse_args(argv)
+
+
+def _check_fraction(flag: str, v) -> None:
+    if v is not None and not 0 < v <= 1:
+        raise sizing.PlanError(f"{flag}: {v!r} must be in (0, 1]")
 
 
 def _short_deps(deps: list[str]) -> str:
@@ -129,12 +161,17 @@ def print_staging(items, stage_dir, show_sizes: bool) -> None:
 
 
 def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=True, stage_dir=None,
-               launcher=None, est=None, totals=()) -> None:
+               launcher=None, est=None, totals=(), est_measured=False, pilot=False) -> None:
     figs = figure_arms(preset.protocol)
     chosen = [f for f in figs if not only or f in only]
     arms = build_arms(preset, only)
     print(f"preset {preset.name} ({preset.path})")
     print(f"  runs: {preset_root(root, preset)}   cluster: {cluster}   seeds: {','.join(map(str, seeds))}")
+    if pilot:
+        model = preset.cfg.model.display_name or preset.cfg.model.path
+        print(f"  the pilot: one node, {model}, a few steps of stage-1 DAPO and of ARMOR, a stop by the "
+              f"time-limit signal and its resume, saves, an evaluation slice -> "
+              f"{preset_root(root, preset) / sizing.PILOT_DIR / sizing.PILOT_FILE}")
     print(f"  items: {', '.join(chosen)}"
           + (f"   (preset also has: {', '.join(f for f in figs if f not in chosen)})"
              if only and len(chosen) < len(figs) else ""))
@@ -174,6 +211,8 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
         print(f"{j.key:<{w}}  {j.kind:<11} {j.resources.short() if j.resources else '-':<{rw}} {st:<8} "
               f"{_short_deps(j.deps)}" + (f"   [{detail}]" if detail and st not in (DONE, "todo") else ""))
         if show_commands:
+            if j.kind == "train" and j.info.get("branch_note"):
+                print(f"{'':<{w}}    branch: {j.info['branch_note']}")
             if j.kind == "train" and j.info.get("overrides"):
                 print(f"{'':<{w}}    armor.train {j.info['overrides']}")
             if j.kind == "train" and j.info.get("memory"):
@@ -185,10 +224,12 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
                 print(f"{'':<{w}}    {run} --benchmarks {j.info.get('benchmarks')} "
                       f"--protocol {j.info.get('protocol')} (checkpoints chosen at run time)")
             e = (est or {}).get(j.key)
-            if e is not None and (e.gpus or e.watch):
+            if e is not None and (e.gpus or e.watch or j.kind in ("train", "evaluate")):
+                on = f"{e.gpu_hours:,.0f} GPU-hours on {e.gpus} GPUs" if e.gpus else "on CPU"
                 print(f"{'':<{w}}    estimate: " + (e.detail if e.watch else
-                      f"{sizing.fmt_h(e.hours)}, {e.gpu_hours:,.0f} GPU-hours on {e.gpus} GPUs ({e.detail})"
-                      + (f"; checkpoints {sizing.fmt_bytes(e.ckpt_bytes)}" if e.ckpt_bytes else "")))
+                      f"{sizing.fmt_h(e.hours)}, {on} ({e.detail})"
+                      + (f"; checkpoints {sizing.fmt_bytes(e.ckpt_bytes)}" if e.ckpt_bytes else "")
+                      + (" [measured]" if est_measured else "")))
             if launcher is not None and j.resources is not None and j.resources.gpus_per_node:
                 for name, line in launcher.command_lines(j).items():
                     print(f"{'':<{w}}    {name}: {line}")
@@ -270,31 +311,61 @@ def main(argv=None) -> int:
                  "mem_gb": a.mem_gb, "cpus_per_task": a.cpus_per_node}
         res = preset_resources(preset, a.resources, flags)
         gpu = bool(res["train"].gpus_per_node)
+        out = preset_root(root, preset)
+        measured = sizing.read_pilot(out / sizing.PILOT_DIR / sizing.PILOT_FILE)
+        sized = gpu or measured is not None          # a CPU preset is sized once its pilot measured it
+        _check_fraction("--anchor-share", a.anchor_share)
         tp = (sizing.throughput(preset, a.rollout_tokens_per_s, a.update_tokens_per_s, a.response_fill,
-                                a.save_s, a.gpu_check) if gpu else None)
+                                a.save_s, a.gpu_check, a.decode_tokens_per_s, a.push_s, a.anchor_share,
+                                pilot=measured) if sized else None)
         if gpu:
             sizing.check_plan(preset, res, tp, "--mem-gb" if a.mem_gb is not None else
                               f"train.mem_gb ({a.resources})" if a.resources else "train.mem_gb")
+        for flag, v in (("--gpu-mem-gb", a.gpu_mem_gb), ("--budget-gpu-hours", a.budget_gpu_hours)):
+            if v is not None and not v > 0:
+                raise sizing.PlanError(f"{flag}: {v!r} must be > 0")
+        if a.pilot and (a.only or a.seeds or a.status):
+            raise ExperimentError("--pilot: runs the pilot of the whole preset (no --only, --seeds or "
+                                  "--status)")
         stage_dir = Path(a.stage_dir).resolve() if a.stage_dir else hub.default_stage_dir(root)
-        jobs = build_jobs(preset, root, seeds, only, res, stage_dir=stage_dir)
-        out = preset_root(root, preset)
+        jobs = (pilot_jobs(preset, root, res, stage_dir) if a.pilot else
+                build_jobs(preset, root, seeds, only, res, stage_dir=stage_dir))
         la = Launcher(out, cluster=a.cluster, workers=a.workers, poll_s=a.poll,
                       progress=False if a.no_progress else None, preload=WARM_PRELOAD)
+        facts = preflight.gather_facts(out, {**os.environ, **(res["train"].env or {})}, a.gpu_mem_gb)
         if a.dry_run or a.status:
             states = la.states(jobs)
             est, totals = None, []
-            if gpu and a.dry_run:
+            if sized and a.dry_run and not a.pilot:
                 est = sizing.estimate_jobs(preset, jobs, tp)
                 nodes = a.cluster_nodes or res["train"].nodes
-                totals = [""] + sizing.summary_lines(preset, jobs, est, tp, nodes)
+                ranges = [(x, est if x is tp else sizing.estimate_jobs(preset, jobs, x))
+                          for x in sizing.scenarios(preset, tp)]
+                totals = [""] + sizing.summary_lines(preset, jobs, est, tp, nodes, ranges)
                 if a.budget_gpu_hours is not None:
-                    rows = item_costs(preset, root, seeds, res, stage_dir, est, tp)
-                    totals += budget_lines(rows, est, a.budget_gpu_hours)
+                    rows = item_costs(preset, root, seeds, res, stage_dir, tp)
+                    totals += budget_lines(rows, a.budget_gpu_hours)
+            if a.dry_run and not sized and not a.pilot:     # what sharing saves, in steps
+                branched = sizing.branch_lines(jobs)
+                totals += [""] + branched if branched else []
+            if a.dry_run and (sized or a.pilot):
+                checks = preflight.run_checks(preset, res, jobs, est, facts, out)
+                totals += [""] + preflight.check_lines(checks, facts)
             print_plan(preset, jobs, states, la.cluster, root, seeds, only, show_commands=a.dry_run,
                        stage_dir=stage_dir, launcher=la if a.dry_run and gpu else None, est=est,
-                       totals=totals)
+                       totals=totals, est_measured=measured is not None, pilot=a.pilot)
             return 0
         hub.check_ready(hub.items(preset, stage_dir))   # a gated dataset without a token fails here
+        # the pre-flight stops a submission that would fail on the cluster (a GPU preset, or a sized one)
+        if sized:
+            est = sizing.estimate_jobs(preset, jobs, tp) if not a.pilot else None
+            checks = preflight.run_checks(preset, res, jobs, est, facts, out)
+            bad = preflight.failures(checks)
+            if bad:
+                print("\n".join(preflight.check_lines(checks, facts)), file=sys.stderr)
+                print(f"error: the pre-flight failed ({', '.join(c.name for c in bad)}): nothing submitted",
+                      file=sys.stderr)
+                return 2
         missing = missing_entry_points(preset)
         if missing:
             print(f"warning: entry points not found: {', '.join(missing)}; their jobs will fail",
@@ -323,7 +394,14 @@ def main(argv=None) -> int:
             print(wall_time_line(out, t0, t1))
             print(cores_line(la, cpu0))
             return 1
-        if all(s == DONE for s, _ in states.values()):
+        if a.pilot and all(s == DONE for s, _ in states.values()):
+            rep = read_json(out / sizing.PILOT_DIR / sizing.PILOT_FILE)
+            print()
+            print("\n".join(pilot_summary(rep, out / sizing.PILOT_DIR / sizing.PILOT_FILE)))
+            print(f"the dry run sizes the plan from it now: python reproduce/run_all.py --preset "
+                  f"{preset.cli_arg} --dry-run")
+            print(wall_time_line(out, t0, t1))
+        elif all(s == DONE for s, _ in states.values()):
             print(f"\nall {len(states)} jobs done ({time.time() - t0:.0f}s): "
                   f"results {out / 'results.parquet'}, "
                   f"figures {out / 'figures'}, report {out / 'REPRODUCTION.md'}")

@@ -1,27 +1,39 @@
 """A plan sized in hours, GPU-hours and disk, and the plan-time checks of a GPU preset's job shape.
 
-    est = estimate_jobs(preset, jobs, throughput(preset))   # key -> Estimate (hours, GPUs, checkpoint bytes)
-    print("\n".join(summary_lines(jobs, est, cluster_nodes=16)))
+    t = throughput(preset)                          # the expected assumption (or a pilot's measurement)
+    est = estimate_jobs(preset, jobs, t)            # key -> Estimate (hours, GPUs, checkpoint bytes)
+    print("\\n".join(summary_lines(preset, jobs, est, t, cluster_nodes=16)))
 
-Every figure is an estimate from the preset's token budgets and a named throughput assumption (`Throughput`,
-from the protocol's keys, the driver's flags or a `bench.gpu_check` report), never a measurement:
+Every figure rests on a named throughput (`Throughput`): assumed (the defaults below, the protocol's keys, the
+driver's flags, a `bench.gpu_check` report), as a low / expected / high range (`scenarios`), or measured by
+the pilot (`python reproduce/run_all.py --pilot`: runs/<preset>/pilot/pilot.json, `Measured`). The step model:
 
-  rollout tokens of a step   = gen_batch_prompts x group_size x fill x max_response (one generation round)
-                               + anchors: prompts_per_step x ref_n x fill x max_response
-  trained tokens of a step   = prompts_per_step x group_size x fill x (max_prompt + max_response) x epochs
-                               x (1 + 1/4 per extra forward pass: old policy, πref, teacher)
-  validation tokens          = problems x samples x fill x max_response, every validate_every steps
-  hours of a train job       = steps x (rollout / (R x GPUs) + trained / (U x GPUs)) + validation / (R x GPUs)
-                               + saves x save_s
-  hours of an evaluate job   = checkpoints x sum over benchmarks (problems x k x fill x max_response)
-                               / (R x GPUs)
+  a generation call      = tokens / (R x GPUs) + tail; tail = (max_response − mean response) / D: the call
+                           waits for its longest response, decoded alone at the end (D tokens/s: one sequence)
+  on-policy tokens       = drawn prompts x (|G| − 1 with anchors, else |G|) x fill x max_response
+  reference tokens       = anchor share x drawn prompts x ref_n x fill x max_response (ARMOR's lazy anchors:
+                           the reference samples only prompts that pass, about 1.5 B of them; the paper's
+                           "about 125 %" of the baseline's inference is every drawn prompt, share 1)
+  trained tokens         = prompts_per_step x |G| x fill x (max_prompt + max_response) x epochs
+                           x (1 + 1/4 per extra forward pass: old policy, πref, teacher)
+  a step                 = its generation calls (one round; a second call for the anchors' reference samples)
+                           + trained / (U x GPUs) + pushes x push_s (the policy after each update; with
+                           anchors the reference in and out: 2)
+  a train job            = trained steps x step + validations x (validation tokens / (R x GPUs) + tail)
+                           + saves x save_s; a branch trains only the steps after its branch point
+  an evaluate job        = checkpoints x Σ benchmarks (problems x k x fill x max_response / (R x GPUs) + tail)
 
-R, U: rollout and update tokens/s per GPU; fill: mean response length / lengths.max_response. Checkpoint
+R, U: generated and trained tokens/s per GPU; fill: mean response length / lengths.max_response, by default
+from the paper's reported lengths (protocol.paper_response_tokens, its source named) or an assumed range.
+Measured by the pilot, a step is the pilot's own (its batch is the paper's divided by the nodes, so each GPU
+does a full-scale step's work), and saves, validations and evaluations take its measured seconds. Checkpoint
 volume: `checkpoint_volume` (the one formula). The graph's cost and the budget's choice of items:
 reproduce/dag/budget.py.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import heapq
 import math
 from dataclasses import dataclass
@@ -34,8 +46,16 @@ GiB = 2 ** 30
 PEAK_TFLOPS = 989.0             # H100/H200 dense bf16, the GPU check's reference (bench/gpu_check.py)
 DEFAULT_ROLLOUT_TPS = 2500.0    # generated tokens/s per GPU (vLLM, colocated, 7-8B, bf16): assumed
 DEFAULT_UPDATE_MFU = 0.30       # model FLOPs utilisation of the update: assumed
-DEFAULT_FILL = 0.5              # mean response length / lengths.max_response: assumed
 DEFAULT_SAVE_S = 300.0          # seconds per checkpoint save: assumed
+# one sequence decoded alone (the tail of a generation call), 7-8B bf16 on an H100-class GPU: assumed range
+DECODE_TPS = {"low": 150.0, "expected": 100.0, "high": 60.0}
+# seconds to push the weights into the engine (a full-tensor gather + load_weights): assumed range
+PUSH_S = {"low": 5.0, "expected": 10.0, "high": 30.0}
+# mean response / max_response without a paper length for the model: assumed range
+ASSUMED_FILL = {"low": 0.1, "expected": 0.25, "high": 0.5}
+# the high end of a paper-length fill: lengths may grow in stage 2 (an allowance, no source)
+PAPER_FILL_HIGH_FACTOR = 2.0
+ANCHOR_CHUNK_MARGIN = 1.5       # armor.trainer's: the reference samples ~1.5 x the prompts still needed
 CPU_JOB_H = {"stage": 1.0, "world": 0.1, "select_peak": 0.05, "collect": 0.1, "figures": 0.1}
 # problems of the published sets (the eval registry's benchmarks); others count as UNKNOWN_PROBLEMS
 PROBLEMS = {"aime24": 30, "aime25": 30, "amc": 83, "amc23": 40, "math500": 500, "minerva": 272,
@@ -43,10 +63,62 @@ PROBLEMS = {"aime24": 30, "aime25": 30, "amc": 83, "amc23": 40, "math500": 500, 
 UNKNOWN_PROBLEMS = 500
 # host memory of one rank beside vLLM's weight backup: the Python process, torch, CUDA's host side, the data
 HOST_RANK_OVERHEAD_GB = 8.0
+PILOT_DIR, PILOT_FILE = "pilot", "pilot.json"   # runs/<preset>/pilot/pilot.json: what the pilot measured
 
 
 class PlanError(ValueError):
     pass
+
+
+@dataclass
+class Measured:
+    """What the pilot measured (runs/<preset>/pilot/pilot.json, written by reproduce/jobs/pilot.py): seconds
+    of a DAPO step and of an ARMOR step at full-scale per-GPU load, of a save, a push, a validation sample
+    and an evaluation sample on a node's GPUs, and the lengths they ran at."""
+    path: str
+    dapo_step_s: float
+    armor_step_s: float
+    reference_logprob_s: float      # an ARMOR step's log-prob phase minus DAPO's: πref's forward
+    save_s: float
+    push_s: float
+    validation_sample_s: float      # seconds per validation sample, on the pilot's ranks
+    eval_sample_s: Optional[float]  # seconds per evaluation sample on one node's GPUs
+    response_tokens: float          # the pilot's mean response length
+    anchor_share: Optional[float]
+    nodes: int
+    gpus: int
+    when: str = ""
+
+    def describe(self) -> str:
+        ev = f", evaluation {self.eval_sample_s:.3g} s a sample" if self.eval_sample_s else ""
+        share = f", anchor share {self.anchor_share:.2f}" if self.anchor_share is not None else ""
+        return (f"measured by the pilot ({self.path}{', ' + self.when if self.when else ''}; {self.nodes} "
+                f"node(s), {self.gpus} GPU(s), at the paper's per-GPU load): DAPO step "
+                f"{self.dapo_step_s:,.1f} s, ARMOR step {self.armor_step_s:,.1f} s, save "
+                f"{self.save_s:,.1f} s, "
+                f"push {self.push_s:,.2f} s, validation {self.validation_sample_s:.3g} s a sample{ev}; "
+                f"responses {self.response_tokens:,.0f} tokens on average{share}")
+
+
+def read_pilot(path: str | Path) -> Optional[Measured]:
+    """The pilot's measurements, or None when there are none (no file, or a pilot that did not finish)."""
+    d = read_json(Path(path))
+    if not isinstance(d, dict) or not d.get("complete"):
+        return None
+    try:
+        return Measured(path=str(path), dapo_step_s=float(d["dapo"]["step_s"]),
+                        armor_step_s=float(d["armor"]["step_s"]),
+                        reference_logprob_s=max(0.0, float(d["armor"]["logprob_s"])
+                                                - float(d["dapo"]["logprob_s"])),
+                        save_s=float(d["save_s"]), push_s=float(d["push_s"]),
+                        validation_sample_s=float(d["validation_sample_s"]),
+                        eval_sample_s=(float(d["eval"]["sample_s"]) if (d.get("eval") or {}).get("sample_s")
+                                       else None),
+                        response_tokens=float(d["dapo"]["response_tokens"]),
+                        anchor_share=d["armor"].get("anchor_share"), nodes=int(d["nodes"]),
+                        gpus=int(d["gpus"]), when=str(d.get("when", "")))
+    except (KeyError, TypeError, ValueError) as e:
+        raise PlanError(f"{path}: not a complete pilot report ({e!r}); rerun --pilot") from None
 
 
 @dataclass
@@ -55,9 +127,16 @@ class Throughput:
     rollout_tokens_per_s: float = DEFAULT_ROLLOUT_TPS
     update_tokens_per_s: Optional[float] = None     # None: from update_mfu and the model's FLOPs per token
     update_mfu: float = DEFAULT_UPDATE_MFU
-    fill: float = DEFAULT_FILL
+    fill: float = ASSUMED_FILL["expected"]
     save_s: float = DEFAULT_SAVE_S
+    decode_tokens_per_s: float = DECODE_TPS["expected"]
+    push_s: float = PUSH_S["expected"]
+    anchor_share: Optional[float] = None            # None: the lazy anchors' 1.5 B / drawn prompts
     source: str = "assumed (reproduce/sizing.py defaults), not measured"
+    fill_source: str = "assumed"
+    label: str = "expected"
+    fixed: frozenset = frozenset()                  # knobs a flag, key or report set (not ranged)
+    measured: Optional[Measured] = None
 
     def update_tps(self, n_params: Optional[int]) -> float:
         """U: trained tokens/s per GPU; from the MFU at 8 N FLOPs per token (forward 2N, backward 4N,
@@ -66,22 +145,54 @@ class Throughput:
             return self.update_tokens_per_s
         return self.update_mfu * PEAK_TFLOPS * 1e12 / (8 * (n_params or 7e9))
 
+    def share(self, cfg) -> float:
+        """The anchor share: the fraction of a round's drawn prompts whose reference samples are drawn."""
+        if self.anchor_share is not None:
+            return self.anchor_share
+        b = cfg.batch.prompts_per_step
+        drawn = cfg.rollout.gen_batch_prompts or b
+        margin = 1.0 if self.label == "low" else ANCHOR_CHUNK_MARGIN   # low: every reference call keeps
+        return min(1.0, margin * b / drawn)
+
     def describe(self, n_params: Optional[int]) -> str:
+        if self.measured is not None:
+            return "throughput: " + self.measured.describe()
         u = (f"update {self.update_tps(n_params):,.0f} trained tok/s/GPU" if self.update_tokens_per_s else
              f"update {self.update_tps(n_params):,.0f} trained tok/s/GPU (MFU {self.update_mfu:g} of "
              f"{PEAK_TFLOPS:g} TFLOP/s at 8·N FLOPs/token)")
-        return (f"throughput: rollout {self.rollout_tokens_per_s:,.0f} generated tok/s/GPU, {u}, responses "
-                f"{self.fill:g} of max_response on average, one generation round per step, {self.save_s:g} s "
-                f"per save [{self.source}]")
+        share = ("lazy anchors' 1.5 B of the drawn prompts" if self.anchor_share is None
+                 else f"{self.anchor_share:g} of the drawn prompts")
+        return (f"throughput ({self.label}): rollout {self.rollout_tokens_per_s:,.0f} generated tok/s/GPU, "
+                f"{u}, responses {self.fill:.3g} of max_response on average ({self.fill_source}), a call's "
+                f"tail decoded alone at {self.decode_tokens_per_s:g} tok/s, {self.push_s:g} s a push, "
+                f"reference samples for the {share}, {self.save_s:g} s per save [{self.source}]")
+
+
+def fill_range(preset) -> tuple[dict[str, float], str]:
+    """{low, expected, high} response fill of the preset's model and where it comes from: the paper's
+    reported lengths (protocol.paper_response_tokens over lengths.max_response: the longer one expected, the
+    high end PAPER_FILL_HIGH_FACTOR x it), else ASSUMED_FILL."""
+    p, L = preset.protocol, preset.cfg.lengths.max_response
+    if p.paper_response_tokens:
+        lo, hi = (float(x) / L for x in p.paper_response_tokens)
+        src = (f"the paper's {p.paper_response_tokens[0]:g}-{p.paper_response_tokens[1]:g} tokens of "
+               f"{L} ({p.paper_response_source or 'protocol.paper_response_tokens'}); high: "
+               f"{PAPER_FILL_HIGH_FACTOR:g} x, an allowance")
+        return {"low": lo, "expected": hi, "high": min(1.0, PAPER_FILL_HIGH_FACTOR * hi)}, src
+    return dict(ASSUMED_FILL), "assumed: the paper reports no length for this model"
 
 
 def throughput(preset, rollout_tps: Optional[float] = None, update_tps: Optional[float] = None,
                fill: Optional[float] = None, save_s: Optional[float] = None,
-               gpu_check: Optional[str | Path] = None) -> Throughput:
-    """The plan's assumption: defaults < the preset's protocol keys < a bench.gpu_check report < flags."""
+               gpu_check: Optional[str | Path] = None, decode_tps: Optional[float] = None,
+               push_s: Optional[float] = None, anchor_share: Optional[float] = None,
+               pilot: Optional[Measured] = None) -> Throughput:
+    """The plan's expected throughput: defaults < the preset's protocol keys < a bench.gpu_check report <
+    flags; a pilot's measurement replaces the step, save, push and evaluation figures."""
     p = preset.protocol
-    t = Throughput()
-    src = []
+    fills, fill_src = fill_range(preset)
+    t = Throughput(fill=fills["expected"], fill_source=fill_src)
+    src, fixed = [], set()
     for name, attr in (("rollout_tokens_per_s", "rollout_tokens_per_s"),
                        ("update_tokens_per_s", "update_tokens_per_s"), ("response_fill", "fill"),
                        ("save_s", "save_s")):
@@ -89,28 +200,68 @@ def throughput(preset, rollout_tps: Optional[float] = None, update_tps: Optional
         if v is not None:
             setattr(t, attr, float(v))
             src.append(f"protocol.{name}")
+            fixed.add(attr)
     if gpu_check:
         got = from_gpu_check(gpu_check, _n_params(preset))
         for k, v in got.items():
             setattr(t, k, v)
+        fixed |= set(got)
         src.append(f"{gpu_check}: {', '.join(got) or 'no usable figure'}")
     for attr, v, flag in (("rollout_tokens_per_s", rollout_tps, "--rollout-tokens-per-s"),
                           ("update_tokens_per_s", update_tps, "--update-tokens-per-s"),
-                          ("fill", fill, "--response-fill"), ("save_s", save_s, "--save-s")):
+                          ("fill", fill, "--response-fill"), ("save_s", save_s, "--save-s"),
+                          ("decode_tokens_per_s", decode_tps, "--decode-tokens-per-s"),
+                          ("push_s", push_s, "--push-s"), ("anchor_share", anchor_share, "--anchor-share")):
         if v is not None:
             setattr(t, attr, float(v))
             src.append(flag)
-    if not t.rollout_tokens_per_s > 0:
-        raise PlanError(f"throughput rollout_tokens_per_s: {t.rollout_tokens_per_s!r} must be > 0")
-    if not t.save_s >= 0:
-        raise PlanError(f"throughput save_s: {t.save_s!r} must be >= 0")
-    if t.update_tokens_per_s is not None and not t.update_tokens_per_s > 0:
-        raise PlanError(f"throughput update_tokens_per_s: {t.update_tokens_per_s!r} must be > 0")
-    if not 0 < t.fill <= 1:
-        raise PlanError(f"throughput response_fill: {t.fill!r} must be in (0, 1]")
+            fixed.add(attr)
+    if "fill" in fixed:
+        t.fill_source = "given"
+    for attr, ok, why in (("rollout_tokens_per_s", t.rollout_tokens_per_s > 0, "must be > 0"),
+                          ("save_s", t.save_s >= 0, "must be >= 0"),
+                          ("update_tokens_per_s", t.update_tokens_per_s is None or t.update_tokens_per_s > 0,
+                           "must be > 0"),
+                          ("response_fill", 0 < t.fill <= 1, "must be in (0, 1]"),
+                          ("decode_tokens_per_s", t.decode_tokens_per_s > 0, "must be > 0"),
+                          ("push_s", t.push_s >= 0, "must be >= 0"),
+                          ("anchor_share", t.anchor_share is None or 0 < t.anchor_share <= 1,
+                           "must be in (0, 1]")):
+        if not ok:
+            value = getattr(t, "fill" if attr == "response_fill" else attr)
+            raise PlanError(f"throughput {attr}: {value!r} {why}")
     if src:
         t.source = "from " + "; ".join(src) + "; the rest assumed (reproduce/sizing.py defaults)"
+    t.fixed = frozenset(fixed)
+    if pilot is not None:
+        t.measured = pilot
+        t.source = pilot.describe()
+        t.label = "measured"
     return t
+
+
+def scenarios(preset, t: Throughput) -> list[Throughput]:
+    """[low, expected, high]: the assumption's range, each knob no flag, key or report fixed at its low /
+    high end (fill, the tail's decode speed, the push, the anchor share); [t] when the pilot measured."""
+    if t.measured is not None:
+        return [t]
+    fills, _ = fill_range(preset)
+    out = []
+    for label in ("low", "expected", "high"):
+        if label == "expected":
+            out.append(t)
+            continue
+        ch = {"label": label}
+        if "fill" not in t.fixed:
+            ch["fill"] = fills[label]
+        if "decode_tokens_per_s" not in t.fixed:
+            ch["decode_tokens_per_s"] = DECODE_TPS[label]
+        if "push_s" not in t.fixed:
+            ch["push_s"] = PUSH_S[label]
+        if "anchor_share" not in t.fixed:
+            ch["anchor_share"] = None if label == "low" else 1.0
+        out.append(dataclasses.replace(t, **ch))
+    return out
 
 
 def from_gpu_check(path: str | Path, n_params: Optional[int]) -> dict:
@@ -190,14 +341,25 @@ class Estimate:
     ckpt_bytes: int = 0
     detail: str = ""
     watch: Optional[tuple[str, float]] = None   # (job, fraction): ends when that job is this far through
+    scratch_hours: Optional[float] = None       # a branch: its hours had it run from its start
 
     @property
     def gpu_hours(self) -> float:
         return self.hours * self.gpus
 
+    @property
+    def saved_gpu_hours(self) -> float:
+        return 0.0 if self.scratch_hours is None else (self.scratch_hours - self.hours) * self.gpus
+
 
 def _bench_name(b: str) -> str:
     return b.split("=", 1)[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _config(path: str, overrides: tuple):
+    from armor.config import load_config
+    return load_config(path, list(overrides))
 
 
 def _needs_reference(cfg) -> int:
@@ -208,48 +370,100 @@ def _needs_reference(cfg) -> int:
     return int(needs_reference_logprobs(cfg)) + int(a.distill.mode != "none" and bool(a.distill.teacher_path))
 
 
-def step_tokens(cfg, t: Throughput) -> tuple[float, float]:
-    """(generated, trained) tokens of one step: on-policy (and anchor) samples at t.fill of max_response; the
-    update's passes over prompt + response, plus the extra forwards (πref, teacher) at 1/4 of a pass each."""
+def step_tokens(cfg, t: Throughput) -> tuple[float, float, float]:
+    """(on-policy generated, reference generated, trained) tokens of one step (the module's formulas)."""
     b, L, r = cfg.batch, cfg.lengths, cfg.rollout
     resp = t.fill * L.max_response
-    gen = (r.gen_batch_prompts or b.prompts_per_step) * b.group_size * resp
-    if cfg.algo.anchor.enabled:
-        gen += b.prompts_per_step * cfg.algo.anchor.ref_n * resp
+    drawn = r.gen_batch_prompts or b.prompts_per_step
+    anchors = cfg.algo.anchor.enabled
+    on = drawn * (b.group_size - 1 if anchors else b.group_size) * resp
+    ref = t.share(cfg) * drawn * cfg.algo.anchor.ref_n * resp if anchors else 0.0
     trained = b.prompts_per_step * b.group_size * t.fill * (L.max_prompt + L.max_response) * b.epochs
-    return gen, trained * (1 + 0.25 * (1 + _needs_reference(cfg)))
+    return on, ref, trained * (1 + 0.25 * (1 + _needs_reference(cfg)))
+
+
+def tail_seconds(cfg, t: Throughput) -> float:
+    """One generation call's tail: its longest response (max_response) decoded alone after the mean one."""
+    L = cfg.lengths.max_response
+    return max(0.0, L - t.fill * L) / t.decode_tokens_per_s
+
+
+def step_parts(cfg, t: Throughput, gpus: int, n_params: Optional[int]) -> dict[str, float]:
+    """Seconds of one training step on `gpus` GPUs by part: generate (tokens and tails), update, push; a
+    pilot's measurement gives the step whole (DAPO's, ARMOR's with anchors, DAPO's plus πref's forward for
+    an arm that reads πref without anchors)."""
+    m = t.measured
+    if m is not None:
+        if cfg.algo.anchor.enabled:
+            return {"step": m.armor_step_s}
+        from armor.config import needs_reference_logprobs
+        return {"step": m.dapo_step_s + (m.reference_logprob_s if needs_reference_logprobs(cfg) else 0.0)}
+    on, ref, trained = step_tokens(cfg, t)
+    g = max(1, gpus)
+    anchors = cfg.algo.anchor.enabled
+    gen = (on + ref) / (t.rollout_tokens_per_s * g) + (2 if anchors else 1) * tail_seconds(cfg, t)
+    return {"generate": gen, "update": trained / (t.update_tps(n_params) * g),
+            "push": (2 if anchors else 1) * t.push_s}
 
 
 def train_step_seconds(cfg, t: Throughput, gpus: int, n_params: Optional[int]) -> float:
     """Expected seconds of one training step and a save on `gpus` GPUs (train_estimate's per-step terms)."""
-    gen, trained = step_tokens(cfg, t)
-    g = max(1, gpus)
-    return gen / (t.rollout_tokens_per_s * g) + trained / (t.update_tps(n_params) * g) + t.save_s
+    return sum(step_parts(cfg, t, gpus, n_params).values()) + (t.measured.save_s if t.measured else t.save_s)
+
+
+def validation_seconds(cfg, t: Throughput, gpus: int) -> float:
+    """One validation: its samples' tokens and a tail per benchmark, or the pilot's seconds per sample."""
+    v = cfg.validation
+    samples = sum(min(PROBLEMS.get(_bench_name(x), UNKNOWN_PROBLEMS), v.max_problems or 10 ** 9)
+                  for x in v.benchmarks) * v.samples
+    if t.measured is not None:
+        return samples * t.measured.validation_sample_s * max(1, t.measured.gpus) / max(1, gpus)
+    return (samples * t.fill * cfg.lengths.max_response / (t.rollout_tokens_per_s * max(1, gpus))
+            + len(v.benchmarks) * tail_seconds(cfg, t))
+
+
+def _job_config(preset, job):
+    ov = tuple(job.info.get("arm_overrides", []))
+    p = preset.protocol
+    if int(job.info.get("stage", 1)) == 2:
+        ov = tuple(p.stage2_overrides) + ((f"schedule.validate_every={p.stage2_validate_every}",)
+                                          if p.stage2_validate_every else ()) + ov
+    return _config(str(preset.path), ov)
 
 
 def train_estimate(preset, job, t: Throughput, n_params: Optional[int]) -> Estimate:
-    from armor.config import load_config
+    """A train job's hours: the steps it trains (after its branch point), their validations and saves."""
     res = job.resources
     gpus = res.nodes * res.gpus_per_node
-    cfg = load_config(preset.path, job.info.get("arm_overrides", []))
+    cfg = _job_config(preset, job)
     steps = int(job.info.get("steps") or cfg.schedule.total_steps)
-    resp = t.fill * cfg.lengths.max_response
-    gen, trained = step_tokens(cfg, t)
-    v = cfg.validation
-    val_tokens = sum(min(PROBLEMS.get(_bench_name(x), UNKNOWN_PROBLEMS), v.max_problems or 10 ** 9)
-                     for x in v.benchmarks) * v.samples * resp
-    vals = steps // cfg.schedule.validate_every + 1 if cfg.schedule.validate_every else 0
-    saves = math.ceil(steps / cfg.schedule.save_every)
-    R, U = t.rollout_tokens_per_s, t.update_tps(n_params)
-    g = max(1, gpus)
-    sec = steps * (gen / (R * g) + trained / (U * g)) + vals * val_tokens / (R * g) + saves * t.save_s
+    first = int(job.info.get("trained_from") or 0)
+    s = cfg.schedule
+    per_step = sum(step_parts(cfg, t, gpus, n_params).values())
+    val_s = validation_seconds(cfg, t, gpus)
+    save_s = t.measured.save_s if t.measured else t.save_s
+
+    def hours(a: int, b: int) -> tuple[float, int, int]:     # steps a+1..b: seconds, validations, saves
+        vals = (b // s.validate_every - a // s.validate_every) if s.validate_every else 0
+        vals += 1 if a == 0 and s.validate_every and cfg.validation.at_start else 0
+        saves = math.ceil(b / s.save_every) - math.ceil(a / s.save_every) if b > a else 0
+        return ((b - a) * per_step + vals * val_s + saves * save_s) / 3600, vals, saves
+
+    h, vals, saves = hours(first, steps)
     vol = 0
     if n_params:
         protected = len(job.info.get("protected_steps", [])) + 1
-        vol = checkpoint_volume(n_params, saves, cfg.schedule.keep_last, protected)["bytes"]
-    return Estimate(sec / 3600, gpus, res.nodes if gpus else 0, vol,
-                    f"{steps} steps x ({gen / 1e6:.0f}M generated + {trained / 1e6:.0f}M trained tokens), "
-                    f"{vals} validations, {saves} saves (kept: {_kept(cfg, saves, job)})")
+        vol = checkpoint_volume(n_params, math.ceil(steps / s.save_every), s.keep_last, protected)["bytes"]
+    on, ref, trained = step_tokens(cfg, t)
+    what = (f"{steps - first} of {steps} steps (from {job.info['branch']['source']}'s step {first})"
+            if first else f"{steps} steps")
+    tokens = "" if t.measured else (f" x ({(on + ref) / 1e6:.0f}M generated + {trained / 1e6:.0f}M trained "
+                                    f"tokens)")
+    detail = (f"{what}{tokens}, {vals} validations, {saves} saves (kept: "
+              f"{_kept(cfg, math.ceil(steps / s.save_every), job)})")
+    scratch = hours(0, steps if job.info.get("branch", {}).get("kind") != "continuation" else
+                    steps - int(job.info.get("start_step") or 0))[0] if job.info.get("branch") else None
+    return Estimate(h, gpus, res.nodes if gpus else 0, vol, detail, scratch_hours=scratch)
 
 
 def _kept(cfg, saves: int, job) -> str:
@@ -274,7 +488,7 @@ def eval_estimate(preset, job, t: Throughput) -> Estimate:
     gpus = res.nodes * res.gpus_per_node
     proto = get_protocol(preset.protocol.eval_protocol)
     max_new = proto.max_new_tokens or preset.cfg.lengths.max_response
-    tokens = 0.0
+    tokens, samples = 0.0, 0
     for b in preset.protocol.eval_benchmarks:
         name = _bench_name(b)
         k = preset.protocol.eval_samples or proto.setting(name).samples
@@ -282,14 +496,21 @@ def eval_estimate(preset, job, t: Throughput) -> Estimate:
         if preset.protocol.eval_limit:
             n = min(n, preset.protocol.eval_limit)
         tokens += n * k * t.fill * max_new
+        samples += n * k
     ck = eval_checkpoints(preset, int(job.info.get("stage", 2)), int(job.info.get("steps") or 0))
-    sec = ck * tokens / (t.rollout_tokens_per_s * max(1, gpus))
+    if t.measured is not None and t.measured.eval_sample_s:
+        sec = ck * samples * t.measured.eval_sample_s
+        return Estimate(sec / 3600, gpus, res.nodes if gpus else 0, 0,
+                        f"{ck} checkpoint(s) x {samples:,} samples at the pilot's seconds per sample")
+    tail = max(0.0, max_new - t.fill * max_new) / t.decode_tokens_per_s
+    calls = len(preset.protocol.eval_benchmarks)
+    sec = ck * (tokens / (t.rollout_tokens_per_s * max(1, gpus)) + calls * tail)
     return Estimate(sec / 3600, gpus, res.nodes if gpus else 0, 0,
                     f"{ck} checkpoint(s) x {tokens / 1e6:.0f}M generated tokens")
 
 
 def estimate_jobs(preset, jobs, t: Throughput) -> dict[str, Estimate]:
-    """key -> Estimate of every job of a GPU preset's plan."""
+    """key -> Estimate of every job of a plan (GPU presets, or any preset the pilot measured)."""
     n = _n_params(preset)
     out: dict[str, Estimate] = {}
     for j in jobs:
@@ -379,23 +600,71 @@ def fmt_bytes(b: float) -> str:
     return f"{b / 1e12:,.2f} TB" if b >= 1e12 else f"{b / 1e9:,.1f} GB"
 
 
-def summary_lines(preset, jobs, est: dict[str, Estimate], t: Throughput, cluster_nodes: int) -> list[str]:
-    """Totals of a plan: GPU-hours, checkpoint volume, the critical path and the time on `cluster_nodes`."""
-    n = _n_params(preset)
+def _total(est: dict[str, Estimate]) -> tuple[float, float]:
     gpuh = sum(e.gpu_hours for e in est.values())
-    train_h = sum(e.gpu_hours for k, e in est.items() if k.startswith("stage"))
+    return gpuh, sum(e.gpu_hours for k, e in est.items() if k.startswith("stage"))
+
+
+def branch_lines(jobs, est: Optional[dict[str, Estimate]] = None) -> list[str]:
+    """What sharing saves: the branched train jobs, the steps they do not repeat and (sized) their
+    GPU-hours."""
+    est = est or {}
+    rows = [(j, est.get(j.key, Estimate(0.0))) for j in jobs if j.kind == "train" and j.info.get("branch")]
+    if not rows:
+        return []
+    saved = sum(e.saved_gpu_hours for _, e in rows)
+    scratch = sum(e.gpu_hours for e in est.values()) + saved
+    sib = [j for j, _ in rows if j.info["branch"]["kind"] == "sibling"]
+    steps = sum(int(j.info.get("steps_saved") or 0) for j, _ in rows)
+    out = [f"branching: {len(sib)} run(s) start from a sibling's checkpoint, {len(rows) - len(sib)} "
+           f"control(s) continue their stage-1 run: {steps:,} steps not repeated, {saved:,.0f} GPU-hours "
+           f"saved ({100 * saved / scratch if scratch else 0:.0f} % of the plan run from every start)"
+           if any(e.gpus for _, e in rows) else
+           f"branching: {len(sib)} run(s) start from a sibling's checkpoint, {len(rows) - len(sib)} "
+           f"control(s) continue their stage-1 run: {steps:,} steps not repeated"]
+    for j, e in rows:
+        b = j.info["branch"]
+        out.append(f"  {j.key:<34} from {b['source']} step {b['step']}: {j.info.get('steps_saved', 0)} "
+                   f"steps" + (f", {e.saved_gpu_hours:,.0f} GPU-hours" if e.gpus else ""))
+    return out
+
+
+def summary_lines(preset, jobs, est: dict[str, Estimate], t: Throughput, cluster_nodes: int,
+                  ranges: Optional[list[tuple[Throughput, dict[str, Estimate]]]] = None) -> list[str]:
+    """Totals of a plan: GPU-hours (a low-high range while the assumption is not measured), what branching
+    saves, checkpoint volume, the critical path and the time on `cluster_nodes`."""
+    n = _n_params(preset)
+    gpuh, train_h = _total(est)
     vol = sum(e.ckpt_bytes for e in est.values())
     inf = simulate(jobs, est, None)
     fin = simulate(jobs, est, cluster_nodes)
     per = checkpoint_volume(n, 1)["per_save"] if n else None
-    out = [t.describe(n),
-           f"total: {gpuh:,.0f} GPU-hours ({train_h:,.0f} training, {gpuh - train_h:,.0f} evaluation)",
-           "checkpoints: " + (f"{fmt_bytes(vol)} kept at the end under the retention policy "
-                              f"({fmt_bytes(per)} a save: bf16 export 2N + fp32 masters 4N + AdamW 8N, "
-                              f"N = {n / 1e9:.2f}B)" if n else "model shape unknown"),
-           f"critical path (unlimited nodes): {fmt_h(inf['makespan'])}: {' -> '.join(inf['path'])}",
-           f"on {cluster_nodes} node(s) (jobs side by side when their nodes are free): "
-           f"{fmt_h(fin['makespan'])}"]
+    gpu = any(e.gpus for e in est.values())
+    out = [t.describe(n)]
+    if gpu:
+        out.append(f"total: {gpuh:,.0f} GPU-hours ({train_h:,.0f} training, {gpuh - train_h:,.0f} evaluation)"
+                   + (" [measured]" if t.measured else f" [{t.label}]"))
+    else:
+        hours = sum(e.hours for e in est.values())
+        out.append(f"total: {hours:,.2f} job-hours on CPU (no GPU)" + (" [measured]" if t.measured else ""))
+    if ranges and len(ranges) > 1:
+        tot = [(x.label, _total(e)[0]) for x, e in ranges]
+        out.append("cost range (not measured; a pilot measures it: --pilot): " + ", ".join(
+            f"{label} {v:,.0f}" for label, v in tot) + " GPU-hours")
+        for x, _ in ranges:
+            if x.label != "expected":
+                out.append(f"  {x.label}: responses {x.fill:.3g} of max_response, tails at "
+                           f"{x.decode_tokens_per_s:g} tok/s, {x.push_s:g} s a push, reference samples for "
+                           + ("1.0 x B of the drawn prompts" if x.anchor_share is None and x.label == "low"
+                              else "the lazy 1.5 x B" if x.anchor_share is None
+                              else f"{x.anchor_share:g} of the drawn prompts"))
+    out += branch_lines(jobs, est)
+    out += ["checkpoints: " + (f"{fmt_bytes(vol)} kept at the end under the retention policy "
+                               f"({fmt_bytes(per)} a save: bf16 export 2N + fp32 masters 4N + AdamW 8N, "
+                               f"N = {n / 1e9:.2f}B)" if n else "model shape unknown"),
+            f"critical path (unlimited nodes): {fmt_h(inf['makespan'])}: {' -> '.join(inf['path'])}",
+            f"on {cluster_nodes} node(s) (jobs side by side when their nodes are free): "
+            f"{fmt_h(fin['makespan'])}"]
     return out
 
 
@@ -425,11 +694,12 @@ def check_plan(preset, res: dict, t: Throughput, mem_key: str = "train.mem_gb") 
     b, L = cfg.batch, cfg.lengths
     round_tokens = (cfg.rollout.gen_batch_prompts
                     or b.prompts_per_step) * b.group_size * t.fill * L.max_response
-    round_s = round_tokens / (t.rollout_tokens_per_s * gpus)
+    round_s = (t.measured.dapo_step_s if t.measured else
+               round_tokens / (t.rollout_tokens_per_s * gpus) + tail_seconds(cfg, t))
     if cfg.parallel.timeout_s < round_s:
         raise PlanError(f"parallel.timeout_s: {cfg.parallel.timeout_s:g} is below one generation round's "
                         f"expected {round_s:,.0f} s ({round_tokens / 1e6:.0f}M tokens over {gpus} GPUs at "
-                        f"{t.rollout_tokens_per_s:,.0f} tok/s/GPU; {t.source})")
+                        f"{t.rollout_tokens_per_s:,.0f} tok/s/GPU and its tail; {t.source})")
     if train.stop_grace_s is not None:
         step_s = train_step_seconds(cfg, t, gpus, n)
         if train.stop_grace_s < step_s:

@@ -2,6 +2,7 @@
 
     python -m reproduce.jobs stage          --preset P --root R [--stage-dir D]    (hub -> stage folder)
     python -m reproduce.jobs train          --preset P --root R --arm A --seed S   (jobs/train.py)
+                                            [--steps N --keep-steps K,.. --branch-from ARM --branch-step K]
     python -m reproduce.jobs select-peak    --preset P --root R --arm dapo --seed S   (jobs/peaks.py)
     python -m reproduce.jobs select-restart --preset P --root R --seed S   (armor_restart's start; peaks.py)
     python -m reproduce.jobs evaluate       --preset P --root R --arm A --seed S   (jobs/evaluate.py)
@@ -9,6 +10,9 @@
     python -m reproduce.jobs collect        --preset P --root R            (results.parquet; collect.py)
     python -m reproduce.jobs figures        --preset P --root R [--only ...]   (python -m figures; figures.py)
     python -m reproduce.jobs wait-checkpoint --run DIR --step K            (a checkpoint-ready job; wait.py)
+    python -m reproduce.jobs pilot-train    --preset P --root R --phase dapo|armor   (the pilot; pilot.py)
+    python -m reproduce.jobs pilot-eval     --preset P --root R            (the pilot's evaluation slice)
+    python -m reproduce.jobs pilot-report   --preset P --root R            (runs/<preset>/pilot/pilot.json)
     python -m reproduce.jobs show           --preset P                     (the matrix)
 
 Every job resolves its late-bound inputs (θ*, the checkpoints to evaluate) when it runs. Errors of the
@@ -29,6 +33,7 @@ from reproduce.jobs.evaluate import cmd_evaluate
 from reproduce.jobs.figures import cmd_figures
 from reproduce.jobs.noise import cmd_noise_floor
 from reproduce.jobs.peaks import cmd_select_peak, cmd_select_restart
+from reproduce.jobs.pilot import cmd_pilot_eval, cmd_pilot_report, cmd_pilot_train
 from reproduce.jobs.train import cmd_train
 from reproduce.matrix.arms import build_arms, figure_arms, parse_only, parse_seeds
 from reproduce.matrix.presets import REPO_ROOT, ExperimentError, Preset, load_preset
@@ -66,7 +71,16 @@ def main(argv=None) -> int:
 
     common(sub.add_parser("stage", help="copy the hub models and datasets the preset needs into the stage "
                                         "folder (reproduce/hub.py)"), staged=True)
-    common(sub.add_parser("train", help="train one arm (execs armor.train)"), arm=True, staged=True)
+    tr = sub.add_parser("train", help="train one arm (execs armor.train)")
+    common(tr, arm=True, staged=True)
+    tr.add_argument("--steps", type=int, default=None,
+                    help="steps the plan needs of the run (a finished shorter run is extended)")
+    tr.add_argument("--keep-steps", default="", help="comma-separated steps other runs branch from: saved "
+                                                     "and kept")
+    tr.add_argument("--branch-from", default=None, help="the arm whose run this one starts from "
+                                                       "(reproduce/matrix/branching.py)")
+    tr.add_argument("--branch-step", default=None, help="the source's step (or `end`: its last, a "
+                                                       "continuation)")
     common(sub.add_parser("select-peak", help="write peak.json of a stage-1 baseline (θ* from the mean curve "
                                               "over --seeds; default: the arm's seeds)"), arm=True,
            seeds=True)
@@ -83,6 +97,13 @@ def main(argv=None) -> int:
     common(sub.add_parser("collect", help="write results.parquet"), seeds=True)
     common(sub.add_parser("figures", help="draw figures and the report"), seeds=True, only=True)
     common(sub.add_parser("show", help="print the matrix"), only=True)
+    pt = sub.add_parser("pilot-train", help="one phase of the pilot (one node, the real model)")
+    common(pt, staged=True)
+    pt.add_argument("--phase", required=True, help="dapo | armor")
+    common(sub.add_parser("pilot-eval", help="the pilot's evaluation slice on every GPU of a node"),
+           staged=True)
+    common(sub.add_parser("pilot-report",
+                          help="write runs/<preset>/pilot/pilot.json from the pilot's phases"))
     wait.add_parser(sub)
     a = ap.parse_args(argv)
     if a.cmd == "wait-checkpoint":
@@ -99,7 +120,12 @@ def main(argv=None) -> int:
             hub.stage_all(hub.items(preset, sd), sd)
             return 0
         if a.cmd == "train":
-            return cmd_train(preset, root, a.arm, a.seed, sd)
+            if (a.branch_from is None) != (a.branch_step is None):
+                raise ExperimentError("--branch-from and --branch-step go together")
+            if a.branch_step not in (None, "end") and not a.branch_step.isdigit():
+                raise ExperimentError(f"--branch-step: {a.branch_step!r} is not a step number or `end`")
+            keep = parse_seeds(a.keep_steps, "--keep-steps") or []
+            return cmd_train(preset, root, a.arm, a.seed, sd, a.steps, keep, a.branch_from, a.branch_step)
         if a.cmd == "select-peak":
             return cmd_select_peak(preset, root, a.arm, a.seed, parse_seeds(a.seeds))
         if a.cmd == "select-restart":
@@ -112,6 +138,12 @@ def main(argv=None) -> int:
             return cmd_collect(preset, root, seeds)
         if a.cmd == "figures":
             return cmd_figures(preset, root, seeds, parse_only(a.only))
+        if a.cmd == "pilot-train":
+            return cmd_pilot_train(preset, root, a.phase, sd)
+        if a.cmd == "pilot-eval":
+            return cmd_pilot_eval(preset, root, sd)
+        if a.cmd == "pilot-report":
+            return cmd_pilot_report(preset, root)
     except (ExperimentError, ConfigError, hub.StageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

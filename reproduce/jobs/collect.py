@@ -28,6 +28,7 @@ from common.jsonl import read_json, read_jsonl, write_json_atomic
 from common.layout import STEP_RE
 from common.results import META_NAME, NOISE_NAME, STEPS_NAME, frame, steps_frame, summary_rows, write_results
 from reproduce.jobs import noise
+from reproduce.matrix import branching
 from reproduce.jobs.peaks import read_peak, start_point, validation_benchmark
 from reproduce.matrix import claims as claims_register
 from reproduce.matrix.arms import Arm, arm_definitions, figure_arms, preset_runs, table_step
@@ -110,17 +111,28 @@ def eval_file_rows(path: Path, meta: dict, step_offset: int) -> list[dict]:
     return summary_rows(summary, meta, step=int(step))
 
 
+def continued_start(preset: Preset, arm: Arm) -> Optional[int]:
+    """The total step a continued control starts at (reproduce/matrix/branching.py): its run folder holds its
+    baseline's rows from step 1, of which it reports those from this step on; None for any other arm."""
+    return branching.start_step(preset.protocol, arm) if branching.continued(preset.protocol, arm) else None
+
+
 def _run_rows(preset: Preset, root: Path, arm: Arm, seed: int, run: Path) -> list[dict]:
-    """The validation and eval rows of one arm's run (an alias reads its canonical run)."""
+    """The validation and eval rows of one arm's run (an alias reads its canonical run; a continued control
+    its rows from its start on)."""
     offset = _run_offset(run)
     if offset is None:
         st = start_point(preset, root, arm, seed) if arm.stage == 2 else None
         offset = int(st["step"]) if st else 0
+    first = continued_start(preset, arm)
     base = {"preset": preset.name, "model": preset.model_name, "arm": arm.name, "seed": int(seed)}
     rows = []
     for r in read_jsonl(run / "validation.jsonl"):
         k = int(r.get("k") or 0)
-        rows.append({**base, "step": int(r.get("total_step", offset + int(r["step"]))),
+        step = int(r.get("total_step", offset + int(r["step"])))
+        if first is not None and step < first:
+            continue
+        rows.append({**base, "step": step,
                      "benchmark": r["benchmark"], "metric": r.get("metric") or f"avg@{k}", "k": k,
                      "value": float(r["value"]), "n": k, "source": "validation"})
     if (run / "eval").is_dir():
@@ -130,15 +142,26 @@ def _run_rows(preset: Preset, root: Path, arm: Arm, seed: int, run: Path) -> lis
     return rows
 
 
-def _step_rows(arm: Arm, seed: int, run: Path, offset: int) -> list[dict]:
-    """The per-step rows of one run's metrics.jsonl ({arm, seed, step (total), local_step, metrics...})."""
+def _step_rows(arm: Arm, seed: int, run: Path, offset: int, preset: Optional[Preset] = None) -> list[dict]:
+    """The per-step rows of one run's metrics.jsonl ({arm, seed, step (total), local_step, metrics...}). A
+    continued control's: its steps after its start, `local_step` counted from it (as a stage-2 run's), and
+    without the KL monitor where its πref is not its start (branching.monitor_reset)."""
+    first = continued_start(preset, arm) if preset is not None else None
+    drop_kl = first is not None and first != branching.monitor_reset(
+        preset.protocol, arm_definitions(preset.protocol), arm.continues)
     out = []
     for r in read_jsonl(run / "metrics.jsonl"):
         if "step" not in r:
             continue
         local = int(r["step"])
-        out.append({**r, "arm": arm.name, "seed": int(seed), "local_step": local,
-                    "step": int(r.get("total_step", offset + local))})
+        step = int(r.get("total_step", offset + local))
+        if first is not None:
+            if step <= first:
+                continue
+            local = step - first
+            if drop_kl:
+                r = {k: v for k, v in r.items() if k not in ("kl_reverse", "kl_forward")}
+        out.append({**r, "arm": arm.name, "seed": int(seed), "local_step": local, "step": step})
     return out
 
 
@@ -157,7 +180,7 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
                 continue
             numerics.add(json.dumps(read_json(run / "numerics.json"), sort_keys=True))
             rows += _run_rows(preset, root, arm, s, run)
-            step_rows += _step_rows(arm, s, run, _run_offset(run) or 0)
+            step_rows += _step_rows(arm, s, run, _run_offset(run) or 0, preset)
             if arm.stage == 1:
                 pk = read_peak(root, preset, arm.name, s)
                 if pk:

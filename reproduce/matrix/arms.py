@@ -14,15 +14,23 @@ in the protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rule
   fig4   armor_reset_never + armor_reset_<τ> for τ in reset_sweep       (needs reset_sweep)
          + armor_restart, the authors' reset: a new run from armor_reset_never's best checkpoint (needs
            restart_within; reproduce/jobs/peaks.py choose_restart)
+         + armor_restart_<τ> for τ in restart_sweep: the authors' reset at a fixed point, a new run from
+           armor_reset_never's checkpoint at stage-2 step τ
   fig5   dapo_cont + kl_k2_b<β>                                 (needs kl_betas and kl_k2_sweep)
   fig6   qae (stage 1), qae_cont, qae_armor_reset_never, qae_armor_reset_<τ> (needs qae_reset_sweep)
   fig7   dapo_cont, armor_tau1, armor_tau1_until<S>, clip_expand        (needs qwen3_tau1_until)
-  table1/table2  dapo (θ*), armor; with QAE in the preset also qae (θ*) and the qae_armor_* arms; evaluated
+  headline  dapo (θ*) and protocol.headline_arm (armor, or the authors' armor_restart_<τ>): Table 1's
+         headline pair, the item a budget takes first (reproduce/dag/budget.py); evaluated
+  table1/table2  dapo (θ*), armor (and headline_arm); with QAE in the preset also qae (θ*) and the
+         qae_armor_* arms; evaluated
   table3 opd, mopd, armor (evaluated)
   world  dapo, dapo_cont, dapo_natural (the headroom control: DAPO on protocol.headroom_data for
          headroom_steps; needs headroom_steps) -- figures/world_checks.py
 An arm whose configuration equals an earlier arm's (e.g. armor_reset_160 = armor on the 7B preset) is an
 alias: it is trained once, and its folder is a symlink to the canonical one (reproduce/jobs/collect.py).
+With protocol.branch, a control whose configuration is its stage-1 baseline's (dapo_cont, dapo_late,
+qae_cont: `continues`) is that baseline's run continued, and arms identical to another up to a step start
+from its checkpoint there (reproduce/matrix/branching.py).
 
 Stage 1 (from the base model): `dapo`, `qae` with schedule.total_steps = stage1_steps. Stage 2: model.path =
 algo.reference.path = θ*'s checkpoint (reproduce/jobs/peaks.py), step_offset = θ*'s step,
@@ -33,9 +41,10 @@ armor_restart (start "restart") starts from the checkpoint of armor_reset_never 
 protocol.restart_within (restart.json, same stage-2 step r on every seed): model.path = algo.reference.path =
 it (πref = the restart point), a new run folder (fresh optimizer, its learning rate warmed up over
 protocol.stage2_warmup_steps, as every stage-2 run), step_offset = θ* + r, and stage2_steps − r steps, so
-it ends at the same total step as every stage-2 arm; no in-run reset. protocol.single_seed_arms run on the
-first seed only, protocol.side_arms on the first side_arm_seeds (`arm_seeds`); every other arm runs every
-seed.
+it ends at the same total step as every stage-2 arm; no in-run reset. armor_restart_<τ> (start "restart",
+restart_step τ) is the same from armor_reset_never's checkpoint at the fixed stage-2 step τ.
+protocol.single_seed_arms run on the first seed only, protocol.side_arms on the first side_arm_seeds
+(`arm_seeds`); every other arm runs every seed.
 """
 from __future__ import annotations
 
@@ -51,7 +60,9 @@ FIGURES = ("fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7")
 TABLES = ("table1", "table2", "table3")
 # the tiny world's own checks (headroom control, DAPO's dynamics, clipping)
 WORLD = "world"
-ITEMS = FIGURES + TABLES + (WORLD,)
+# Table 1's headline pair: DAPO to θ*, then +ARMOR (protocol.headline_arm)
+HEADLINE = "headline"
+ITEMS = (HEADLINE,) + FIGURES + TABLES + (WORLD,)
 BASELINES = ("dapo", "qae")
 RESTART_ARM, RESTART_FROM, RESTART_START = "armor_restart", "armor_reset_never", "restart"
 
@@ -86,7 +97,7 @@ def fmt_alpha(a: float) -> str:
 
 
 # a sweep's arms: (family, value); value None marks the family's reference arm (armor_reset_never)
-SWEEPS = ("kl_k3", "kl_k2", "mix", "reset", "qae_armor", "tau1_until")
+SWEEPS = ("kl_k3", "kl_k2", "mix", "reset", "qae_armor", "tau1_until", "restart")
 
 
 @dataclass
@@ -100,6 +111,8 @@ class Arm:
     evaluate: bool = False
     alias_of: Optional[str] = None
     sweep: Optional[tuple[str, Optional[float]]] = None   # (family in SWEEPS, its value) of a sweep's arm
+    restart_step: Optional[int] = None   # start "restart" at this fixed stage-2 step (armor_restart_<τ>)
+    continues: Optional[str] = None      # the stage-1 baseline whose run this control continues (branching)
 
     @property
     def run_arm(self) -> str:
@@ -109,7 +122,8 @@ class Arm:
         """What the figures read of this arm (results.meta.json `arms`): no arm name is parsed there."""
         sweep = None if self.sweep is None else {"family": self.sweep[0], "value": self.sweep[1]}
         return {"stage": self.stage, "baseline": self.baseline, "start": self.start,
-                "figures": list(self.figures), "alias_of": self.alias_of, "sweep": sweep}
+                "figures": list(self.figures), "alias_of": self.alias_of, "sweep": sweep,
+                "restart_step": self.restart_step, "continues": self.continues}
 
 
 def _anchors(p: ProtocolConfig) -> list[str]:
@@ -128,8 +142,8 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
     """Every arm the protocol has numbers for, in canonical order, with its own overrides."""
     a: dict[str, Arm] = {}
 
-    def add(name, stage, baseline, overrides, start, sweep=None):
-        a[name] = Arm(name, stage, baseline, list(overrides), start, sweep=sweep)
+    def add(name, stage, baseline, overrides, start, sweep=None, restart_step=None):
+        a[name] = Arm(name, stage, baseline, list(overrides), start, sweep=sweep, restart_step=restart_step)
 
     armor = _anchors(p) + _mixed(p.armor_alpha) + _reset(p.armor_reset_every, p.armor_reset_until)
     add("dapo", 1, "dapo", [], "base")
@@ -167,6 +181,9 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
                 "peak", ("reset", float(t)))
         if p.restart_within is not None:
             add(RESTART_ARM, 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(None), RESTART_START)
+        for t in p.restart_sweep:       # the authors' restarts from fixed steps (warm-up: every stage 2's)
+            add(f"{RESTART_ARM}_{int(t)}", 2, "dapo", _anchors(p) + _mixed(p.armor_alpha) + _reset(None),
+                RESTART_START, ("restart", float(t)), restart_step=int(t))
     if "qae" in a:
         q = ["algo.advantage=qae"]
         add("qae_cont", 2, "qae", q, "peak")
@@ -187,11 +204,18 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
     # aliases: same start and same effective settings as an earlier arm
     seen: dict[tuple, str] = {}
     for arm in a.values():
-        sig = (arm.stage, arm.baseline, arm.start, _normalized(arm.overrides))
+        sig = (arm.stage, arm.baseline, arm.start, arm.restart_step, _normalized(arm.overrides))
         if sig in seen:
             arm.alias_of = seen[sig]
         else:
             seen[sig] = arm.name
+    # controls that continue their stage-1 baseline: the baseline's own configuration (its run, continued)
+    if p.branch and not p.stage2_overrides:
+        for arm in a.values():
+            base = a.get(arm.baseline)
+            if (arm.stage == 2 and arm.start in ("peak", "late") and not arm.alias_of and base is not None
+                    and base.stage == 1 and _normalized(arm.overrides) == _normalized(base.overrides)):
+                arm.continues = base.name
     return a
 
 
@@ -221,7 +245,8 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
         f["fig3"] = f.get("fig3", ["dapo", "armor"]) + ["armor_any_anchor"]
     if p.reset_sweep:
         f["fig4"] = (["dapo", "armor", "armor_reset_never"] + [f"armor_reset_{int(t)}" for t in p.reset_sweep]
-                     + ([RESTART_ARM] if RESTART_ARM in arms else []))
+                     + ([RESTART_ARM] if RESTART_ARM in arms else [])
+                     + [f"{RESTART_ARM}_{int(t)}" for t in p.restart_sweep])
     if p.kl_betas and p.kl_k2_sweep:
         f["fig5"] = ["dapo", "dapo_cont"] + [f"kl_k2_b{fmt_beta(b)}" for b in p.kl_betas]
     if p.qae_reset_sweep:
@@ -232,12 +257,17 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
                      + [f"armor_tau1_until{int(s)}" for s in p.qwen3_tau1_until] + ["clip_expand"])
     if p.headroom_steps:
         f[WORLD] = ["dapo", "dapo_cont", "dapo_natural"]
-    t1 = ["dapo", "armor"]
+    head = ["dapo", p.headline_arm]
+    f = {HEADLINE: head, **f}
+    t1 = ["dapo", "armor"] + ([p.headline_arm] if p.headline_arm != "armor" else [])
     if "qae" in arms:
         t1 += ["qae", "qae_armor_reset_never"] + [f"qae_armor_reset_{int(t)}" for t in p.qae_reset_sweep]
     f["table1"] = list(t1)
     f["table2"] = list(t1)
     f["table3"] = ["dapo", "opd", "mopd", "armor"]
+    if p.headline_arm not in arms:
+        raise ExperimentError(f"protocol.headline_arm: {p.headline_arm!r} is not an arm of this protocol "
+                              f"(known: {', '.join(arms)})")
     for name, lst in f.items():
         missing = [x for x in lst if x not in arms]
         assert not missing, (name, missing)
@@ -245,8 +275,9 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
 
 
 def table_step(p: ProtocolConfig, name: str) -> Optional[int]:
-    """The total step of the paper's table row an arm stands in (protocol.table_steps), or None."""
-    row = "qae_armor" if name.startswith("qae_armor") else name
+    """The total step of the paper's table row an arm stands in (protocol.table_steps; the headline arm
+    stands in the +ARMOR row), or None."""
+    row = "qae_armor" if name.startswith("qae_armor") else "armor" if name == p.headline_arm else name
     return getattr(p.table_steps, row, None)
 
 
@@ -346,7 +377,7 @@ def _chosen_arms(preset: Preset, only: Optional[list[str]]) -> dict[str, Arm]:
         for n in names:
             arm = defs[n]
             arm.figures.append(fig)
-            if fig.startswith("table") and evaluate and n not in ("dapo_cont",):
+            if (fig.startswith("table") or fig == HEADLINE) and evaluate and n not in ("dapo_cont",):
                 arm.evaluate = True
             chosen[n] = arm
     out = {n: defs[n] for n in defs if n in chosen}
@@ -354,7 +385,8 @@ def _chosen_arms(preset: Preset, only: Optional[list[str]]) -> dict[str, Arm]:
         if arm.alias_of and arm.alias_of not in out:
             canon = defs[arm.alias_of]
             out[canon.name] = canon
-    if RESTART_ARM in out and RESTART_FROM not in out:   # the restart starts from a checkpoint of this run
+    # a restart starts from a checkpoint of this run
+    if any(a.start == RESTART_START for a in out.values()) and RESTART_FROM not in out:
         out[RESTART_FROM] = defs[RESTART_FROM]
     # stage-1 baselines of everything chosen
     for arm in list(out.values()):

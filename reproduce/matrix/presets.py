@@ -107,9 +107,13 @@ def _check_restart(preset: Preset, stage2_cfg: Optional[RunConfig] = None) -> No
     protocol.restart_step is one of them: within the window, validated and saved (stage2_cfg: the stage-2
     runs' config, protocol.stage2_overrides applied)."""
     p, cfg = preset.protocol, preset.cfg
+    s2 = p.stage2_steps or cfg.schedule.total_steps
+    late = [t for t in p.restart_sweep if t >= s2]
+    if late:
+        raise ExperimentError(f"protocol.restart_sweep: {late} leave no stage-2 step after the restart "
+                              f"(stage2_steps {s2})")
     if p.restart_within is None:
         return
-    s2 = p.stage2_steps or cfg.schedule.total_steps
     every = p.stage2_validate_every or cfg.schedule.validate_every
     last = int(p.restart_within * s2)
     if not every or last < every:

@@ -89,6 +89,20 @@ class ProtocolConfig:
     stage2_warmup_steps: Optional[int] = _f(None, "learning-rate warm-up of every stage-2 run, RL steps, "
                                                   "armor_restart's included (the authors give each "
                                                   "continual run the same 10; null = optim.warmup_steps)")
+    restart_sweep: list[int] = _f(factory=list,
+                                  help="Fig. 4, the authors' reset at fixed points (arms armor_restart_<τ>; "
+                                       "needs reset_sweep): a new run from armor_reset_never's stage-2 "
+                                       "checkpoint at step τ, with πref = it, a fresh optimizer and warm-up "
+                                       "(stage2_warmup_steps), for the rest of stage 2, beside the in-run "
+                                       "reset arms")
+    headline_arm: str = _f("armor", "the arm of Table 1's +ARMOR row that the budget takes first with DAPO "
+                                    "to θ* (the `headline` item): armor (in-run reset), or "
+                                    "armor_restart_<τ> (the authors' restart)")
+    branch: bool = _f(True, "share steps instead of repeating them: an arm identical to another up to step k "
+                            "starts from that run's step-k checkpoint (reset arms from their never-reset "
+                            "sibling), and a control that continues a stage-1 baseline from θ* or the late "
+                            "start (dapo_cont, dapo_late, qae_cont) continues that run itself "
+                            "(reproduce/matrix/branching.py); false: every arm runs from its start")
     alpha_sweep: list[float] = _f(factory=list, help="Fig. 3a: α of the mix-only arms")
     wrong_anchor_arm: bool = _f(False, "§4: run armor_any_anchor, ARMOR without resets whose anchor is the "
                                        "first reference sample, right or wrong (the paper: only correct "
@@ -126,6 +140,14 @@ class ProtocolConfig:
     response_fill: Optional[float] = _f(None,
                                         "plan's assumption: mean response length / lengths.max_response")
     save_s: Optional[float] = _f(None, "plan's assumption: seconds per checkpoint save")
+    paper_response_tokens: list[float] = _f(factory=list,
+                                            help="mean response lengths (tokens) the paper reports for "
+                                                 "this model during training, low and high: the plan's "
+                                                 "response fill (reproduce/sizing.py) when "
+                                                 "response_fill is null; empty = not reported (an assumed "
+                                                 "range)")
+    paper_response_source: str = _f("", "where paper_response_tokens come from (figure, table), printed "
+                                         "with the plan")
     seeds: list[int] = _f(factory=lambda: [0], help="seeds of every arm")
     single_seed_arms: list[str] = _f(factory=list, help="arms run on the first seed only (no figure claim "
                                                         "rests on them); the rest run every seed")
@@ -216,6 +238,13 @@ def validate_protocol(p: ProtocolConfig) -> None:
     else:
         c(p.claims_design_preset is None, "protocol.claims_design_preset", p.claims_design_preset,
           "applies to a confirmation preset only (protocol.claims: confirm)")
+    for i, t in enumerate(p.restart_sweep):
+        c(t >= 1, f"protocol.restart_sweep[{i}]", t, "must be >= 1 (a stage-2 step)")
+    c(not p.restart_sweep or bool(p.reset_sweep), "protocol.restart_sweep", p.restart_sweep,
+      "needs protocol.reset_sweep (the restarts start from armor_reset_never, a Fig. 4 arm)")
+    toks = p.paper_response_tokens
+    c(len(toks) in (0, 2) and all(x > 0 for x in toks) and toks == sorted(toks),
+      "protocol.paper_response_tokens", toks, "must be empty or [low, high] token counts, low <= high")
     f = p.late_start_fraction
     c(f is None or 0 < f < 1, "protocol.late_start_fraction", f, "must be in (0, 1)")
     c(f is None or p.late_start_step is None, "protocol.late_start_fraction", f,

@@ -31,10 +31,11 @@ def keep_steps(preset: Preset, arm, start: Optional[dict] = None) -> list[int]:
     start, plus the preset's own schedule.keep_steps; a stage-2 arm the paper's table step (with a known
     start); armor_reset_never, with protocol.restart_within, every validated step the restart point may be."""
     p = preset.protocol
-    if arm.name == RESTART_FROM and p.restart_within is not None:
+    if arm.name == RESTART_FROM and (p.restart_within is not None or p.restart_sweep):
         every = p.stage2_validate_every or preset.cfg.schedule.validate_every
-        window = list(range(every, int(p.restart_within * stage_steps(preset)[1]) + 1, every))
-        return sorted(set(window) | set(_table_steps(preset, arm, start)))
+        window = (list(range(every, int(p.restart_within * stage_steps(preset)[1]) + 1, every))
+                  if p.restart_within is not None else [])
+        return sorted(set(window) | set(p.restart_sweep) | set(_table_steps(preset, arm, start)))
     if arm.stage == 1:
         fixed = {fixed_peak(preset, arm.name), p.late_start_step if arm.name == "dapo" else None}
         return sorted({x for x in fixed if x is not None} | set(preset.cfg.schedule.keep_steps))
@@ -49,13 +50,15 @@ def _table_steps(preset: Preset, arm, start: Optional[dict]) -> list[int]:
     return [local] if 0 < local <= stage_steps(preset)[1] else []
 
 
-def retention_overrides(preset: Preset, arm, start: Optional[dict] = None) -> list[str]:
+def retention_overrides(preset: Preset, arm, start: Optional[dict] = None, extra=()) -> list[str]:
     """The trainer's retention overrides of one run (the arm's train job). Without schedule.keep_last nothing
     is deleted, and only the stage-1 keep_steps (fixed θ*, late start) are passed, as before retention
-    existed."""
-    keep = keep_steps(preset, arm, start)
+    existed. `extra`: the steps other runs branch from (reproduce/matrix/branching.py), saved even off the
+    save grid and kept."""
+    keep = sorted(set(keep_steps(preset, arm, start)) | set(extra))
     pruned = preset.cfg.schedule.keep_last is not None
-    out = [f"schedule.keep_steps=[{','.join(map(str, keep))}]"] if keep and (arm.stage == 1 or pruned) else []
+    out = ([f"schedule.keep_steps=[{','.join(map(str, keep))}]"]
+           if keep and (arm.stage == 1 or pruned or extra) else [])
     if pruned:
         out.append(f"schedule.keep_best_window={preset.protocol.peak_selection_window}")
     return out

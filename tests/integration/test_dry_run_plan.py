@@ -2,7 +2,9 @@
 is asked for, plan-time errors, and the checkpoint-ready dependency on the local backend."""
 import io
 import json
+import os
 import re
+import subprocess
 import sys
 import textwrap
 import time
@@ -43,7 +45,7 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     rc, out = _dry("--preset", "qwen25-math-7b", "--root", str(tmp_path), "--budget-gpu-hours", "30000")
     assert rc == 0
     lines = out.splitlines()
-    train = _block(lines, "stage2/armor/seed0")
+    train = _block(lines, "stage2/anchor_only/seed0")
     assert "16x8gpu 64cpu 200GB" in train[0]          # host memory from the estimate (reproduce/sizing.py)
     assert any(x.startswith("128 ranks (16 node(s) x 8); update memory/rank ~") for x in train)
     est = next(x for x in train if x.startswith("estimate: "))
@@ -53,6 +55,16 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     for flag in ("--cpus-per-task=64", "--mem=204800M", "--gpus-per-node=8", "--nodes=16",
                  "--signal=USR2@1860", "--ntasks-per-node=1", "--dependency='afterok:<peak/dapo/seed0>'"):
         assert flag in sb, flag
+    # a branch: armor (τ = 160) is armor_reset_never through step 159, and trains the 81 steps after it
+    armor = _block(lines, "stage2/armor/seed0")
+    assert armor[0].endswith("ckpt/armor_reset_never/seed0/step159")
+    assert next(x for x in armor if x.startswith("estimate: ")).count("81 of 240 steps (from "
+                                                                      "armor_reset_never's step 159)") == 1
+    never = _block(lines, "stage2/armor_reset_never/seed0")
+    line = next(x for x in never if x.startswith("armor.train"))
+    keep = re.search(r"schedule\.keep_steps=\[([0-9,]+)\]", line)
+    # the branch points, the restart points, and (armor is evaluated, keep_last prunes) the saves before 159
+    assert set(map(int, keep.group(1).split(","))) == {79, 119, 159, 80, 120, 160} | set(range(20, 160, 20))
     assert next(x for x in train
                 if x.startswith("srun: ")).startswith("srun: srun --unbuffered --cpus-per-task=64")
     tr = next(x for x in train if x.startswith("torchrun: "))
@@ -72,30 +84,112 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     assert "GPU-hours on 8 GPUs" in next(x for x in ev if x.startswith("estimate"))
     # totals: the assumption named, GPU-hours, disk, the critical path and the time on the cluster
     assert ("[assumed (reproduce/sizing.py defaults), not measured]" in out
-            and "throughput: rollout 2,500" in out)
-    assert next(x for x in lines if x.startswith("total: ")).endswith("evaluation)")
+            and "throughput (expected): rollout 2,500" in out)
+    assert "responses 0.14 of max_response on average (the paper's 900-1150 tokens of 8192" in out
+    assert next(x for x in lines if x.startswith("total: ")).endswith("evaluation) [expected]")
     assert "checkpoints: " in out and "kept at the end under the retention policy" in out
     crit = next(x for x in lines if x.startswith("critical path (unlimited nodes): "))
     assert "ckpt/qae/seed0/step230 -> peak/qae/seed0" in crit
     assert next(x for x in lines if x.startswith("on 16 node(s)"))
     assert "budget 30,000 GPU-hours" in out and "  -> --only " in out
     covered = next(x for x in lines if x.startswith("  -> --only ")).split()[-1].split(",")
-    assert covered and "fig3" not in covered        # the most expensive item is not within 30,000 GPU-hours
+    assert covered[0] == "headline" and "fig3" not in covered   # Fig. 3 is not within 30,000 GPU-hours
     # a faster assumption: fewer hours, named as the flag's
     rc2, fast = _dry("--preset", "qwen25-math-7b", "--root", str(tmp_path), "--rollout-tokens-per-s", "5000",
                      "--cluster-nodes", "32")
     assert rc2 == 0 and "from --rollout-tokens-per-s" in fast and "on 32 node(s)" in fast
 
-    def total(text):
-        return float(next(x for x in text.splitlines()
-                          if x.startswith("total: ")).split()[1].replace(",", ""))
     assert total(fast) < total(out)
+
+
+def total(text):
+    return float(next(x for x in text.splitlines() if x.startswith("total: ")).split()[1].replace(",", ""))
+
+
+@pytest.mark.parametrize("preset", ["qwen25-math-7b", "qwen3-8b-base"])
+def test_paper_dry_runs_print_the_preflight_a_cost_range_and_what_branching_saves(tmp_path, preset):
+    rc, out = _dry("--preset", preset, "--root", str(tmp_path))
+    assert rc == 0
+    lines = out.splitlines()
+    rng = next(x for x in lines if x.startswith("cost range (not measured; a pilot measures it: --pilot): "))
+    lo, mid, hi = (float(v.replace(",", "")) for v in re.findall(r"(?:low|expected|high) ([0-9,]+)", rng))
+    assert lo < mid < hi and mid == total(out)
+    br = next(x for x in lines if x.startswith("branching: "))
+    saved = float(re.search(r"steps not repeated, ([0-9,]+) GPU-hours saved", br).group(1).replace(",", ""))
+    assert saved > 0 and "control(s) continue their stage-1 run" in br
+    assert "  stage2/dapo_cont/seed0 " in out                     # continues stage-1 DAPO from its end
+    i = lines.index("pre-flight (on the submission host):")
+    checks = {x.split("] ")[1].split(":")[0]: x.split("]")[0].strip(" [") for x in lines[i + 1:i + 6]}
+    assert set(checks) == {"driver", "alloc_conf", "compile_cache", "disk", "vllm_share"}
+    assert checks["driver"] == "not checked here"                 # no GPU here: the first GPU job checks it
+    # without branching the same plan costs the saving more
+    f = tmp_path / "nobranch.yaml"
+    f.write_text(f"base: {REPO / 'reproduce/presets' / (preset + '.yaml')}\nname: {preset}\n"
+                 "protocol: {branch: false}\n")
+    rc, flat = _dry("--preset", str(f), "--root", str(tmp_path))
+    assert rc == 0 and "\nbranching:" not in flat
+    assert total(flat) == pytest.approx(mid + saved, rel=0.01)
+
+
+@pytest.mark.parametrize("preset", ["qwen25-math-7b", "qwen3-8b-base"])
+def test_a_budget_of_10000_gpu_hours_takes_each_models_headline_first(tmp_path, preset):
+    rc, out = _dry("--preset", preset, "--root", str(tmp_path), "--budget-gpu-hours", "10000")
+    assert rc == 0
+    lines = out.splitlines()
+    i = next(n for n, x in enumerate(lines) if x.startswith("budget 10,000 GPU-hours"))
+    assert "in order of the paper's importance" in lines[i]
+    assert lines[i + 1].split()[:2] == ["covered", "headline"]
+    assert next(x for x in lines[i:] if x.startswith("  -> --only ")).split()[-1].split(",")[0] == "headline"
+    # the headline alone: DAPO to θ* and the +ARMOR row's runs, nothing else
+    rc, head = _dry("--preset", preset, "--root", str(tmp_path), "--only", "headline")
+    keys = {x.split()[0] for x in head.splitlines() if x.startswith(("stage1/", "stage2/", "eval/"))}
+    want = ({"stage1/dapo/seed0", "stage2/armor_reset_never/seed0", "stage2/armor_restart_160/seed0",
+             "eval/dapo/seed0", "eval/armor_restart_160/seed0"} if preset == "qwen25-math-7b" else
+            {"stage1/dapo/seed0", "stage2/armor/seed0", "eval/dapo/seed0", "eval/armor/seed0"})
+    assert keys == want
+    theta = "140" if preset == "qwen25-math-7b" else "70"
+    assert f"schedule.total_steps={theta} " in next(x for x in _block(head.splitlines(), "stage1/dapo/seed0")
+                                                    if x.startswith("armor.train"))
+
+
+def test_a_failed_preflight_stops_the_submission(tmp_path, monkeypatch, capsys):
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps({"driver": "550.54.15", "env": {"PYTORCH_CUDA_ALLOC_CONF":
+                                                                "expandable_segments:True"}}))
+    monkeypatch.setenv("ARMOR_PREFLIGHT_FACTS", str(facts))
+    monkeypatch.setenv("HF_TOKEN", "hf_test")          # the gated dataset's check passes first
+    rc = run_all.main(["--preset", "qwen25-math-7b", "--cluster", "slurm", "--root", str(tmp_path),
+                       "--no-wait"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "the pre-flight failed (driver, alloc_conf, disk): nothing submitted" in err
+    assert "[FAIL] driver: NVIDIA driver 550.54.15 is older than the 580.65.06" in err
+    assert not (tmp_path / "qwen25-math-7b" / "_jobs" / "state.json").exists()
+    # the dry run shows the same results and exits 0
+    rc = run_all.main(["--preset", "qwen25-math-7b", "--root", str(tmp_path), "--dry-run"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "[FAIL] alloc_conf: PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True'" in out
+
+
+def test_a_gpu_job_checks_its_node_first(tmp_path, monkeypatch):
+    """Without a GPU on the submission host, each GPU job runs the node's checks before any model loads."""
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps({"driver": "550.54.15", "gpu_memory_gib": 80.0}))
+    env = {**os.environ, "ARMOR_PREFLIGHT_FACTS": str(facts), "WORLD_SIZE": "8"}
+    r = subprocess.run([PY, "-m", "reproduce.jobs", "train", "--preset", "qwen25-math-7b", "--root",
+                        str(tmp_path), "--arm", "dapo", "--seed", "0"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2
+    assert "error: pre-flight on this node: driver: NVIDIA driver 550.54.15 is older than" in r.stderr
 
 
 @pytest.mark.parametrize("argv, key", [
     (["--mem-gb", "100"], "--mem-gb: 100 is below the host-memory estimate"),
-    (["--rollout-tokens-per-s", "10"], "parallel.timeout_s: 36000 is below one generation round's expected"),
-    (["--rollout-tokens-per-s", "400"], "train.stop_grace_s: 1800 is below one step and its save"),
+    (["--rollout-tokens-per-s", "5"], "parallel.timeout_s: 36000 is below one generation round's expected"),
+    (["--rollout-tokens-per-s", "150"], "train.stop_grace_s: 1800 is below one step and its save"),
+    (["--anchor-share", "2"], "--anchor-share: 2.0 must be in (0, 1]"),
+    (["--gpu-mem-gb", "0"], "--gpu-mem-gb: 0.0 must be > 0"),
+    (["--decode-tokens-per-s", "0"], "throughput decode_tokens_per_s: 0.0 must be > 0"),
+    (["--pilot", "--only", "fig1"], "--pilot: runs the pilot of the whole preset"),
 ])
 def test_bad_input_fails_at_plan_time(tmp_path, capsys, argv, key):
     assert run_all.main(["--preset", "qwen25-math-7b", "--dry-run", "--root", str(tmp_path), *argv]) == 2

@@ -39,7 +39,7 @@ CONTRACT_7B = {
     "anchor_static_clip",
     "anchor_offpolicy", "armor", "armor_reset_never", "armor_reset_80", "armor_reset_120", "armor_reset_160",
     "armor_late", "dapo_late", "opd", "mopd", "qae_cont", "qae_armor_reset_never", "qae_armor_reset_150",
-    "qae_armor_reset_160"}
+    "qae_armor_reset_160", "armor_restart_80", "armor_restart_120", "armor_restart_160"}
 
 
 def ov(overrides):
@@ -105,12 +105,17 @@ def test_7b_arms_and_figures():
     assert arms["armor_reset_160"].alias_of == "armor"  # τ=160 is the preset's ARMOR schedule
     assert sum(1 for a in arms.values() if not a.alias_of) == len(CONTRACT_7B) - 1
     figs = figure_arms(p.protocol)
-    assert list(figs) == ["fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "table1", "table2", "table3"]
+    assert list(figs) == ["headline", "fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "table1", "table2",
+                          "table3"]
     assert figs["fig2"][2:] == ["kl_k3_b1e-3", "kl_k3_b1e-2", "kl_k3_b1e-1", "kl_k3_b1"]
     assert {"armor_late", "dapo_late", "mix_a0.7"} <= set(figs["fig3"])
+    # the authors' reset: restarts from armor_reset_never's checkpoints, the headline at τ = 160
+    assert figs["fig4"][-3:] == ["armor_restart_80", "armor_restart_120", "armor_restart_160"]
+    assert figs["headline"] == ["dapo", "armor_restart_160"] and "armor_restart_160" in figs["table1"]
+    assert arms["armor_restart_120"].start == "restart" and arms["armor_restart_120"].restart_step == 120
     assert {a for a in arms if arms[a].evaluate} == {"dapo", "armor", "qae", "qae_armor_reset_never",
                                                      "qae_armor_reset_150", "qae_armor_reset_160", "opd",
-                                                     "mopd"}
+                                                     "mopd", "armor_restart_160"}
     a = {n: ov(x.overrides) for n, x in arms.items()}
     assert a["armor"] == {"algo.anchor.enabled": "true", "algo.anchor.ref_n": "4",
                           "algo.mix.variant": "mixed", "algo.mix.alpha": "0.9375",
@@ -131,7 +136,8 @@ def test_7b_arms_and_figures():
 def test_qwen3_arms_and_figures():
     p = load_preset("qwen3-8b-base")
     figs = figure_arms(p.protocol)
-    assert list(figs) == ["fig1", "fig7", "table1", "table2", "table3"]  # no kl_betas -> no Fig. 2/5 ...
+    # no kl_betas -> no Fig. 2/5 ...
+    assert list(figs) == ["headline", "fig1", "fig7", "table1", "table2", "table3"]
     arms = build_arms(p)
     assert set(arms) == {"dapo", "dapo_cont", "armor", "armor_tau1", "armor_tau1_until110",
                          "armor_tau1_until180", "clip_expand", "opd", "mopd"}
@@ -206,10 +212,24 @@ def test_dag_structure(name, tmp_path):
         def ready(base, s, step):   # a step before the end of stage 1: its checkpoint-ready job
             return (f"stage1/{base}/seed{s}" if step is None or step >= total1
                     else f"ckpt/{base}/seed{s}/step{step}")
+        branch = j.info.get("branch") or {}
         if arm.stage == 1:
             assert j.deps == staging + world
+        elif branch.get("kind") == "continuation":   # the baseline's run continued: after its end (and θ*)
+            assert j.deps == [f"stage1/{arm.baseline}/seed0"] + ([f"peak/{arm.baseline}/seed0"]
+                                                                  if arm.start == "peak" else [])
+            assert j.argv[-4:] == ["--branch-from", arm.baseline, "--branch-step", "end"]
+        elif branch:                 # a sibling: from its source's checkpoint, beside the source's job
+            src = by[f"stage2/{branch['source']}/seed0"]
+            assert j.deps == [f"ckpt/{branch['source']}/seed0/step{branch['step']}"]
+            assert by[j.deps[0]].kind == "wait_checkpoint" and by[j.deps[0]].deps == src.deps
+            assert j.argv[-4:] == ["--branch-from", branch["source"], "--branch-step", str(branch["step"])]
+            keep = src.argv[src.argv.index("--keep-steps") + 1].split(",")
+            assert str(branch["step"]) in keep      # the source saves and keeps the branch point
         elif arm.start == "late" and p.protocol.late_start_step is not None:
             assert j.deps == [ready("dapo", 0, p.protocol.late_start_step)]
+        elif arm.start == "restart" and arm.restart_step:   # the authors' reset at a fixed point
+            assert j.deps == [f"ckpt/armor_reset_never/seed0/step{arm.restart_step}"]
         elif arm.start == "restart":      # the authors' reset: from armor_reset_never's chosen checkpoint
             assert j.deps == ["restart/armor_reset_never/seed0"]
             src = arms["armor_reset_never"]
@@ -259,7 +279,7 @@ def test_only_selects_items_and_what_they_need(tmp_path):
     p = load_preset("qwen25-math-7b")
     arms = build_arms(p, ["fig4"])
     assert set(arms) == {"dapo", "armor", "armor_reset_never", "armor_reset_80", "armor_reset_120",
-                         "armor_reset_160"}
+                         "armor_reset_160", "armor_restart_80", "armor_restart_120", "armor_restart_160"}
     jobs = build_jobs(p, tmp_path, only=["fig4"])
     assert not [j for j in jobs if j.kind == "evaluate"]  # no table -> no evaluation
     assert ("stage2/armor/seed0" in {j.key for j in jobs}
@@ -338,13 +358,16 @@ def test_dry_run_qwen25_math_7b(tmp_path):
     assert "armor_reset_160 = armor" in out
     lines = out.splitlines()
     row = next(l for l in lines if l.startswith("stage2/armor/seed0 "))
-    assert "16x8gpu" in row and "todo" in row and "peak/dapo/seed0" in row
-    cmd = lines[lines.index(row) + 1]
+    # τ = 160 equals armor_reset_never through step 159: it starts from that run's checkpoint there
+    assert "16x8gpu" in row and "todo" in row and row.endswith("ckpt/armor_reset_never/seed0/step159")
+    assert lines[lines.index(row) + 1].strip().startswith("branch: starts from armor_reset_never seed 0 at "
+                                                           "step 159")
+    cmd = lines[lines.index(row) + 2]
     for frag in ("model.path=" + str(tmp_path / "qwen25-math-7b/dapo/seed0/checkpoints/step_000140"),
                  "step_offset=140", "schedule.total_steps=240", "algo.mix.alpha=0.9375",
                  "algo.reference.reset.every=160"):
         assert frag in cmd
-    mem = lines[lines.index(row) + 2]        # ranks and the per-rank memory estimate (armor.memory)
+    mem = lines[lines.index(row) + 3]        # ranks and the per-rank memory estimate (armor.memory)
     assert mem.strip().startswith("128 ranks (16 node(s) x 8); update memory/rank ~")
     assert "context 10240 tokens" in mem and "0.6 of each GPU" in mem and " + step 3.9)" in mem  # whole-step
     late = lines[lines.index(next(l for l in lines if l.startswith("stage2/armor_late/seed0"))) + 1]
@@ -352,8 +375,10 @@ def test_dry_run_qwen25_math_7b(tmp_path):
     assert next(l for l in lines if l.startswith("eval/armor/seed0")).split()[2] == "1x8gpu"
     n_train = sum(1 for l in lines if l.startswith("stage") and " train " in l)
     assert n_train == len(CONTRACT_7B) - 1
-    # 41 + the staging job + 3 checkpoint-ready jobs (θ* of dapo and qae, the late start)
-    assert "45 jobs: 0 done, 0 queued, 0 running, 45 to run" in out
+    # 32 train + 9 evaluate + 2 θ* + collect, figures + staging + 11 checkpoint-ready jobs (θ* of dapo and
+    # qae, the late start; the branch points 79/119/159 and restart points 80/120/160 of armor_reset_never,
+    # 149/159 of qae_armor_reset_never)
+    assert "57 jobs: 0 done, 0 queued, 0 running, 57 to run" in out
     assert not tmp_path.joinpath("qwen25-math-7b").exists()  # a dry run writes nothing
     # the throughput flags: with the default, a round on 8 GPUs outlasts parallel.timeout_s and a step the
     # train job's stop grace (1800 s; test_dry_run_plan.py checks both errors)
@@ -372,17 +397,17 @@ def test_dry_run_qwen3_8b_base(tmp_path):
     rc, out = _dry(["--preset", "qwen3-8b-base", "--dry-run", "--cluster", "slurm", "--root", str(tmp_path)])
     assert rc == 0
     assert "θ* of dapo: step 70 (protocol)" in out and "armor_tau1_until180 = armor" in out
-    assert "items: fig1, fig7, table1, table2, table3" in out
+    assert "items: headline, fig1, fig7, table1, table2, table3" in out
     assert "kl_k3" not in out and "qae" not in out and "mix_a" not in out
     lines = out.splitlines()
     row = next(l for l in lines if l.startswith("stage2/armor_tau1_until110/seed0"))
-    assert "16x8gpu" in row
-    cmd = lines[lines.index(row) + 1]
+    assert "16x8gpu" in row and row.endswith("ckpt/armor/seed0/step110")   # τ = 1 until 180 through 110
+    cmd = lines[lines.index(row) + 2]
     assert ("algo.mix.alpha=0.875" in cmd and "algo.reference.reset.until_step=110" in cmd
             and "step_offset=70" in cmd)
-    assert "context 22528 tokens" in lines[lines.index(row) + 2]
-    # 15 + staging + θ*'s checkpoint-ready job
-    assert "17 jobs: 0 done, 0 queued, 0 running, 17 to run" in out
+    assert "context 22528 tokens" in lines[lines.index(row) + 3]
+    # 15 + staging + θ*'s checkpoint-ready job + armor's branch points 110 and 180
+    assert "19 jobs: 0 done, 0 queued, 0 running, 19 to run" in out
 
 
 # ------------------------------------------------------------------------------------------ fake pipeline
@@ -413,7 +438,7 @@ with open(rd / "metrics.jsonl", "w") as f:
     for s in range(1, n + 1):
         time.sleep(delay)
         f.write(json.dumps({{"step": s, "reward_mean": 0.1 * s, "kl_reverse": 0.01, "kl_forward": 0.02}}) + "\n")
-        if s % cfg.schedule.save_every == 0 or s == n:
+        if s % cfg.schedule.save_every == 0 or s == n or s in cfg.schedule.keep_steps:
             d = rd / "checkpoints" / f"step_{{s:06d}}"
             d.mkdir(parents=True, exist_ok=True)
             (d / "config.json").write_text("{{}}")

@@ -1,9 +1,18 @@
-"""The plan's arithmetic (reproduce/sizing.py): checkpoint volume, host memory, the schedule on a cluster of a
-given size, the budget's choice of items; the job shape's threads (slurm/resources.py, slurm/jobwrap.py)."""
+"""The plan's arithmetic (reproduce/sizing.py): checkpoint volume, host memory, the step model (tails, the
+anchors' extra inference, the paper's response lengths, the range), the schedule on a cluster of a given size,
+the budget's choice of items by importance; the pre-flight's checks on injected facts
+(reproduce/preflight.py); the job shape's threads (slurm/resources.py, slurm/jobwrap.py)."""
+import dataclasses
+
 import pytest
 
-from reproduce.dag.budget import choose_items
-from reproduce.sizing import Estimate, checkpoint_volume, host_memory_gb, simulate
+from armor import memory
+from armor.config import load_config
+from reproduce import preflight
+from reproduce.dag.budget import IMPORTANCE, choose_items
+from reproduce.matrix.presets import load_preset
+from reproduce.sizing import (Estimate, Measured, Throughput, checkpoint_volume, fill_range, host_memory_gb,
+                              scenarios, simulate, step_parts, throughput)
 from slurm import jobwrap
 from slurm.launcher import Job
 from slurm.resources import Resources
@@ -59,12 +68,110 @@ def test_schedule_side_by_side_and_checkpoint_ready_jobs():
     assert three["makespan"] == pytest.approx(10.0) and three["end"]["eval"] == pytest.approx(10.0)
 
 
-def test_budget_takes_items_in_order_of_cost_shared_runs_once():
-    est = {"a": Estimate(1.0, 100), "b": Estimate(1.0, 50), "c": Estimate(1.0, 400)}
-    rows = [{"item": "fig1", "keys": {"b"}, "gpu_hours": 50.0}, {"item": "fig2", "keys": {"a", "b"},
-                                                                  "gpu_hours": 150.0},
-            {"item": "fig3", "keys": {"c"}, "gpu_hours": 400.0}]
-    got = choose_items(rows, est, 200)
-    assert [(r["item"], r["covered"], r["extra"]) for r in got] == [("fig1", True, 50), ("fig2", True, 100),
-                                                                     ("fig3", False, 400)]
-    assert not any(r["covered"] for r in choose_items(rows, est, 10))
+def test_budget_takes_items_by_importance_passing_over_those_that_do_not_fit():
+    runs = {"a": 40.0, "b": 30.0, "c": 300.0, "d": 30.0}        # GPU-hours of a plan's runs
+    needs = {"headline": "a", "fig1": "ab", "fig4": "c", "table1": "ad"}
+
+    def plan(items):     # the plan of these items: the runs they need, shared ones once
+        return sum(runs[r] for r in set("".join(needs[i] for i in items)))
+    rows = [{"item": i, "gpu_hours": plan([i])} for i in needs]
+    got = choose_items(rows, 110, plan)
+    assert [(r["item"], r["covered"], r["extra"], r["total"]) for r in got] == [
+        ("headline", True, 40.0, 40.0), ("fig1", True, 30.0, 70.0), ("fig4", False, 300.0, 70.0),
+        ("table1", True, 30.0, 100.0)]                      # fig4 passed over, table1 still fits
+    assert [r["covered"] for r in choose_items(rows, 80, plan)] == [True, True, False, False]
+    assert not any(r["covered"] for r in choose_items(rows, 10, plan))
+    assert IMPORTANCE[:3] == ("headline", "fig1", "fig4")     # each model's headline first
+
+
+# ------------------------------------------------------------------------------------------- step model
+P7 = load_preset("qwen25-math-7b")
+
+
+def _t(**kw):
+    return Throughput(**{"rollout_tokens_per_s": 2048.0, "update_tokens_per_s": 4096.0, "fill": 0.125,
+                         "decode_tokens_per_s": 128.0, "push_s": 10.0, **kw})
+
+
+def test_a_step_waits_for_its_longest_response_and_armor_samples_the_reference_too():
+    dapo = P7.cfg                                                      # 2048 drawn x 16, 8192 tokens at most
+    armor = load_config(P7.path, ["algo.anchor.enabled=true", "algo.anchor.ref_n=4", "algo.mix.variant=mixed",
+                                  "algo.mix.alpha=0.9375"])
+    # on-policy 2048 x 16 x 1024 tokens over 128 GPUs at 2048 tok/s = 128 s, + a tail (8192 - 1024) / 128
+    # = 56 s;
+    # trained 512 x 16 x 0.125 x 10240 x 1.5 (old policy + the KL monitor's πref) / (4096 x 128) = 30 s
+    assert step_parts(dapo, _t(), 128, None) == pytest.approx({"generate": 184.0, "update": 30.0,
+                                                               "push": 10.0})
+    # ARMOR: 15 on-policy + the reference's 4 for 1.5 B = 768 of the 2048 drawn prompts, a second tail, the
+    # reference pushed in and the policy back
+    on, ref = 2048 * 15 * 1024, 768 * 4 * 1024
+    got = step_parts(armor, _t(), 128, None)
+    assert got == pytest.approx({"generate": (on + ref) / 262144 + 112.0, "update": 30.0, "push": 20.0})
+    # every drawn prompt sampled (the paper's ~125 %): 4 x 2048 reference samples
+    assert step_parts(armor, _t(anchor_share=1.0), 128, None)["generate"] == \
+        pytest.approx((on + 2048 * 4 * 1024) / 262144 + 112.0)
+    m = Measured("p.json", 300.0, 420.0, 25.0, 60.0, 5.0, 0.01, 0.02, 1000.0, 0.3, 1, 8)
+    assert step_parts(armor, _t(measured=m), 128, None) == {"step": 420.0}
+    assert step_parts(dapo, _t(measured=m), 128, None) == {"step": 300.0 + 25.0}   # the monitor reads πref
+
+
+def test_the_fill_comes_from_the_papers_lengths_and_the_range_spans_the_knobs():
+    fills, src = fill_range(P7)
+    assert fills == pytest.approx({"low": 900 / 8192, "expected": 1150 / 8192, "high": 2300 / 8192})
+    assert "Fig. 1" in src
+    assert "assumed" in fill_range(load_preset("qwen3-8b-base"))[1]    # the paper reports no 8B length
+    t = throughput(P7)
+    lo, mid, hi = scenarios(P7, t)
+    assert (lo.label, mid.label, hi.label) == ("low", "expected", "high") and mid is t
+    assert lo.fill < mid.fill < hi.fill and lo.decode_tokens_per_s > hi.decode_tokens_per_s
+    assert lo.push_s < mid.push_s < hi.push_s and hi.anchor_share == 1.0
+    fixed = scenarios(P7, throughput(P7, fill=0.3))           # a flag fixes its knob in every scenario
+    assert {x.fill for x in fixed} == {0.3}
+    m = dataclasses.replace(t, measured=Measured("p", 1, 1, 0, 1, 1, 1, None, 1, None, 1, 8))
+    assert scenarios(P7, m) == [m]                            # measured: no range
+
+
+# ------------------------------------------------------------------------------------------- pre-flight
+def _facts(**kw):
+    return preflight.Facts(**{"env": {}, "home": "/home/u", "mounts": [["/", "ext4"]], "free_bytes": 10 ** 13,
+                              "driver": "580.65.06", "gpu_memory_gib": 80.0, "cuda": "13.0", **kw})
+
+
+def test_driver_check_against_the_cuda_of_the_wheels():
+    assert preflight.check_driver(_facts()).status == preflight.OK
+    bad = preflight.check_driver(_facts(driver="575.57.08"))
+    assert bad.status == preflight.FAIL and "older than the 580.65.06" in bad.detail
+    assert "update the driver" in bad.detail
+    assert preflight.check_driver(_facts(driver="535.1", cuda="12.4")).status == preflight.OK
+    assert preflight.check_driver(_facts(driver=None)).status == preflight.NOT_CHECKED
+
+
+def test_expandable_segments_and_compile_caches_on_a_shared_home_fail_with_their_fix():
+    expandable = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    bad = preflight.check_alloc_conf(_facts(env=expandable), "vllm")
+    assert bad.status == preflight.FAIL and "unset it" in bad.detail
+    assert preflight.check_alloc_conf(_facts(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}),
+                                      "vllm").status == preflight.OK
+    assert preflight.check_alloc_conf(_facts(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+                                      "hf").status == preflight.OK          # no vLLM: no sleep mode
+    nfs = [["/", "ext4"], ["/home", "nfs4"], ["/tmp", "tmpfs"]]
+    bad = preflight.check_compile_cache(_facts(mounts=nfs), "vllm")
+    assert bad.status == preflight.FAIL and "VLLM_CACHE_ROOT=/home/u/.cache/vllm (nfs4)" in bad.detail
+    assert "TORCHINDUCTOR_CACHE_DIR" not in bad.detail                      # /tmp: node-local already
+    local = {"VLLM_CACHE_ROOT": "/tmp/v", "TRITON_CACHE_DIR": "/tmp/t", "FLASHINFER_WORKSPACE_BASE": "/tmp/f",
+             "TORCH_EXTENSIONS_DIR": "/tmp/e"}
+    assert preflight.check_compile_cache(_facts(mounts=nfs, env=local), "vllm").status == preflight.OK
+
+
+def test_disk_and_the_vllm_share_of_a_run_shrunk_to_one_node():
+    assert preflight.check_disk(_facts(free_bytes=10 ** 12), 2 * 10 ** 12, "runs").status == preflight.FAIL
+    assert preflight.check_disk(_facts(), 2 * 10 ** 12, "runs").status == preflight.OK
+    cfg = load_config(P7.path, ["rollout.gpu_memory_utilization=0.9"])
+    shape = memory.KNOWN[cfg.model.path]
+    per_rank = lambda w: shape.params / w * (4 + 8 + 2) / 2 ** 30     # fp32 masters, AdamW, a bf16 πref
+    one = preflight.check_vllm_share(_facts(), cfg, 8, shape)
+    assert one.status == preflight.FAIL and f"{per_rank(8):.1f} GiB of training state" in one.detail
+    assert per_rank(8) + 0.9 * 80 + 2 > 80 > per_rank(128) + 0.9 * 80 + 2
+    assert preflight.check_vllm_share(_facts(), cfg, 128, shape).status == preflight.OK
+    assert preflight.check_vllm_share(_facts(gpu_memory_gib=None), cfg, 8, shape).status == \
+        preflight.NOT_CHECKED

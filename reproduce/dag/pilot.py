@@ -1,0 +1,61 @@
+"""The pilot's job graph (`python reproduce/run_all.py --preset P --pilot`): stage | world -> pilot/dapo ->
+pilot/armor -> pilot/eval -> pilot/report, on one node of the preset's training shape (reproduce/jobs/pilot.py
+says what each measures). Its keys live beside the matrix's in runs/<preset>/_jobs (the staging is shared).
+
+    jobs = pilot_jobs(load_preset("qwen25-math-7b"), "runs")
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+from reproduce import hub
+from reproduce.dag.graph import JOB_ENV, _Inputs, _setup_jobs
+from reproduce.dag.resources import preset_resources
+from reproduce.jobs.evaluate import EVAL_RANKS_ENV
+from reproduce.jobs.pilot import ARMOR_STEPS, DAPO_STEPS, pilot_dir
+from reproduce.jobs.train import run_done
+from reproduce.matrix.presets import Preset
+from reproduce.sizing import PILOT_FILE, read_pilot
+from slurm.launcher import Job
+
+# a CPU preset's pilot asks for its stop through the wrapper's stop file too (the GPU train jobs' way)
+CPU_STOP_GRACE_S = 120.0
+
+
+def pilot_jobs(preset: Preset, root: str | Path, resources: Optional[dict] = None,
+               stage_dir: Optional[str | Path] = None) -> list[Job]:
+    root = Path(root).resolve()
+    res = resources or preset_resources(preset)
+    sd = Path(stage_dir).resolve() if stage_dir else hub.default_stage_dir(root)
+    g = _Inputs(preset, root, [0], res, sd, hub.items(preset, sd), env=dict(JOB_ENV))
+    d = pilot_dir(root, preset)
+    setup = _setup_jobs(g)
+    first = [j.key for j in setup]
+    staged = ["stage"] if g.items else []
+    train = res["train"]
+    one = dataclasses.replace(train, nodes=1, stop_grace_s=train.stop_grace_s or CPU_STOP_GRACE_S)
+    jobs = list(setup)
+    for phase, steps, deps in (("dapo", DAPO_STEPS, first), ("armor", ARMOR_STEPS, ["pilot/dapo"])):
+        run = d / phase
+        jobs.append(Job(f"pilot/{phase}", g.command("pilot-train", "--phase", phase, *g.stage_args),
+                        kind="pilot", deps=list(deps), resources=one, launch="torchrun", env=g.env,
+                        done=lambda run=run, steps=steps: run_done(run, steps),
+                        info={"overrides": f"pilot {phase}: {steps} steps on 1 node"},
+                        description=f"pilot: {phase} on one node"))
+    ev = res["evaluate"]
+    env = dict(g.env)
+    if ev.nodes * ev.gpus_per_node > 1:
+        env[EVAL_RANKS_ENV] = str(ev.nodes * ev.gpus_per_node)
+        env["ARMOR_THREADS"] = str(ev.threads_per_rank)
+    jobs.append(Job("pilot/eval", g.command("pilot-eval", *g.stage_args), kind="evaluate",
+                    deps=["pilot/armor"] + staged, resources=ev, env=env,
+                    done=lambda: (d / "eval" / "times.json").is_file(),
+                    description="pilot: an evaluation slice on every GPU of a node"))
+    jobs.append(Job("pilot/report", g.command("pilot-report"), kind="collect",
+                    deps=["pilot/dapo", "pilot/armor", "pilot/eval"], resources=res["collect"], env=g.env,
+                    done=lambda: read_pilot(d / PILOT_FILE) is not None,
+                    description=f"pilot: what it measured -> {d / PILOT_FILE}"))
+    return jobs
+
