@@ -223,6 +223,12 @@ class Context:
         c = self.driver_meta.get("claims")
         return c if isinstance(c, dict) else {}
 
+    def role_arm(self, role: str) -> Optional[str]:
+        """The arm that stands for one of the paper's methods in the claims register (ARMOR ->
+        armor_restart), or None."""
+        r = (self.claims.get("roles") or {}).get(role)
+        return r.get("arm") if isinstance(r, dict) else None
+
     @property
     def figure_arms(self) -> Optional[dict]:
         """{figure: [arms]} as the driver listed them (reproduce.matrix.arms.figure_arms), or None."""

@@ -73,13 +73,13 @@ class RowSpec:
 
 
 def row_specs(ctx: Context, table: str) -> list[RowSpec]:
+    # +ARMOR: the arm the claims register's ARMOR stands for (the preset's protocol.headline_arm)
+    head = ctx.role_arm("ARMOR") or "armor"
     if table == "table3":
         return [RowSpec("opd", "OPD", ["opd"]), RowSpec("mopd", "MOPD", ["mopd"]),
-                RowSpec("armor", "ARMOR", ["armor"])]
-    # +ARMOR: the protocol's headline arm (the authors' restart on the 7B preset), the in-run reset beside it
-    head = ctx.protocol.get("headline_arm") or "armor"
+                RowSpec("armor", "ARMOR", [head])]
     rows = [RowSpec("dapo", "DAPO", ["dapo"]), RowSpec("dapo_armor", "+ARMOR", [head], base="dapo")]
-    if head != "armor":
+    if head != "armor":                     # the in-run reset beside the authors' restart
         rows.append(RowSpec("dapo_armor_in_run", "+ARMOR (in-run reset)", ["armor"], base="dapo"))
     has_qae = any(ctx.arm_facts(a).get("baseline") == "qae" for a in ctx.all_arms()) or \
         "qae" in paper_mod.table_rows(ctx.preset, table)
@@ -308,7 +308,9 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
                     cells[c] = Cell(note=n)
                 steps = DASH
             else:
-                start = ctx.arm_start(arm) or 0
+                # "+N": steps after θ* (a restart counts from θ*, as the paper's +ARMOR rows)
+                restart = ctx.arm_facts(arm).get("start") == "restart"
+                start = (ctx.theta_star() if restart else ctx.arm_start(arm)) or 0
                 steps = _steps_text(steps_by_seed, start)
                 sel_notes.append(f"{ctx.model} {spec.method}: arm `{arm}` at {_steps_note(steps_by_seed)} "
                                  f"({how})")

@@ -473,13 +473,13 @@ def _kept(cfg, saves: int, job) -> str:
 
 
 def eval_checkpoints(preset, stage: int, steps: int) -> int:
-    """Checkpoints an arm's evaluation reads (reproduce/evalplan.eval_steps): θ* for a baseline; the best by
-    validation, every eval_every-th and the table step for a stage-2 arm."""
+    """Checkpoints an arm's evaluation reads (reproduce/jobs/evaluate.py eval_steps): θ* for a baseline; the
+    best by validation, every eval_every-th, the table step and the last for a stage-2 arm."""
     if stage == 1:
         return 1
     saves = math.ceil(steps / preset.cfg.schedule.save_every)
     n = preset.protocol.eval_every
-    return min(saves, 2 + (math.ceil(saves / n) if n else 0))
+    return min(saves, 3 + (math.ceil(saves / n) if n else 0))
 
 
 def eval_estimate(preset, job, t: Throughput) -> Estimate:

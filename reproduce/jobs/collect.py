@@ -30,8 +30,8 @@ from common.results import META_NAME, NOISE_NAME, STEPS_NAME, frame, steps_frame
 from reproduce.jobs import noise
 from reproduce.matrix import branching
 from reproduce.jobs.peaks import read_peak, start_point, validation_benchmark
-from reproduce.matrix import claims as claims_register
-from reproduce.matrix.arms import Arm, arm_definitions, figure_arms, preset_runs, table_step
+from reproduce.matrix import claims
+from reproduce.matrix.arms import Arm, arm_definitions, claims_register, figure_arms, preset_runs, table_step
 from reproduce.matrix.presets import STATE_JSON, Preset, preset_root, repo_path, run_dir
 
 FIG_STAMP = ".armor_figures.json"
@@ -238,7 +238,7 @@ def claims_meta(preset: Preset) -> dict:
     """The claims register resolved for this preset (results.meta.json `claims`; figures/claims.py reads it):
     the seeds' role (protocol.claims), the roles, each entry's arms and whether this preset runs them."""
     runs, _ = preset_runs(preset)
-    return claims_register.register_meta(claims_register.load_register(), preset, runs)
+    return claims.register_meta(claims_register(preset), preset, runs)
 
 
 def _teacher_is_start(run: Path) -> bool:

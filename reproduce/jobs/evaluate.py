@@ -32,7 +32,8 @@ EVAL_RANKS_ENV = "ARMOR_EVAL_RANKS"
 
 def eval_steps(preset: Preset, root: Path, arm: Arm, seed: int) -> list[int]:
     """Run-local steps whose checkpoints are evaluated: θ* for a baseline; for a stage-2 arm the best by
-    validation (smoothed, among checkpoints), every eval_every-th checkpoint, and the paper's table step."""
+    validation (smoothed, among checkpoints), every eval_every-th checkpoint, the paper's table step and the
+    last checkpoint (the claims register's `at: last`)."""
     run = run_dir(root, preset, arm.run_arm, seed)
     if arm.stage == 1:
         pk = read_peak(root, preset, arm.name, seed)
@@ -51,6 +52,7 @@ def eval_steps(preset: Preset, root: Path, arm: Arm, seed: int) -> list[int]:
     n = preset.protocol.eval_every
     if n and n > 0:
         steps |= set(ckpts[::n])
+    steps.add(ckpts[-1])        # the run's last checkpoint: the claims read its end on the test split too
     table_step = paper_table_step(preset, arm)
     if table_step is not None:
         start = start_point(preset, root, arm, seed)

@@ -349,8 +349,17 @@ def build_arms(preset: Preset, only: Optional[list[str]] = None) -> dict[str, Ar
     if preset.protocol.claims != "design":
         from reproduce.matrix import claims
         runs, evaluated = preset_runs(preset)
-        claims.check_preset(claims.load_register(), preset, runs, evaluated)
+        claims.check_preset(claims_register(preset), preset, runs, evaluated)
     return _chosen_arms(preset, only)
+
+
+def claims_register(preset: Preset):
+    """The claims register bound to this preset: its role ARMOR is protocol.headline_arm (continuing
+    armor_reset_never's run when that arm is a restart)."""
+    from reproduce.matrix import claims
+    p = preset.protocol
+    arm = arm_definitions(p).get(p.headline_arm)
+    return claims.load_register().bound(p.headline_arm, arm is not None and arm.start == RESTART_START)
 
 
 def preset_runs(preset: Preset) -> tuple[dict[str, list[int]], set[str]]:
@@ -392,5 +401,12 @@ def _chosen_arms(preset: Preset, only: Optional[list[str]]) -> dict[str, Arm]:
     for arm in list(out.values()):
         if arm.baseline not in out:
             out[arm.baseline] = defs[arm.baseline]
+    if evaluate:        # every arm a test-split entry of the claims register reads is evaluated too
+        reg = claims_register(preset)
+        for c in reg.claims:
+            for name in c.arms if c.split == "test" else ():
+                arm = reg.resolve(name).arm
+                if arm in out and arm != "dapo_cont":
+                    out[arm].evaluate = True
     _check_single_seed_arms(preset.protocol, defs, out)
     return {n: defs[n] for n in defs if n in out}

@@ -19,6 +19,7 @@ and use seeds disjoint from its design preset's selection seeds (protocol.claims
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -41,13 +42,17 @@ PREREGISTERED = ("key", "quantity", "arms", "direction", "split", "confirmatory"
 # arm names as reproduce/matrix/arms.py writes them (a register arm that matches none is a typo)
 ARM_NAME = re.compile(r"^(dapo|dapo_cont|dapo_natural|qae|qae_cont|armor|anchor_only|anchor_static_clip|"
                       r"anchor_offpolicy|armor_any_anchor|armor_late|dapo_late|armor_reset_never|"
-                      r"armor_reset_\d+|armor_restart|qae_armor_reset_never|qae_armor_reset_\d+|armor_tau1|"
+                      r"armor_reset_\d+|armor_restart|armor_restart_\d+|qae_armor_reset_never|"
+                      r"qae_armor_reset_\d+|armor_tau1|"
                       r"armor_tau1_until\d+|clip_expand|opd|mopd|kl_k[23]_b\d+(?:\.\d+)?(?:e-?\d+)?|"
                       r"mix_a\d+(?:\.\d+)?)$")
 
 
 class ClaimsError(ExperimentError):
     """The register or its use by a preset is wrong; the message names the entry (or role) and the field."""
+
+
+HEADLINE = "headline"      # a role's arm in the register: the preset's protocol.headline_arm (Register.bound)
 
 
 @dataclass(frozen=True)
@@ -79,10 +84,19 @@ class Register:
     claims: tuple[Claim, ...]
     path: Path
     sha256: str
+    declared: Optional[dict[str, Role]] = None     # the roles as the file declares them (before `bound`)
 
     @property
     def confirmatory(self) -> list[Claim]:
         return [c for c in self.claims if c.confirmatory]
+
+    def bound(self, headline: str, restarted: bool) -> "Register":
+        """The register for one preset: a role whose arm is HEADLINE stands for the preset's
+        protocol.headline_arm (Table 1's +ARMOR row: one owner of which arm is ARMOR); its `before` holds only
+        when that arm restarts from another run (`restarted`: an armor_restart arm)."""
+        roles = {k: (Role(k, headline, r.before if restarted else None) if r.arm == HEADLINE else r)
+                 for k, r in self.roles.items()}
+        return dataclasses.replace(self, roles=roles, declared=self.declared or self.roles)
 
     def resolve(self, name: str) -> Role:
         """An entry's arm name as {name, arm, before}: a role's arm, or the arm itself."""
@@ -99,7 +113,8 @@ class Register:
     def digest(self) -> str:
         """sha256 of the pre-registered content (roles and every entry's PREREGISTERED fields), canonical
         JSON: the register's pre-registration record (docs/claims.md); comments and wording do not count."""
-        body = {"roles": {k: [r.arm, r.before] for k, r in sorted(self.roles.items())},
+        roles = self.declared or self.roles           # the file's roles: a preset's binding is not registered
+        body = {"roles": {k: [r.arm, r.before] for k, r in sorted(roles.items())},
                 "claims": [{f: (list(v) if isinstance(v := getattr(c, f), tuple) else v)
                             for f in PREREGISTERED} for c in self.claims]}
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
@@ -134,7 +149,8 @@ def _roles(raw: Any) -> dict[str, Role]:
         if "arm" not in spec:
             _fail(where, "arm", None, "is required")
         before = spec.get("before")
-        out[name] = Role(name, _arm_name(where, "arm", spec["arm"]),
+        arm = spec["arm"] if spec["arm"] == HEADLINE else _arm_name(where, "arm", spec["arm"])
+        out[name] = Role(name, arm,
                          None if before is None else _arm_name(where, "before", before))
     return out
 

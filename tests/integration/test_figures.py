@@ -25,7 +25,8 @@ FIG_PANELS = {"fig1": ["reward", "length", "validation"], "fig2": ["a", "b"], "f
 # ------------------------------------------------------------------------------------------ fixtures
 def _register(arms=ALL_ARMS, register=None) -> dict:
     """The claims register as the driver records it for a preset whose matrix is `arms`."""
-    return register_meta(register or load_register(), runs={a: [0, 1] for a in arms})
+    reg = register or load_register().bound("armor_restart", True)      # tiny's headline arm
+    return register_meta(reg, runs={a: [0, 1] for a in arms})
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +180,9 @@ def test_table_numbers_equal_results(ctx, tiny):
     for name, kind in (("table1", "avg"), ("table2", "pass")):
         t = tables.build_table(ctx, name)
         md_rows = _parse_md(t.to_markdown())
-        assert [r["method"] for r in md_rows] == ["DAPO", "+ARMOR", "QAE", "+ARMOR"]
+        # +ARMOR: the claims register's ARMOR (tiny: the restart), the in-run reset beside it
+        assert [r["method"] for r in md_rows] == ["DAPO", "+ARMOR", "+ARMOR (in-run reset)", "QAE", "+ARMOR"]
+        assert [r.arm for r in t.rows][:3] == ["dapo", "armor_restart", "armor"]
         for row, md in zip(t.rows, md_rows):
             assert row.source == md["source"] == "ours"
             # each seed's checkpoint is its own best-validation eval step
@@ -291,8 +294,8 @@ def test_generic_benchmarks_get_their_own_columns(tmp_path):
 
 # ------------------------------------------------------------------------------------------ gaps
 def test_missing_arms_leave_marked_gaps(tmp_path):
-    keep = [a for a in ALL_ARMS if a not in ("kl_k3_b1", "armor", "mopd", "opd", "armor_reset_never")
-            and not a.startswith("qae")]
+    keep = [a for a in ALL_ARMS if a not in ("kl_k3_b1", "armor", "armor_restart", "mopd", "opd",
+                                             "armor_reset_never") and not a.startswith("qae")]
     path = make_synthetic(tmp_path / "runs" / "tiny", arms=keep, claims=_register())
     ctx = load_context(path)
     f2 = _axes(plots.fig2(ctx))
@@ -308,12 +311,13 @@ def test_missing_arms_leave_marked_gaps(tmp_path):
     assert armor_row.method == "+ARMOR" and armor_row.steps == "—"
     md = _parse_md(t1.to_markdown())
     assert md[1]["AIME24"].startswith("—") and "[1]" in md[1]["AIME24"]
-    assert "[1] tiny-lm +ARMOR: not run: armor" in t1.to_markdown()
-    assert len(t1.rows) == 2  # no QAE arm in the data and tiny is no paper preset: no QAE rows
+    assert "[1] tiny-lm +ARMOR: not run: armor_restart" in t1.to_markdown()
+    assert "tiny-lm +ARMOR (in-run reset): not run: armor" in t1.to_markdown()
+    assert len(t1.rows) == 3  # +ARMOR, its in-run row; no QAE arm in the data, tiny no paper preset: no QAE
     verdicts = {v.key: v for v in claims.run_claims(ctx)}
     # ARMOR's restart continues armor_reset_never's run, which is missing: not run
     v = verdicts["armor_above_dapo_cont"]
-    assert v.verdict == "not run" and "no validation rows of armor_reset_never" in v.evidence
+    assert v.verdict == "not run" and "armor_reset_never" in v.evidence and "not run" in v.evidence
     assert verdicts["mixture_adds_over_anchors"].verdict == "not run"
     assert verdicts["mopd_below_armor"].verdict == "not run"
     assert verdicts["dapo_collapses"].verdict == "inconclusive"          # no noise floor in the synthetic

@@ -28,9 +28,13 @@ def test_the_committed_register_loads_resolves_its_roles_and_is_the_preregistere
     assert len(reg.claims) == 35 and len(reg.confirmatory) == 9
     assert [c.key for c in reg.claims[:9]] == [c.key for c in reg.confirmatory]     # the family first
     armor = reg.resolve("ARMOR")
-    assert (armor.arm, armor.before) == ("armor_restart", "armor_reset_never")
+    assert (armor.arm, armor.before) == ("headline", "armor_reset_never")      # the preset's headline arm
+    tiny = reg.bound("armor_restart", True)
+    assert (tiny.resolve("ARMOR").arm, tiny.resolve("ARMOR").before) == ("armor_restart",
+                                                                         "armor_reset_never")
+    assert reg.bound("armor", False).resolve("ARMOR").before is None   # an in-run arm continues nothing
     assert reg.resolve("dapo").arm == "dapo" and reg.resolve("dapo").before is None
-    assert reg.arms_of(reg.claims[0]) == ["armor_restart", "armor_reset_never"]
+    assert tiny.arms_of(tiny.claims[0]) == ["armor_restart", "armor_reset_never"]
     # the pre-registration record (docs/claims.md) names this digest of the pre-registered fields
     doc = (ROOT / "docs" / "claims.md").read_text()
     recorded = re.search(r"pre-registration digest: `([0-9a-f]{64})`", doc)
@@ -156,19 +160,17 @@ def test_a_fixed_restart_point_must_be_saved(tmp_path):
 
 
 def test_a_confirmation_preset_is_checked_against_the_register(tmp_path):
-    reg = load_register()
+    reg = load_register().bound("armor_restart", True)
     seeds = ", ".join(str(s) for s in range(10, 10 + MIN_CONFIRM_SEEDS))
     p = load_preset(_preset_file(tmp_path, "conf", CONFIRM.format(seeds=seeds)))
     runs, evaluated = preset_runs(p)
-    # the matrix as it stands evaluates `armor` (the tables' row), not the role ARMOR's armor_restart
+    # the matrix evaluates every arm a test-split entry reads (the role ARMOR's armor_restart too)
+    assert "armor_restart" in evaluated
+    check_preset(reg, p, runs, evaluated)                           # nothing is missing
     with pytest.raises(ClaimsError, match=r"confirmatory entry 'armor_ends_above_theta_test' \(test split\): "
                                           r"arm armor_restart \(role ARMOR\) is not evaluated by "
                                           r"confirmation preset conf"):
-        check_preset(reg, p, runs, evaluated)
-    from reproduce.matrix.arms import build_arms                  # the driver's plan checks it too
-    with pytest.raises(ClaimsError, match="is not evaluated"):
-        build_arms(p)
-    check_preset(reg, p, runs, evaluated | {"armor_restart"})       # evaluated: nothing else is missing
+        check_preset(reg, p, runs, evaluated - {"armor_restart"})
     lacking = {k: v for k, v in runs.items() if k != "anchor_only"}
     with pytest.raises(ClaimsError, match=r"confirmatory entry 'mixture_adds_over_anchors': arm anchor_only "
                                           r"is not run by confirmation preset conf"):
@@ -195,8 +197,10 @@ def test_a_confirmation_preset_is_checked_against_the_register(tmp_path):
 
 
 def test_the_drivers_form_of_the_register():
-    reg = load_register()
+    from reproduce.matrix.arms import claims_register
     p = load_preset("tiny")
+    reg = claims_register(p)               # ARMOR bound to tiny's protocol.headline_arm
+    assert load_register().resolve("ARMOR").arm == "headline"
     runs, _ = preset_runs(p)
     meta = register_meta(reg, p, runs)
     assert meta["register"] == "reproduce/matrix/claims.yaml" and meta["role"] == "design"
