@@ -390,6 +390,10 @@ def _chosen_arms(preset: Preset, only: Optional[list[str]]) -> dict[str, Arm]:
                 arm.evaluate = True
             chosen[n] = arm
     out = {n: defs[n] for n in defs if n in chosen}
+    if preset.protocol.claims == "confirm":     # a confirmation runs the confirmatory entries' arms only
+        reg = claims_register(preset)
+        needed = {a for c in reg.confirmatory for a in reg.arms_of(c)}
+        out = {n: a for n, a in out.items() if n in needed or any(defs[x].alias_of == n for x in needed)}
     for arm in list(out.values()):  # the canonical run of an alias must run too
         if arm.alias_of and arm.alias_of not in out:
             canon = defs[arm.alias_of]
