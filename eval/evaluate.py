@@ -17,7 +17,7 @@ Output (``--out``, default ``DIR/eval`` for ``--run`` and ``CHECKPOINT/eval`` fo
     OUT/step_NNNNNN/<benchmark>__<protocol>__k<k>.samples.jsonl  one row per (problem, sample)
     OUT/step_NNNNNN/.<benchmark>__<protocol>__k<k>.settings.json the settings the samples were drawn with
 
-If ``OUT`` is itself named ``step_NNNNNN`` the files go directly into it (what ``reproduce.jobs``
+If ``OUT`` is itself named ``step_NNNNNN`` the files go directly into it (what ``reproduce.units``
 passes). The summary holds ``metrics`` ({"avg@k", "pass@j" for the protocol's j, "maj@k"}), ``samples`` (k),
 ``n_problems``, ``step`` (the checkpoint's step), ``total_step`` (+ the run's ``step_offset``) and
 ``settings`` (protocol, template, answer mode, temperature, top_p, max_new_tokens and where it came from,
@@ -46,7 +46,7 @@ Bad input (unknown benchmark or protocol, a missing or malformed data file, a ch
 k < 1, pass@j with j > k, ...) fails with a message naming it before any model is loaded (exit status 2).
 
 This module is the API (``evaluate_checkpoint``, ``evaluate_run``, both on one ``EvalSettings``) and the CLI;
-the settings and their checks are eval/settings.py, planning (what is on disk) eval/plan.py, generation and
+the settings and their checks are eval/settings.py, planning (what is on disk) eval/units.py, generation and
 summaries eval/execute.py, results-row metadata eval/metadata.py.
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ from common.layout import STEP_RE, list_checkpoints
 from common.results import append_results, summary_rows
 from eval.execute import execute
 from eval.metadata import check_meta_for_results, run_dir_of
-from eval.plan import check_checkpoint, chunk_seed, plan_benchmarks, plan_one
+from eval.units import check_checkpoint, chunk_seed, bench_inputs, units_of
 from eval.protocols import DEFAULT_MAX_NEW_TOKENS, Protocol, list_protocols
 from eval.settings import EvalError, EvalSettings, int_list, read_yaml_file
 
@@ -83,7 +83,7 @@ def _settings(base: EvalSettings | None, options: dict, **given) -> EvalSettings
     return replace(base, **opts) if base is not None else EvalSettings(**opts)
 
 
-# an evaluation split over ranks waits at each job's end for its slowest rank: a generous collective timeout
+# an evaluation split over ranks waits at each unit's end for its slowest rank: a generous collective timeout
 RANK_TIMEOUT_S = 6 * 3600
 
 
@@ -142,15 +142,15 @@ def evaluate_checkpoint(path, benchmarks=None, protocol: str | Protocol | None =
     s = _settings(settings, options, benchmarks=benchmarks, protocol=protocol, samples=samples, limit=limit)
     if s.protocol is None:
         s = replace(s, protocol="paper")
-    plans = plan_benchmarks(s)
+    inputs = bench_inputs(s)
     ckpt = check_checkpoint(path)
     run_dir = run_dir_of(ckpt)
     run_cfg = read_yaml_file(run_dir / "config.yaml") if run_dir else None
-    jobs, m = plan_one(ckpt, plans, s, out=s.out, step=step, run_dir=run_dir, run_cfg=run_cfg)
+    units, m = units_of(ckpt, inputs, s, out=s.out, step=step, run_dir=run_dir, run_cfg=run_cfg)
     if s.results is not None:
         check_meta_for_results(m)
     dist = ranks()
-    return _finish(execute(ckpt, jobs, s, dist), [m] * len(jobs), s, dist)
+    return _finish(execute(ckpt, units, s, dist), [m] * len(units), s, dist)
 
 
 def _with_run_defaults(s: EvalSettings, rd: Path, cfg: dict | None) -> EvalSettings:
@@ -193,22 +193,22 @@ def evaluate_run(run_dir, benchmarks=None, protocol: str | Protocol | None = Non
     cfg = read_yaml_file(rd / "config.yaml") if (rd / "config.yaml").is_file() else None
     s = _settings(settings, options, benchmarks=benchmarks, protocol=protocol, samples=samples, limit=limit)
     s = _with_run_defaults(s, rd, cfg)
-    plans = plan_benchmarks(s)
+    inputs = bench_inputs(s)
     all_steps = _run_steps(rd, steps)
     out_root = Path(s.out) if s.out is not None else rd / "eval"
     if STEP_RE.match(out_root.name):
         raise EvalError(f"--out {out_root} is a step folder; for --run give the eval root (e.g. {rd}/eval)")
-    planned = []
+    scheduled = []
     for st in all_steps:
         ck = rd / "checkpoints" / f"step_{st:06d}"
-        planned.append((ck, *plan_one(ck, plans, s, out=out_root, step=st, run_dir=rd, run_cfg=cfg)))
+        scheduled.append((ck, *units_of(ck, inputs, s, out=out_root, step=st, run_dir=rd, run_cfg=cfg)))
     if s.results is not None:
-        check_meta_for_results(planned[0][2])
+        check_meta_for_results(scheduled[0][2])
     summaries, metas = [], []
     dist = ranks()
-    for ck, jobs, m in planned:
-        summaries += execute(ck, jobs, s, dist)
-        metas += [m] * len(jobs)
+    for ck, units, m in scheduled:
+        summaries += execute(ck, units, s, dist)
+        metas += [m] * len(units)
     return _finish(summaries, metas, s, dist)
 
 

@@ -1,5 +1,5 @@
-"""Running planned jobs: the engine and graders for a checkpoint, samples generated chunk by chunk and
-appended (a restart keeps the complete problems), and each job's summary (avg@k, pass@j, maj@k, stats,
+"""Running planned units: the engine and graders for a checkpoint, samples generated chunk by chunk and
+appended (a restart keeps the complete problems), and each unit's summary (avg@k, pass@j, maj@k, stats,
 settings)."""
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typing import Callable
 
 from common.distributed import Dist
 from common.jsonl import TornLineWarning, append_text, read_jsonl, write_json_atomic, write_text_atomic
-from eval.plan import Job, chunk_seed
+from eval.units import Unit, chunk_seed
 from eval.settings import EvalError, EvalSettings
 
-__all__ = ["execute", "run_job", "summarize"]
+__all__ = ["execute", "run_unit", "summarize"]
 
 _JSON_KW = dict(indent=1, ensure_ascii=False, default=str)   # summaries and settings files
 
@@ -35,19 +35,19 @@ def _read_rows(path: Path) -> tuple[list[dict], bool]:
     return rows, bool(torn)
 
 
-def _load_samples(job: Job) -> dict[int, list[dict]]:
+def _load_samples(unit: Unit) -> dict[int, list[dict]]:
     """Complete problems already on disk: index -> k rows in sample order.
 
     Reads the samples file and the per-rank files a split evaluation left (merged into the samples file, then
     removed). A torn last line or a problem with fewer than k samples is dropped (the file is rewritten
     atomically)."""
-    k = job.settings["samples"]
-    path = job.samples_path
-    parts = job.rank_sample_files()
+    k = unit.settings["samples"]
+    path = unit.samples_path
+    parts = unit.rank_sample_files()
     if not path.exists() and not parts:
         return {}
     by_index: dict[int, dict[int, dict]] = {}
-    valid = {p.index for p in job.plan.data}
+    valid = {p.index for p in unit.plan.data}
     rows, dirty = _read_rows(path) if path.exists() else ([], False)
     for part in parts:
         more, _ = _read_rows(part)
@@ -67,30 +67,30 @@ def _load_samples(job: Job) -> dict[int, list[dict]]:
     complete = {i: [rows[s] for s in range(k)] for i, rows in by_index.items() if len(rows) == k}
     if dirty or len(complete) != len(by_index):
         write_text_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n"
-                                        for p in job.plan.data for row in complete.get(p.index, [])))
+                                        for p in unit.plan.data for row in complete.get(p.index, [])))
     for part in parts:
         part.unlink()
     return complete
 
 
-def summarize(job: Job, rows_by_index: dict[int, list[dict]], elapsed_s: float | None = None,
+def summarize(unit: Unit, rows_by_index: dict[int, list[dict]], elapsed_s: float | None = None,
               generated: int = 0) -> dict:
-    """The summary of a finished job (avg@k, pass@j, maj@k, stats, settings)."""
+    """The summary of a finished unit (avg@k, pass@j, maj@k, stats, settings)."""
     from common.metrics import avg_at_k, maj_at_k, pass_at_k_matrix
-    k = job.settings["samples"]
-    problems = list(job.plan.data)
+    k = unit.settings["samples"]
+    problems = list(unit.plan.data)
     correct = [[bool(r["correct"]) for r in rows_by_index[p.index]] for p in problems]
     answers = [[(r.get("extracted") or "").strip() or None for r in rows_by_index[p.index]] for p in problems]
     metrics = {f"avg@{k}": avg_at_k(correct)}
-    for j in job.settings["pass_ks"]:
+    for j in unit.settings["pass_ks"]:
         metrics[f"pass@{j}"] = pass_at_k_matrix(correct, j)
     metrics[f"maj@{k}"] = maj_at_k(answers, correct, k)
     all_rows = [r for p in problems for r in rows_by_index[p.index]]
     reasons = Counter(r.get("reason", "ok") for r in all_rows)
     return {
-        "benchmark": job.plan.name, "protocol": job.settings["protocol"], "samples": k, "k": k,
-        "n_problems": len(problems), "metrics": metrics, "step": job.step, "total_step": job.total_step,
-        "checkpoint": str(Path(job.checkpoint).resolve()), "settings": job.settings,
+        "benchmark": unit.plan.name, "protocol": unit.settings["protocol"], "samples": k, "k": k,
+        "n_problems": len(problems), "metrics": metrics, "step": unit.step, "total_step": unit.total_step,
+        "checkpoint": str(Path(unit.checkpoint).resolve()), "settings": unit.settings,
         "stats": {"mean_response_length": sum(r.get("length", 0) for r in all_rows) / len(all_rows),
                   "finished_rate": sum(bool(r.get("finished")) for r in all_rows) / len(all_rows),
                   "reasons": dict(reasons), "problems_generated_this_run": generated},
@@ -105,9 +105,9 @@ def _progress_enabled(progress: bool | None) -> bool:
     return os.environ.get("ARMOR_PROGRESS", "1") != "0"
 
 
-def run_job(job: Job, engine, tokenizer, grader, *, progress: bool | None = None,
-            after_chunk: Callable[[Job, int], None] | None = None, dist: Dist | None = None) -> dict:
-    """Generate the missing samples of ``job`` chunk by chunk, then write and return its summary.
+def run_unit(unit: Unit, engine, tokenizer, grader, *, progress: bool | None = None,
+            after_chunk: Callable[[Unit, int], None] | None = None, dist: Dist | None = None) -> dict:
+    """Generate the missing samples of ``unit`` chunk by chunk, then write and return its summary.
 
     Split over the ranks of `dist` (an evaluation launched by torchrun): rank 0 reads what is done, rank r
     generates the chunks r, r + W, ... of those still to do into its own file, and rank 0 merges them into the
@@ -118,38 +118,38 @@ def run_job(job: Job, engine, tokenizer, grader, *, progress: bool | None = None
 
     dist = dist or Dist()
     t0 = time.time()
-    job.dir.mkdir(parents=True, exist_ok=True)
-    name = f".{job.stem}.lock" if dist.is_main else f".{job.stem}.rank{dist.rank}.lock"
-    with open(job.dir / name, "w") as lock:
+    unit.dir.mkdir(parents=True, exist_ok=True)
+    name = f".{unit.stem}.lock" if dist.is_main else f".{unit.stem}.rank{dist.rank}.lock"
+    with open(unit.dir / name, "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise EvalError(f"{job.samples_path}: another evaluation is writing it") from None
-        return _run_job_locked(job, engine, tokenizer, grader, t0, progress, after_chunk, dist)
+            raise EvalError(f"{unit.samples_path}: another evaluation is writing it") from None
+        return _run_unit_locked(unit, engine, tokenizer, grader, t0, progress, after_chunk, dist)
 
 
-def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, after_chunk,
+def _run_unit_locked(unit: Unit, engine, tokenizer, grader, t0: float, progress, after_chunk,
                     dist: Dist) -> dict:
     from tqdm import tqdm
 
     from common.rollout import SamplingParams
     from common.sampling import encode_prompt, sample_and_grade
 
-    s = job.settings
+    s = unit.settings
     k, C = s["samples"], s["chunk_size"]
     done: dict[int, list[dict]] = {}
     if dist.is_main:
-        if not job.settings_path.is_file():
-            write_json_atomic(job.settings_path, s, **_JSON_KW)
-        done = _load_samples(job)
+        if not unit.settings_path.is_file():
+            write_json_atomic(unit.settings_path, s, **_JSON_KW)
+        done = _load_samples(unit)
     have = set(dist.all_gather_object(sorted(done) if dist.is_main else None)[0])
-    problems = list(job.plan.data)
+    problems = list(unit.plan.data)
     n = len(problems)
     chunks = [c0 for c0 in range(0, n, C) if any(p.index not in have for p in problems[c0:c0 + C])]
     mine = chunks[dist.rank::dist.world_size]
-    out = job.samples_path if not dist.distributed else job.rank_samples_path(dist.rank)
+    out = unit.samples_path if not dist.distributed else unit.rank_samples_path(dist.rank)
     generated = 0
-    bar = tqdm(total=n, initial=len(have), unit="problem", desc=f"step_{job.step:06d} {job.plan.name}",
+    bar = tqdm(total=n, initial=len(have), unit="problem", desc=f"step_{unit.step:06d} {unit.plan.name}",
                disable=not _progress_enabled(progress) or not dist.is_main, dynamic_ncols=True,
                file=sys.stderr)
     bar.set_postfix_str(f"samples {len(have) * k}/{n * k}")
@@ -160,8 +160,8 @@ def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, af
             params = SamplingParams(n=k, temperature=s["temperature"], top_p=s["top_p"],
                                     max_new_tokens=s["max_new_tokens"],
                                     seed=chunk_seed(s["seed"], chunk[0].index))
-            prompt_ids = [encode_prompt(tokenizer, p.problem, job.plan.template) for p in chunk]
-            recs = sample_and_grade(engine, tokenizer, chunk, job.plan.template, params, grader, prompt_ids)
+            prompt_ids = [encode_prompt(tokenizer, p.problem, unit.plan.template) for p in chunk]
+            recs = sample_and_grade(engine, tokenizer, chunk, unit.plan.template, params, grader, prompt_ids)
             gold = {p.index: p.gold for p in chunk}
             lines, new = [], {}
             for r in recs:
@@ -175,33 +175,33 @@ def _run_job_locked(job: Job, engine, tokenizer, grader, t0: float, progress, af
             bar.set_postfix_str(f"samples {(len(have) + generated) * k}/{n * k}", refresh=False)
             bar.update(len(new))
             if after_chunk is not None:
-                after_chunk(job, c0 // C)
+                after_chunk(unit, c0 // C)
     finally:
         bar.close()
     generated = sum(dist.all_gather_object(generated))   # and, once every rank is here, its samples on disk
     summ = None
     if dist.is_main:
         if dist.distributed:
-            done = _load_samples(job)       # the ranks' files merged into the samples file, in problem order
+            done = _load_samples(unit)       # the ranks' files merged into the samples file, in problem order
         missing = [p.index for p in problems if p.index not in done]
         if missing:  # pragma: no cover - engine returned fewer samples than asked
-            raise RuntimeError(f"{job.samples_path}: problems {missing[:5]} have fewer than {k} samples")
-        summ = summarize(job, done, elapsed_s=round(time.time() - t0, 3), generated=generated)
-        write_json_atomic(job.summary_path, summ, **_JSON_KW)
+            raise RuntimeError(f"{unit.samples_path}: problems {missing[:5]} have fewer than {k} samples")
+        summ = summarize(unit, done, elapsed_s=round(time.time() - t0, 3), generated=generated)
+        write_json_atomic(unit.summary_path, summ, **_JSON_KW)
     summ = dist.all_gather_object(summ)[0]
-    job.summary, job.state = summ, "done"
+    unit.summary, unit.state = summ, "done"
     return summ
 
 
-def _resummarize(job: Job) -> dict:
-    done = _load_samples(job)
-    if len(done) < len(job.plan.data):
-        job.state = "resume"
+def _resummarize(unit: Unit) -> dict:
+    done = _load_samples(unit)
+    if len(done) < len(unit.plan.data):
+        unit.state = "resume"
         return {}
-    summ = summarize(job, done)
-    write_json_atomic(job.settings_path, job.settings, **_JSON_KW)
-    write_json_atomic(job.summary_path, summ, **_JSON_KW)
-    job.summary, job.state = summ, "done"
+    summ = summarize(unit, done)
+    write_json_atomic(unit.settings_path, unit.settings, **_JSON_KW)
+    write_json_atomic(unit.summary_path, summ, **_JSON_KW)
+    unit.summary, unit.state = summ, "done"
     return summ
 
 
@@ -219,14 +219,14 @@ def default_dtype(device: str) -> str:
     return "bfloat16" if device.startswith("cuda") else "float32"
 
 
-def _context_length(jobs: list[Job], tokenizer) -> int:
-    """The vLLM engine's context length for `jobs`: their longest encoded prompt plus their largest response
+def _context_length(units: list[Unit], tokenizer) -> int:
+    """The vLLM engine's context length for `units`: their longest encoded prompt plus their largest response
     budget. Without it vLLM takes the model's max_position_embeddings (4096 for Qwen2.5-Math-7B) and silently
     caps responses there."""
     from common.sampling import encode_prompt
     longest = max(len(encode_prompt(tokenizer, p.problem, j.plan.template))
-                  for j in jobs for p in j.plan.data)
-    return longest + max(int(j.settings["max_new_tokens"]) for j in jobs)
+                  for j in units for p in j.plan.data)
+    return longest + max(int(j.settings["max_new_tokens"]) for j in units)
 
 
 @contextlib.contextmanager
@@ -281,24 +281,24 @@ class _Graders:
         self._g.clear()
 
 
-def execute(ckpt: Path, jobs: list[Job], s: EvalSettings, dist: Dist | None = None) -> list[dict]:
-    """Bring every job of `ckpt` to done (the model loads only if one needs samples); their summaries. With
-    several ranks each loads its own engine and the jobs' chunks are split over them (run_job); rank 0 alone
+def execute(ckpt: Path, units: list[Unit], s: EvalSettings, dist: Dist | None = None) -> list[dict]:
+    """Bring every unit of `ckpt` to done (the model loads only if one needs samples); their summaries. With
+    several ranks each loads its own engine and the units' chunks are split over them (run_unit); rank 0 alone
     writes to the output folder, and what it finds there (done, to resume, to resummarize) holds for all."""
     dist = dist or Dist()
     dist.barrier()                          # every rank has read the folder (planned) before rank 0 writes
     if dist.is_main:
-        for j in jobs:
+        for j in units:
             if j.state == "resummarize":
                 _resummarize(j)
-    found = dist.all_gather_object([(j.state, j.summary) for j in jobs] if dist.is_main else None)[0]
-    for j, (state, summary) in zip(jobs, found):
+    found = dist.all_gather_object([(j.state, j.summary) for j in units] if dist.is_main else None)[0]
+    for j, (state, summary) in zip(units, found):
         j.state, j.summary = state, summary
-    todo = [j for j in jobs if j.state != "done"]
+    todo = [j for j in units if j.state != "done"]
     if not todo:
         if dist.is_main:
-            s.log(f"{ckpt}: already scored ({', '.join(j.stem for j in jobs)})")
-        return [j.summary for j in jobs]
+            s.log(f"{ckpt}: already scored ({', '.join(j.stem for j in units)})")
+        return [j.summary for j in units]
     dev = _pick_device(s.device)
     graders = _Graders(s.grader_workers, s.grader_timeout_s)
     try:
@@ -308,8 +308,8 @@ def execute(ckpt: Path, jobs: list[Job], s: EvalSettings, dist: Dist | None = No
             for j in todo:
                 if j.state == "resume" and dist.is_main:
                     s.log(f"{j.samples_path}: resuming")
-                run_job(j, eng, tok, graders(j.plan.mode), progress=s.progress, after_chunk=s.after_chunk,
+                run_unit(j, eng, tok, graders(j.plan.mode), progress=s.progress, after_chunk=s.after_chunk,
                         dist=dist)
     finally:
         graders.close()
-    return [j.summary for j in jobs]
+    return [j.summary for j in units]

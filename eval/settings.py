@@ -86,7 +86,7 @@ class EvalSettings:
     limit: int | None = None                # the first N problems of each benchmark
     template: str | None = None             # None: the protocol's, else the benchmark's
     engine: str = "hf"                      # hf | vllm
-    seed: int = 0                           # chunk seeds derive from it (eval.plan.chunk_seed)
+    seed: int = 0                           # chunk seeds derive from it (eval.units.chunk_seed)
     chunk_size: int = 32                    # problems per generation chunk (the unit of resume)
     max_batch: int = 256                    # hf engine: sequences per forward batch
     max_new_tokens: int | None = None       # None: preset > protocol > run config > default
@@ -101,7 +101,7 @@ class EvalSettings:
     overwrite: bool = False                 # redo outputs drawn with other settings
     progress: bool | None = None            # None: on unless ARMOR_PROGRESS=0
     engine_kwargs: dict | None = None       # vllm engine: tensor_parallel_size, gpu_memory_utilization, ...
-    after_chunk: Callable | None = field(default=None, compare=False, repr=False)   # (job, chunk number)
+    after_chunk: Callable | None = field(default=None, compare=False, repr=False)   # (unit, chunk number)
     log: Callable[[str], None] = field(default=stderr_log, compare=False, repr=False)
 
     def __post_init__(self):

@@ -19,7 +19,7 @@ from common.results import RESULT_COLUMNS
 from eval import evaluate as E
 from eval import execute as X
 from eval.metadata import run_metadata
-from eval.plan import resolve_max_new_tokens
+from eval.units import resolve_max_new_tokens
 from eval.protocols import DEFAULT_MAX_NEW_TOKENS, get_protocol, resolve_setting
 from eval.settings import read_preset
 
@@ -224,7 +224,7 @@ _KILLABLE = """
 import sys, time
 import eval.evaluate as E
 import eval.execute as X
-orig = X.run_job
+orig = X.run_unit
 def run_job(job, *a, **kw):
     def hook(job, c):
         print(f"CHUNK {c}", flush=True)
@@ -232,7 +232,7 @@ def run_job(job, *a, **kw):
             time.sleep(600)
     kw["after_chunk"] = hook
     return orig(job, *a, **kw)
-X.run_job = run_job
+X.run_unit = run_job
 sys.exit(E.main(sys.argv[1:]))
 """
 

@@ -1,5 +1,5 @@
-"""What an evaluation will compute, decided before any model loads: the benchmarks (BenchPlan), one Job per
-(checkpoint, benchmark) with the settings its outputs record, and each Job's state from what is already on
+"""What an evaluation will compute, decided before any model loads: the benchmarks (BenchInput), one Unit per
+(checkpoint, benchmark) with the settings its outputs record, and each Unit's state from what is already on
 disk (new / resume / done / resummarize). Also the chunk seed rule that makes a resumed run draw what an
 uninterrupted one would."""
 from __future__ import annotations
@@ -20,9 +20,9 @@ from eval.metadata import run_metadata
 from eval.protocols import DEFAULT_MAX_NEW_TOKENS, BenchSetting, Protocol, resolve_setting
 from eval.settings import REPO_ROOT, EvalError, EvalSettings, split_list
 
-__all__ = ["BenchPlan", "Job", "RESUME_KEYS", "SEED_RULE", "chunk_seed", "check_checkpoint",
-           "load_benchmarks", "plan_benchmarks", "checkpoint_step", "resolve_max_new_tokens",
-           "plan_checkpoint", "plan_one"]
+__all__ = ["BenchInput", "Unit", "RESUME_KEYS", "SEED_RULE", "chunk_seed", "check_checkpoint",
+           "load_benchmarks", "bench_inputs", "checkpoint_step", "resolve_max_new_tokens",
+           "checkpoint_units", "units_of"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 #: settings that must agree for existing samples / summaries to be reused
@@ -103,7 +103,7 @@ def load_benchmarks(specs, limit: int | None = None) -> list[tuple[str, Benchmar
 
 
 @dataclass
-class BenchPlan:
+class BenchInput:
     name: str                 # report name (file names, tables)
     data: BenchmarkData
     template: str
@@ -119,23 +119,23 @@ def _data_sha(data: BenchmarkData) -> str:
     return h.hexdigest()[:16]
 
 
-def plan_benchmarks(s: EvalSettings) -> list[BenchPlan]:
+def bench_inputs(s: EvalSettings) -> list[BenchInput]:
     """The benchmarks of `s` loaded, each with its template, answer mode, (k, pass ks) and data hash."""
-    plans = []
+    inputs = []
     for name, data in load_benchmarks(s.benchmarks, s.limit):
         tmpl = s.template or s.protocol.template or data.spec.template
         try:
             setting = resolve_setting(s.protocol, name, s.samples, s.pass_ks, aliases=(data.name,))
         except ValueError as e:
             raise EvalError(str(e)) from None
-        plans.append(BenchPlan(name, data, tmpl, default_mode(tmpl), setting, _data_sha(data)))
-    return plans
+        inputs.append(BenchInput(name, data, tmpl, default_mode(tmpl), setting, _data_sha(data)))
+    return inputs
 
 
-# ----------------------------------------------------------------------------------------------- jobs
+# ----------------------------------------------------------------------------------------------- units
 @dataclass
-class Job:
-    plan: BenchPlan
+class Unit:
+    plan: BenchInput
     dir: Path
     stem: str
     settings: dict
@@ -219,44 +219,44 @@ def _diff(a: dict, b: dict) -> list[str]:
     return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in RESUME_KEYS if a.get(k) != b.get(k)]
 
 
-def _remove_outputs(job: Job) -> None:
-    for p in (job.summary_path, job.samples_path, job.settings_path, *job.rank_sample_files()):
+def _remove_outputs(unit: Unit) -> None:
+    for p in (unit.summary_path, unit.samples_path, unit.settings_path, *unit.rank_sample_files()):
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
 
 
-def _classify(job: Job, overwrite: bool) -> None:
-    """Set job.state from what is on disk (EvalError on a settings mismatch unless overwrite)."""
-    summ = read_json(job.summary_path) if job.summary_path.is_file() else None
+def _classify(unit: Unit, overwrite: bool) -> None:
+    """Set unit.state from what is on disk (EvalError on a settings mismatch unless overwrite)."""
+    summ = read_json(unit.summary_path) if unit.summary_path.is_file() else None
     if summ is not None:
         old = summ.get("settings") or {}
-        diff = _diff(old, job.settings)
+        diff = _diff(old, unit.settings)
         if diff and not overwrite:
-            raise EvalError(f"{job.summary_path} was computed with other settings ({'; '.join(diff)}); "
+            raise EvalError(f"{unit.summary_path} was computed with other settings ({'; '.join(diff)}); "
                             "pass --overwrite to redo it or choose another --out")
         if not diff:
-            if list(old.get("pass_ks") or []) == list(job.settings["pass_ks"]):
-                job.state, job.summary = "done", summ
+            if list(old.get("pass_ks") or []) == list(unit.settings["pass_ks"]):
+                unit.state, unit.summary = "done", summ
             else:
-                job.state = "resummarize"
+                unit.state = "resummarize"
             return
-        _remove_outputs(job)
+        _remove_outputs(unit)
         return
-    if job.samples_path.exists() or job.settings_path.exists() or job.rank_sample_files():
-        old = read_json(job.settings_path) if job.settings_path.is_file() else None
-        diff = ["settings file missing or unreadable"] if old is None else _diff(old, job.settings)
+    if unit.samples_path.exists() or unit.settings_path.exists() or unit.rank_sample_files():
+        old = read_json(unit.settings_path) if unit.settings_path.is_file() else None
+        diff = ["settings file missing or unreadable"] if old is None else _diff(old, unit.settings)
         if diff:
             if not overwrite:
-                raise EvalError(f"{job.samples_path} holds samples drawn with other settings "
+                raise EvalError(f"{unit.samples_path} holds samples drawn with other settings "
                                 f"({'; '.join(diff)}); pass --overwrite to discard them "
                                 "or choose another --out")
-            _remove_outputs(job)
+            _remove_outputs(unit)
             return
-        job.state = "resume"
+        unit.state = "resume"
 
 
-def _job_settings(bp: BenchPlan, s: EvalSettings, budget: tuple[int, str]) -> dict:
-    """What a job's summary and settings file record (the key order is the files' byte order)."""
+def _unit_settings(bp: BenchInput, s: EvalSettings, budget: tuple[int, str]) -> dict:
+    """What a unit's summary and settings file record (the key order is the files' byte order)."""
     p, k = s.protocol, bp.setting.samples
     return {
         "benchmark": bp.name, "benchmark_source": bp.data.source, "protocol": p.name,
@@ -269,26 +269,27 @@ def _job_settings(bp: BenchPlan, s: EvalSettings, budget: tuple[int, str]) -> di
     }
 
 
-def plan_checkpoint(ckpt: Path, plans: list[BenchPlan], s: EvalSettings, *, out: Path, step: int,
-                    step_offset: int, budget: tuple[int, str]) -> list[Job]:
-    """One classified Job per benchmark for `ckpt`, filed under `out`'s step folder."""
+def checkpoint_units(ckpt: Path, inputs: list[BenchInput], s: EvalSettings, *, out: Path, step: int,
+                    step_offset: int, budget: tuple[int, str]) -> list[Unit]:
+    """One classified Unit per benchmark for `ckpt`, filed under `out`'s step folder."""
     d = _step_dir(out, step)
-    jobs = []
-    for bp in plans:
-        job = Job(bp, d, f"{bp.name}__{s.protocol.name}__k{bp.setting.samples}", _job_settings(bp, s, budget),
-                  step, step_offset + step, ckpt)
-        _classify(job, s.overwrite)
-        jobs.append(job)
-    return jobs
+    units = []
+    for bp in inputs:
+        unit = Unit(bp, d, f"{bp.name}__{s.protocol.name}__k{bp.setting.samples}",
+                    _unit_settings(bp, s, budget), step, step_offset + step, ckpt)
+        _classify(unit, s.overwrite)
+        units.append(unit)
+    return units
 
 
-def plan_one(ckpt: Path, plans: list[BenchPlan], s: EvalSettings, *, out: Path | None, step: int | None,
-             run_dir: Path | None, run_cfg: dict | None) -> tuple[list[Job], dict]:
-    """The jobs of one checkpoint (outputs default to CHECKPOINT/eval) and its results-row metadata."""
+def units_of(ckpt: Path, inputs: list[BenchInput], s: EvalSettings, *, out: Path | None, step: int | None,
+             run_dir: Path | None, run_cfg: dict | None) -> tuple[list[Unit], dict]:
+    """The units of one checkpoint (outputs default to CHECKPOINT/eval) and its results-row metadata."""
     ckpt = check_checkpoint(ckpt)
     out = Path(out) if out is not None else ckpt / "eval"
     st = checkpoint_step(ckpt, out, step)
     meta = run_metadata(run_dir, run_cfg, ckpt, s.preset, s.meta)
     budget = resolve_max_new_tokens(s.max_new_tokens, s.preset, s.protocol, run_cfg)
-    jobs = plan_checkpoint(ckpt, plans, s, out=out, step=st, step_offset=meta["step_offset"], budget=budget)
-    return jobs, meta
+    units = checkpoint_units(ckpt, inputs, s, out=out, step=st, step_offset=meta["step_offset"],
+                             budget=budget)
+    return units, meta
