@@ -116,9 +116,10 @@ def claims_power(results_dir: Path, register=None) -> list[dict]:
     has fewer than 2 seeds' values."""
     from figures.claims import Entry, measure
     from figures.data import load_context
-    from reproduce.matrix.claims import load_register, register_meta
+    from reproduce.matrix.claims import register_meta
     ctx = load_context(Path(results_dir) / "results.parquet")
-    meta = register_meta(register or load_register())
+    # the register as the design run's driver bound it to its preset (results.meta.json), else given
+    meta = register_meta(register) if register is not None else ctx.claims
     fam = [Entry.from_json(e) for e in meta["entries"] if e["confirmatory"]]
     m = len(fam)
     rows = []

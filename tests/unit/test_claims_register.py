@@ -25,7 +25,7 @@ RAW = yaml.safe_load(REGISTER.read_text())
 
 def test_the_committed_register_loads_resolves_its_roles_and_is_the_preregistered_one():
     reg = load_register()
-    assert len(reg.claims) == 35 and len(reg.confirmatory) == 9
+    assert len(reg.claims) == 37 and len(reg.confirmatory) == 9
     assert [c.key for c in reg.claims[:9]] == [c.key for c in reg.confirmatory]     # the family first
     armor = reg.resolve("ARMOR")
     assert (armor.arm, armor.before) == ("headline", "armor_reset_never")      # the preset's headline arm
