@@ -38,6 +38,11 @@ _INTERRUPT_RCS = {-signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL, -signal.SIGH
                   128 + signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGUSR2}
 # in the job folder: the command stops at its next step boundary (armor.stop)
 STOP_FILE = "stop_requested"
+# in the job folder: held SLURM jobs this job's command opens, {key: {"job_id", "path"}} (launcher.Gate):
+# each is released (`scontrol release`) once its path exists; when the command ends, finished or failed,
+# those whose path does not exist are cancelled (they would wait forever)
+RELEASES = "releases.json"
+RELEASE_POLL_S = 2.0
 TERM_GRACE_S = 30.0               # after the stop file's grace: SIGTERM, then SIGKILL this much later
 
 JSON_KW = dict(indent=1, sort_keys=True)   # the job folder's marker files
@@ -144,6 +149,47 @@ def terminate_child(grace_s: float = 60.0, stop_file: Optional[Path] = None) -> 
     return child.returncode
 
 
+def release_job(job_id: str) -> bool:
+    """`scontrol release JOB_ID` (a held job may start; a running one is left as it is): whether it
+    succeeded."""
+    try:
+        return subprocess.run(["scontrol", "release", str(job_id)], capture_output=True,
+                              timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _gates(job_dir: Path) -> dict:
+    try:
+        table = json.loads((job_dir / RELEASES).read_text())
+    except (OSError, ValueError):
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
+def open_gates(job_dir: Path, released: set, log) -> None:
+    """Release the held jobs of JOB_DIR/RELEASES whose path exists (once each: ids in `released`)."""
+    for key, g in _gates(job_dir).items():
+        jid = str(g.get("job_id"))
+        if jid not in released and g.get("path") and Path(g["path"]).exists() and release_job(jid):
+            released.add(jid)
+            log(f"released {key} (slurm {jid}): {g['path']} exists")
+
+
+def close_gates(job_dir: Path, released: set, log) -> None:
+    """Cancel the held jobs of JOB_DIR/RELEASES whose path does not exist: the command has ended (finished or
+    failed) without making it, so they would wait forever (their dependents end with them)."""
+    for key, g in _gates(job_dir).items():
+        jid = str(g.get("job_id"))
+        if jid in released or (g.get("path") and Path(g["path"]).exists()):
+            continue
+        try:
+            subprocess.run(["scancel", jid], capture_output=True, timeout=60)
+            log(f"cancelled {key} (slurm {jid}): this job ended without {g.get('path')}")
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
 def _ignore_usr_signals():  # in the child: the preemption signal is for the wrapper, not the command
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
@@ -206,6 +252,7 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
     rc: Optional[int] = None
     status = "interrupted"
     t0 = time.time()
+    gates, released = False, set()
     try:
         mod = warm.python_module(argv) if warm.active() else None
         if mod is not None:   # forked from a warm driver: run `python -m MODULE` without a new interpreter
@@ -215,11 +262,18 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
         else:
             _child = subprocess.Popen(argv, cwd=spec.get("cwd") or None, env=env, stdout=out, stderr=err,
                                       stdin=subprocess.DEVNULL, preexec_fn=_ignore_usr_signals)
+        gates = leader and bool(slurm_job_id)      # on SLURM the leader opens the held jobs this job makes
+        next_gate = 0.0
         while True:
             rc = _child.poll()
             if rc is not None:
                 break
+            if gates and time.time() >= next_gate:
+                open_gates(job_dir, released, _wrap_log(out))
+                next_gate = time.time() + RELEASE_POLL_S
             time.sleep(0.1)
+        if gates:
+            open_gates(job_dir, released, _wrap_log(out))
         if rc == 0:
             status = "finished"
         elif _interrupted or rc in _INTERRUPT_RCS:
@@ -238,6 +292,8 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
             if rc is None:
                 rc = _child.returncode
         _child = None
+        if gates and status in ("finished", "failed"):
+            close_gates(job_dir, released, _wrap_log(out))
         tail = f"=== exit {rc} ({status}) after {time.time() - t0:.1f}s\n".encode()
         out.write(tail)
         out.close()
@@ -250,6 +306,13 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
                 signal.signal(s, prev)
             except (TypeError, ValueError):
                 pass
+
+
+def _wrap_log(out):
+    """A line logger into the job's log.out, marked as the wrapper's."""
+    def log(msg: str) -> None:
+        out.write(f"[jobwrap {time.strftime('%H:%M:%S')}] {msg}\n".encode())
+    return log
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,8 @@
 """The job graph of a preset: stage (hub models/datasets, presets that name hub ids) | world (toy presets) ->
 stage 1 -> select peak -> stage 2 -> evaluate -> collect -> figures, as slurm.launcher Jobs. A fixed θ* (or
-late start) before the end of stage 1 is a `ckpt/<arm>/seed<s>/step<k>` job that ends when that checkpoint
-is saved (reproduce/jobs/wait.py), so stage 2 does not wait for the rest of stage 1.
+late start) before the end of stage 1 is a `ckpt/<arm>/seed<s>/step<k>` job gated on that checkpoint
+(slurm.launcher.Gate: held on SLURM, released when the checkpoint is saved; reproduce/jobs/wait.py), so
+stage 2 does not wait for the rest of stage 1, nor runs out of a time limit while stage 1 gets there.
 
     jobs = build_jobs(load_preset("tiny"), "runs")        # keys: stage, world, stage1/dapo/seed0,
                                                          # peak/dapo/seed0, stage2/armor/seed0,
@@ -28,11 +29,12 @@ from reproduce.jobs import noise
 from reproduce.jobs.collect import collect_done, figures_done
 from reproduce.jobs.evaluate import EVAL_RANKS_ENV, eval_benchmarks, eval_done
 from reproduce.jobs.peaks import peak_done, peak_file, restart_done, restart_file, start_point
+from reproduce.jobs.wait import gate_path
 from reproduce.matrix.arms import RESTART_FROM, RESTART_START, Arm, arm_seeds, build_arms, selection_seeds
 from reproduce.matrix.overrides import train_overrides
 from reproduce.matrix.presets import Preset, ckpt_dir, fixed_peak, preset_root, repo_path, run_dir
 from reproduce.matrix.retention import check_retention
-from slurm.launcher import Job
+from slurm.launcher import Gate, Job
 
 JOB_ENV = {"ARMOR_PROGRESS": "0", "TOKENIZERS_PARALLELISM": "false"}
 # what the local launcher imports once before forking the jobs warm (slurm/warm.py): their heavy modules
@@ -221,19 +223,19 @@ def _ready_key(g: _Inputs, arm: str, s: int, step: Optional[int]) -> str:
 
 
 def _ready_job(g: _Inputs, arm: Arm, s: int, step: int, first: list[str]) -> Job:
-    """A checkpoint-ready job: runs beside the stage-1 job (same dependencies) and ends once that run has
-    saved `step` (reproduce/jobs/wait.py), so stage 2 starts from a fixed θ* while stage 1 goes on.
-    Done (never started) once the checkpoint exists; it fails when the stage-1 job fails first."""
+    """A checkpoint-ready job beside the stage-1 job (same dependencies): gated on that run's checkpoint of
+    `step` (slurm.launcher.Gate: held on SLURM until the stage-1 job's wrapper or the driver sees it; locally
+    started when it appears), so stage 2 starts from a fixed θ* while stage 1 goes on, however long stage 1
+    takes to get there (no polling job, no time limit while it waits). Done (never started) once the
+    checkpoint exists; it fails when the stage-1 job fails, or ends, without it (reproduce/jobs/wait.py)."""
     run = run_dir(g.root, g.preset, arm.name, s)
     watch = f"stage1/{arm.name}/seed{s}"
-    job_dir = preset_root(g.root, g.preset) / "_jobs" / watch
-    argv = [sys.executable, "-m", "reproduce.jobs", "wait-checkpoint", "--run", str(run), "--step", str(step),
-            "--job-dir", str(job_dir)]
+    argv = [sys.executable, "-m", "reproduce.jobs", "wait-checkpoint", "--run", str(run), "--step", str(step)]
     return Job(_ready_key(g, arm.name, s, step), argv, kind="wait_checkpoint", deps=list(first),
-               resources=g.res["select_peak"], env=g.env,
+               resources=g.res["select_peak"], env=g.env, gate=Gate(str(gate_path(run, step)), watch),
                done=lambda run=run, step=step: step in list_checkpoints(run),
                info={"watch": watch, "step": step, "fraction": step / _stage1_steps(g)},
-               description=f"wait until {watch} has saved step {step}")
+               description=f"released when {watch} has saved step {step}")
 
 
 def _train_info(g: _Inputs, arm: Arm, s: int) -> dict:

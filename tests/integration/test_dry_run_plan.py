@@ -1,5 +1,5 @@
 """The sized plan of the paper presets (reproduce/sizing.py via `run_all.py --dry-run`), the job shape SLURM
-is asked for, plan-time errors, and the checkpoint-ready dependency on the local backend."""
+is asked for, plan-time errors, and the checkpoint-ready gate on the local backend."""
 import io
 import json
 import re
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from reproduce import run_all
-from reproduce.jobs.wait import wait_checkpoint
-from slurm.launcher import DONE, Job, Launcher
+from common.layout import list_checkpoints
+from reproduce.jobs.wait import check_checkpoint, gate_path
+from slurm.launcher import DONE, Gate, Job, Launcher
 from slurm.resources import Resources
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,40 +125,72 @@ def test_job_env_threads_and_network_variables(tmp_path, monkeypatch):
     assert "--nnodes=2" in lines["torchrun"] and "--node_rank=<SLURM_NODEID>" in lines["torchrun"]
 
 
-def test_wait_checkpoint_outcomes(tmp_path):
-    run, jd = tmp_path / "run", tmp_path / "job"
-    jd.mkdir()
+def test_checkpoint_ready_job_checks_once(tmp_path):
+    """The checkpoint-ready job does not poll (the launcher starts it once the checkpoint exists): it ends at
+    once, 0 with a complete checkpoint, 1 naming the run and the step without one."""
+    run = tmp_path / "run"
     (run / "checkpoints" / "step_000004").mkdir(parents=True)
     logs = []
-    (jd / "failed").write_text(json.dumps({"end": time.time() + 3600, "rc": 1}))
-    assert wait_checkpoint(run, 4, jd, 0.01, log=lambda *a, **k: logs.append(a)) == 1   # incomplete + failed
-    (run / "checkpoints" / "step_000004" / "trainer_state.pt").write_bytes(b"x")
-    assert wait_checkpoint(run, 4, jd, 0.01, log=lambda *a, **k: None) == 0
-    (run / "DONE").write_text("{}")
-    assert wait_checkpoint(run, 8, None, 0.01, log=lambda *a, **k: None) == 1           # ended without it
+    assert check_checkpoint(run, 4, log=lambda *a, **k: logs.append(a[0])) == 1     # no trainer_state.pt yet
+    assert "no complete checkpoint of step 4" in logs[-1] and str(gate_path(run, 4)) in logs[-1]
+    gate_path(run, 4).write_bytes(b"x")
+    assert check_checkpoint(run, 4, log=lambda *a, **k: None) == 0
 
 
 def test_local_backend_starts_stage_2_while_stage_1_runs(tmp_path):
     """A fake stage-1 job saves step 2, then waits until the job that depends on step 2 has started: the
-    driver can only finish if it started that job while stage 1 was still running."""
+    driver can only finish if it opened the gate on step 2 while stage 1 was still running. The gated job
+    took no worker while it waited: with 2 workers, stage 1 and the other job run meanwhile."""
     run = tmp_path / "run"
-    started = tmp_path / "stage2_started"
+    started, other = tmp_path / "stage2_started", tmp_path / "other_ran"
     stage1 = textwrap.dedent(f"""
         import pathlib, sys, time
+        deadline = time.time() + 120
+        while not pathlib.Path({str(other)!r}).exists():   # the other job ran beside: the gate held no worker
+            if time.time() > deadline: sys.exit(4)
+            time.sleep(0.05)
         ck = pathlib.Path({str(run)!r}) / "checkpoints" / "step_000002"
         ck.mkdir(parents=True); (ck / "trainer_state.pt").write_bytes(b"x")
-        deadline = time.time() + 120
         while not pathlib.Path({str(started)!r}).exists():
             if time.time() > deadline: sys.exit(3)
             time.sleep(0.05)
         (pathlib.Path({str(run)!r}) / "DONE").write_text("{{}}")
     """)
-    jobs = [Job("stage1/a/seed0", [PY, "-c", stage1], kind="train", done=lambda: (run / "DONE").exists()),
-            Job("ckpt/a/seed0/step2", [PY, "-m", "reproduce.sizing", "wait-checkpoint", "--run", str(run),
-                                       "--step", "2", "--poll", "0.05"], kind="wait_checkpoint"),
+    ready = Job("ckpt/a/seed0/step2", [PY, "-m", "reproduce.jobs", "wait-checkpoint", "--run", str(run),
+                                       "--step", "2"], kind="wait_checkpoint",
+                gate=Gate(str(gate_path(run, 2)), "stage1/a/seed0"))
+    jobs = [ready,
+            Job("stage1/a/seed0", [PY, "-c", stage1], kind="train", done=lambda: (run / "DONE").exists()),
+            Job("other", [PY, "-c", f"open({str(other)!r}, 'w').close()"], kind="collect",
+                done=other.exists),
             Job("stage2/b/seed0", [PY, "-c", f"open({str(started)!r}, 'w').close()"], kind="train",
                 deps=["ckpt/a/seed0/step2"], done=lambda: started.exists())]
-    la = Launcher(tmp_path / "root", cluster="local", workers=3, progress=False, poll_s=0.05,
+    la = Launcher(tmp_path / "root", cluster="local", workers=2, progress=False, poll_s=0.05,
                   log=lambda s: None, warm_start=False)
     states = la.run(jobs)
     assert all(s == DONE for s, _ in states.values()), states
+    marker = json.loads((la.job_dir("ckpt/a/seed0/step2") / "finished").read_text())
+    assert marker["rc"] == 0 and (run / "DONE").exists()
+
+
+@pytest.mark.parametrize("stage1, verdict", [
+    ("import sys; sys.exit(3)", ("blocked", "stage1/a/seed0 failed before")),
+    ("import pathlib; pathlib.Path(%r).write_text('{}')", ("failed", "stage1/a/seed0 ended without")),
+])
+def test_local_gate_fails_when_the_watched_job_fails_or_ends_without_it(tmp_path, stage1, verdict):
+    run = tmp_path / "run"
+    code = stage1 % str(run / "DONE") if "%r" in stage1 else stage1
+    run.mkdir()
+    jobs = [Job("ckpt/a/seed0/step2", [PY, "-c", "pass"], kind="wait_checkpoint",
+                gate=Gate(str(gate_path(run, 2)), "stage1/a/seed0"),
+                done=lambda: 2 in list_checkpoints(run)),
+            Job("stage1/a/seed0", [PY, "-c", code], kind="train", done=lambda: (run / "DONE").exists()),
+            Job("stage2/b/seed0", [PY, "-c", "pass"], kind="train", deps=["ckpt/a/seed0/step2"])]
+    la = Launcher(tmp_path / "root", cluster="local", workers=2, progress=False, poll_s=0.05,
+                  log=lambda s: None, warm_start=False)
+    states = la.run(jobs)
+    st, detail = states["ckpt/a/seed0/step2"]
+    assert (st, detail.split(" gate ")[0][:len(verdict[1])]) == verdict and str(gate_path(run, 2)) in detail
+    assert states["stage2/b/seed0"][0] == "blocked"
+    assert not la.job_dir("ckpt/a/seed0/step2").exists() or not (la.job_dir("ckpt/a/seed0/step2")
+                                                                  / "started").exists()
