@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -75,10 +76,14 @@ def process_alive(pid: int, start: Optional[str] = None) -> bool:
 
 
 def rank_command(argv: list[str], nnodes: int, nproc_per_node: int, node_rank: int = 0,
-                 master_addr: Optional[str] = None, master_port: int = 29500) -> list[str]:
+                 master_addr: Optional[str] = None, master_port: int = 29500,
+                 shutdown_timeout: Optional[float] = None) -> list[str]:
     """The command one node runs. World size 1: argv unchanged. Otherwise `python [-m MODULE | SCRIPT] ARGS`
     becomes `python -m torch.distributed.run --nnodes .. --nproc_per_node .. [-m MODULE | SCRIPT] ARGS`
-    (torchrun: one process per GPU, RANK/LOCAL_RANK/WORLD_SIZE/MASTER_* set for torch.distributed/FSDP)."""
+    (torchrun: one process per GPU, RANK/LOCAL_RANK/WORLD_SIZE/MASTER_* set for torch.distributed/FSDP).
+    shutdown_timeout: torchrun's `--shutdown-timeout` (seconds from its SIGTERM to the ranks until it
+    SIGKILLs them; its own default is 30 s): the cluster's grace (`cluster_grace_s`), so torchrun never
+    kills the ranks before SLURM would."""
     nproc = max(1, nproc_per_node)
     if nnodes * nproc <= 1:
         return list(argv)
@@ -88,8 +93,33 @@ def rank_command(argv: list[str], nnodes: int, nproc_per_node: int, node_rank: i
     else:
         where = [f"--node_rank={node_rank}", f"--master_addr={master_addr or 'localhost'}",
                  f"--master_port={master_port}"]
+    if shutdown_timeout is not None:
+        where.append(f"--shutdown-timeout={shutdown_timeout}" if isinstance(shutdown_timeout, str)
+                     else f"--shutdown-timeout={max(1, int(round(shutdown_timeout)))}")
     return [python, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc_per_node={nproc}",
             *where, *rest]
+
+
+def _scontrol_value(args: list[str], key: str) -> Optional[str]:
+    """The value of `key` in `scontrol show ARGS` (`Key = value` or `Key=value` forms), or None."""
+    try:
+        out = subprocess.run(["scontrol", "show", *args], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(rf"(?:^|\s){re.escape(key)}\s*=\s*(\S+)", out)
+    return m.group(1) if m else None
+
+
+def cluster_grace_s(partition: Optional[str] = None) -> Optional[float]:
+    """Seconds SLURM lets a job's processes live after its first SIGTERM before the SIGKILL: the partition's
+    GraceTime (a preemption moves the job's end that far, slurm.schedmd.com/preempt.html) plus KillWait
+    (the SIGTERM -> SIGKILL gap at that end, a time limit, scancel or `scontrol requeue`). None when
+    scontrol does not answer. A QOS's GraceTime (accounting) is not read."""
+    kill_wait = _scontrol_value(["config"], "KillWait")
+    if kill_wait is None or not kill_wait.isdigit():
+        return None
+    grace = _scontrol_value(["partition", partition], "GraceTime") if partition else None
+    return float(kill_wait) + (float(grace) if grace and grace.isdigit() else 0.0)
 
 
 def _thread_env(env: dict, ranks: int = 1) -> dict:
@@ -229,7 +259,9 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
     ranks = 1
     if spec.get("launch") == "torchrun":
         ranks = int(spec.get("ranks_per_node") or spec.get("gpus_per_node") or 0)   # older specs: per GPU
-        argv = rank_command(argv, nnodes, ranks, node_rank, master_addr, master_port)
+        # on SLURM torchrun waits for its ranks as long as the cluster does (KillWait + GraceTime)
+        grace = cluster_grace_s(os.environ.get("SLURM_JOB_PARTITION")) if slurm_job_id else None
+        argv = rank_command(argv, nnodes, ranks, node_rank, master_addr, master_port, grace)
         ranks = max(1, ranks) if nnodes * max(1, ranks) > 1 else 1
     env = _thread_env(env, ranks)
     suffix = "" if leader else f".node{node_rank}"

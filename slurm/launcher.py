@@ -709,7 +709,8 @@ class Launcher:
         argv = [str(a) for a in job.argv]
         if job.launch == "torchrun" and res.nodes * res.ranks_per_node > 1:
             argv = jobwrap.rank_command(argv, res.nodes, res.ranks_per_node, "<SLURM_NODEID>" if res.nodes > 1
-                                        else 0, "<first host>", "<29500 + job id % 2000>")   # type: ignore
+                                        else 0, "<first host>", "<29500 + job id % 2000>",   # type: ignore
+                                        "<KillWait + GraceTime>")
             out["torchrun"] = " ".join(argv)
         else:
             out["command"] = " ".join(argv)
