@@ -45,20 +45,20 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     assert rc == 0
     lines = out.splitlines()
     train = _block(lines, "stage2/armor/seed0")
-    assert "16x8gpu 64cpu 200GB" in train[0]          # host memory from the estimate (reproduce/sizing.py)
+    assert "16x8gpu 64cpu 260GB" in train[0]          # host memory from the estimate (reproduce/sizing.py)
     assert any(x.startswith("128 ranks (16 node(s) x 8); update memory/rank ~") for x in train)
     est = next(x for x in train if x.startswith("estimate: "))
     assert " h" in est and "GPU-hours on 128 GPUs" in est and re.search(r"checkpoints [0-9.]+ [GT]B", est)
     sb = next(x for x in train if x.startswith("sbatch: "))
     # the time-limit warning leaves the stop grace (1800 s: a step and its save) + SIGTERM's 30 s + 30 s
-    for flag in ("--cpus-per-task=64", "--mem=204800M", "--gpus-per-node=8", "--nodes=16",
+    for flag in ("--cpus-per-task=64", "--mem=266240M", "--gpus-per-node=8", "--nodes=16",
                  "--signal=USR2@1860", "--ntasks-per-node=1", "--dependency='afterok:<peak/dapo/seed0>'"):
         assert flag in sb, flag
     assert next(x for x in train
                 if x.startswith("srun: ")).startswith("srun: srun --unbuffered --cpus-per-task=64")
     tr = next(x for x in train if x.startswith("torchrun: "))
     assert ("-m torch.distributed.run --nnodes=16 --nproc_per_node=8" in tr
-            and "reproduce.jobs train" in tr)
+            and "reproduce.jobs train" in tr and "--shutdown-timeout=<KillWait + GraceTime>" in tr)
     # stage 2 waits for θ*'s checkpoint, not the end of stage 1
     assert _block(lines, "peak/dapo/seed0")[0].split()[-1] == "ckpt/dapo/seed0/step140"
     ready = _block(lines, "ckpt/dapo/seed0/step140")
@@ -70,14 +70,24 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     assert ev[1].startswith("torchrun --nproc-per-node 8 -m eval.evaluate")
     assert "--dependency='afterok:<stage2/armor/seed0>:<stage>'" in next(x for x in ev
                                                                          if x.startswith("sbatch"))
-    assert "GPU-hours on 8 GPUs" in next(x for x in ev if x.startswith("estimate"))
+    ev_est = next(x for x in ev if x.startswith("estimate"))
+    assert "GPU-hours on 8 GPUs" in ev_est
+    # AIME's 30 problems are one chunk of 32: one GPU of the node's 8 generates it; over the 8 h limit, the
+    # job is requeued and resumes
+    assert "GPUs busy of 8 (chunks of 32 problems): aime24 1, aime25 1, amc 3, gpqa_diamond 7" in ev_est
+    assert "over the 8.0 h limit (evaluate.time_min): 2 attempts" in ev_est
     # totals: the assumption named, GPU-hours, disk, the critical path and the time on the cluster
     assert ("[assumed (reproduce/sizing.py defaults), not measured]" in out
             and "throughput: rollout 2,500" in out)
     assert next(x for x in lines if x.startswith("total: ")).endswith("evaluation)")
     assert "checkpoints: " in out and "kept at the end under the retention policy" in out
     crit = next(x for x in lines if x.startswith("critical path (unlimited nodes): "))
-    assert "ckpt/qae/seed0/step230 -> peak/qae/seed0" in crit
+    assert "ckpt/qae/seed0/step230 -> peak/qae/seed0" in crit and " nodes at once at its peak: " in crit
+    pre = next(x for x in lines if x.startswith("preemption: "))
+    assert "training state every 1 step(s) (schedule.state_every" in pre
+    assert "at most 1 completed step(s) lost + the one in flight" in pre
+    hung = next(x for x in lines if x.startswith("hung rank: "))
+    assert "= 3 x max(" in hung and "not parallel.timeout_s = 10.0 h" in hung
     assert next(x for x in lines if x.startswith("on 16 node(s)"))
     assert "budget 30,000 GPU-hours" in out and "  -> --only " in out
     covered = next(x for x in lines if x.startswith("  -> --only ")).split()[-1].split(",")
@@ -101,6 +111,15 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
 def test_bad_input_fails_at_plan_time(tmp_path, capsys, argv, key):
     assert run_all.main(["--preset", "qwen25-math-7b", "--dry-run", "--root", str(tmp_path), *argv]) == 2
     assert key in capsys.readouterr().err
+
+
+def test_a_watchdog_floor_below_one_step_fails_at_plan_time(tmp_path, capsys):
+    f = tmp_path / "stall.yaml"
+    f.write_text(f"base: {REPO / 'reproduce/presets/qwen25-math-7b.yaml'}\nname: stall\n"
+                 "parallel: {stall_min_s: 100}\n")
+    assert run_all.main(["--preset", str(f), "--dry-run", "--root", str(tmp_path)]) == 2
+    assert "parallel.stall_min_s: 100 x parallel.stall_steps 3 is below one step and its save" in \
+        capsys.readouterr().err
 
 
 def test_tensor_parallel_must_divide_the_gpus_per_node(tmp_path, capsys):

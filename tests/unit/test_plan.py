@@ -3,7 +3,10 @@ given size, the budget's choice of items; the job shape's threads (slurm/resourc
 import pytest
 
 from reproduce.dag.budget import choose_items
-from reproduce.sizing import Estimate, checkpoint_volume, host_memory_gb, simulate
+from types import SimpleNamespace
+
+from reproduce.sizing import (ROLLOUT_BYTES_PER_TOKEN, Estimate, checkpoint_volume, host_memory_gb,
+                              preemption_steps, simulate)
 from slurm import jobwrap
 from slurm.launcher import Job
 from slurm.resources import Resources
@@ -15,6 +18,8 @@ def test_checkpoint_volume_under_retention():
     v = checkpoint_volume(10 ** 9, saves=36, keep_last=2, protected=3)   # last 2 resumable + 3 protected
     assert v["kept"] == 5 and v["bytes"] == 5 * 14 * 10 ** 9
     assert checkpoint_volume(10 ** 9, saves=3, keep_last=2, protected=3)["kept"] == 3
+    # a run that resets πref holds its bf16 shards in every save too
+    assert checkpoint_volume(10 ** 9, saves=1, reference_bytes=2)["per_save"] == 16 * 10 ** 9
 
 
 def test_host_memory_counts_the_engines_weight_backup_per_rank():
@@ -24,6 +29,19 @@ def test_host_memory_counts_the_engines_weight_backup_per_rank():
     # 4 nodes: each node's ranks hold a quarter of the export
     assert host_memory_gb(n, 8, 4, "vllm") == pytest.approx(got - 2 * n / 1e9 * 3 / 4)
     assert host_memory_gb(n, 8, 1, "hf") < got - 100       # no sleep-mode backup without vLLM
+    # every rank holds the step's rollouts (all shards gathered): 1e8 generated tokens at 44 B each, 8 ranks
+    assert host_memory_gb(n, 8, 1, "vllm", rollout_tokens=1e8) == pytest.approx(got + 8 * 1e8 * 44 / 1e9)
+    assert ROLLOUT_BYTES_PER_TOKEN == 44
+    # a background state save's CPU copy: masters 4N + AdamW 8N + πref 2N over all 16 x 8 ranks
+    assert host_memory_gb(n, 8, 16, "vllm", state_staging=True) == pytest.approx(
+        host_memory_gb(n, 8, 16, "vllm") + 8 * 14 * n / 1e9 / 128)
+
+
+def test_preemption_costs_the_steps_since_the_last_saved_state():
+    def sched(state_every, save_every=20):
+        return SimpleNamespace(state_every=state_every, save_every=save_every)
+    assert preemption_steps(sched(None)) == 20 and preemption_steps(sched(1)) == 1
+    assert preemption_steps(sched(5)) == 5 and preemption_steps(sched(50)) == 20   # a checkpoint comes first
 
 
 def test_threads_per_rank_from_the_nodes_cores():
@@ -47,6 +65,7 @@ def test_schedule_side_by_side_and_checkpoint_ready_jobs():
            "s2a": Estimate(5.0, 128, 16), "s2b": Estimate(5.0, 128, 16), "eval": Estimate(1.0, 8, 1)}
     inf = simulate(jobs, est, None)
     assert inf["end"]["ready"] == pytest.approx(4.0)          # stage 2 starts at 40 % of stage 1
+    assert inf["peak_nodes"] == 48                             # s1, s2a and s2b at once (eval after s1 ends)
     assert inf["start"]["s2a"] == pytest.approx(4.0) and inf["makespan"] == pytest.approx(10.0)
     assert inf["path"] == ["s1"]
     one = simulate(jobs, est, 16)                              # one train job at a time
