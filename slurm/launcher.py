@@ -13,6 +13,11 @@ Backends
          an `array` tag are one job array (executor.submit_array); every job has `--requeue`.
   auto   slurm when `sbatch` is on PATH and `sinfo` answers, else local.
 
+Gates (`Job.gate = Gate(path, watch)`): a job that may start only once a file exists which another job,
+running beside it, makes (a checkpoint). Locally it starts when the path appears; on SLURM it is submitted
+held and released by the watched job's wrapper (slurm/jobwrap.py: RELEASES) or by a driver that sees the
+path. Nothing polls under a time limit while it waits.
+
 Bookkeeping (ROOT/_jobs/): `state.json` maps each job key to its backend, SLURM job id (or local pid),
 submission id and last seen state; `ROOT/_jobs/<key>/` holds `spec.json`, the job wrapper's markers
 (`started`, then `finished` / `failed` / `interrupted`, with the exit code; see slurm/jobwrap.py),
@@ -234,6 +239,16 @@ def active_jobs() -> list[str]:
     if r.returncode != 0:
         raise LauncherError(f"squeue failed: {r.stderr.strip()}")
     return [line.strip() for line in r.stdout.splitlines() if line.strip()]
+
+
+def _held(job_id: str, name: str) -> bool:
+    """Whether SLURM job `job_id` is pending on a user hold under the job name `name`."""
+    try:
+        r = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%j|%T|%r"], capture_output=True,
+                           text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.stdout.strip().split("|") == [name, "PENDING", "JobHeldUser"]
 
 
 def _user() -> str:
@@ -817,17 +832,23 @@ class Launcher:
         write_json_atomic(f, table, **jobwrap.JSON_KW)
 
     def _release_gates(self, order: list[Job], states: dict) -> None:
-        """Release every held (queued) gated job whose path exists: what the watched job's wrapper does, done
-        again by any driver that sees it (a wrapper killed first, or a gate submitted after the path
-        appeared)."""
+        """Release every held gated job whose path exists: what the watched job's wrapper does, done again by
+        any driver that sees it (a wrapper killed first, or a gate submitted after the path appeared). A gate
+        whose outputs exist reads done here while its SLURM job may still be held, with dependents waiting on
+        it (afterok): it is released too. Tried once per driver run, retried while it reads queued."""
         for j in order:
             rec = self._registry.get(j.key) or {}
             jid = rec.get("job_id")
-            if (j.gate is None or states[j.key][0] != QUEUED or rec.get("backend") != "slurm" or not jid
-                    or jid in self._released or not Path(j.gate.path).exists()):
+            if (j.gate is None or states[j.key][0] not in (QUEUED, DONE) or rec.get("backend") != "slurm"
+                    or not jid or jid in self._released or not Path(j.gate.path).exists()):
                 continue
-            if jobwrap.release_job(jid):
+            if states[j.key][0] == DONE and not _held(jid, self.slurm_params(j, [])["job_name"]):
+                self._released.add(jid)          # ran already (or the id is no longer this job's)
+                continue
+            ok = jobwrap.release_job(jid)
+            if ok or states[j.key][0] != QUEUED:
                 self._released.add(jid)
+            if ok:
                 self._emit(f"[release] {j.key} (slurm {jid}): {j.gate.path} exists")
 
     def wait(self, order: list[Job], states: Optional[dict] = None) -> dict:

@@ -94,3 +94,36 @@ def test_stage2_and_evaluation_run_when_theta_star_comes_after_every_time_limit(
     assert {"dapo", "armor", "opd", "mopd"} <= set(ev["arm"])         # and armor's alias armor_reset_2
     peak = json.loads((out / "dapo" / "seed0" / "peak.json").read_text())
     assert peak["step"] == 4 and set(df[df.arm == "armor"]["step"]) >= {4, 8}
+
+
+def test_a_driver_rerun_releases_a_gate_whose_path_exists(slurm_cluster, tmp_path, wait_until):
+    """The watched job has not even started (its own dependency holds it), so its wrapper cannot release the
+    gate; the path appears anyway (here: the test writes it). A rerun driver (--no-wait) reads the gate done
+    by its outputs, sees its SLURM job still held, and releases it: the job that depends on it runs."""
+    from slurm.launcher import Gate, Job
+    from slurm.resources import Resources
+    small = Resources(cpus_per_task=1, mem_gb=0.25, time_min=5)
+    go, path, ran = tmp_path / "go", tmp_path / "ckpt" / "trainer_state.pt", tmp_path / "after_ran"
+    wait_go = f"import pathlib, time\nwhile not pathlib.Path({str(go)!r}).exists(): time.sleep(0.1)"
+    jobs = [Job("blocker", [PY, "-c", wait_go], resources=small, done=go.exists),
+            Job("stage1/w", [PY, "-c", "pass"], deps=["blocker"], resources=small),
+            Job("ckpt/w", [PY, "-c", "pass"], resources=small, gate=Gate(str(path), "stage1/w"),
+                done=path.exists),
+            Job("after", [PY, "-c", f"open({str(ran)!r}, 'w').close()"], deps=["ckpt/w"], resources=small,
+                done=ran.exists)]
+    logs = []
+    la = Launcher(tmp_path / "runs", cluster="slurm", progress=False, poll_s=0.5, log=logs.append)
+    la.run(jobs, wait=False)
+    gate_id = la.load_registry()["ckpt/w"]["job_id"]
+    assert _show(gate_id)["Reason"] == "JobHeldUser"
+    path.parent.mkdir()
+    path.write_bytes(b"x")
+    Launcher(tmp_path / "runs", cluster="slurm", progress=False, poll_s=0.5, log=logs.append).run(jobs,
+                                                                                                  wait=False)
+    assert any(line.startswith(f"[release] ckpt/w (slurm {gate_id})") for line in logs), logs
+    wait_until(ran.exists, "the job after the released gate")
+    go.write_text("")
+    states = Launcher(tmp_path / "runs", cluster="slurm", progress=False, poll_s=0.5,
+                      log=logs.append).run(jobs)
+    assert all(s == DONE for s, _ in states.values()), states
+    assert _show(gate_id)["JobState"] == "COMPLETED"
