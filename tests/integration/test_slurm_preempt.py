@@ -2,8 +2,8 @@
 sends SIGTERM and, the cluster's grace later (KillWait), SIGKILL; no save fits in between. The run saves its
 training state in the background every step (schedule.state_every), so the requeue resumes from the last
 saved state and loses no more completed steps than the plan prints (reproduce.sizing.preemption_steps); the
-result equals an uninterrupted run's. The job is held at a moment the test chooses (ARMOR_HOLD, armor/faults.py):
-in step 4, after its first optimizer update, once the state of step 3 is complete."""
+result equals an uninterrupted run's. The job is held at a moment the test chooses (ARMOR_HOLD,
+armor/faults.py): in step 4, after its first optimizer update, once the state of step 3 is complete."""
 import json
 import subprocess
 import sys
@@ -36,8 +36,8 @@ def _unless_failed(jdir, cond):
 def test_preempted_torchrun_job_resumes_from_its_last_state(slurm_cluster, world, tmp_path, wait_until):
     out, hold = tmp_path / "run", tmp_path / "hold"
     hold.mkdir()
-    overrides = [*world_overrides(world, out), f"schedule.total_steps={STEPS}", "parallel.timeout_s=600", *ARGS,
-                 *STATES]
+    overrides = [*world_overrides(world, out), f"schedule.total_steps={STEPS}", "parallel.timeout_s=600",
+                 *ARGS, *STATES]
     job = Job("stage1/preempted", [sys.executable, "-m", "armor.train", "--config", str(SMOKE), *overrides],
               kind="train", launch="torchrun", env={"ARMOR_PROGRESS": "0", "ARMOR_HOLD": f"update@4:{hold}"},
               resources=Resources(nodes=1, procs_per_node=2, cpus_per_task=2, mem_gb=4, time_min=60),
@@ -63,7 +63,8 @@ def test_preempted_torchrun_job_resumes_from_its_last_state(slurm_cluster, world
     assert states[job.key][0] == DONE and la.load_registry()[job.key]["job_id"] == jid   # requeued
     # torchrun waited for its ranks as long as the cluster does (KillWait + GraceTime), not its own 30 s
     grace = jobwrap.cluster_grace_s("debug")
-    headers = [x for x in (jdir / "log.out").read_text().splitlines() if x.startswith("=== ") and "attempt" in x]
+    headers = [x for x in (jdir / "log.out").read_text().splitlines()
+               if x.startswith("=== ") and "attempt" in x]
     assert len(headers) == 2 and all(f"--shutdown-timeout={int(grace)}" in h for h in headers), headers
     # resumed from the state of step 3: steps 1-3 not recomputed (their rows, timings included, are attempt
     # 1's), step 4 computed again; the completed steps lost are within the plan's bound
