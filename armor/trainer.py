@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import signal
 import warnings
 
 import torch
@@ -569,9 +570,12 @@ class Trainer:
                     out.validation(r)
                     last_val = r["value"]
             self.stopped = stopper.agreed(self.dist)      # a stop signal on any rank: save this step, leave
-            if self.checkpoints.due(self.step) or self.stopped is not None:
+            # a preemption's SIGTERM leaves only the cluster's grace: the training state alone, when the run
+            # keeps them (schedule.state_every), unless the schedule saves this step anyway
+            quick = self.stopped == signal.SIGTERM and bool(s.state_every)
+            if self.checkpoints.due(self.step) or (self.stopped is not None and not quick):
                 self.save()
-            elif self.checkpoints.state_due(self.step):
+            elif self.checkpoints.state_due(self.step) or self.stopped is not None:
                 self.save(state_only=True)
             if self.stopped is not None:
                 print(f"{self.run_dir}: stopped by signal {self.stopped} after saving step {self.step}; "

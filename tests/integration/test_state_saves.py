@@ -50,6 +50,18 @@ def test_kill_resumes_from_the_newest_state_and_equals_an_uninterrupted_run(worl
     assert not (out / ckpt.STATE).exists()
 
 
+def test_a_preemptions_sigterm_saves_the_state_alone_and_the_run_resumes_from_it(world, plain, tmp_path):
+    """SIGTERM (a preemption: only the cluster's grace before SIGKILL) during step 5's update: the run ends
+    the step and saves its training state alone, off the schedule (state_every 3: states at 3 and 6,
+    checkpoints at 4 and 8), not a whole checkpoint; it exits 128 + SIGTERM and resumes from step 5."""
+    out = tmp_path / "run"
+    r = _run(world, out, "update@5:SIGTERM", ("schedule.state_every=3",))
+    assert r.returncode == 128 + signal.SIGTERM, (r.returncode, r.stderr[-3000:])
+    assert ckpt.list_checkpoints(out) == [4] and ckpt.list_states(out) == [5]
+    _finished(_run(world, out, extra=("schedule.state_every=3",)))
+    assert_same_run(plain, out, 8)
+
+
 def test_two_ranks_resume_from_a_state_and_equal_an_uninterrupted_run(world, tmp_path):
     """Two ranks (torchrun, gloo): each writes its shards of the state in the background over its own gloo
     group; killed while the step-4 checkpoint is written, the run resumes from the state of step 3."""
@@ -71,4 +83,3 @@ def test_two_ranks_resume_from_a_state_and_equal_an_uninterrupted_run(world, tmp
 def test_bad_state_every_is_named(world, tmp_path):
     r = _run(world, tmp_path / "never", extra=("schedule.state_every=0",))
     assert r.returncode != 0 and "schedule.state_every: 0 must be >= 1" in r.stderr
-    assert r.returncode != -signal.SIGKILL
