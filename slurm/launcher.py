@@ -553,7 +553,9 @@ class Launcher:
                     if j.key in final or j.key in procs:
                         continue
                     bad = [d for d in j.deps if d in final and states[d][0] in (FAILED, BLOCKED)]
-                    shut = gate_verdict(j, states) if j.gate is not None and not j.is_done() else None
+                    # a gate's watched job decided in this invocation (a failure recorded before is retried)
+                    shut = (gate_verdict(j, states) if j.gate is not None and j.gate.watch in final
+                            and not j.is_done() else None)
                     if bad:
                         states[j.key] = (BLOCKED, f"dependency {bad[0]} {states[bad[0]][0]}")
                     elif shut is not None:

@@ -213,3 +213,29 @@ def test_local_gate_fails_when_the_watched_job_fails_or_ends_without_it(tmp_path
     assert states["stage2/b/seed0"][0] == "blocked"
     assert not la.job_dir("ckpt/a/seed0/step2").exists() or not (la.job_dir("ckpt/a/seed0/step2")
                                                                   / "started").exists()
+
+
+def test_local_gate_after_a_failed_stage_1_opens_on_the_rerun(tmp_path):
+    """The first driver: stage 1 fails, the gate is blocked. The rerun retries stage 1 (its failure recorded
+    before does not block the gate again), which saves step 2: the gate opens and stage 2 runs."""
+    run, ok, started = tmp_path / "run", tmp_path / "ok", tmp_path / "stage2_started"
+    stage1 = textwrap.dedent(f"""
+        import pathlib, sys
+        if not pathlib.Path({str(ok)!r}).exists(): sys.exit(3)
+        ck = pathlib.Path({str(run)!r}) / "checkpoints" / "step_000002"
+        ck.mkdir(parents=True); (ck / "trainer_state.pt").write_bytes(b"x")
+        (pathlib.Path({str(run)!r}) / "DONE").write_text("{{}}")
+    """)
+    jobs = [Job("ckpt/a/seed0/step2", [PY, "-c", "pass"], kind="wait_checkpoint",
+                gate=Gate(str(gate_path(run, 2)), "stage1/a/seed0"), done=lambda: 2 in list_checkpoints(run)),
+            Job("stage1/a/seed0", [PY, "-c", stage1], kind="train", done=lambda: (run / "DONE").exists()),
+            Job("stage2/b/seed0", [PY, "-c", f"open({str(started)!r}, 'w').close()"], kind="train",
+                deps=["ckpt/a/seed0/step2"], done=started.exists)]
+
+    def driver():
+        return Launcher(tmp_path / "root", cluster="local", workers=2, progress=False, poll_s=0.05,
+                        log=lambda s: None, warm_start=False).run(jobs)
+    first = driver()
+    assert first["stage1/a/seed0"][0] == "failed" and first["ckpt/a/seed0/step2"][0] == "blocked"
+    ok.write_text("")
+    assert all(s == DONE for s, _ in driver().values()) and started.exists()
