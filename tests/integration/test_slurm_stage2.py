@@ -16,7 +16,7 @@ from slurm.launcher import DONE, Launcher
 from test_experiments import FAKE_EVAL, FAKE_FIGURES, FAKE_TRAIN, FAKE_WORLD, MINI, PY, REPO, _mini_preset
 
 pytestmark = pytest.mark.slurm
-HOLD_AT = "        if s % cfg.schedule.save_every == 0 or s == n:\n"
+HOLD_AT = "        if s % cfg.schedule.save_every == 0 or s == n"     # the fake run's save, before it
 # the fake stage-1 run (step_offset 0) waits before it saves step FAKE_HOLD's until that file exists
 HOLD = ('        hold = os.environ.get("FAKE_HOLD", "")\n'
         '        if hold and cfg.step_offset == 0 and s == int(hold.split(":")[0]):\n'
@@ -54,7 +54,8 @@ def test_stage2_and_evaluation_run_when_theta_star_comes_after_every_time_limit(
     preset = load_preset(_mini_preset(tmp_path, text=MINI.replace("  stage1_steps: 6\n",
                                                                   "  stage1_steps: 6\n  peak_step: 4\n")))
     res = {k: dataclasses.replace(r, time_min=1) for k, r in preset_resources(preset).items()}  # every job
-    jobs = build_jobs(preset, tmp_path / "runs", only=["table3"], resources=res)
+    # Fig. 1 reads all of stage 1, so θ* (step 4) comes before its end (tables alone would stop it at θ*)
+    jobs = build_jobs(preset, tmp_path / "runs", only=["table3", "fig1"], resources=res)
     gated = [j for j in jobs if j.gate is not None]
     assert [j.key for j in gated] == ["ckpt/dapo/seed0/step4"]
     assert all(j.resources.time_min == 1 for j in jobs)
