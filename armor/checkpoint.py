@@ -17,6 +17,12 @@ or an export dtype other than the masters' (schedule.export_dtype: bf16 for the 
                                                              resumes from it): the fp32 masters, optimizer,
                                                              a differing πref, buffers; rng/rank_N.pt
 Each rank hashes only the files it wrote; rank 0 merges the lists into the manifest.
+Between them, with schedule.state_every, the training state alone (what a resume needs: sharded/ as above,
+trainer_state.pt, checkpoint.json; no HF export) is saved asynchronously (`AsyncStateSaver`):
+    run_dir/state/step_000043/                            <- the newest only; gone once a newer state or
+                                                             checkpoint is complete
+so a preemption, which gives a run only the cluster's grace before SIGKILL, costs at most state_every steps.
+A resume takes the newest complete one of checkpoints and states.
 A checkpoint is written into `step_NNNNNN.tmp` and renamed when complete, so a folder without the
 suffix was whole when written; leftovers of a killed save are removed on the next start. A resume checks
 the newest checkpoint against its manifest (a file truncated or changed since, e.g. by a broken copy or
@@ -39,7 +45,7 @@ from armor import faults
 from common.hashing import sha256_file
 from common.jsonl import write_json_atomic
 # re-exported for the trainer and its tests
-from common.layout import list_checkpoints, step_dir  # noqa: F401
+from common.layout import STATE_FILE, STEP_RE, list_checkpoints, step_dir  # noqa: F401
 
 # torch and numpy are imported inside the functions that need them: the layout helpers (list_checkpoints,
 # step_dir) serve the experiment driver, which should not pay for loading torch.
@@ -51,11 +57,38 @@ class DamagedCheckpointWarning(UserWarning):
     """The newest checkpoint does not match its manifest; the previous complete one is used."""
 
 
+STATE = "state"   # run_dir/state/step_NNNNNN: the training state saved between checkpoints
+
+
+def state_dir(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / STATE / f"step_{step:06d}"
+
+
+def list_states(run_dir: Path) -> list[int]:
+    """The steps of the run's complete training states (state/step_NNNNNN holding trainer_state.pt)."""
+    root = Path(run_dir) / STATE
+    if not root.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in root.iterdir() if (m := STEP_RE.match(p.name))
+                  and (p / STATE_FILE).is_file())
+
+
+def resume_dir(run_dir: Path, step: int) -> Path:
+    """The folder a resume from `step` reads: the step's checkpoint, else its training state."""
+    d = step_dir(run_dir, step)
+    return d if (d / STATE_FILE).is_file() else state_dir(run_dir, step)
+
+
+def is_state(folder: Path) -> bool:
+    """Whether a resume folder is a training state (no HF export: the weights are in sharded/ only)."""
+    return Path(folder).parent.name == STATE
+
+
 def clean_partial(run_dir: Path) -> None:
-    root = Path(run_dir) / "checkpoints"
-    if root.is_dir():
-        for p in root.glob("*.tmp"):
-            shutil.rmtree(p, ignore_errors=True)
+    for root in (Path(run_dir) / "checkpoints", Path(run_dir) / STATE):
+        if root.is_dir():
+            for p in root.glob("*.tmp"):
+                shutil.rmtree(p, ignore_errors=True)
 
 
 def rng_state() -> dict:
@@ -77,10 +110,7 @@ def set_rng_state(s: dict) -> None:
 
 def begin_checkpoint(run_dir: Path, step: int) -> Path:
     """The empty `step_NNNNNN.tmp` folder a checkpoint is written into (rank 0 makes it)."""
-    tmp = step_dir(run_dir, step).with_name(step_dir(run_dir, step).name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    return tmp
+    return _begin(step_dir(run_dir, step))
 
 
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, reference=None, weights=None,
@@ -105,14 +135,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, ref
 def _commit(run_dir: Path, step: int, tmp: Path, hashed: dict) -> Path:
     """The manifest (the ranks' own entries `hashed`, and every other file, which rank 0 wrote, hashed here),
     then the rename that makes the checkpoint complete."""
-    final = step_dir(run_dir, step)
-    files = {**_manifest(tmp, skip=set(hashed)), **hashed}
-    write_json_atomic(tmp / MANIFEST, {"step": step, "files": dict(sorted(files.items()))}, indent=1,
-                      sort_keys=True)
-    if final.exists():  # a rerun of a step whose checkpoint survived a crash before `DONE`
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    return final
+    return _commit_folder(tmp, step_dir(run_dir, step), step, hashed)
 
 
 def finish_checkpoint(run_dir: Path, step: int, tmp: Path, config, tokenizer, state: dict, export_dtype,
@@ -306,11 +329,13 @@ def damage(folder: Path, threads: int = 8) -> str | None:
 
 
 def latest_complete(run_dir: Path) -> int | None:
-    """The newest checkpoint that matches its manifest (None: none). Each newer, damaged one is reported with
-    a DamagedCheckpointWarning naming it and why, and moved aside to `step_NNNNNN.damaged` (kept, not
-    deleted: nothing is lost; it is no longer listed)."""
-    for step in reversed(list_checkpoints(run_dir)):
-        d = step_dir(run_dir, step)
+    """The newest checkpoint or training state (state/, schedule.state_every) that matches its manifest
+    (None: none). Each newer, damaged one is reported with a DamagedCheckpointWarning naming it and why, and
+    moved aside to `step_NNNNNN.damaged` (kept, not deleted: nothing is lost; it is no longer listed)."""
+    folders = [step_dir(run_dir, s) for s in list_checkpoints(run_dir)]
+    folders += [state_dir(run_dir, s) for s in list_states(run_dir) if s not in list_checkpoints(run_dir)]
+    for d in sorted(folders, key=lambda f: int(STEP_RE.match(f.name).group(1)), reverse=True):
+        step = int(STEP_RE.match(d.name).group(1))
         why = damage(d)
         if why is None:
             return step
@@ -351,8 +376,9 @@ def load_optimizer_state(model, optimizer, saved: dict) -> None:
 
 
 def load_state(run_dir: Path, step: int) -> dict:
+    """trainer_state.pt of the resume point `step` (its checkpoint, else its training state)."""
     import torch
-    return torch.load(step_dir(run_dir, step) / "trainer_state.pt", weights_only=False)
+    return torch.load(resume_dir(run_dir, step) / STATE_FILE, weights_only=False)
 
 
 def prune(run_dir: Path, keep_last: int | None, protected: set[int],
@@ -393,6 +419,136 @@ def best_candidates(curve: list[tuple[int, float]], saved, window: int) -> set[i
     return pending | ({-max(final)[1]} if final else set())
 
 
+class AsyncStateSaver:
+    """The training state saved between checkpoints without stopping the run (torchtitan's async
+    checkpointing): at a step boundary each rank stages its shards of the policy (the fp32 masters), the
+    optimizer, a differing πref and the buffers into CPU memory (torch.distributed.checkpoint.async_save; a
+    copy, so the next steps' updates do not reach it) and writes them in a background thread, over a gloo
+    group of its own (the step's collectives run beside it on the default group); the trainer's state and
+    each rank's RNG are taken at the boundary too. Once every rank has written and hashed its files
+    (sharded/done/rank_N.json), rank 0's thread writes trainer_state.pt and the manifest and renames
+    state/step_NNNNNN.tmp into place, then deletes the older states. One save in flight at a time: the next
+    save, a checkpoint and the run's end wait for it (`wait`), which raises if it failed.
+
+        saver.save(step, policy, optimizer, reference_or_None, trainer_state, dist)
+        saver.wait()
+    """
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self._group = None
+        self._thread = None
+        self._step: int | None = None
+        self._error: str | None = None
+
+    def save(self, step: int, model, optimizer, reference, state: dict, dist) -> None:
+        """Start the state of `step` (a collective: every rank calls it at the same boundary)."""
+        import io
+        import threading
+
+        import torch
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+        self.wait()
+        if dist.distributed and self._group is None:
+            self._group = torch.distributed.new_group(backend="gloo")
+        tmp = dist.all_gather_object(_begin(state_dir(self.run_dir, step)) if dist.is_main else None)[0]
+        sd = {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer),
+              "buffers": dict(model.named_buffers())}
+        if reference is not None:
+            sd["reference"] = get_model_state_dict(reference)
+        d = tmp / SHARDED
+        (d / "rng").mkdir(parents=True, exist_ok=True)
+        torch.save(rng_state(), d / "rng" / f"rank_{dist.rank}.pt")
+        blob = None
+        if dist.is_main:    # the trainer's state as it is now: the run goes on changing it
+            buf = io.BytesIO()
+            torch.save({**state, "rng": rng_state()}, buf)
+            blob = buf.getvalue()
+        upload = dcp.async_save(sd, checkpoint_id=str(d), process_group=self._group,
+                                no_dist=not dist.distributed)
+        self._step = step
+        self._thread = threading.Thread(target=self._finish, args=(upload, tmp, step, dist.rank,
+                                                                    dist.world_size, blob),
+                                        name=f"state-{step}", daemon=True)
+        self._thread.start()
+
+    def _finish(self, upload, tmp: Path, step: int, rank: int, world: int, blob: bytes | None) -> None:
+        """In the background: this rank's files written, hashed and announced; on rank 0, once every rank's
+        are, the state completed and committed."""
+        done = tmp / SHARDED / "done"
+        try:
+            upload.result()
+            d = tmp / SHARDED
+            own = sorted(d.glob(f"__{rank}_*.distcp")) + [d / "rng" / f"rank_{rank}.pt"]
+            own += [d / ".metadata"] if rank == 0 else []
+            mine = {"files": _manifest(tmp, only=own)}
+        except Exception as e:          # noqa: BLE001 (reported by wait(), on this rank and rank 0)
+            mine = {"error": f"{type(e).__name__}: {e}"}
+        done.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(done / f"rank_{rank}.json", mine)
+        if "error" in mine:
+            self._error = mine["error"]
+        if rank != 0:
+            return
+        import time
+        marks = [done / f"rank_{r}.json" for r in range(world)]
+        while not all(m.is_file() for m in marks):    # the others write theirs in their own threads
+            time.sleep(0.05)
+        got = [json.loads(m.read_text()) for m in marks]
+        bad = [f"rank {r}: {g['error']}" for r, g in enumerate(got) if "error" in g]
+        if bad:
+            self._error = "; ".join(bad)
+            return
+        (tmp / STATE_FILE).write_bytes(blob)
+        shutil.rmtree(done)
+        hashed = {k: v for g in got for k, v in g["files"].items()}
+        _commit_folder(tmp, state_dir(self.run_dir, step), step, hashed)
+        for old in list_states(self.run_dir):
+            if old < step:
+                shutil.rmtree(state_dir(self.run_dir, old), ignore_errors=True)
+
+    def wait(self) -> None:
+        """Until the state in flight is written (and on rank 0 committed); raises if it failed."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise RuntimeError(f"{self.run_dir}: saving the training state of step {self._step} failed: "
+                               f"{err}")
+
+    def drop_until(self, step: int) -> None:
+        """Delete the states of steps <= `step` (a checkpoint of `step` is complete: it resumes the run),
+        and the state folder once empty: a finished run's layout has none."""
+        for old in list_states(self.run_dir):
+            if old <= step:
+                shutil.rmtree(state_dir(self.run_dir, old), ignore_errors=True)
+        root = self.run_dir / STATE
+        if root.is_dir() and not any(root.iterdir()):
+            root.rmdir()
+
+
+def _begin(final: Path) -> Path:
+    """The empty `<final>.tmp` folder a checkpoint or state is written into (rank 0 makes it)."""
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def _commit_folder(tmp: Path, final: Path, step: int, hashed: dict) -> Path:
+    """The manifest (the ranks' own entries `hashed`, and every other file, hashed here), then the rename
+    that makes the folder complete."""
+    files = {**_manifest(tmp, skip=set(hashed)), **hashed}
+    write_json_atomic(tmp / MANIFEST, {"step": step, "files": dict(sorted(files.items()))}, indent=1,
+                      sort_keys=True)
+    if final.exists():  # a rerun of a step whose folder survived a crash before the run went on
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
 class CheckpointManager:
     """The run's checkpoint policy, as torchtitan's CheckpointManager owns its schedule and retention: when a
     step is saved (`due`) and which checkpoints stay (`protected`, `prune`). The trainer asks `due` and hands
@@ -405,11 +561,32 @@ class CheckpointManager:
 
     def __init__(self, run_dir: Path, schedule):
         self.run_dir, self.schedule = Path(run_dir), schedule
+        self.states = AsyncStateSaver(self.run_dir)      # schedule.state_every's saves between checkpoints
 
     def due(self, step: int) -> bool:
         """Whether the schedule saves `step`: every save_every steps, the last step, schedule.keep_steps."""
         s = self.schedule
         return step % s.save_every == 0 or step == s.total_steps or step in s.keep_steps
+
+    def state_due(self, step: int) -> bool:
+        """Whether `step` saves its training state alone (schedule.state_every; not a checkpoint's step)."""
+        every = self.schedule.state_every
+        return bool(every) and step % every == 0 and not self.due(step)
+
+    def save_state(self, models, step: int, optimizer, state: dict) -> None:
+        """Start the step's training state in the background (AsyncStateSaver; a collective on several
+        ranks): what models.save writes but the HF export, with πref's shards when it differs from the initial
+        model and this step's policy."""
+        ref = models.reference_step
+        state = {**state, "step": step, "world_size": models.dist.world_size, "reference_step": ref,
+                 "reference_source": models.ref_path if ref is None else f"step {ref}", "optimizer": None,
+                 "state_only": True}
+        self.states.save(step, models.policy, optimizer,
+                         models.reference if ref is not None and ref != step else None, state, models.dist)
+
+    def close(self) -> None:
+        """The end of the run: the state in flight is complete (raises if it failed)."""
+        self.states.wait()
 
     def protected(self, val_curve: list[tuple[int, float]], best_val: tuple[float, int] | None) -> set[int]:
         """Checkpoints never pruned: schedule.keep_steps, and every saved step that may still be the best
@@ -427,7 +604,9 @@ class CheckpointManager:
         trainer's part of trainer_state.pt (its "val_curve" and "best_val" decide the protected steps); then
         rank 0 prunes: the newest schedule.keep_last, the protected steps, this step and the one whose policy
         πref holds (models.reference_step) stay, and an off-schedule save goes once a newer one is
-        complete."""
+        complete. A state in flight completes first; the states up to this step go (the checkpoint resumes
+        the run)."""
+        self.states.wait()
         models.save(self.run_dir, step, optimizer, state)
         if models.dist.is_main:
             faults.point("saved", step)
@@ -435,4 +614,5 @@ class CheckpointManager:
             keep = self.protected(state["val_curve"], state["best_val"]) | {step} | (
                 {ref} if ref is not None else set())
             prune(self.run_dir, self.schedule.keep_last, keep, self.due)
+            self.states.drop_until(step)
         models.dist.barrier()

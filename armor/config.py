@@ -134,6 +134,12 @@ class ParallelConfig:
     cpu_offload: bool = _f(False, "keep parameter shards in CPU memory (FSDP2 CPUOffloadPolicy)")
     timeout_s: float = _f(1800.0, "collective timeout (s): a rank that failed makes the others error, not "
                                   "hang; must outlast the longest wait, a rollout round or rank 0's save")
+    stall_steps: float = _f(3.0, "several ranks: when no rank has advanced (a collective, a forward, a "
+                                 "step's end; armor/watchdog.py) for stall_steps x max(the longest step so "
+                                 "far, stall_min_s) seconds, the run ends naming the stuck rank, instead of "
+                                 "waiting out timeout_s; 0 = off")
+    stall_min_s: float = _f(600.0, "the watchdog's floor for a step's time (s): before the first step ends "
+                                   "it waits stall_steps x this")
 
 
 @dataclass
@@ -315,6 +321,13 @@ class ScheduleConfig:
     export_dtype: Literal["model", "float32", "bfloat16", "float16"] = _f(
         "model", "dtype of a checkpoint's Hugging Face export (what evaluation loads); model = model.dtype. "
                  "Another dtype keeps the float32 master weights only in the sharded state (sharded/)")
+    state_every: Optional[int] = _f(
+        None, "between the checkpoints, save the training state alone (fp32 masters, optimizer, πref's "
+              "shards, RNG, data position: what a resume needs; no HF export) every N steps, asynchronously "
+              "(staged into CPU memory at the step boundary, written by a background thread while the next "
+              "step runs; armor.checkpoint.AsyncStateSaver), into <run>/state/step_NNNNNN (the newest only). "
+              "A preemption, which gives a run only the cluster's grace before SIGKILL, then costs at most N "
+              "steps instead of save_every; null = none")
     stop_signals: list[str] = _f(factory=lambda: ["SIGUSR2", "SIGTERM"],
                                  help="signals that ask the run to stop for a requeue (SLURM's time-limit "
                                       "warning, preemption): the step in flight finishes, is saved, and the "
@@ -592,6 +605,9 @@ def validate(cfg: RunConfig) -> None:
     c(r.max_steps_without_kept is None or r.max_steps_without_kept >= 1, "rollout.max_steps_without_kept",
       r.max_steps_without_kept, "must be >= 1 (or null: never stop)")
     c(cfg.parallel.timeout_s > 0, "parallel.timeout_s", cfg.parallel.timeout_s, "must be > 0")
+    c(cfg.parallel.stall_steps >= 0, "parallel.stall_steps", cfg.parallel.stall_steps,
+      "must be >= 0 (0 = off)")
+    c(cfg.parallel.stall_min_s > 0, "parallel.stall_min_s", cfg.parallel.stall_min_s, "must be > 0")
     c(not (cfg.parallel.cpu_offload and cfg.device == "cpu"), "parallel.cpu_offload",
       cfg.parallel.cpu_offload,
       "offloads GPU parameters to the CPU: it needs device cuda (or auto on a GPU machine)")
@@ -677,6 +693,8 @@ def validate(cfg: RunConfig) -> None:
     c(s.total_steps >= 1, "schedule.total_steps", s.total_steps, "must be >= 1")
     c(s.save_every >= 1, "schedule.save_every", s.save_every, "must be >= 1")
     c(s.validate_every >= 0, "schedule.validate_every", s.validate_every, "must be >= 0 (0 = never)")
+    c(s.state_every is None or s.state_every >= 1, "schedule.state_every", s.state_every,
+      "must be >= 1 (or null: none)")
     c(s.keep_last is None or s.keep_last >= 1, "schedule.keep_last", s.keep_last, "must be >= 1 (or null)")
     c(s.keep_best_window >= 0, "schedule.keep_best_window", s.keep_best_window, "must be >= 0")
     for i, k in enumerate(s.keep_steps):

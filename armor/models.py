@@ -61,7 +61,9 @@ class Models:
         """Load the policy (the model, or the resume point's), πref, the teacher and the engine; returns
         self."""
         cfg, a = self.cfg, self.cfg.algo
-        init_path = str(ckpt.step_dir(run_dir, resume_from)) if resume_from is not None else cfg.model.path
+        src = ckpt.resume_dir(run_dir, resume_from) if resume_from is not None else None
+        # a training state (no HF export) takes its config and first weights from the model, then its shards
+        init_path = cfg.model.path if src is None or ckpt.is_state(src) else str(src)
         ref_path = self._reference_path(run_dir, resume_from, state)
         teacher_path = a.distill.teacher_path if a.distill.mode != "none" else ""
         self.replica = self.skeleton = None
@@ -135,7 +137,9 @@ class Models:
         folder)."""
         if resume_from is None or state["reference_step"] is None:
             return self.ref_path
-        d = ckpt.step_dir(run_dir, resume_from)
+        d = ckpt.resume_dir(run_dir, resume_from)
+        if ckpt.is_state(d):                  # its weights come from the state's shards (_sharded_sources)
+            return self.ref_path
         # a sharded checkpoint holds a differing πref in sharded/ (its HF config: the step folder's)
         return str(d if state["reference_step"] == resume_from or not (d / "reference").is_dir()
                    else d / "reference")
@@ -145,7 +149,7 @@ class Models:
         HF folder (a fresh start, a one-rank checkpoint in the model's dtype, πref never reset)."""
         if resume_from is None:
             return None, None
-        d = ckpt.step_dir(run_dir, resume_from)
+        d = ckpt.resume_dir(run_dir, resume_from)
         keys = ckpt.sharded_keys(d)
         if "model" not in keys:
             return None, None
@@ -279,9 +283,9 @@ class Models:
         """The optimizer's state from a checkpoint of any world size; and this rank's RNG (its own when the
         world size is the one that wrote it, else the saved one)."""
         if state["optimizer"] is None:        # written by several ranks: the optimizer's shards
-            ckpt.load_sharded_optimizer(ckpt.step_dir(run_dir, step), self.policy, optimizer)
+            ckpt.load_sharded_optimizer(ckpt.resume_dir(run_dir, step), self.policy, optimizer)
         else:
             ckpt.load_optimizer_state(self.policy, optimizer, state["optimizer"])
         same_world = state.get("world_size", 1) == self.dist.world_size
-        own = ckpt.rank_rng_state(ckpt.step_dir(run_dir, step), self.dist.rank) if same_world else None
+        own = ckpt.rank_rng_state(ckpt.resume_dir(run_dir, step), self.dist.rank) if same_world else None
         ckpt.set_rng_state(own or state["rng"])

@@ -20,6 +20,7 @@ from common.jsonl import append_jsonl, read_jsonl, write_json_atomic, write_json
 # keys of config.yaml that a rerun may change without invalidating the checkpoints
 RESUME_MUTABLE = {"threads", "device", "schedule.total_steps", "schedule.keep_last", "schedule.keep_steps",
                   "schedule.keep_best_window", "schedule.export_dtype", "schedule.stop_signals",
+                  "schedule.state_every", "parallel.stall_steps", "parallel.stall_min_s",
                   "reward.grader_workers",
                   "validation.max_problems", "output_dir", "model.display_name", "rollout.enforce_eager",
                   "rollout.max_logprob_mismatch", "rollout.max_steps_without_kept"}

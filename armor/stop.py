@@ -1,6 +1,8 @@
 """Stopping for a requeue: SLURM's time-limit warning (`--signal=USR2@T`) or a preemption (SIGTERM) asks the
 run to stop; the trainer finishes the step in flight, saves it and exits, so a requeue loses at most that
-step.
+step. On SIGTERM a run that keeps training states (schedule.state_every) saves the state alone, which fits
+the cluster's short grace better than a checkpoint (armor.checkpoint.AsyncStateSaver); a preemption's
+SIGKILL before the step ends leaves the newest state saved in the background.
 
     stop = StopRequest(["SIGUSR2", "SIGTERM"])     # handlers installed (schedule.stop_signals)
     signum = stop.agreed(dist)                      # at a step boundary: a collective, the same on every rank

@@ -27,12 +27,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import signal
 import warnings
 
 import torch
 
 from armor import checkpoint as ckpt
-from armor import faults, health, parallel, run_folder, stop
+from armor import faults, health, parallel, run_folder, stop, watchdog
 from armor.advantages import group_advantages
 from armor.anchors import anchor_keep, assemble_anchor_groups, dynamic_sampling_keep
 from armor.config import RunConfig, needs_reference_logprobs
@@ -83,7 +84,9 @@ class Trainer:
         if cfg.threads or os.environ.get("ARMOR_THREADS"):
             torch.set_num_threads(cfg.threads or int(os.environ["ARMOR_THREADS"]))
         # world size 1 without torchrun
-        self.dist = Dist.from_env(cfg.device, timeout_s=cfg.parallel.timeout_s)
+        # several ranks: a rank that stops advancing ends the run, named (armor.watchdog)
+        self.dist = watchdog.watch(Dist.from_env(cfg.device, timeout_s=cfg.parallel.timeout_s), self.run_dir,
+                                   cfg.parallel)
         self.device = self.dist.device
         self.ranks_per_engine = parallel.ranks_per_engine(cfg)    # > 1: a tensor-parallel vLLM engine
         self.shards = cfg.rollout.shards or self.dist.world_size // self.ranks_per_engine
@@ -121,6 +124,7 @@ class Trainer:
         # trainer_state.pt (the whole optimizer state of a one-rank run) is read once for the resume
         state = ckpt.load_state(self.run_dir, resume_from) if resume_from is not None else None
         self.models = Models(cfg, self.dist, self.tokenizer).load(self.run_dir, resume_from, state)
+        watchdog.hook_modules(self.dist, self.models.policy, self.models.reference, self.models.teacher)
         o = cfg.optim
         # one process: the fused AdamW kernel (one pass per tensor, ~5x faster than the loop on the CPU);
         # FSDP2's DTensor shards, and ARMOR_FAST_FORWARD=0 (the reference numerics), keep the loop
@@ -549,10 +553,12 @@ class Trainer:
         return rows
 
     # ------------------------------------------------------------------------------------ checkpoints
-    def save(self) -> None:
+    def save(self, state_only: bool = False) -> None:
         """The step's checkpoint with the trainer's state beside the weights (armor.checkpoint's
-        CheckpointManager: the models write it, it prunes)."""
-        self.checkpoints.save(self.models, self.step, self.optimizer, {
+        CheckpointManager: the models write it, it prunes); state_only: the training state alone, in the
+        background (schedule.state_every)."""
+        save = self.checkpoints.save_state if state_only else self.checkpoints.save
+        save(self.models, self.step, self.optimizer, {
             "scheduler": self.scheduler.state_dict(), "data": self.stream.state_dict(),
             "best_val": self.best_val, "val_curve": self.val_curve, "shards": self.shards,
             "health": self.health.state_dict()})
@@ -563,6 +569,7 @@ class Trainer:
         if (rd / "DONE").is_file():
             print(f"{rd}: already finished (DONE); nothing to do")
             return rd
+        watchdog.start(self.dist)               # from here a rank that stops advancing ends the run, named
         self.start()
         # metrics.jsonl, validation.jsonl, TensorBoard / W&B and DONE: rank 0 writes, the others do nothing
         out = run_folder.RunWriter(cfg, rd, enabled=self.dist.is_main)
@@ -572,6 +579,7 @@ class Trainer:
         finally:
             stopper.close()
             out.close()
+            watchdog.close(self.dist)
         self.grader.close()
         if self.stopped is not None:            # saved for a requeue: not DONE
             self.dist.barrier()
@@ -598,15 +606,22 @@ class Trainer:
                     out.validation(r)
                     last_val = r["value"]
             self.stopped = stopper.agreed(self.dist)      # a stop signal on any rank: save this step, leave
-            if self.checkpoints.due(self.step) or self.stopped is not None:
+            # a preemption's SIGTERM leaves only the cluster's grace: the training state alone, when the run
+            # keeps them (schedule.state_every), unless the schedule saves this step anyway
+            quick = self.stopped == signal.SIGTERM and bool(s.state_every)
+            if self.checkpoints.due(self.step) or (self.stopped is not None and not quick):
                 self.save()
+            elif self.checkpoints.state_due(self.step) or self.stopped is not None:
+                self.save(state_only=True)
             if self.stopped is not None:
                 print(f"{self.run_dir}: stopped by signal {self.stopped} after saving step {self.step}; "
                       "rerun to resume", flush=True)
                 break
+            watchdog.step_done(self.dist, self.step)
             bar.update(1)
             bar.set_postfix(acc=f"{row['accuracy']:.3f}", val="-" if last_val is None else f"{last_val:.3f}",
                             kept=row["prompts_kept"])
+        self.checkpoints.close()                          # a training state in flight completes
         bar.close()
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -38,6 +39,11 @@ _INTERRUPT_RCS = {-signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL, -signal.SIGH
                   128 + signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGUSR2}
 # in the job folder: the command stops at its next step boundary (armor.stop)
 STOP_FILE = "stop_requested"
+# in the job folder: held SLURM jobs this job's command opens, {key: {"job_id", "path"}} (launcher.Gate):
+# each is released (`scontrol release`) once its path exists; when the command ends, finished or failed,
+# those whose path does not exist are cancelled (they would wait forever)
+RELEASES = "releases.json"
+RELEASE_POLL_S = 2.0
 TERM_GRACE_S = 30.0               # after the stop file's grace: SIGTERM, then SIGKILL this much later
 
 JSON_KW = dict(indent=1, sort_keys=True)   # the job folder's marker files
@@ -70,10 +76,14 @@ def process_alive(pid: int, start: Optional[str] = None) -> bool:
 
 
 def rank_command(argv: list[str], nnodes: int, nproc_per_node: int, node_rank: int = 0,
-                 master_addr: Optional[str] = None, master_port: int = 29500) -> list[str]:
+                 master_addr: Optional[str] = None, master_port: int = 29500,
+                 shutdown_timeout: Optional[float] = None) -> list[str]:
     """The command one node runs. World size 1: argv unchanged. Otherwise `python [-m MODULE | SCRIPT] ARGS`
     becomes `python -m torch.distributed.run --nnodes .. --nproc_per_node .. [-m MODULE | SCRIPT] ARGS`
-    (torchrun: one process per GPU, RANK/LOCAL_RANK/WORLD_SIZE/MASTER_* set for torch.distributed/FSDP)."""
+    (torchrun: one process per GPU, RANK/LOCAL_RANK/WORLD_SIZE/MASTER_* set for torch.distributed/FSDP).
+    shutdown_timeout: torchrun's `--shutdown-timeout` (seconds from its SIGTERM to the ranks until it
+    SIGKILLs them; its own default is 30 s): the cluster's grace (`cluster_grace_s`), so torchrun never
+    kills the ranks before SLURM would."""
     nproc = max(1, nproc_per_node)
     if nnodes * nproc <= 1:
         return list(argv)
@@ -83,8 +93,33 @@ def rank_command(argv: list[str], nnodes: int, nproc_per_node: int, node_rank: i
     else:
         where = [f"--node_rank={node_rank}", f"--master_addr={master_addr or 'localhost'}",
                  f"--master_port={master_port}"]
+    if shutdown_timeout is not None:
+        where.append(f"--shutdown-timeout={shutdown_timeout}" if isinstance(shutdown_timeout, str)
+                     else f"--shutdown-timeout={max(1, int(round(shutdown_timeout)))}")
     return [python, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc_per_node={nproc}",
             *where, *rest]
+
+
+def _scontrol_value(args: list[str], key: str) -> Optional[str]:
+    """The value of `key` in `scontrol show ARGS` (`Key = value` or `Key=value` forms), or None."""
+    try:
+        out = subprocess.run(["scontrol", "show", *args], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(rf"(?:^|\s){re.escape(key)}\s*=\s*(\S+)", out)
+    return m.group(1) if m else None
+
+
+def cluster_grace_s(partition: Optional[str] = None) -> Optional[float]:
+    """Seconds SLURM lets a job's processes live after its first SIGTERM before the SIGKILL: the partition's
+    GraceTime (a preemption moves the job's end that far, slurm.schedmd.com/preempt.html) plus KillWait
+    (the SIGTERM -> SIGKILL gap at that end, a time limit, scancel or `scontrol requeue`). None when
+    scontrol does not answer. A QOS's GraceTime (accounting) is not read."""
+    kill_wait = _scontrol_value(["config"], "KillWait")
+    if kill_wait is None or not kill_wait.isdigit():
+        return None
+    grace = _scontrol_value(["partition", partition], "GraceTime") if partition else None
+    return float(kill_wait) + (float(grace) if grace and grace.isdigit() else 0.0)
 
 
 def _thread_env(env: dict, ranks: int = 1) -> dict:
@@ -144,6 +179,47 @@ def terminate_child(grace_s: float = 60.0, stop_file: Optional[Path] = None) -> 
     return child.returncode
 
 
+def release_job(job_id: str) -> bool:
+    """`scontrol release JOB_ID` (a held job may start; a running one is left as it is): whether it
+    succeeded."""
+    try:
+        return subprocess.run(["scontrol", "release", str(job_id)], capture_output=True,
+                              timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _gates(job_dir: Path) -> dict:
+    try:
+        table = json.loads((job_dir / RELEASES).read_text())
+    except (OSError, ValueError):
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
+def open_gates(job_dir: Path, released: set, log) -> None:
+    """Release the held jobs of JOB_DIR/RELEASES whose path exists (once each: ids in `released`)."""
+    for key, g in _gates(job_dir).items():
+        jid = str(g.get("job_id"))
+        if jid not in released and g.get("path") and Path(g["path"]).exists() and release_job(jid):
+            released.add(jid)
+            log(f"released {key} (slurm {jid}): {g['path']} exists")
+
+
+def close_gates(job_dir: Path, released: set, log) -> None:
+    """Cancel the held jobs of JOB_DIR/RELEASES whose path does not exist: the command has ended (finished or
+    failed) without making it, so they would wait forever (their dependents end with them)."""
+    for key, g in _gates(job_dir).items():
+        jid = str(g.get("job_id"))
+        if jid in released or (g.get("path") and Path(g["path"]).exists()):
+            continue
+        try:
+            subprocess.run(["scancel", jid], capture_output=True, timeout=60)
+            log(f"cancelled {key} (slurm {jid}): this job ended without {g.get('path')}")
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
 def _ignore_usr_signals():  # in the child: the preemption signal is for the wrapper, not the command
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
@@ -183,7 +259,9 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
     ranks = 1
     if spec.get("launch") == "torchrun":
         ranks = int(spec.get("ranks_per_node") or spec.get("gpus_per_node") or 0)   # older specs: per GPU
-        argv = rank_command(argv, nnodes, ranks, node_rank, master_addr, master_port)
+        # on SLURM torchrun waits for its ranks as long as the cluster does (KillWait + GraceTime)
+        grace = cluster_grace_s(os.environ.get("SLURM_JOB_PARTITION")) if slurm_job_id else None
+        argv = rank_command(argv, nnodes, ranks, node_rank, master_addr, master_port, grace)
         ranks = max(1, ranks) if nnodes * max(1, ranks) > 1 else 1
     env = _thread_env(env, ranks)
     suffix = "" if leader else f".node{node_rank}"
@@ -206,6 +284,7 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
     rc: Optional[int] = None
     status = "interrupted"
     t0 = time.time()
+    gates, released = False, set()
     try:
         mod = warm.python_module(argv) if warm.active() else None
         if mod is not None:   # forked from a warm driver: run `python -m MODULE` without a new interpreter
@@ -215,11 +294,18 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
         else:
             _child = subprocess.Popen(argv, cwd=spec.get("cwd") or None, env=env, stdout=out, stderr=err,
                                       stdin=subprocess.DEVNULL, preexec_fn=_ignore_usr_signals)
+        gates = leader and bool(slurm_job_id)      # on SLURM the leader opens the held jobs this job makes
+        next_gate = 0.0
         while True:
             rc = _child.poll()
             if rc is not None:
                 break
+            if gates and time.time() >= next_gate:
+                open_gates(job_dir, released, _wrap_log(out))
+                next_gate = time.time() + RELEASE_POLL_S
             time.sleep(0.1)
+        if gates:
+            open_gates(job_dir, released, _wrap_log(out))
         if rc == 0:
             status = "finished"
         elif _interrupted or rc in _INTERRUPT_RCS:
@@ -238,6 +324,8 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
             if rc is None:
                 rc = _child.returncode
         _child = None
+        if gates and status in ("finished", "failed"):
+            close_gates(job_dir, released, _wrap_log(out))
         tail = f"=== exit {rc} ({status}) after {time.time() - t0:.1f}s\n".encode()
         out.write(tail)
         out.close()
@@ -250,6 +338,13 @@ def run_job(job_dir: str | Path, node_rank: int = 0, nnodes: int = 1, master_add
                 signal.signal(s, prev)
             except (TypeError, ValueError):
                 pass
+
+
+def _wrap_log(out):
+    """A line logger into the job's log.out, marked as the wrapper's."""
+    def log(msg: str) -> None:
+        out.write(f"[jobwrap {time.strftime('%H:%M:%S')}] {msg}\n".encode())
+    return log
 
 
 def main(argv=None) -> int:

@@ -13,6 +13,11 @@ Backends
          an `array` tag are one job array (executor.submit_array); every job has `--requeue`.
   auto   slurm when `sbatch` is on PATH and `sinfo` answers, else local.
 
+Gates (`Job.gate = Gate(path, watch)`): a job that may start only once a file exists which another job,
+running beside it, makes (a checkpoint). Locally it starts when the path appears; on SLURM it is submitted
+held and released by the watched job's wrapper (slurm/jobwrap.py: RELEASES) or by a driver that sees the
+path. Nothing polls under a time limit while it waits.
+
 Bookkeeping (ROOT/_jobs/): `state.json` maps each job key to its backend, SLURM job id (or local pid),
 submission id and last seen state; `ROOT/_jobs/<key>/` holds `spec.json`, the job wrapper's markers
 (`started`, then `finished` / `failed` / `interrupted`, with the exit code; see slurm/jobwrap.py),
@@ -70,6 +75,17 @@ class LauncherError(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class Gate:
+    """A job that may start only once `path` exists, which the job `watch` creates while it runs (a
+    checkpoint it saves). No polling job and no time limit while it waits: locally the launcher starts it
+    when the path appears; on SLURM it is submitted held (`--hold`) and released (`scontrol release`) by the
+    watched job's wrapper when the path appears (slurm/jobwrap.py: RELEASES), or by a driver that sees it.
+    The watched job failing, or ending without the path, fails it."""
+    path: str
+    watch: str
+
+
 @dataclass
 class Job:
     """One unit of work. `key` is its identity across driver runs (e.g. "stage1/dapo/seed0")."""
@@ -86,6 +102,7 @@ class Job:
     description: str = ""
     info: dict = field(default_factory=dict)      # shown by plans (e.g. resolved config overrides)
     cost: float = 0.0                             # estimated work (the caller's unit): local start priority
+    gate: Optional[Gate] = None                   # starts only once gate.path exists (a job runs beside)
 
     def is_done(self) -> bool:
         if self.done is None:
@@ -121,6 +138,10 @@ def topo_order(jobs: list[Job]) -> list[Job]:
         for d in j.deps:
             if d not in by_key:
                 raise LauncherError(f"job {j.key!r} depends on unknown job {d!r}")
+        if j.gate is not None and (j.gate.watch not in by_key or j.array):
+            raise LauncherError(f"job {j.key!r}: its gate watches {j.gate.watch!r}, "
+                                + ("which is no job of the plan" if j.gate.watch not in by_key
+                                   else "and a gated job cannot be an array task"))
     ts = graphlib.TopologicalSorter({j.key: j.deps for j in jobs})
     try:
         order = list(ts.static_order())
@@ -138,6 +159,23 @@ def topo_order(jobs: list[Job]) -> list[Job]:
             ts.done(k)
     assert len(out) == len(order)
     return out
+
+
+def gate_verdict(job: Job, states: dict) -> Optional[tuple[str, str]]:
+    """Whether a gated job can no longer start: (BLOCKED, why) when the job it watches failed or was blocked,
+    (FAILED, why) when that job is done and the gate's path still does not exist; else None (open, or may
+    still open)."""
+    g = job.gate
+    if g is None:
+        return None
+    watched = states.get(g.watch, (TODO, ""))[0]     # read before the path: the path comes before the end
+    if Path(g.path).exists():
+        return None
+    if watched in (FAILED, BLOCKED):
+        return BLOCKED, f"{g.watch} {watched} before {g.path} existed"
+    if watched == DONE:
+        return FAILED, f"{g.watch} ended without {g.path}"
+    return None
 
 
 # --------------------------------------------------------------------------------------------- scheduler
@@ -201,6 +239,16 @@ def active_jobs() -> list[str]:
     if r.returncode != 0:
         raise LauncherError(f"squeue failed: {r.stderr.strip()}")
     return [line.strip() for line in r.stdout.splitlines() if line.strip()]
+
+
+def _held(job_id: str, name: str) -> bool:
+    """Whether SLURM job `job_id` is pending on a user hold under the job name `name`."""
+    try:
+        r = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%j|%T|%r"], capture_output=True,
+                           text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.stdout.strip().split("|") == [name, "PENDING", "JobHeldUser"]
 
 
 def _user() -> str:
@@ -268,6 +316,7 @@ class Launcher:
         self._bar = None
         self._registry: dict = {}
         self._completed_seen: dict[str, float] = {}
+        self._released: set[str] = set()          # SLURM ids of gated jobs this launcher released
         # local jobs fork from this process with torch & co. imported (slurm/warm.py); ARMOR_WARM=0 turns it
         # off
         self.warm = self.cluster == "local" and (warm.enabled() if warm_start is None else warm_start)
@@ -504,14 +553,23 @@ class Launcher:
                     if j.key in final or j.key in procs:
                         continue
                     bad = [d for d in j.deps if d in final and states[d][0] in (FAILED, BLOCKED)]
+                    # a gate's watched job decided in this invocation (a failure recorded before is retried)
+                    shut = (gate_verdict(j, states) if j.gate is not None and j.gate.watch in final
+                            and not j.is_done() else None)
                     if bad:
                         states[j.key] = (BLOCKED, f"dependency {bad[0]} {states[bad[0]][0]}")
+                    elif shut is not None:
+                        states[j.key] = shut
+                    if bad or shut is not None:
                         final.add(j.key)
-                        self._emit(f"[blocked] {j.key}: {states[j.key][1]}")
-                for j in start_order:  # start what is ready
+                        label = "FAILED" if states[j.key][0] == FAILED else "blocked"
+                        self._emit(f"[{label}] {j.key}: {states[j.key][1]}")
+                for j in start_order:  # start what is ready; a gated job once its path exists
                     if len(procs) >= self.workers:
                         break
                     if j.key in final or j.key in procs or not all(states[d][0] == DONE for d in j.deps):
+                        continue
+                    if j.gate is not None and not Path(j.gate.path).exists() and not j.is_done():
                         continue
                     if j.is_done():
                         states[j.key] = (DONE, "outputs exist")
@@ -634,6 +692,8 @@ class Launcher:
                 params[k] = getattr(res, k)
         if dependency_ids:
             params["dependency"] = "afterok:" + ":".join(dependency_ids)
+        if job.gate is not None and not Path(job.gate.path).exists():   # released when the path appears
+            params["additional_parameters"]["hold"] = True
         if n_array:
             params["array_parallelism"] = res.array_parallelism
         return params
@@ -666,7 +726,8 @@ class Launcher:
         argv = [str(a) for a in job.argv]
         if job.launch == "torchrun" and res.nodes * res.ranks_per_node > 1:
             argv = jobwrap.rank_command(argv, res.nodes, res.ranks_per_node, "<SLURM_NODEID>" if res.nodes > 1
-                                        else 0, "<first host>", "<29500 + job id % 2000>")   # type: ignore
+                                        else 0, "<first host>", "<29500 + job id % 2000>",   # type: ignore
+                                        "<KillWait + GraceTime>")
             out["torchrun"] = " ".join(argv)
         else:
             out["command"] = " ".join(argv)
@@ -749,13 +810,48 @@ class Launcher:
                 states[j.key] = (QUEUED, f"slurm {jid}")
                 n_sub += 1
                 deps = f" after {','.join(dep_ids)}" if dep_ids else ""
-                self._log(f"[submit] {j.key} -> slurm {jid}{deps}")
+                held = ""
+                if j.gate is not None:
+                    self._add_release(j, str(jid))
+                    held = f", held until {j.gate.path} exists ({j.gate.watch} releases it)"
+                self._log(f"[submit] {j.key} -> slurm {jid}{deps}{held}")
             self.save_registry()
         if n_sub == 0:
             self._log("nothing submitted: every job not done is already queued or running")
+        self._release_gates(order, states)
         if not wait:
             return states
         return self.wait(order, states)
+
+    def _add_release(self, job: Job, job_id: str) -> None:
+        """Tell the watched job's wrapper which held job to release when the gate's path appears: its job
+        folder's RELEASES file, {gated key: {"job_id", "path"}} (the wrapper rereads it while it runs)."""
+        f = self.job_dir(job.gate.watch) / jobwrap.RELEASES
+        f.parent.mkdir(parents=True, exist_ok=True)
+        table = read_json(f)
+        table = table if isinstance(table, dict) else {}
+        table[job.key] = {"job_id": job_id, "path": job.gate.path}
+        write_json_atomic(f, table, **jobwrap.JSON_KW)
+
+    def _release_gates(self, order: list[Job], states: dict) -> None:
+        """Release every held gated job whose path exists: what the watched job's wrapper does, done again by
+        any driver that sees it (a wrapper killed first, or a gate submitted after the path appeared). A gate
+        whose outputs exist reads done here while its SLURM job may still be held, with dependents waiting on
+        it (afterok): it is released too. Tried once per driver run, retried while it reads queued."""
+        for j in order:
+            rec = self._registry.get(j.key) or {}
+            jid = rec.get("job_id")
+            if (j.gate is None or states[j.key][0] not in (QUEUED, DONE) or rec.get("backend") != "slurm"
+                    or not jid or jid in self._released or not Path(j.gate.path).exists()):
+                continue
+            if states[j.key][0] == DONE and not _held(jid, self.slurm_params(j, [])["job_name"]):
+                self._released.add(jid)          # ran already (or the id is no longer this job's)
+                continue
+            ok = jobwrap.release_job(jid)
+            if ok or states[j.key][0] != QUEUED:
+                self._released.add(jid)
+            if ok:
+                self._emit(f"[release] {j.key} (slurm {jid}): {j.gate.path} exists")
 
     def wait(self, order: list[Job], states: Optional[dict] = None) -> dict:
         """Poll the scheduler and the markers until every job is done, failed or blocked."""
@@ -784,16 +880,20 @@ class Launcher:
                             self._emit(f"[FAILED] {j.key}: {detail}; log: {self.job_dir(j.key) / 'log.err'}")
                         elif st == RUNNING:
                             self._emit(f"[running] {j.key} ({detail})")
-                for j in order:  # a job whose dependency failed will never run
+                for j in order:  # a job whose dependency failed (or whose gate cannot open) will never run
                     if states[j.key][0] in ACTIVE:
                         bad = [d for d in j.deps if states[d][0] in (FAILED, BLOCKED)]
-                        if bad:
-                            states[j.key] = (BLOCKED, f"dependency {bad[0]} {states[bad[0]][0]}")
-                            self._record(j.key, state=BLOCKED, detail=states[j.key][1])
+                        shut = gate_verdict(j, states) if states[j.key][0] == QUEUED else None
+                        if bad or shut is not None:
+                            states[j.key] = (BLOCKED, f"dependency {bad[0]} {states[bad[0]][0]}") if bad \
+                                else shut
+                            self._record(j.key, state=states[j.key][0], detail=states[j.key][1])
                             jid = (self._registry.get(j.key) or {}).get("job_id")
                             if jid and shutil.which("scancel"):
                                 subprocess.run(["scancel", str(jid)], capture_output=True)
-                            self._emit(f"[blocked] {j.key}: {states[j.key][1]} (cancelled slurm {jid})")
+                            label = "FAILED" if states[j.key][0] == FAILED else "blocked"
+                            self._emit(f"[{label}] {j.key}: {states[j.key][1]} (cancelled slurm {jid})")
+                self._release_gates(order, states)
                 self.save_registry()
                 if not any(states[j.key][0] in ACTIVE for j in order):
                     break

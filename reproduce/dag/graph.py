@@ -1,7 +1,9 @@
 """The job graph of a preset: stage (hub models/datasets, presets that name hub ids) | world (toy presets) ->
 stage 1 -> select peak -> stage 2 -> evaluate -> collect -> figures, as slurm.launcher Jobs. A fixed θ* (or
-late start) before the end of stage 1 is a `ckpt/<arm>/seed<s>/step<k>` job that ends when that checkpoint
-is saved (reproduce/jobs/wait.py), so stage 2 does not wait for the rest of stage 1.
+late start, a branch or restart point) before the end of its run is a `ckpt/<arm>/seed<s>/step<k>` job
+gated on that checkpoint (slurm.launcher.Gate: held on SLURM, released when the checkpoint is saved;
+reproduce/jobs/wait.py), so what starts there does not wait for the rest of the run, nor runs out of a time
+limit while the run gets there.
 
     jobs = build_jobs(load_preset("tiny"), "runs")        # keys: stage, world, stage1/dapo/seed0,
                                                          # peak/dapo/seed0, stage2/armor/seed0,
@@ -36,13 +38,14 @@ from reproduce.jobs.collect import collect_done, figures_done
 from reproduce.jobs.evaluate import EVAL_RANKS_ENV, eval_benchmarks, eval_done
 from reproduce.jobs.peaks import peak_done, peak_file, restart_done, restart_file, start_point
 from reproduce.jobs.train import run_done
+from reproduce.jobs.wait import gate_path
 from reproduce.matrix.arms import (HEADLINE, RESTART_FROM, RESTART_START, TABLES, Arm, arm_seeds, build_arms,
                                    selection_seeds)
 from reproduce.matrix.branching import CONTINUATION, SIBLING, Branch, plan_branches, start_step
 from reproduce.matrix.overrides import continuation_overrides, train_overrides
 from reproduce.matrix.presets import Preset, ckpt_dir, fixed_peak, preset_root, repo_path, run_dir
 from reproduce.matrix.retention import check_retention
-from slurm.launcher import Job
+from slurm.launcher import Gate, Job
 
 JOB_ENV = {"ARMOR_PROGRESS": "0", "TOKENIZERS_PARALLELISM": "false"}
 # what the local launcher imports once before forking the jobs warm (slurm/warm.py): their heavy modules
@@ -293,23 +296,23 @@ def _ready_key(g: _Inputs, arm: Arm, s: int, step: Optional[int]) -> str:
 
 
 def _ready_job(g: _Inputs, arm: Arm, s: int, step: int, deps: list[str]) -> Job:
-    """A checkpoint-ready job: runs beside the train job it watches (the same dependencies) and ends once that
-    run has saved `step` (reproduce/jobs/wait.py), so the runs that start there (stage 2 from a fixed θ*, a
-    branch) do not wait for the rest of it. Done (never started) once the checkpoint exists; it fails when
-    the watched job fails first."""
+    """A checkpoint-ready job beside the train job it watches (the same dependencies): gated on that run's
+    checkpoint of `step` (slurm.launcher.Gate: held on SLURM until the watched job's wrapper or the driver
+    sees it; locally started when it appears), so the runs that start there (stage 2 from a fixed θ*, a
+    branch, a restart) do not wait for the rest of it, however long it takes to get there (no polling job,
+    no time limit while it waits). Done (never started) once the checkpoint exists; it fails when the
+    watched job fails, or ends, without it (reproduce/jobs/wait.py)."""
     run = run_dir(g.root, g.preset, arm.name, s)
     watch = f"stage{arm.stage}/{arm.name}/seed{s}"
-    job_dir = preset_root(g.root, g.preset) / "_jobs" / watch
-    argv = [sys.executable, "-m", "reproduce.jobs", "wait-checkpoint", "--run", str(run), "--step", str(step),
-            "--job-dir", str(job_dir)]
+    argv = [sys.executable, "-m", "reproduce.jobs", "wait-checkpoint", "--run", str(run), "--step", str(step)]
     br = branch_of(g, arm, s)
     first = br.step if br is not None and br.step is not None else 0   # what the watched job itself trains
     frac = (step - first) / max(1, _run_steps(g, arm) - first)
     return Job(_ready_key(g, arm, s, step), argv, kind="wait_checkpoint", deps=list(deps),
-               resources=g.res["select_peak"], env=g.env,
+               resources=g.res["select_peak"], env=g.env, gate=Gate(str(gate_path(run, step)), watch),
                done=lambda run=run, step=step: step in list_checkpoints(run),
                info={"watch": watch, "step": step, "fraction": max(0.0, frac)},
-               description=f"wait until {watch} has saved step {step}")
+               description=f"released when {watch} has saved step {step}")
 
 
 def _display_start(g: _Inputs, arm: Arm, s: int) -> Optional[dict]:

@@ -1,49 +1,42 @@
-"""The `wait-checkpoint` job: ends once a stage-1 run has saved a step (a fixed θ* or late start before the
-end of stage 1), so stage 2 starts while stage 1 goes on.
+"""The `wait-checkpoint` job (a checkpoint-ready job): a step a run must reach before its end (a fixed θ*, a
+late start, a branch or restart point), so what starts there starts while the run goes on. It does not poll:
+the launcher starts it only once the checkpoint is complete (its `slurm.launcher.Gate`: held on SLURM,
+released by the watched train job's wrapper or the driver when the step's trainer_state.pt appears), so
+however long the run takes to reach the step, no time limit runs out while it waits. The job itself checks
+the checkpoint and ends.
 
-    python -m reproduce.jobs wait-checkpoint --run runs/P/dapo/seed0 --step 140 --job-dir runs/P/_jobs/...
+    python -m reproduce.jobs wait-checkpoint --run runs/P/dapo/seed0 --step 140
 """
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
-from typing import Optional
 
-from common.jsonl import read_json
-from common.layout import list_checkpoints
+from common.layout import STATE_FILE, list_checkpoints, step_dir
 
 
-def wait_checkpoint(run: Path, step: int, job_dir: Optional[Path], poll_s: float = 30.0,
-                    log=print) -> int:
-    """Block until `run` has a complete checkpoint of `step` (0), or fail (1) when the job writing it (its
-    launcher folder `job_dir`) has failed since this wait began, or the run ended without that step."""
-    t0 = time.time()
-    while True:
-        if step in list_checkpoints(run):
-            log(f"{run}: checkpoint of step {step} is complete")
-            return 0
-        if (run / "DONE").is_file():
-            log(f"{run} ended (DONE) without a checkpoint of step {step}", file=sys.stderr)
-            return 1
-        if job_dir is not None:
-            failed = read_json(job_dir / "failed")
-            if isinstance(failed, dict) and float(failed.get("end", 0)) >= t0:
-                log(f"{job_dir.name}: the job writing {run} failed (exit {failed.get('rc')}) before step "
-                    f"{step}", file=sys.stderr)
-                return 1
-        time.sleep(poll_s)
+def gate_path(run: Path, step: int) -> Path:
+    """The file whose existence opens the gate: the step's trainer_state.pt, which is in the step folder only
+    once the checkpoint is complete (written into step_NNNNNN.tmp, renamed when whole; common/layout.py)."""
+    return step_dir(run, step) / STATE_FILE
+
+
+def check_checkpoint(run: Path, step: int, log=print) -> int:
+    """0 when `run` has a complete checkpoint of `step`, else 1 with a line naming the run and the step."""
+    if step in list_checkpoints(run):
+        log(f"{run}: checkpoint of step {step} is complete")
+        return 0
+    log(f"{run}: no complete checkpoint of step {step} (expected {gate_path(run, step)})", file=sys.stderr)
+    return 1
 
 
 def add_parser(sub) -> None:
     """The subcommand's arguments (reproduce/jobs/__main__.py)."""
-    w = sub.add_parser("wait-checkpoint", help="wait until a run has saved a step (a checkpoint-ready job)")
+    w = sub.add_parser("wait-checkpoint", help="check that a run has saved a step (a checkpoint-ready job, "
+                                               "started once the checkpoint exists)")
     w.add_argument("--run", required=True)
     w.add_argument("--step", type=int, required=True)
-    w.add_argument("--job-dir", default=None, help="the launcher folder of the job writing the run")
-    w.add_argument("--poll", type=float, default=30.0)
 
 
 def run(a) -> int:
-    return wait_checkpoint(Path(a.run), a.step, Path(a.job_dir) if a.job_dir else None, a.poll,
-                           log=lambda *x, **k: print(*x, **k, flush=True))
+    return check_checkpoint(Path(a.run), a.step, log=lambda *x, **k: print(*x, **k, flush=True))

@@ -1,5 +1,5 @@
 """The sized plan of the paper presets (reproduce/sizing.py via `run_all.py --dry-run`), the job shape SLURM
-is asked for, plan-time errors, and the checkpoint-ready dependency on the local backend."""
+is asked for, plan-time errors, and the checkpoint-ready gate on the local backend."""
 import io
 import json
 import os
@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from reproduce import run_all
-from reproduce.jobs.wait import wait_checkpoint
-from slurm.launcher import DONE, Job, Launcher
+from common.layout import list_checkpoints
+from reproduce.jobs.wait import check_checkpoint, gate_path
+from slurm.launcher import DONE, Gate, Job, Launcher
 from slurm.resources import Resources
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,13 +47,13 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     assert rc == 0
     lines = out.splitlines()
     train = _block(lines, "stage2/anchor_only/seed0")
-    assert "16x8gpu 64cpu 200GB" in train[0]          # host memory from the estimate (reproduce/sizing.py)
+    assert "16x8gpu 64cpu 240GB" in train[0]          # host memory from the estimate (reproduce/sizing.py)
     assert any(x.startswith("128 ranks (16 node(s) x 8); update memory/rank ~") for x in train)
     est = next(x for x in train if x.startswith("estimate: "))
     assert " h" in est and "GPU-hours on 128 GPUs" in est and re.search(r"checkpoints [0-9.]+ [GT]B", est)
     sb = next(x for x in train if x.startswith("sbatch: "))
     # the time-limit warning leaves the stop grace (1800 s: a step and its save) + SIGTERM's 30 s + 30 s
-    for flag in ("--cpus-per-task=64", "--mem=204800M", "--gpus-per-node=8", "--nodes=16",
+    for flag in ("--cpus-per-task=64", "--mem=245760M", "--gpus-per-node=8", "--nodes=16",
                  "--signal=USR2@1860", "--ntasks-per-node=1", "--dependency='afterok:<peak/dapo/seed0>'"):
         assert flag in sb, flag
     # a branch: armor (τ = 160) is armor_reset_never through step 159, and trains the 81 steps after it
@@ -69,7 +70,7 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
                 if x.startswith("srun: ")).startswith("srun: srun --unbuffered --cpus-per-task=64")
     tr = next(x for x in train if x.startswith("torchrun: "))
     assert ("-m torch.distributed.run --nnodes=16 --nproc_per_node=8" in tr
-            and "reproduce.jobs train" in tr)
+            and "reproduce.jobs train" in tr and "--shutdown-timeout=<KillWait + GraceTime>" in tr)
     # stage 2 waits for θ*'s checkpoint, not the end of stage 1
     assert _block(lines, "peak/dapo/seed0")[0].split()[-1] == "ckpt/dapo/seed0/step140"
     ready = _block(lines, "ckpt/dapo/seed0/step140")
@@ -81,7 +82,12 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     assert ev[1].startswith("torchrun --nproc-per-node 8 -m eval.evaluate")
     assert "--dependency='afterok:<stage2/armor/seed0>:<stage>'" in next(x for x in ev
                                                                          if x.startswith("sbatch"))
-    assert "GPU-hours on 8 GPUs" in next(x for x in ev if x.startswith("estimate"))
+    ev_est = next(x for x in ev if x.startswith("estimate"))
+    assert "GPU-hours on 8 GPUs" in ev_est
+    # AIME's 30 problems are one chunk of 32: one GPU of the node's 8 generates it; over the 8 h limit, the
+    # job is requeued and resumes
+    assert "GPUs busy of 8 (chunks of 32 problems): aime24 1, aime25 1, amc 3, gpqa_diamond 7" in ev_est
+    assert "over the 8.0 h limit (evaluate.time_min): 2 attempts" in ev_est
     # totals: the assumption named, GPU-hours, disk, the critical path and the time on the cluster
     assert ("[assumed (reproduce/sizing.py defaults), not measured]" in out
             and "throughput (expected): rollout 2,500" in out)
@@ -89,7 +95,12 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     assert next(x for x in lines if x.startswith("total: ")).endswith("evaluation) [expected]")
     assert "checkpoints: " in out and "kept at the end under the retention policy" in out
     crit = next(x for x in lines if x.startswith("critical path (unlimited nodes): "))
-    assert "ckpt/qae/seed0/step230 -> peak/qae/seed0" in crit
+    assert "ckpt/qae/seed0/step230 -> peak/qae/seed0" in crit and " nodes at once at its peak: " in crit
+    pre = next(x for x in lines if x.startswith("preemption: "))
+    assert "training state every 1 step(s) (schedule.state_every" in pre
+    assert "at most 1 completed step(s) lost + the one in flight" in pre
+    hung = next(x for x in lines if x.startswith("hung rank: "))
+    assert "= 3 x max(" in hung and "not parallel.timeout_s = 10.0 h" in hung
     assert next(x for x in lines if x.startswith("on 16 node(s)"))
     assert "budget 30,000 GPU-hours" in out and "  -> --only " in out
     covered = next(x for x in lines if x.startswith("  -> --only ")).split()[-1].split(",")
@@ -196,6 +207,15 @@ def test_bad_input_fails_at_plan_time(tmp_path, capsys, argv, key):
     assert key in capsys.readouterr().err
 
 
+def test_a_watchdog_floor_below_one_step_fails_at_plan_time(tmp_path, capsys):
+    f = tmp_path / "stall.yaml"
+    f.write_text(f"base: {REPO / 'reproduce/presets/qwen25-math-7b.yaml'}\nname: stall\n"
+                 "parallel: {stall_min_s: 100}\n")
+    assert run_all.main(["--preset", str(f), "--dry-run", "--root", str(tmp_path)]) == 2
+    assert "parallel.stall_min_s: 100 x parallel.stall_steps 3 is below one step and its save" in \
+        capsys.readouterr().err
+
+
 def test_tensor_parallel_must_divide_the_gpus_per_node(tmp_path, capsys):
     f = tmp_path / "tp3.yaml"
     f.write_text(f"base: {REPO / 'reproduce/presets/qwen25-math-7b.yaml'}\nname: tp3\n"
@@ -218,40 +238,98 @@ def test_job_env_threads_and_network_variables(tmp_path, monkeypatch):
     assert "--nnodes=2" in lines["torchrun"] and "--node_rank=<SLURM_NODEID>" in lines["torchrun"]
 
 
-def test_wait_checkpoint_outcomes(tmp_path):
-    run, jd = tmp_path / "run", tmp_path / "job"
-    jd.mkdir()
+def test_checkpoint_ready_job_checks_once(tmp_path):
+    """The checkpoint-ready job does not poll (the launcher starts it once the checkpoint exists): it ends at
+    once, 0 with a complete checkpoint, 1 naming the run and the step without one."""
+    run = tmp_path / "run"
     (run / "checkpoints" / "step_000004").mkdir(parents=True)
     logs = []
-    (jd / "failed").write_text(json.dumps({"end": time.time() + 3600, "rc": 1}))
-    assert wait_checkpoint(run, 4, jd, 0.01, log=lambda *a, **k: logs.append(a)) == 1   # incomplete + failed
-    (run / "checkpoints" / "step_000004" / "trainer_state.pt").write_bytes(b"x")
-    assert wait_checkpoint(run, 4, jd, 0.01, log=lambda *a, **k: None) == 0
-    (run / "DONE").write_text("{}")
-    assert wait_checkpoint(run, 8, None, 0.01, log=lambda *a, **k: None) == 1           # ended without it
+    assert check_checkpoint(run, 4, log=lambda *a, **k: logs.append(a[0])) == 1     # no trainer_state.pt yet
+    assert "no complete checkpoint of step 4" in logs[-1] and str(gate_path(run, 4)) in logs[-1]
+    gate_path(run, 4).write_bytes(b"x")
+    assert check_checkpoint(run, 4, log=lambda *a, **k: None) == 0
 
 
 def test_local_backend_starts_stage_2_while_stage_1_runs(tmp_path):
     """A fake stage-1 job saves step 2, then waits until the job that depends on step 2 has started: the
-    driver can only finish if it started that job while stage 1 was still running."""
+    driver can only finish if it opened the gate on step 2 while stage 1 was still running. The gated job
+    took no worker while it waited: with 2 workers, stage 1 and the other job run meanwhile."""
     run = tmp_path / "run"
-    started = tmp_path / "stage2_started"
+    started, other = tmp_path / "stage2_started", tmp_path / "other_ran"
     stage1 = textwrap.dedent(f"""
         import pathlib, sys, time
+        deadline = time.time() + 120
+        while not pathlib.Path({str(other)!r}).exists():   # the other job ran beside: the gate held no worker
+            if time.time() > deadline: sys.exit(4)
+            time.sleep(0.05)
         ck = pathlib.Path({str(run)!r}) / "checkpoints" / "step_000002"
         ck.mkdir(parents=True); (ck / "trainer_state.pt").write_bytes(b"x")
-        deadline = time.time() + 120
         while not pathlib.Path({str(started)!r}).exists():
             if time.time() > deadline: sys.exit(3)
             time.sleep(0.05)
         (pathlib.Path({str(run)!r}) / "DONE").write_text("{{}}")
     """)
-    jobs = [Job("stage1/a/seed0", [PY, "-c", stage1], kind="train", done=lambda: (run / "DONE").exists()),
-            Job("ckpt/a/seed0/step2", [PY, "-m", "reproduce.sizing", "wait-checkpoint", "--run", str(run),
-                                       "--step", "2", "--poll", "0.05"], kind="wait_checkpoint"),
+    ready = Job("ckpt/a/seed0/step2", [PY, "-m", "reproduce.jobs", "wait-checkpoint", "--run", str(run),
+                                       "--step", "2"], kind="wait_checkpoint",
+                gate=Gate(str(gate_path(run, 2)), "stage1/a/seed0"))
+    jobs = [ready,
+            Job("stage1/a/seed0", [PY, "-c", stage1], kind="train", done=lambda: (run / "DONE").exists()),
+            Job("other", [PY, "-c", f"open({str(other)!r}, 'w').close()"], kind="collect",
+                done=other.exists),
             Job("stage2/b/seed0", [PY, "-c", f"open({str(started)!r}, 'w').close()"], kind="train",
                 deps=["ckpt/a/seed0/step2"], done=lambda: started.exists())]
-    la = Launcher(tmp_path / "root", cluster="local", workers=3, progress=False, poll_s=0.05,
+    la = Launcher(tmp_path / "root", cluster="local", workers=2, progress=False, poll_s=0.05,
                   log=lambda s: None, warm_start=False)
     states = la.run(jobs)
     assert all(s == DONE for s, _ in states.values()), states
+    marker = json.loads((la.job_dir("ckpt/a/seed0/step2") / "finished").read_text())
+    assert marker["rc"] == 0 and (run / "DONE").exists()
+
+
+@pytest.mark.parametrize("stage1, verdict", [
+    ("import sys; sys.exit(3)", ("blocked", "stage1/a/seed0 failed before")),
+    ("import pathlib; pathlib.Path(%r).write_text('{}')", ("failed", "stage1/a/seed0 ended without")),
+])
+def test_local_gate_fails_when_the_watched_job_fails_or_ends_without_it(tmp_path, stage1, verdict):
+    run = tmp_path / "run"
+    code = stage1 % str(run / "DONE") if "%r" in stage1 else stage1
+    run.mkdir()
+    jobs = [Job("ckpt/a/seed0/step2", [PY, "-c", "pass"], kind="wait_checkpoint",
+                gate=Gate(str(gate_path(run, 2)), "stage1/a/seed0"),
+                done=lambda: 2 in list_checkpoints(run)),
+            Job("stage1/a/seed0", [PY, "-c", code], kind="train", done=lambda: (run / "DONE").exists()),
+            Job("stage2/b/seed0", [PY, "-c", "pass"], kind="train", deps=["ckpt/a/seed0/step2"])]
+    la = Launcher(tmp_path / "root", cluster="local", workers=2, progress=False, poll_s=0.05,
+                  log=lambda s: None, warm_start=False)
+    states = la.run(jobs)
+    st, detail = states["ckpt/a/seed0/step2"]
+    assert (st, detail.split(" gate ")[0][:len(verdict[1])]) == verdict and str(gate_path(run, 2)) in detail
+    assert states["stage2/b/seed0"][0] == "blocked"
+    assert not la.job_dir("ckpt/a/seed0/step2").exists() or not (la.job_dir("ckpt/a/seed0/step2")
+                                                                  / "started").exists()
+
+
+def test_local_gate_after_a_failed_stage_1_opens_on_the_rerun(tmp_path):
+    """The first driver: stage 1 fails, the gate is blocked. The rerun retries stage 1 (its failure recorded
+    before does not block the gate again), which saves step 2: the gate opens and stage 2 runs."""
+    run, ok, started = tmp_path / "run", tmp_path / "ok", tmp_path / "stage2_started"
+    stage1 = textwrap.dedent(f"""
+        import pathlib, sys
+        if not pathlib.Path({str(ok)!r}).exists(): sys.exit(3)
+        ck = pathlib.Path({str(run)!r}) / "checkpoints" / "step_000002"
+        ck.mkdir(parents=True); (ck / "trainer_state.pt").write_bytes(b"x")
+        (pathlib.Path({str(run)!r}) / "DONE").write_text("{{}}")
+    """)
+    jobs = [Job("ckpt/a/seed0/step2", [PY, "-c", "pass"], kind="wait_checkpoint",
+                gate=Gate(str(gate_path(run, 2)), "stage1/a/seed0"), done=lambda: 2 in list_checkpoints(run)),
+            Job("stage1/a/seed0", [PY, "-c", stage1], kind="train", done=lambda: (run / "DONE").exists()),
+            Job("stage2/b/seed0", [PY, "-c", f"open({str(started)!r}, 'w').close()"], kind="train",
+                deps=["ckpt/a/seed0/step2"], done=started.exists)]
+
+    def driver():
+        return Launcher(tmp_path / "root", cluster="local", workers=2, progress=False, poll_s=0.05,
+                        log=lambda s: None, warm_start=False).run(jobs)
+    first = driver()
+    assert first["stage1/a/seed0"][0] == "failed" and first["ckpt/a/seed0/step2"][0] == "blocked"
+    ok.write_text("")
+    assert all(s == DONE for s, _ in driver().values()) and started.exists()

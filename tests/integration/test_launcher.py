@@ -12,7 +12,7 @@ import pytest
 
 from reproduce.dag.resources import load_resources
 from slurm import jobwrap
-from slurm.launcher import (BLOCKED, DONE, FAILED, RUNNING, TODO, Job, Launcher, LauncherError,
+from slurm.launcher import (BLOCKED, DONE, FAILED, RUNNING, TODO, Gate, Job, Launcher, LauncherError,
                             detect_cluster, topo_order)
 from slurm.resources import ResourceError, Resources, resolve_resources
 
@@ -97,6 +97,55 @@ def test_sbatch_script_from_resources(tmp_path, monkeypatch):
                  "--reservation=armor", f"--chdir={REPO}", "--job-name=stage1.dapo.seed0"):
         assert f"#SBATCH {line}" in text, line
     assert "srun" in text and f"export PYTHONPATH={REPO}" in text
+
+
+def test_gated_job_is_submitted_held_until_its_path_exists(tmp_path, monkeypatch):
+    """A gated job (launcher.Gate) is held (`--hold`) while its path is missing, not once it exists; a gate
+    must watch a job of the plan."""
+    import shutil as _sh
+    import submitit.slurm.slurm as ss
+    real = _sh.which
+    monkeypatch.setattr(ss.shutil, "which", lambda n, *a, **k: "/usr/bin/srun" if n == "srun" else real(n))
+    la = Launcher(tmp_path, cluster="local", progress=False)
+    path = tmp_path / "run" / "checkpoints" / "step_000140" / "trainer_state.pt"
+    job = Job("ckpt/dapo/seed0/step140", [PY, "-c", "pass"], gate=Gate(str(path), "stage1/dapo/seed0"))
+
+    def script():
+        return la._executor(tmp_path / "sub", job, [])._make_submission_file_text("python x", "uid")
+    assert "#SBATCH --hold" in script() and "--hold" in la.command_lines(job)["sbatch"]
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"x")
+    assert "--hold" not in script()
+    with pytest.raises(LauncherError, match="watches 'stage1/dapo/seed0', which is no job of the plan"):
+        topo_order([job])
+
+
+def test_wrapper_releases_gates_whose_path_exists_and_cancels_the_rest(tmp_path, monkeypatch):
+    """slurm.jobwrap's side of a gate (no scheduler: scontrol and scancel are stand-ins that record their
+    arguments): a held job is released once when its path exists; when the command ends, a gate whose path
+    never came is cancelled."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    for name in ("scontrol", "scancel"):
+        (bin_dir / name).write_text(f"#!/bin/sh\necho {name} \"$@\" >> {calls}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    jd = tmp_path / "job"
+    jd.mkdir()
+    there, missing = tmp_path / "a" / "trainer_state.pt", tmp_path / "b" / "trainer_state.pt"
+    (jd / jobwrap.RELEASES).write_text(json.dumps({"ckpt/a": {"job_id": "11", "path": str(there)},
+                                                    "ckpt/b": {"job_id": "12", "path": str(missing)}}))
+    logs, released = [], set()
+    jobwrap.open_gates(jd, released, logs.append)
+    assert not calls.exists() and released == set()                 # nothing exists yet
+    there.parent.mkdir()
+    there.write_bytes(b"x")
+    jobwrap.open_gates(jd, released, logs.append)
+    jobwrap.open_gates(jd, released, logs.append)                    # once per id
+    assert calls.read_text().splitlines() == ["scontrol release 11"] and released == {"11"}
+    jobwrap.close_gates(jd, released, logs.append)
+    assert calls.read_text().splitlines() == ["scontrol release 11", "scancel 12"]
+    assert "released ckpt/a (slurm 11)" in logs[0] and "cancelled ckpt/b (slurm 12)" in logs[1]
 
 
 # ------------------------------------------------------------------------------------------ DAG

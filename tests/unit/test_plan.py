@@ -3,16 +3,18 @@ anchors' extra inference, the paper's response lengths, the range), the schedule
 the budget's choice of items by importance; the pre-flight's checks on injected facts
 (reproduce/preflight.py); the job shape's threads (slurm/resources.py, slurm/jobwrap.py)."""
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 
 from armor import memory
 from armor.config import load_config
-from reproduce import preflight
+from reproduce import preflight, sizing
 from reproduce.dag.budget import IMPORTANCE, choose_items
 from reproduce.matrix.presets import load_preset
-from reproduce.sizing import (Estimate, Measured, Throughput, checkpoint_volume, fill_range, host_memory_gb,
-                              scenarios, simulate, step_parts, throughput)
+from reproduce.sizing import (ROLLOUT_BYTES_PER_TOKEN, Estimate, Measured, Throughput, checkpoint_volume,
+                              fill_range, host_memory_gb, preemption_steps, scenarios, simulate, step_parts,
+                              throughput)
 from slurm import jobwrap
 from slurm.launcher import Job
 from slurm.resources import Resources
@@ -24,6 +26,8 @@ def test_checkpoint_volume_under_retention():
     v = checkpoint_volume(10 ** 9, saves=36, keep_last=2, protected=3)   # last 2 resumable + 3 protected
     assert v["kept"] == 5 and v["bytes"] == 5 * 14 * 10 ** 9
     assert checkpoint_volume(10 ** 9, saves=3, keep_last=2, protected=3)["kept"] == 3
+    # a run that resets πref holds its bf16 shards in every save too
+    assert checkpoint_volume(10 ** 9, saves=1, reference_bytes=2)["per_save"] == 16 * 10 ** 9
 
 
 def test_host_memory_counts_the_engines_weight_backup_per_rank():
@@ -33,6 +37,19 @@ def test_host_memory_counts_the_engines_weight_backup_per_rank():
     # 4 nodes: each node's ranks hold a quarter of the export
     assert host_memory_gb(n, 8, 4, "vllm") == pytest.approx(got - 2 * n / 1e9 * 3 / 4)
     assert host_memory_gb(n, 8, 1, "hf") < got - 100       # no sleep-mode backup without vLLM
+    # every rank holds the step's rollouts (all shards gathered): 1e8 generated tokens at 44 B each, 8 ranks
+    assert host_memory_gb(n, 8, 1, "vllm", rollout_tokens=1e8) == pytest.approx(got + 8 * 1e8 * 44 / 1e9)
+    assert ROLLOUT_BYTES_PER_TOKEN == 44
+    # a background state save's CPU copy: masters 4N + AdamW 8N + πref 2N over all 16 x 8 ranks
+    assert host_memory_gb(n, 8, 16, "vllm", state_staging=True) == pytest.approx(
+        host_memory_gb(n, 8, 16, "vllm") + 8 * 14 * n / 1e9 / 128)
+
+
+def test_preemption_costs_the_steps_since_the_last_saved_state():
+    def sched(state_every, save_every=20):
+        return SimpleNamespace(state_every=state_every, save_every=save_every)
+    assert preemption_steps(sched(None)) == 20 and preemption_steps(sched(1)) == 1
+    assert preemption_steps(sched(5)) == 5 and preemption_steps(sched(50)) == 20   # a checkpoint comes first
 
 
 def test_threads_per_rank_from_the_nodes_cores():
@@ -56,6 +73,7 @@ def test_schedule_side_by_side_and_checkpoint_ready_jobs():
            "s2a": Estimate(5.0, 128, 16), "s2b": Estimate(5.0, 128, 16), "eval": Estimate(1.0, 8, 1)}
     inf = simulate(jobs, est, None)
     assert inf["end"]["ready"] == pytest.approx(4.0)          # stage 2 starts at 40 % of stage 1
+    assert inf["peak_nodes"] == 48                             # s1, s2a and s2b at once (eval after s1 ends)
     assert inf["start"]["s2a"] == pytest.approx(4.0) and inf["makespan"] == pytest.approx(10.0)
     assert inf["path"] == ["s1"]
     one = simulate(jobs, est, 16)                              # one train job at a time
@@ -113,6 +131,34 @@ def test_a_step_waits_for_its_longest_response_and_armor_samples_the_reference_t
     m = Measured("p.json", 300.0, 420.0, 25.0, 60.0, 5.0, 0.01, 0.02, 1000.0, 0.3, 1, 8)
     assert step_parts(armor, _t(measured=m), 128, None) == {"step": 420.0}
     assert step_parts(dapo, _t(measured=m), 128, None) == {"step": 300.0 + 25.0}   # the monitor reads πref
+
+
+def test_a_steps_rollouts_in_host_memory_count_the_reference_samples_at_the_high_end():
+    armor = load_config(P7.path, ["algo.anchor.enabled=true", "algo.anchor.ref_n=4"])
+    # 2048 drawn x 15 on-policy + 768 (1.5 B) x 4 reference samples, 1024 tokens each
+    assert sizing.rollout_tokens(armor, _t()) == pytest.approx((2048 * 15 + 768 * 4) * 1024)
+    # the memory request: the range's high end (2 x the paper's 1150 tokens, every drawn prompt's reference
+    # samples): ARMOR's 2048 x (15 + 4) samples of 2300 tokens
+    assert sizing._max_rollout_tokens(P7) == pytest.approx(2048 * 19 * 2300)
+
+
+def test_evaluation_by_chunks_round_the_gpus_each_with_a_tail():
+    pre = SimpleNamespace(cfg=P7.cfg, protocol=SimpleNamespace(eval_protocol="paper", eval_samples=4,
+                                                               eval_limit=None,
+                                                               eval_benchmarks=["aime24", "math500"]))
+    job = Job("eval/a/seed0", ["x"], kind="evaluate", resources=Resources(gpus_per_node=8, time_min=60),
+              info={"stage": 1})
+    # aime24: 30 problems, one chunk on one GPU: 30 x 4 samples; math500: 16 chunks, 2 rounds of 8 GPUs:
+    # 2 x 32 x 4; 376 samples x 1024 tokens at 2048 tok/s = 188 s, + 3 rounds' tails of (8192 - 1024) / 128
+    e = sizing.eval_estimate(pre, job, _t())
+    assert e.hours * 3600 == pytest.approx(188.0 + 3 * 56.0) and e.gpus == 8
+    assert "GPUs busy of 8 (chunks of 32 problems): aime24 1" in e.detail and "attempts" not in e.detail
+    short = dataclasses.replace(job, resources=Resources(gpus_per_node=8, time_min=5))     # 356 s > 300 s
+    assert "2 attempts" in sizing.eval_estimate(pre, short, _t()).detail
+    # measured: the pilot's slice is one chunk a benchmark on one rank, so its seconds per sample are a
+    # rank's: 376 x 0.02 s
+    m = Measured("p.json", 300.0, 420.0, 25.0, 60.0, 5.0, 0.01, 0.02, 1000.0, 0.3, 1, 8)
+    assert sizing.eval_estimate(pre, job, _t(measured=m)).hours * 3600 == pytest.approx(376 * 0.02)
 
 
 def test_the_fill_comes_from_the_papers_lengths_and_the_range_spans_the_knobs():
