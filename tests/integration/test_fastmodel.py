@@ -76,6 +76,36 @@ def test_lean_forward_equals_hf(name, chunk, monkeypatch):
     assert float(fast[0].abs().sum()) > 0 and bool((fast[0][batch.response_mask == 0] == 0).all())
 
 
+def _group_batch(vocab=50):
+    """Two prompts with 3 responses each (GRPO groups: equal prompt columns), one with a single response."""
+    g = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (6, 3, 8)]
+    rows = [0, 0, 0, 1, 2, 1, 1]
+    responses = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (5, 9, 1, 4, 7, 2, 6)]
+    return make_token_batch([prompts[i] for i in rows], responses, pad_id=0)
+
+
+@pytest.mark.parametrize("name", ["qwen2-gqa-untied", "qwen3", "llama-bias"])
+def test_shared_prompts_are_computed_once_with_the_same_result(name, monkeypatch):
+    """Rows answering one prompt compute its tokens once: 6 + 3 + 8 prompt tokens instead of 3·6 + 3·3 + 8,
+    with HF's log-probs, entropies and gradients (the shared tokens' gradients summed over their rows)."""
+    model = MODELS[name]()
+    batch = _group_batch()
+    computed = []
+    real = fastmodel._pack
+    def spy(*a):
+        out = real(*a)
+        computed.append(len(out[0]))
+        return out
+    monkeypatch.setattr(fastmodel, "_pack", spy)
+    fast = _run(model, batch, True, monkeypatch)
+    responses = int(batch.response_mask.sum())
+    assert computed == [6 + 3 + 8 + responses]
+    _assert_same(fast, _run(model, batch, False, monkeypatch))
+    packed, where = real(batch.attention_mask, None, 0)                 # no keys: every real token computed
+    assert len(packed) == int(batch.attention_mask.sum()) and int((where >= 0).sum()) == len(packed)
+
+
 def test_activation_checkpointing_gives_the_same(monkeypatch):
     from common.models import enable_activation_checkpointing
     model = MODELS["qwen2-gqa-untied"]()
