@@ -111,9 +111,11 @@ class HFEngine(RolloutEngine):
             logits = logits[expand]
         next_pos = pos[expand, -1] + 1
         eos = torch.tensor(sorted(self.eos_ids), device=device)
-        tokens = torch.full((n, T), self.pad_id, dtype=torch.long, device=device)
-        logps = torch.zeros((n, T), device=device)
-        active = torch.arange(n, device=device)   # rows still sampling; `logits` holds exactly these rows
+        noise = _GumbelSteps(gen, n, logits.shape[-1], T)
+        # per step: the rows still sampling (indices into the n rows; `logits` holds exactly these rows),
+        # their tokens and sampling log-probs; laid out [n, T] once at the end
+        active = torch.arange(n, device=device)
+        rows_of, toks_of, lps_of = [], [], []
         steps = 0
         for t in range(T):
             logits = logits.float()
@@ -126,23 +128,30 @@ class HFEngine(RolloutEngine):
                 # Gumbel-max sampling with one draw per (row, vocab entry) for ALL n rows, finished ones too:
                 # the same random stream as sampling the full batch, so dropping finished rows changes no
                 # sample
-                g = _gumbel(gen, n, logp_all.shape[-1]).to(device)
+                g = noise.step(t).to(device)
                 tok = (logp_all + (g if len(active) == n else g[active])).argmax(-1)
                 lp = logp_all.gather(-1, tok[:, None])[:, 0]
-            tokens.select(1, t).index_copy_(0, active, tok)
-            logps.select(1, t).index_copy_(0, active, lp)
+            rows_of.append(active)
+            toks_of.append(tok)
+            lps_of.append(lp)
             steps = t + 1
             running = (tok != eos[0]) if len(eos) == 1 else ~torch.isin(tok, eos)
-            n_running = int(running.sum())
-            if t == T - 1 or n_running == 0:
+            if t == T - 1:
                 break
-            if n_running < len(active):         # drop the rows that just finished (batch and KV cache)
+            if not bool(running.all()):         # drop the rows that just finished (batch and KV cache)
                 keep = running.nonzero()[:, 0]
+                if len(keep) == 0:
+                    break
                 active, tok, next_pos = active[keep], tok[keep], next_pos[keep]
                 stepper.keep(keep)
                 self._fit_threads(len(keep), device)
             logits = stepper.decode(tok, next_pos, t)
             next_pos = next_pos + 1
+        noise.finish(steps)
+        at = torch.cat([r * T + t for t, r in enumerate(rows_of)])       # [n, T] flat place of each sample
+        tokens = torch.full((n * T,), self.pad_id, dtype=torch.long, device=device).index_copy_(
+            0, at, torch.cat(toks_of)).view(n, T)
+        logps = torch.zeros(n * T, device=device).index_copy_(0, at, torch.cat(lps_of).float()).view(n, T)
         # each row up to and including its first EOS (a row without one sampled every step)
         is_eos = torch.isin(tokens[:, :steps], eos)
         stopped = is_eos.any(1)
@@ -151,6 +160,34 @@ class HFEngine(RolloutEngine):
         return ([r[:k] for r, k in zip(toks, lens)], [lp[:k] for lp, k in zip(lpl, lens)], stopped.tolist())
 
 
-def _gumbel(gen, n: int, vocab: int) -> torch.Tensor:
-    """Gumbel noise -log(-log u) [n, vocab] from n·vocab uniforms u drawn from `gen` (on the CPU)."""
-    return torch.rand((n, vocab), generator=gen).clamp_min_(1e-20).log_().neg_().log_().neg_()
+# the Gumbel noise of up to this many (step, row, vocab entry) triples is drawn at once
+NOISE_BLOCK = 1 << 22
+
+
+class _GumbelSteps:
+    """Each decode step's Gumbel noise [n, vocab] (`_gumbel`), drawn from `gen` for several steps at once: one
+    [k, n, vocab] draw is the same stream as k draws of [n, vocab]. `finish(steps)` leaves `gen` where `steps`
+    one-step draws would have (a later chunk of the same generate call continues from there)."""
+
+    def __init__(self, gen, n: int, vocab: int, max_steps: int):
+        self.gen, self.n, self.vocab = gen, n, vocab
+        # without a generator (the global one) each step draws its own: nothing to rewind
+        self.k = 1 if gen is None else max(1, min(max_steps, NOISE_BLOCK // max(1, n * vocab)))
+        self.block, self.start, self.state = None, 0, None
+
+    def step(self, t: int) -> torch.Tensor:
+        if self.block is None or t >= self.start + len(self.block):
+            self.state = None if self.gen is None else self.gen.get_state()
+            self.block, self.start = _gumbel(self.gen, (self.k, self.n, self.vocab)), t
+        return self.block[t - self.start]
+
+    def finish(self, steps: int) -> None:
+        used = steps - self.start
+        if self.block is not None and self.state is not None and used < len(self.block):
+            self.gen.set_state(self.state)
+            torch.rand((used, self.n, self.vocab), generator=self.gen)
+
+
+def _gumbel(gen, shape: tuple) -> torch.Tensor:
+    """Gumbel noise -log(-log u) of `shape` from as many uniforms u drawn from `gen` (on the CPU)."""
+    return torch.rand(shape, generator=gen).clamp_min_(1e-20).log_().neg_().log_().neg_()
