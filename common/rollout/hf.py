@@ -10,13 +10,17 @@ from __future__ import annotations
 import torch
 
 from common.rollout.base import Rollout, RolloutEngine, SamplingParams
-from common.rollout.static_decode import make_stepper
+from common.rollout.static_decode import StaticStepper, make_stepper
 
 # A CPU decode step whose activations are smaller than this (rows x hidden size) runs on one thread: its
 # operations are so small that waking the other OpenMP threads costs more than they save (the suite sets
 # OMP_WAIT_POLICY=PASSIVE). The threshold is the tiny world's model at 128 rows; `python -m bench.step_time`
 # (2 threads) measures what it does to a training step (README, "Step-time benchmark").
 SINGLE_THREAD_DECODE_BELOW = 128 * 64
+# Rows sampled together on the CPU (HFEngine's default max_batch; 256 elsewhere). The tiny world's validation
+# (256 prompts x 4 samples, 48 new tokens) took 507 / 400 / 426 / 517 ms of CPU time in chunks of 256 / 128 /
+# 64 / 32 rows: at 256 rows a decode step's attention reads ~13 MB of KV cache, no longer cache-resident.
+CPU_MAX_BATCH = 128
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -33,10 +37,13 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 class HFEngine(RolloutEngine):
-    def __init__(self, model: torch.nn.Module, tokenizer, max_batch: int = 256, static_cache: bool = True):
+    def __init__(self, model: torch.nn.Module, tokenizer, max_batch: int | None = None,
+                 static_cache: bool = True):
         self.model = model
         self.static_cache = static_cache   # the preallocated-KV-cache decoder where the architecture allows
         self.tokenizer = tokenizer
+        if max_batch is None:              # rows sampled together: CPU_MAX_BATCH on the CPU, else 256
+            max_batch = CPU_MAX_BATCH if next(model.parameters()).device.type == "cpu" else 256
         self.max_batch = max_batch
         self._workspace: dict = {}         # the static decoder's KV-cache storage, kept between calls
         eos = tokenizer.eos_token_id
@@ -74,12 +81,15 @@ class HFEngine(RolloutEngine):
         adjacent). Each prompt is prefilled once and its KV cache copied to its rows."""
         model, device = self.model, next(self.model.parameters()).device
         was_training, threads = model.training, torch.get_num_threads()
-        model.eval()
+        # the static decoder reads no module's training flag: no switch (HF's train() re-kernelizes, ~0.3 ms)
+        switch = was_training and not (self.static_cache and StaticStepper.supports(model))
+        if switch:
+            model.eval()
         try:
             return self._sample_rows(row_prompt, prompts, params, gen, device)
         finally:
             torch.set_num_threads(threads)
-            if was_training:
+            if switch:
                 model.train()
 
     def _fit_threads(self, rows: int, device) -> None:
