@@ -212,17 +212,24 @@ def _plan(model) -> _Plan:
     return plan
 
 
-class _Layout(NamedTuple):
-    """Where one forward's T packed tokens sit in attention's padded layout (shared by every layer)."""
+class _Rows(NamedTuple):
+    """Rows padded together in attention: n_rows rows of S slots each (S: their longest row's real tokens),
+    slots [start, start + n_rows · S) of the layout."""
     n_rows: int
-    n_slots: int                     # S: the longest row's real tokens
-    dest: torch.Tensor               # [T] each token's slot: row · S + its place in the row
-    gather: torch.Tensor             # [rows · S] each slot's token (T: a padding slot, read from a zero row)
-    gather_out: torch.Tensor         # [rows · S] the same, T also where the token's output is another slot's
-    cos: torch.Tensor                # [T, 1, d] each token's RoPE cos
-    sin: torch.Tensor                # [T, 1, d] its sin, signed: rotate_half(x) · sin = swap(x) · this
+    n_slots: int
+    gather: torch.Tensor             # [n_rows · S] each slot's token (T: padding, read from a zero row)
+    gather_out: torch.Tensor         # the same, T also where the token's output is another slot's
     bias: torch.Tensor               # [S · g, S] 0 or -inf: causal, the g query heads of a position adjacent
     h: int                           # the causal blocks' split (0: one block)
+
+
+class _Layout(NamedTuple):
+    """Where one forward's T packed tokens sit in attention's padded layout (shared by every layer)."""
+    groups: tuple                    # _Rows: the rows in groups of similar length, each padded to its longest
+    dest: torch.Tensor               # [T] each token's own slot: its group's start + row · S + place in row
+    gather: torch.Tensor             # [all slots] each slot's token (T: padding), the groups' in order
+    cos: torch.Tensor                # [T, 1, d] each token's RoPE cos
+    sin: torch.Tensor                # [T, 1, d] its sin, signed: rotate_half(x) · sin = swap(x) · this
     shared: bool                     # some tokens fill several slots (a prompt shared by several rows)
 
 
@@ -258,7 +265,6 @@ def _layer_forward(x: torch.Tensor, lay: _Layout, plan: _Plan, eps: tuple, ws: t
     (ln1, wq, wk, wv, bq, bk, bv, qn, kn, wo, bo, ln2, wg, wu, wd, bg, bu, bd) = ws
     T, d, hq, hkv = x.shape[0], plan.d, plan.hq, plan.hkv
     g, qk, heads = hq // hkv, hq + hkv, hq + 2 * hkv
-    N, S = lay.n_rows, lay.n_slots
     a, n1, r1 = _norm_forward(x, ln1, eps[0])
     w_qkv, b_qkv = torch.cat([wq, wk, wv]), _cat(bq, bk, bv)
     buf = x.new_empty(T + 1, heads, d)                  # the packed heads; row T: the zero row of padding
@@ -278,14 +284,19 @@ def _layer_forward(x: torch.Tensor, lay: _Layout, plan: _Plan, eps: tuple, ws: t
     rot = qkv[:, :qk]
     swapped = torch.roll(rot, d // 2, -1)
     rot.mul_(lay.cos).addcmul_(swapped, lay.sin)
-    # the padded slots [rows, S, heads, d]; batch (kv head, row), the g query heads of a kv head stacked along
-    # the rows of its products, position-major
-    slots = buf.view(T + 1, heads * d).index_select(0, lay.gather).view(N, S, heads, d)
-    qs = slots[:, :, :hq].reshape(N, S, hkv, g, d).permute(2, 0, 1, 3, 4).reshape(hkv * N, S * g, d)
-    ks = slots[:, :, hq:qk].permute(2, 0, 1, 3).reshape(hkv * N, S, d)
-    vs = slots[:, :, qk:].permute(2, 0, 1, 3).reshape(hkv * N, S, d)
-    o, probs = _attention_forward(qs, ks, vs, lay.bias, plan.scale, lay.h, g)
-    o = o.view(hkv, N, S, g, d).permute(1, 2, 0, 3, 4).reshape(N * S, hq * d).index_select(0, lay.dest)
+    # each group's padded slots [rows, S, heads, d]; batch (kv head, row), the g query heads of a kv head
+    # stacked along the rows of its products, position-major
+    flat, outs, att = buf.view(T + 1, heads * d), [], []
+    for grp in lay.groups:
+        N, S = grp.n_rows, grp.n_slots
+        slots = flat.index_select(0, grp.gather).view(N, S, heads, d)
+        qs = slots[:, :, :hq].reshape(N, S, hkv, g, d).permute(2, 0, 1, 3, 4).reshape(hkv * N, S * g, d)
+        ks = slots[:, :, hq:qk].permute(2, 0, 1, 3).reshape(hkv * N, S, d)
+        vs = slots[:, :, qk:].permute(2, 0, 1, 3).reshape(hkv * N, S, d)
+        o, probs = _attention_forward(qs, ks, vs, grp.bias, plan.scale, grp.h, g)
+        outs.append(o.view(hkv, N, S, g, d).permute(1, 2, 0, 3, 4).reshape(N * S, hq * d))
+        att += [qs, ks, vs, *probs]
+    o = (outs[0] if len(outs) == 1 else torch.cat(outs)).index_select(0, lay.dest)
     h = torch.addmm(x, o, wo.t())
     if bo is not None:
         h = h.add_(bo)
@@ -299,10 +310,10 @@ def _layer_forward(x: torch.Tensor, lay: _Layout, plan: _Plan, eps: tuple, ws: t
         out = out.add_(bd)
     if not keep:
         return out, None
-    return out, (a, n1, r1, w_qkv, *qk_saved, qs, ks, vs, *probs, o, n2, r2, b, gu, s, m)
+    return out, (a, n1, r1, w_qkv, *qk_saved, *att, o, n2, r2, b, gu, s, m)
 
 
-def _layer_backward(lay: _Layout, plan: _Plan, ws: tuple, saved: tuple, dout: torch.Tensor, n_probs: int):
+def _layer_backward(lay: _Layout, plan: _Plan, ws: tuple, saved: tuple, dout: torch.Tensor):
     """The gradients of `_layer_forward` (dx and every tensor of ws, None where ws has none), by hand: the
     chain rule through each product (dX = dY W, dW = dYᵀ X), silu'(u) = σ(u)(1 + u(1 − σ(u))),
     `_norm_backward`, RoPE's transpose (dx = dy · cos + swap(dy · signed sin)) and `_attention_backward`;
@@ -316,12 +327,9 @@ def _layer_backward(lay: _Layout, plan: _Plan, ws: tuple, saved: tuple, dout: to
         saved = saved[8:]
     else:
         saved = saved[4:]
-    qs, ks, vs = saved[:3]
-    probs = saved[3:3 + n_probs]
-    o, n2, r2, b, gu, s, m = saved[3 + n_probs:]
+    att, (o, n2, r2, b, gu, s, m) = saved[:-7], saved[-7:]
     T, d, hq, hkv = a.shape[0], plan.d, plan.hq, plan.hkv
     g, qk, heads = hq // hkv, hq + hkv, hq + 2 * hkv
-    N, S = lay.n_rows, lay.n_slots
     inter = wg.shape[0]
     dout = dout.contiguous()
     # the MLP: out = h + m Wdᵀ, m = silu(u_g) · u_u, [u_g; u_u] = b [Wg; Wu]ᵀ
@@ -340,14 +348,20 @@ def _layer_backward(lay: _Layout, plan: _Plan, ws: tuple, saved: tuple, dout: to
     do = dh.new_empty(T + 1, hq * d)
     do[T].zero_()
     torch.mm(dh, wo, out=do[:T])
-    do = do.index_select(0, lay.gather_out).view(N, S, hkv, g, d).permute(2, 0, 1, 3, 4).reshape(hkv * N,
-                                                                                                S * g, d)
-    dq, dk, dv = _attention_backward(qs, ks, vs, probs, do, plan.scale, lay.h, g)
-    slots = dq.new_empty(N, S, heads, d)
-    slots[:, :, :hq].view(N, S, hkv, g, d).copy_(dq.view(hkv, N, S, g, d).permute(1, 2, 0, 3, 4))
-    slots[:, :, hq:qk].copy_(dk.view(hkv, N, S, d).permute(1, 2, 0, 3))
-    slots[:, :, qk:].copy_(dv.view(hkv, N, S, d).permute(1, 2, 0, 3))
-    slots = slots.view(N * S, heads * d)
+    pieces = []
+    for grp in lay.groups:
+        N, S, n_att = grp.n_rows, grp.n_slots, 5 if grp.h else 4
+        qs, ks, vs, *probs = att[:n_att]
+        att = att[n_att:]
+        dog = do.index_select(0, grp.gather_out).view(N, S, hkv, g, d).permute(2, 0, 1, 3, 4)
+        dog = dog.reshape(hkv * N, S * g, d)
+        dq, dk, dv = _attention_backward(qs, ks, vs, probs, dog, plan.scale, grp.h, g)
+        slots = dq.new_empty(N, S, heads, d)
+        slots[:, :, :hq].view(N, S, hkv, g, d).copy_(dq.view(hkv, N, S, g, d).permute(1, 2, 0, 3, 4))
+        slots[:, :, hq:qk].copy_(dk.view(hkv, N, S, d).permute(1, 2, 0, 3))
+        slots[:, :, qk:].copy_(dv.view(hkv, N, S, d).permute(1, 2, 0, 3))
+        pieces.append(slots.view(N * S, heads * d))
+    slots = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
     if lay.shared:                         # a shared token's gradient: the sum over every slot it fills
         dqkv = slots.new_zeros(T + 1, heads * d).index_add_(0, lay.gather, slots)[:T].view(T, heads, d)
     else:
@@ -385,7 +399,7 @@ class _DecoderLayer(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, lay: _Layout, plan: _Plan, eps: tuple, *ws):
         out, saved = _layer_forward(x, lay, plan, eps, ws, keep=True)
-        ctx.lay, ctx.plan, ctx.n_probs = lay, plan, 2 if lay.h else 1
+        ctx.lay, ctx.plan = lay, plan
         ctx.has = tuple(w is not None for w in ws)
         ctx.save_for_backward(*[w for w in ws if w is not None], *saved)
         return out
@@ -394,7 +408,7 @@ class _DecoderLayer(torch.autograd.Function):
     def backward(ctx, dout):
         tensors = list(ctx.saved_tensors)
         ws = tuple(tensors.pop(0) if has else None for has in ctx.has)
-        dx, dws = _layer_backward(ctx.lay, ctx.plan, ws, tuple(tensors), dout, ctx.n_probs)
+        dx, dws = _layer_backward(ctx.lay, ctx.plan, ws, tuple(tensors), dout)
         need = ctx.needs_input_grad[4:]
         return (dx, None, None, None, *(dw if n else None for dw, n in zip(dws, need)))
 
@@ -434,6 +448,24 @@ def _pack(attention_mask: torch.Tensor, keys: torch.Tensor | None, prompt_len: i
     return packed, where
 
 
+# rows are padded in two groups (short, long) when that saves at least this share of attention's work
+SPLIT_SAVING = 0.25
+
+
+def _row_groups(lens: list[int]) -> list[tuple[torch.Tensor, int]]:
+    """The rows padded together in attention, as (row indices, slots) groups: all rows at the longest length,
+    or, when it saves at least SPLIT_SAVING of attention's work (rows · slots², padding included), the
+    shortest rows at their own longest and the rest at theirs (the split that saves most)."""
+    order = sorted(range(len(lens)), key=lambda i: (lens[i], i))
+    srt = [lens[i] for i in order]
+    n, full = len(srt), len(srt) * srt[-1] ** 2
+    best = min(((k * srt[k - 1] ** 2 + (n - k) * srt[-1] ** 2, k) for k in range(1, n)), default=(full, n))
+    if best[0] > (1 - SPLIT_SAVING) * full:
+        return [(torch.arange(n), srt[-1])]
+    k = best[1]
+    return [(torch.tensor(order[:k]), srt[k - 1]), (torch.tensor(order[k:]), srt[-1])]
+
+
 def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                   select: torch.Tensor, prompt_len: int = 0) -> torch.Tensor:
     """The last hidden states (after the final norm) of the flat positions `select` of a padded batch.
@@ -454,12 +486,17 @@ def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     packed, where = _pack(attention_mask, keys, P)
     T = len(packed)
     rank = attention_mask.ne(0).long().cumsum(1) - 1                     # [N, L] a token's place in its row
-    n_slots = int(rank[:, -1].max()) + 1
-    rows = torch.arange(N, device=dev)[:, None]
-    slot = (rows * n_slots + rank).reshape(-1)                           # [N·L] each position's slot
+    lens = (rank[:, -1] + 1).clamp(min=1).tolist()
+    groups = _row_groups(lens)
+    base = torch.empty(N, dtype=torch.long)                               # each row's first slot
+    start = 0
+    for rows_g, S in groups:
+        base[rows_g] = start + S * torch.arange(len(rows_g))
+        start += len(rows_g) * S
+    slot = (base.to(dev)[:, None] + rank).reshape(-1)                    # [N·L] each position's slot
     dest = slot.index_select(0, packed)                                  # each computed token's own slot
     real = where >= 0
-    gather = torch.full((N * n_slots,), T, dtype=torch.long, device=dev)
+    gather = torch.full((start,), T, dtype=torch.long, device=dev)
     gather[slot[real]] = where[real]                                     # each slot's token
     shared = int(real.sum()) > T
     gather_out = gather
@@ -474,11 +511,16 @@ def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     sign = torch.ones(plan.d, dtype=x.dtype, device=dev)
     sign[:plan.d // 2] = -1.0
     g = plan.hq // plan.hkv
-    causal = torch.ones(n_slots, n_slots, dtype=torch.bool, device=dev).tril()
-    bias = torch.zeros(n_slots, n_slots, dtype=x.dtype, device=dev).masked_fill_(~causal, float("-inf"))
-    lay = _Layout(N, n_slots, dest, gather, gather_out, cos[0][:, None].to(x.dtype),
-                  (sin[0] * sign)[:, None].to(x.dtype), bias.repeat_interleave(g, 0),
-                  n_slots // 2 if n_slots >= MIN_BLOCKED_SLOTS else 0, shared)
+    rows, start = [], 0
+    for rows_g, S in groups:
+        causal = torch.ones(S, S, dtype=torch.bool, device=dev).tril()
+        bias = torch.zeros(S, S, dtype=x.dtype, device=dev).masked_fill_(~causal, float("-inf"))
+        span = slice(start, start + len(rows_g) * S)
+        rows.append(_Rows(len(rows_g), S, gather[span], gather_out[span], bias.repeat_interleave(g, 0),
+                          S // 2 if S >= MIN_BLOCKED_SLOTS else 0))
+        start += len(rows_g) * S
+    lay = _Layout(tuple(rows), dest, gather, cos[0][:, None].to(x.dtype),
+                  (sin[0] * sign)[:, None].to(x.dtype), shared)
     from torch.utils.checkpoint import checkpoint
     for layer in body.layers:
         if getattr(layer, "gradient_checkpointing", False) and torch.is_grad_enabled():
