@@ -1,7 +1,8 @@
 """A lean forward pass of Llama-family causal LMs (Qwen2, Qwen3, Llama) over the HF module's own parameters.
 
     if fastmodel.supports(model):
-        h = fastmodel.hidden_states(model, input_ids, attention_mask, position_ids, select)   # [K, H]
+        h = fastmodel.hidden_states(model, input_ids, attention_mask, position_ids, select,
+                                    prompt_len)                                            # [K, H]
 
 The trainer's log-probs (armor.policy.forward_logprobs) need the last hidden state of a few positions of
 left-padded prompt + right-padded response rows. HF's forward pays, per layer, for every padding column, for
@@ -10,28 +11,41 @@ width 16 and ~50 positions the flash kernel reaches a few GFLOP/s, and autograd'
 copies batch by batch). This forward computes the same function with:
 
 - unpadding: the embeddings, norms, projections and MLPs run on the T real tokens only ([T, H]); attention
-  alone sees a padded layout, each row's tokens left-aligned ([rows, Lm], Lm = the longest row), so that plain
-  causal masking is exact for every real query (a padding slot sits after all real ones of its row);
-- one fused [q; k; v] product (the weights concatenated each call: autograd splits the gradient);
-- one rotary table for all layers, applied to the q and k heads together;
+  alone sees a padded layout, each row's tokens left-aligned, so that plain causal masking is exact for every
+  real query (a padding slot sits after all real ones of its row);
+- a prompt that several rows answer (a GRPO group, `prompt_len` given) computed once (`_pack`): its tokens
+  attend only to each other, so their states are the same in every row; each row's attention reads them, and
+  their gradients are summed over the rows;
+- each decoder layer one autograd node (`_DecoderLayer`) with a hand-written backward: one [q; k; v] and one
+  [gate; up] product, RoPE in place on the q and k heads, RMSNorm's backward by its formula, what the
+  backward reads saved once;
 - attention as batched products per (row, kv head) with its own backward, in two causal blocks
-  (`_Attention`); the query heads that share a kv head are stacked along the product's rows, so GQA needs no
-  repeated keys;
+  (`_attention_forward`); the query heads that share a kv head are stacked along the product's rows, so GQA
+  needs no repeated keys; rows of very different lengths padded in two groups (`_row_groups`);
 - the final norm only on the selected positions.
 
-Every operation is deterministic on the CPU. The results equal HF's forward to float rounding (other product
-shapes: ~1e-6 in float32; tests/integration/test_fastmodel.py). Anything else falls back: `supports` is False
-for other architectures, sliding windows, dynamic RoPE, adapters (a projection that is not a plain Linear),
-attention dropout while training, FSDP2-sharded models (their weights are gathered by the layers' own forward
-hooks), and when ARMOR_FAST_FORWARD=0 is set.
+Every operation is deterministic on the CPU. The results equal HF's forward to float rounding (float32: ~1e-6,
+gradients within 2e-5 of their largest entry; tests/integration/test_fastmodel.py). Anything else falls back:
+`supports` is False for other architectures, sliding windows, dynamic RoPE, an activation other than silu,
+adapters (a projection that is not a plain Linear), attention dropout while training, FSDP2-sharded models
+(their weights are gathered by the layers' own forward hooks), and when ARMOR_FAST_FORWARD=0 is set.
 
-What decided it (this machine: 2 shared AMD EPYC cores, torch 2.13 CPU, 1 thread, the tiny world's model;
-medians of CPU time on a loaded machine, so +-20 %): torch.compile of one layer (inductor, dynamic shapes,
-gcc) took 55 s to compile in each process and then ran a 64-row update batch's forward + backward in 131 ms
-against 85 ms eager; attention forward + backward of 64 rows x 4 heads x 47 positions at head width 16 took
-5.7-8.0 ms in CPU SDPA (the flash kernel), 4.6-6.8 ms as autograd of the same two batched products, and
-2.7-3.0 ms in `_Attention`'s two causal blocks. Rows of equal length (no padding) gain nothing over HF's
-forward (32 x 45 tokens: 35.7 ms forward + backward against 35.6): the gain is unpadding and attention.
+What decided it (this machine: 2 shared AMD EPYC cores, torch 2.13 CPU under the AVX2 pins, 1 thread, the
+tiny world's model; CPU time, medians, on a loaded machine: +-20 %, so compared interleaved):
+- torch.compile of one layer (inductor, dynamic shapes, gcc) took 55 s to compile in each process and then
+  ran a 64-row update batch's forward + backward in 131 ms against 85 ms eager (not revisited);
+- attention forward + backward of 64 rows x 4 heads x 47 positions at head width 16: 5.7-8.0 ms in CPU SDPA
+  (the flash kernel), 4.6-6.8 ms as autograd of the same two batched products, 2.7-3.0 ms in two causal
+  blocks;
+- a 32-row micro-batch of the tiny preset (4 prompts x 8 responses: 1,192 real tokens, 776 of them
+  responses) forward + backward: 31.5 ms with autograd over per-op layers, 27.6 with `_DecoderLayer`, 21.0
+  with each prompt computed once (828 tokens), 20.1 with the two length groups; the no-grad forward 10.7 ->
+  7.1 -> 6.8 ms. Then ~9.6 ms of it are the linear layers' products (~87 GFLOP/s in the loop, ~100 alone at
+  these shapes), ~4 ms attention's products and softmax; the rest is elementwise passes over [T, 192]
+  tensors (silu 99 µs and its backward 125 µs at T = 1,192), not per-op overhead (~1 µs an op from Python);
+- fusing more products gains nothing by itself: [T, 64] x [64, 192 | 384 | 576] products all run at
+  ~100 GFLOP/s; rows of equal length (no padding) gained nothing over HF's per-op forward (32 x 45 tokens:
+  35.7 ms forward + backward against 35.6).
 """
 from __future__ import annotations
 
