@@ -39,6 +39,14 @@ def _batch(vocab=50):
     return make_token_batch(prompts, responses, pad_id=0)
 
 
+def _ragged_batch(vocab=50):
+    """Rows of 16, 29, 3 and 9 tokens: attention in two groups of rows."""
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (5, 9, 2, 7)]
+    responses = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (11, 20, 1, 2)]
+    return make_token_batch(prompts, responses, pad_id=0)
+
+
 def _even_batch(vocab=50):
     """Rows of near-equal length (17-19 tokens): attention in one group of rows, in two causal blocks."""
     g = torch.Generator().manual_seed(3)
@@ -70,12 +78,14 @@ def _assert_same(a, b, grad_tol=2e-5):
 
 
 def test_rows_of_similar_length_are_padded_together():
-    """_row_groups by hand: lengths 5, 11, 2, 8 cost 4·11² = 484 padded together; rows {2, 0} at 5 and {3, 1}
-    at 11 cost 2·5² + 2·11² = 292 (the best split, ≥ 25% less): two groups. 10, 11, 12: 432 against 386 at
-    best (11% less): one group."""
-    groups = fastmodel._row_groups([5, 11, 2, 8])
-    assert [(g.tolist(), s) for g, s in groups] == [([2, 0], 5), ([3, 1], 11)]
-    assert [(g.tolist(), s) for g, s in fastmodel._row_groups([10, 11, 12])] == [([0, 1, 2], 12)]
+    """_row_groups by hand, slots rounded up to 8: lengths 5, 17, 2, 8 (8, 24, 8, 8 slots) cost 4·24² = 2304
+    padded together; rows {2, 0, 3} at 8 and {1} at 24 cost 3·8² + 24² = 768 (the best split, ≥ 25% less):
+    two groups. 9, 17, 20 (16, 24, 24): 1728 against 1408 at best (19% less): one group."""
+    groups = fastmodel._row_groups([5, 17, 2, 8])
+    assert [(g.tolist(), s) for g, s in groups] == [([2, 0, 3], 8), ([1], 24)]
+    assert [(g.tolist(), s) for g, s in fastmodel._row_groups([9, 17, 20])] == [([0, 1, 2], 24)]
+    # the causal blocks meet near S / 2 on a multiple of 8; short rows are one block
+    assert [fastmodel._block_split(S) for S in (8, 16, 24, 48, 56)] == [0, 8, 16, 24, 32]
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -88,7 +98,7 @@ def test_lean_forward_equals_hf(name, chunk, layout, monkeypatch):
     calls = []
     real = fastmodel.hidden_states
     monkeypatch.setattr(fastmodel, "hidden_states", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
-    batch = _batch() if layout == "ragged" else _even_batch()
+    batch = _ragged_batch() if layout == "ragged" else _even_batch()
     lens = batch.attention_mask.sum(-1).tolist()
     assert len(fastmodel._row_groups(lens)) == (2 if layout == "ragged" else 1) and min(lens) >= (
         0 if layout == "ragged" else fastmodel.MIN_BLOCKED_SLOTS)
