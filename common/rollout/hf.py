@@ -17,9 +17,11 @@ from common.rollout.static_decode import StaticStepper, make_stepper
 # OMP_WAIT_POLICY=PASSIVE). The threshold is the tiny world's model at 128 rows; `python -m bench.step_time`
 # (2 threads) measures what it does to a training step (README, "Step-time benchmark").
 SINGLE_THREAD_DECODE_BELOW = 128 * 64
-# Rows sampled together on the CPU (HFEngine's default max_batch; 256 elsewhere). The tiny world's validation
-# (256 prompts x 4 samples, 48 new tokens) took 507 / 400 / 426 / 517 ms of CPU time in chunks of 256 / 128 /
-# 64 / 32 rows: at 256 rows a decode step's attention reads ~13 MB of KV cache, no longer cache-resident.
+# Rows the static decoder samples together on the CPU (HFEngine's default max_batch there; 256 elsewhere). The
+# tiny world's validation (256 prompts x 4 samples, 48 new tokens) took 507 / 400 / 426 / 517 ms of CPU time
+# in chunks of 256 / 128 / 64 / 32 rows: at 256 rows a decode step's attention reads ~13 MB of KV cache, no
+# longer cache-resident. HF's forward (the generic decoder) is faster in larger chunks: 256 rows in 94 ms as
+# one chunk, 119 as two (bench.decode).
 CPU_MAX_BATCH = 128
 
 
@@ -42,9 +44,7 @@ class HFEngine(RolloutEngine):
         self.model = model
         self.static_cache = static_cache   # the preallocated-KV-cache decoder where the architecture allows
         self.tokenizer = tokenizer
-        if max_batch is None:              # rows sampled together: CPU_MAX_BATCH on the CPU, else 256
-            max_batch = CPU_MAX_BATCH if next(model.parameters()).device.type == "cpu" else 256
-        self.max_batch = max_batch
+        self.max_batch = max_batch         # rows sampled together (None: `batch_rows`)
         self._workspace: dict = {}         # the static decoder's KV-cache storage, kept between calls
         eos = tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
@@ -53,6 +53,14 @@ class HFEngine(RolloutEngine):
             self.eos_ids |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos])
         self.pad_id = (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                        else next(iter(self.eos_ids)))
+
+    def batch_rows(self) -> int:
+        """Rows sampled together: max_batch, or by default CPU_MAX_BATCH for the static decoder on the CPU and
+        256 otherwise."""
+        if self.max_batch is not None:
+            return self.max_batch
+        cpu = next(self.model.parameters()).device.type == "cpu"
+        return CPU_MAX_BATCH if cpu and self.static_cache and StaticStepper.supports(self.model) else 256
 
     def _push(self, model: torch.nn.Module) -> None:
         self.model = model   # same process, same device: serving a module is pointing at it
@@ -64,8 +72,9 @@ class HFEngine(RolloutEngine):
             gen = torch.Generator(device="cpu").manual_seed(params.seed)
         flat = [(i, p) for i, p in enumerate(prompts) for _ in range(params.n)]
         out = Rollout()
-        for start in range(0, len(flat), self.max_batch):
-            chunk = flat[start:start + self.max_batch]
+        rows = self.batch_rows()
+        for start in range(0, len(flat), rows):
+            chunk = flat[start:start + rows]
             resp, lps, fin = self._sample([i for i, _ in chunk], prompts, params, gen)
             for (i, p), r, lp, f in zip(chunk, resp, lps, fin):
                 out.prompt_index.append(i)

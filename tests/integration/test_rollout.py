@@ -261,3 +261,13 @@ def test_static_decoder_samples_a_training_model_as_is(monkeypatch):
     assert switches == [] and model.training
     generic = HFEngine(model, _Tok(), static_cache=False).generate(prompts, params)
     assert generic.response_ids == ref.response_ids and switches == [False, True] and model.training
+
+
+def test_rows_sampled_together_by_default():
+    """max_batch None: CPU_MAX_BATCH rows at a time for the static decoder on the CPU (its KV cache stays in
+    the caches), 256 for HF's forward; a given max_batch is kept."""
+    import common.rollout.hf as hf
+    model = MODELS["qwen2"]()
+    assert HFEngine(model, _Tok()).batch_rows() == hf.CPU_MAX_BATCH == 128
+    assert HFEngine(model, _Tok(), static_cache=False).batch_rows() == 256
+    assert HFEngine(model, _Tok(), max_batch=7).batch_rows() == 7
