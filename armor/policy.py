@@ -133,7 +133,7 @@ def _lean_logprobs(model, batch: TokenBatch, temperature: float, with_entropy: b
     rows, cols = batch.response_mask.nonzero(as_tuple=True)             # [Tr] each response token
     target = rows * L + batch.prompt_len + cols                          # its flat position
     hidden = fastmodel.hidden_states(model, batch.input_ids, batch.attention_mask, batch.position_ids,
-                                     target - 1)                         # the state that predicts it
+                                     target - 1, batch.prompt_len)       # the state that predicts it
     ids = batch.input_ids.reshape(-1).index_select(0, target)
     head = model.get_output_embeddings()
     if chunk_tokens is None:

@@ -1,7 +1,8 @@
 """A lean forward pass of Llama-family causal LMs (Qwen2, Qwen3, Llama) over the HF module's own parameters.
 
     if fastmodel.supports(model):
-        h = fastmodel.hidden_states(model, input_ids, attention_mask, position_ids, select)   # [K, H]
+        h = fastmodel.hidden_states(model, input_ids, attention_mask, position_ids, select,
+                                    prompt_len)                                            # [K, H]
 
 The trainer's log-probs (armor.policy.forward_logprobs) need the last hidden state of a few positions of
 left-padded prompt + right-padded response rows. HF's forward pays, per layer, for every padding column, for
@@ -10,32 +11,46 @@ width 16 and ~50 positions the flash kernel reaches a few GFLOP/s, and autograd'
 copies batch by batch). This forward computes the same function with:
 
 - unpadding: the embeddings, norms, projections and MLPs run on the T real tokens only ([T, H]); attention
-  alone sees a padded layout, each row's tokens left-aligned ([rows, Lm], Lm = the longest row), so that plain
-  causal masking is exact for every real query (a padding slot sits after all real ones of its row);
-- one fused [q; k; v] product (the weights concatenated each call: autograd splits the gradient);
-- one rotary table for all layers, applied to the q and k heads together;
+  alone sees a padded layout, each row's tokens left-aligned, so that plain causal masking is exact for every
+  real query (a padding slot sits after all real ones of its row);
+- a prompt that several rows answer (a GRPO group, `prompt_len` given) computed once (`_pack`): its tokens
+  attend only to each other, so their states are the same in every row; each row's attention reads them, and
+  their gradients are summed over the rows;
+- each decoder layer one autograd node (`_DecoderLayer`) with a hand-written backward: one [q; k; v] and one
+  [gate; up] product, RoPE in place on the q and k heads, RMSNorm's backward by its formula, what the
+  backward reads saved once;
 - attention as batched products per (row, kv head) with its own backward, in two causal blocks
-  (`_Attention`); the query heads that share a kv head are stacked along the product's rows, so GQA needs no
-  repeated keys;
+  (`_attention_forward`); the query heads that share a kv head are stacked along the product's rows, so GQA
+  needs no repeated keys; rows of very different lengths padded in two groups (`_row_groups`);
 - the final norm only on the selected positions.
 
-Every operation is deterministic on the CPU. The results equal HF's forward to float rounding (other product
-shapes: ~1e-6 in float32; tests/integration/test_fastmodel.py). Anything else falls back: `supports` is False
-for other architectures, sliding windows, dynamic RoPE, adapters (a projection that is not a plain Linear),
-attention dropout while training, FSDP2-sharded models (their weights are gathered by the layers' own forward
-hooks), and when ARMOR_FAST_FORWARD=0 is set.
+Every operation is deterministic on the CPU. The results equal HF's forward to float rounding (float32: ~1e-6,
+gradients within 2e-5 of their largest entry; tests/integration/test_fastmodel.py). Anything else falls back:
+`supports` is False for other architectures, sliding windows, dynamic RoPE, an activation other than silu,
+adapters (a projection that is not a plain Linear), attention dropout while training, FSDP2-sharded models
+(their weights are gathered by the layers' own forward hooks), and when ARMOR_FAST_FORWARD=0 is set.
 
-What decided it (this machine: 2 shared AMD EPYC cores, torch 2.13 CPU, 1 thread, the tiny world's model;
-medians of CPU time on a loaded machine, so +-20 %): torch.compile of one layer (inductor, dynamic shapes,
-gcc) took 55 s to compile in each process and then ran a 64-row update batch's forward + backward in 131 ms
-against 85 ms eager; attention forward + backward of 64 rows x 4 heads x 47 positions at head width 16 took
-5.7-8.0 ms in CPU SDPA (the flash kernel), 4.6-6.8 ms as autograd of the same two batched products, and
-2.7-3.0 ms in `_Attention`'s two causal blocks. Rows of equal length (no padding) gain nothing over HF's
-forward (32 x 45 tokens: 35.7 ms forward + backward against 35.6): the gain is unpadding and attention.
+What decided it (this machine: 2 shared AMD EPYC cores, torch 2.13 CPU under the AVX2 pins, 1 thread, the
+tiny world's model; CPU time, medians, on a loaded machine: +-20 %, so compared interleaved):
+- torch.compile of one layer (inductor, dynamic shapes, gcc) took 55 s to compile in each process and then
+  ran a 64-row update batch's forward + backward in 131 ms against 85 ms eager (not revisited);
+- attention forward + backward of 64 rows x 4 heads x 47 positions at head width 16: 5.7-8.0 ms in CPU SDPA
+  (the flash kernel), 4.6-6.8 ms as autograd of the same two batched products, 2.7-3.0 ms in two causal
+  blocks;
+- a 32-row micro-batch of the tiny preset (4 prompts x 8 responses: 1,192 real tokens, 776 of them
+  responses) forward + backward: 31.5 ms with autograd over per-op layers, 27.6 with `_DecoderLayer`, 21.0
+  with each prompt computed once (828 tokens), 20.1 with the two length groups; the no-grad forward 10.7 ->
+  7.1 -> 6.8 ms. Then ~9.6 ms of it are the linear layers' products (~87 GFLOP/s in the loop, ~100 alone at
+  these shapes), ~4 ms attention's products and softmax; the rest is elementwise passes over [T, 192]
+  tensors (silu 99 µs and its backward 125 µs at T = 1,192), not per-op overhead (~1 µs an op from Python);
+- fusing more products gains nothing by itself: [T, 64] x [64, 192 | 384 | 576] products all run at
+  ~100 GFLOP/s; rows of equal length (no padding) gained nothing over HF's per-op forward (32 x 45 tokens:
+  35.7 ms forward + backward against 35.6).
 """
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -97,54 +112,81 @@ def supports(model) -> bool:
         return False
     if model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
         return False
+    if getattr(model.config, "hidden_act", "silu") != "silu":      # the hand-written backward's activation
+        return False
     return type(model.get_output_embeddings()) is torch.nn.Linear
 
 
 # ------------------------------------------------------------------------------------------------ attention
-class _Attention(torch.autograd.Function):
-    """O = softmax(scale · Q Kᵀ + bias) V for a batch of small causal attention problems, with a hand-written
-    backward whose batched products read contiguous operands.
+def _attention_forward(q, k, v, bias, scale: float, h: int, g: int):
+    """O = softmax(scale · Q Kᵀ + bias) V for a batch of small causal attention problems; returns O and the
+    softmax blocks its backward reads.
 
     q: [B, S·g, d] (the g query heads of each position adjacent: row i·g + j is position i, head j), k, v:
     [B, S, d], bias: [S·g, S] (0 or -inf, the same for every batch entry); -> [B, S·g, d]. Causal blocks: the
     queries of positions < h read only keys < h (every later key is masked for them), the others all keys;
-    the result is the same, bit for bit (a masked key adds an exact 0), for ~3/4 of the work at h = S/2.
-    Backward per block (P its softmax, dO the output's gradient): dV = Pᵀ dO, dP = dO Vᵀ,
-    dS = P ⊙ (dP − Σ_j dP ⊙ P), dQ = scale · dS K, dK = scale · dSᵀ Q, the blocks' dK and dV summed."""
+    the result is the same, bit for bit (a masked key adds an exact 0), for ~3/4 of the work at h = S/2."""
+    hg = h * g
+    pb = torch.baddbmm(bias[hg:], q[:, hg:], k.transpose(1, 2), alpha=scale).softmax(-1)
+    ob = torch.bmm(pb, v)
+    if not h:
+        return ob, (pb,)
+    pa = torch.baddbmm(bias[:hg, :h], q[:, :hg], k[:, :h].transpose(1, 2), alpha=scale).softmax(-1)
+    return torch.cat([torch.bmm(pa, v[:, :h]), ob], 1), (pb, pa)
+
+
+def _attention_backward(q, k, v, probs, grad_out, scale: float, h: int, g: int):
+    """The gradients (dQ, dK, dV) of `_attention_forward` given dO, per block (P its softmax): dV = Pᵀ dO,
+    dP = dO Vᵀ, dS = P ⊙ (dP − Σ_j dP ⊙ P), dQ = scale · dS K, dK = scale · dSᵀ Q, the blocks' dK and dV
+    summed."""
+    hg = h * g
+    pb = probs[0]
+    gb = grad_out[:, hg:].contiguous()
+    dv = torch.bmm(pb.transpose(1, 2), gb)
+    ds = torch._softmax_backward_data(torch.bmm(gb, v.transpose(1, 2)), pb, -1, pb.dtype)
+    dq = torch.bmm(ds, k)
+    dk = torch.bmm(ds.transpose(1, 2), q[:, hg:])
+    if h:
+        pa, ga = probs[1], grad_out[:, :hg].contiguous()
+        dv[:, :h] += torch.bmm(pa.transpose(1, 2), ga)
+        ds = torch._softmax_backward_data(torch.bmm(ga, v[:, :h].transpose(1, 2)), pa, -1, pa.dtype)
+        dq = torch.cat([torch.bmm(ds, k[:, :h]), dq], 1)
+        dk[:, :h] += torch.bmm(ds.transpose(1, 2), q[:, :hg])
+    return dq.mul_(scale), dk.mul_(scale), dv
+
+
+class _Attention(torch.autograd.Function):
+    """`_attention_forward` with `_attention_backward` as its autograd backward (the batched products read
+    contiguous operands)."""
 
     @staticmethod
     def forward(ctx, q, k, v, bias, scale: float, h: int, g: int):
         ctx.scale, ctx.h, ctx.g = scale, h, g
-        hg = h * g
-        pb = torch.baddbmm(bias[hg:], q[:, hg:], k.transpose(1, 2), alpha=scale).softmax(-1)
-        ob = torch.bmm(pb, v)
-        if not h:
-            ctx.save_for_backward(q, k, v, pb)
-            return ob
-        pa = torch.baddbmm(bias[:hg, :h], q[:, :hg], k[:, :h].transpose(1, 2), alpha=scale).softmax(-1)
-        ctx.save_for_backward(q, k, v, pb, pa)
-        return torch.cat([torch.bmm(pa, v[:, :h]), ob], 1)
+        out, probs = _attention_forward(q, k, v, bias, scale, h, g)
+        ctx.save_for_backward(q, k, v, *probs)
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, pb, *pa = ctx.saved_tensors
-        scale, h, hg = ctx.scale, ctx.h, ctx.h * ctx.g
-        gb = grad_out[:, hg:].contiguous()
-        dv = torch.bmm(pb.transpose(1, 2), gb)
-        ds = torch._softmax_backward_data(torch.bmm(gb, v.transpose(1, 2)), pb, -1, pb.dtype)
-        dq = torch.bmm(ds, k)
-        dk = torch.bmm(ds.transpose(1, 2), q[:, hg:])
-        if h:
-            pa, ga = pa[0], grad_out[:, :hg].contiguous()
-            dv[:, :h] += torch.bmm(pa.transpose(1, 2), ga)
-            ds = torch._softmax_backward_data(torch.bmm(ga, v[:, :h].transpose(1, 2)), pa, -1, pa.dtype)
-            dq = torch.cat([torch.bmm(ds, k[:, :h]), dq], 1)
-            dk[:, :h] += torch.bmm(ds.transpose(1, 2), q[:, :hg])
-        return dq.mul_(scale), dk.mul_(scale), dv, None, None, None, None
+        q, k, v, *probs = ctx.saved_tensors
+        dq, dk, dv = _attention_backward(q, k, v, probs, grad_out, ctx.scale, ctx.h, ctx.g)
+        return dq, dk, dv, None, None, None, None
 
 
-# attention rows shorter than this are one causal block (see _Attention)
+# attention rows shorter than this are one causal block (see _attention_forward)
 MIN_BLOCKED_SLOTS = 16
+
+# attention's slots per row: a multiple of this. Alone, CPU products whose key count is a multiple of 8 run
+# ~1.5x faster (q·Kᵀ of 256 x [23, 16] x [16, 47] at 49 GFLOP/s, of 256 x [24, 16] x [16, 48] at 74); in the
+# tiny preset's 32-row micro-batch, interleaved 3 times: the no-grad forward 5.6-5.9 ms against 5.9-6.2,
+# forward + backward the same within the noise (17.9-20.7 against 18.3-20.7)
+SLOT_ALIGN = 8
+
+
+def _block_split(S: int) -> int:
+    """Where attention's two causal blocks of S slots meet (0: one block): near S/2, on a multiple of
+    SLOT_ALIGN."""
+    return 0 if S < MIN_BLOCKED_SLOTS else max(SLOT_ALIGN, SLOT_ALIGN * round(S / (2 * SLOT_ALIGN)))
 
 
 def _rms(x: torch.Tensor, norm) -> torch.Tensor:
@@ -157,10 +199,24 @@ def _rms(x: torch.Tensor, norm) -> torch.Tensor:
     return norm.weight * h.to(x.dtype)
 
 
-def _swap_halves(x: torch.Tensor) -> torch.Tensor:
-    """[x2, x1] of x = [x1, x2] along the last dim (its sign goes into the sin table: rotate_half(x) =
-    swap(x) · [-1, +1])."""
-    return torch.roll(x, x.shape[-1] // 2, -1)
+def _norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float):
+    """RMSNorm as HF computes it: r = 1 / sqrt(mean(x²) + eps) and n = x · r in float32, y = w · n in x's
+    dtype. x: [..., H], w: [H] -> y [..., H], n (float32, [..., H]), r (float32, [..., 1])."""
+    xf = x.float()
+    r = xf.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
+    n = xf * r
+    return w * n.to(x.dtype), n, r
+
+
+def _norm_backward(dy: torch.Tensor, w: torch.Tensor, n: torch.Tensor, r: torch.Tensor):
+    """The gradients of y = w · n, n = x · r (`_norm_forward`) given dy [..., H]: with G = dy · w,
+    dx = r · (G − n · mean(G · n)) (the mean over the last dim) and dw = Σ dy · n over every other dim.
+    Returns dx (float32) and dw (w's dtype)."""
+    dyf = dy.float()
+    dw = (dyf * n).reshape(-1, n.shape[-1]).sum(0).to(w.dtype)
+    gw = dyf * w.float()
+    c = (gw * n).mean(-1, keepdim=True)
+    return torch.addcmul(gw, n, c, value=-1.0).mul_(r), dw
 
 
 class _Plan:
@@ -182,78 +238,320 @@ def _plan(model) -> _Plan:
     return plan
 
 
-def _layer(layer, plan: _Plan, x, rope, dest, n_rows: int, n_slots: int, bias):
-    """One decoder layer on the packed tokens x [T, H]. rope: (cos, signed sin) [T, q + k + v heads, d] (1 and
-    0 on the value heads); dest [T]: each token's attention slot, row · n_slots + its place in the row."""
-    a, mlp = layer.self_attn, layer.mlp
+class _Rows(NamedTuple):
+    """Rows padded together in attention: n_rows rows of S slots each (S: their longest row's real tokens),
+    slots [start, start + n_rows · S) of the layout."""
+    n_rows: int
+    n_slots: int
+    gather: torch.Tensor             # [n_rows · S] each slot's token (T: padding, read from a zero row)
+    gather_out: torch.Tensor         # the same, T also where the token's output is another slot's
+    bias: torch.Tensor               # [S · g, S] 0 or -inf: causal, the g query heads of a position adjacent
+    h: int                           # the causal blocks' split (0: one block)
+
+
+class _Layout(NamedTuple):
+    """Where one forward's T packed tokens sit in attention's padded layout (shared by every layer)."""
+    groups: tuple                    # _Rows: the rows in groups of similar length, each padded to its longest
+    dest: torch.Tensor               # [T] each token's own slot: its group's start + row · S + place in row
+    gather: torch.Tensor             # [all slots] each slot's token (T: padding), the groups' in order
+    cos: torch.Tensor                # [T, 1, d] each token's RoPE cos
+    sin: torch.Tensor                # [T, 1, d] its sin, signed: rotate_half(x) · sin = swap(x) · this
+    shared: bool                     # some tokens fill several slots (a prompt shared by several rows)
+
+
+# the order of a layer's tensors in _DecoderLayer (None where a layer has no bias / no q/k norm)
+WEIGHT_NAMES = ("input_norm", "q", "k", "v", "q_bias", "k_bias", "v_bias", "q_norm", "k_norm", "o", "o_bias",
+                "post_norm", "gate", "up", "down", "gate_bias", "up_bias", "down_bias")
+
+
+def _layer_weights(layer) -> tuple:
+    """A decoder layer's tensors in WEIGHT_NAMES' order, and its norms' eps (input, post, q, k)."""
+    a, m = layer.self_attn, layer.mlp
+    qn, kn = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
+    ws = (layer.input_layernorm.weight, a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, a.q_proj.bias,
+          a.k_proj.bias, a.v_proj.bias, None if qn is None else qn.weight, None if kn is None else kn.weight,
+          a.o_proj.weight, a.o_proj.bias, layer.post_attention_layernorm.weight, m.gate_proj.weight,
+          m.up_proj.weight, m.down_proj.weight, m.gate_proj.bias, m.up_proj.bias, m.down_proj.bias)
+    eps = (layer.input_layernorm.variance_epsilon, layer.post_attention_layernorm.variance_epsilon,
+           None if qn is None else qn.variance_epsilon, None if kn is None else kn.variance_epsilon)
+    return ws, eps
+
+
+def _cat(*ts):
+    return None if ts[0] is None else torch.cat(ts)
+
+
+def _layer_forward(x: torch.Tensor, lay: _Layout, plan: _Plan, eps: tuple, ws: tuple, keep: bool):
+    """One decoder layer on the packed tokens x [T, H] -> [T, H] (and, with `keep`, what its backward reads):
+    x + attn(norm(x)), then h + mlp(norm(h)), computed as
+      a = norm₁(x); [q; k; v] = a Wqkvᵀ (+ b) (Qwen3: per-head norms of q and k); RoPE on q and k;
+      the heads scattered to the padded slots (each row's tokens left-aligned: plain causal masking is exact
+      for every real query); o = attention(q, k, v) gathered back; h = x + o Woᵀ;
+      b = norm₂(h); [u_g; u_u] = b [Wg; Wu]ᵀ; m = silu(u_g) · u_u; out = h + m Wdᵀ."""
+    (ln1, wq, wk, wv, bq, bk, bv, qn, kn, wo, bo, ln2, wg, wu, wd, bg, bu, bd) = ws
     T, d, hq, hkv = x.shape[0], plan.d, plan.hq, plan.hkv
-    g, heads = hq // hkv, hq + 2 * hkv
-    w = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
-    b = None if a.q_proj.bias is None else torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
-    qkv = F.linear(_rms(x, layer.input_layernorm), w, b).view(T, heads, d)
+    g, qk, heads = hq // hkv, hq + hkv, hq + 2 * hkv
+    a, n1, r1 = _norm_forward(x, ln1, eps[0])
+    w_qkv, b_qkv = torch.cat([wq, wk, wv]), _cat(bq, bk, bv)
+    buf = x.new_empty(T + 1, heads, d)                  # the packed heads; row T: the zero row of padding
+    buf[T].zero_()
+    qkv = buf[:T]
+    if b_qkv is None:
+        torch.mm(a, w_qkv.t(), out=qkv.view(T, heads * d))
+    else:
+        torch.addmm(b_qkv, a, w_qkv.t(), out=qkv.view(T, heads * d))
+    qk_saved = ()
     if plan.qk_norm:                       # Qwen3: per-head RMSNorm of q and k before the rotation
-        q, k, v = qkv.split([hq, hkv, hkv], 1)
-        qkv = torch.cat([_rms(q, a.q_norm), _rms(k, a.k_norm), v], 1)
-    qkv = torch.addcmul(qkv * rope[0], _swap_halves(qkv), rope[1])   # RoPE on q and k, v unchanged
-    # heads first, each row's tokens left-aligned: [q + k + v heads, rows · slots, d]
-    slots = qkv.new_zeros(heads, n_rows * n_slots, d).index_copy(1, dest, qkv.transpose(0, 1))
-    # batch (kv head, row); the g query heads of a kv head stacked along the product's rows, position-major
-    # split, not sliced: a slice's backward fills a whole zero gradient per slice, a split's is one cat
-    qs, ks, vs = slots.split([hq, hkv, hkv], 0)
-    qs = qs.view(hkv, g, n_rows, n_slots, d).permute(0, 2, 3, 1, 4).reshape(hkv * n_rows, n_slots * g, d)
-    ks, vs = ks.view(hkv * n_rows, n_slots, d), vs.view(hkv * n_rows, n_slots, d)
-    h = n_slots // 2 if n_slots >= MIN_BLOCKED_SLOTS else 0
-    o = _Attention.apply(qs, ks, vs, bias, plan.scale, h, g)
-    o = (o.view(hkv, n_rows, n_slots, g, d).permute(1, 2, 0, 3, 4).reshape(n_rows * n_slots, hq * d)
-         .index_select(0, dest))
-    x = x + F.linear(o, a.o_proj.weight, a.o_proj.bias)
-    # gate and up as two products: a fused one's backward concatenates their gradients along the columns
-    h = _rms(x, layer.post_attention_layernorm)
-    h = mlp.act_fn(F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)) * F.linear(h, mlp.up_proj.weight,
-                                                                                      mlp.up_proj.bias)
-    return x + F.linear(h, mlp.down_proj.weight, mlp.down_proj.bias)
+        yq, nq, rq = _norm_forward(qkv[:, :hq], qn, eps[2])
+        yk, nk, rk = _norm_forward(qkv[:, hq:qk], kn, eps[3])
+        qkv[:, :hq], qkv[:, hq:qk] = yq, yk
+        qk_saved = (nq, rq, nk, rk)
+    # RoPE in place on the q and k heads: x · cos + swap(x) · signed sin
+    rot = qkv[:, :qk]
+    swapped = torch.roll(rot, d // 2, -1)
+    rot.mul_(lay.cos).addcmul_(swapped, lay.sin)
+    # each group's padded slots [rows, S, heads, d]; batch (kv head, row), the g query heads of a kv head
+    # stacked along the rows of its products, position-major
+    flat, outs, att = buf.view(T + 1, heads * d), [], []
+    for grp in lay.groups:
+        N, S = grp.n_rows, grp.n_slots
+        slots = flat.index_select(0, grp.gather).view(N, S, heads, d)
+        qs = slots[:, :, :hq].reshape(N, S, hkv, g, d).permute(2, 0, 1, 3, 4).reshape(hkv * N, S * g, d)
+        ks = slots[:, :, hq:qk].permute(2, 0, 1, 3).reshape(hkv * N, S, d)
+        vs = slots[:, :, qk:].permute(2, 0, 1, 3).reshape(hkv * N, S, d)
+        o, probs = _attention_forward(qs, ks, vs, grp.bias, plan.scale, grp.h, g)
+        outs.append(o.view(hkv, N, S, g, d).permute(1, 2, 0, 3, 4).reshape(N * S, hq * d))
+        att += [qs, ks, vs, *probs]
+    o = (outs[0] if len(outs) == 1 else torch.cat(outs)).index_select(0, lay.dest)
+    h = torch.addmm(x, o, wo.t())
+    if bo is not None:
+        h = h.add_(bo)
+    b, n2, r2 = _norm_forward(h, ln2, eps[1])
+    gu = F.linear(b, torch.cat([wg, wu]), _cat(bg, bu))            # [T, 2I]: gate and up in one product
+    inter = wg.shape[0]
+    s = F.silu(gu[:, :inter])
+    m = s * gu[:, inter:]
+    out = torch.addmm(h, m, wd.t())
+    if bd is not None:
+        out = out.add_(bd)
+    if not keep:
+        return out, None
+    return out, (a, n1, r1, w_qkv, *qk_saved, *att, o, n2, r2, b, gu, s, m)
+
+
+def _layer_backward(lay: _Layout, plan: _Plan, ws: tuple, saved: tuple, dout: torch.Tensor):
+    """The gradients of `_layer_forward` (dx and every tensor of ws, None where ws has none), by hand: the
+    chain rule through each product (dX = dY W, dW = dYᵀ X), silu'(u) = σ(u)(1 + u(1 − σ(u))),
+    `_norm_backward`, RoPE's transpose (dx = dy · cos + swap(dy · signed sin)) and `_attention_backward`;
+    the padding slots' gradients are dropped by the gather back to the packed tokens."""
+    (ln1, wq, wk, wv, bq, bk, bv, qn, kn, wo, bo, ln2, wg, wu, wd, bg, bu, bd) = ws
+    saved = list(saved)
+    a, n1, r1, w_qkv = saved[:4]
+    nq = rq = nk = rk = None
+    if plan.qk_norm:
+        nq, rq, nk, rk = saved[4:8]
+        saved = saved[8:]
+    else:
+        saved = saved[4:]
+    att, (o, n2, r2, b, gu, s, m) = saved[:-7], saved[-7:]
+    T, d, hq, hkv = a.shape[0], plan.d, plan.hq, plan.hkv
+    g, qk, heads = hq // hkv, hq + hkv, hq + 2 * hkv
+    inter = wg.shape[0]
+    dout = dout.contiguous()
+    # the MLP: out = h + m Wdᵀ, m = silu(u_g) · u_u, [u_g; u_u] = b [Wg; Wu]ᵀ
+    d_wd = torch.mm(dout.t(), m)
+    dm = torch.mm(dout, wd)
+    dgu = torch.empty_like(gu)
+    torch.mul(dm, s, out=dgu[:, inter:])
+    torch.ops.aten.silu_backward.grad_input(dm.mul_(gu[:, inter:]), gu[:, :inter], grad_input=dgu[:, :inter])
+    w_gu = torch.cat([wg, wu])
+    d_wgu = torch.mm(dgu.t(), b)
+    db = torch.mm(dgu, w_gu)
+    dh, d_ln2 = _norm_backward(db, ln2, n2, r2)
+    dh = dh.to(dout.dtype).add_(dout)
+    # attention: h = x + o Woᵀ
+    d_wo = torch.mm(dh.t(), o)
+    do = dh.new_empty(T + 1, hq * d)
+    do[T].zero_()
+    torch.mm(dh, wo, out=do[:T])
+    pieces = []
+    for grp in lay.groups:
+        N, S, n_att = grp.n_rows, grp.n_slots, 5 if grp.h else 4
+        qs, ks, vs, *probs = att[:n_att]
+        att = att[n_att:]
+        dog = do.index_select(0, grp.gather_out).view(N, S, hkv, g, d).permute(2, 0, 1, 3, 4)
+        dog = dog.reshape(hkv * N, S * g, d)
+        dq, dk, dv = _attention_backward(qs, ks, vs, probs, dog, plan.scale, grp.h, g)
+        slots = dq.new_empty(N, S, heads, d)
+        slots[:, :, :hq].view(N, S, hkv, g, d).copy_(dq.view(hkv, N, S, g, d).permute(1, 2, 0, 3, 4))
+        slots[:, :, hq:qk].copy_(dk.view(hkv, N, S, d).permute(1, 2, 0, 3))
+        slots[:, :, qk:].copy_(dv.view(hkv, N, S, d).permute(1, 2, 0, 3))
+        pieces.append(slots.view(N * S, heads * d))
+    slots = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+    if lay.shared:                         # a shared token's gradient: the sum over every slot it fills
+        dqkv = slots.new_zeros(T + 1, heads * d).index_add_(0, lay.gather, slots)[:T].view(T, heads, d)
+    else:
+        dqkv = slots.index_select(0, lay.dest).view(T, heads, d)
+    rot = dqkv[:, :qk]
+    swapped = torch.roll(rot * lay.sin, d // 2, -1)
+    rot.mul_(lay.cos).add_(swapped)
+    d_qn = d_kn = None
+    if plan.qk_norm:
+        dyq, d_qn = _norm_backward(dqkv[:, :hq], qn, nq, rq)
+        dyk, d_kn = _norm_backward(dqkv[:, hq:qk], kn, nk, rk)
+        dqkv[:, :hq], dqkv[:, hq:qk] = dyq, dyk
+    dqkv = dqkv.view(T, heads * d)
+    d_wqkv = torch.mm(dqkv.t(), a)
+    da = torch.mm(dqkv, w_qkv)
+    dx, d_ln1 = _norm_backward(da, ln1, n1, r1)
+    dx = dx.to(dout.dtype).add_(dh)
+    d_wq, d_wk, d_wv = d_wqkv.split([hq * d, hkv * d, hkv * d])
+    d_bq = d_bk = d_bv = None
+    if bq is not None:
+        d_bq, d_bk, d_bv = dqkv.sum(0).split([hq * d, hkv * d, hkv * d])
+    d_wg, d_wu = d_wgu.split([inter, inter])
+    d_bg = d_bu = None
+    if bg is not None:
+        d_bg, d_bu = dgu.sum(0).split([inter, inter])
+    return dx, (d_ln1, d_wq, d_wk, d_wv, d_bq, d_bk, d_bv, d_qn, d_kn, d_wo,
+                None if bo is None else dh.sum(0), d_ln2, d_wg, d_wu, d_wd, d_bg, d_bu,
+                None if bd is None else dout.sum(0))
+
+
+class _DecoderLayer(torch.autograd.Function):
+    """A whole decoder layer as one autograd node (`_layer_forward`, `_layer_backward`): autograd's per-op
+    graph, its saved intermediates and its gradient concatenations replaced by one hand-written backward."""
+
+    @staticmethod
+    def forward(ctx, x, lay: _Layout, plan: _Plan, eps: tuple, *ws):
+        out, saved = _layer_forward(x, lay, plan, eps, ws, keep=True)
+        ctx.lay, ctx.plan = lay, plan
+        ctx.has = tuple(w is not None for w in ws)
+        ctx.save_for_backward(*[w for w in ws if w is not None], *saved)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        tensors = list(ctx.saved_tensors)
+        ws = tuple(tensors.pop(0) if has else None for has in ctx.has)
+        dx, dws = _layer_backward(ctx.lay, ctx.plan, ws, tuple(tensors), dout)
+        need = ctx.needs_input_grad[4:]
+        return (dx, None, None, None, *(dw if n else None for dw, n in zip(dws, need)))
+
+
+def _layer(x: torch.Tensor, lay: _Layout, plan: _Plan, layer) -> torch.Tensor:
+    """One decoder layer: through _DecoderLayer when gradients are recorded, else its forward alone."""
+    ws, eps = _layer_weights(layer)
+    if torch.is_grad_enabled():
+        return _DecoderLayer.apply(x, lay, plan, eps, *ws)
+    return _layer_forward(x, lay, plan, eps, ws, keep=False)[0]
+
+
+def _pack(attention_mask: torch.Tensor, keys: torch.Tensor | None, prompt_len: int):
+    """Which positions of a padded [N, L] batch are computed: (packed [T] the flat positions computed, in
+    order; where [N·L] the packed token each real position reads, -1 at padding). With `keys` ([N, K] one
+    row's prompt columns, identity of its prompt), rows whose keys are equal compute their first prompt_len
+    columns once, in the first such row: a prompt token attends only to its own prompt's tokens, so its states
+    are the same in every row that shares the prompt."""
+    N, L = attention_mask.shape
+    dev = attention_mask.device
+    real = attention_mask != 0
+    computed = real
+    owner = torch.arange(N, device=dev)                                  # the row computing a row's prompt
+    if keys is not None and prompt_len > 0:
+        _, group = torch.unique(keys, dim=0, return_inverse=True)
+        first = torch.full((int(group.max()) + 1,), N, dtype=torch.long, device=dev)
+        first = first.scatter_reduce(0, group, owner, reduce="amin")
+        owner = first[group]
+        computed = real.clone()
+        computed[:, :prompt_len] &= (owner == torch.arange(N, device=dev))[:, None]
+    packed = computed.reshape(-1).nonzero().squeeze(1)
+    where = torch.full((N * L,), -1, dtype=torch.long, device=dev)
+    where[packed] = torch.arange(len(packed), device=dev)
+    if keys is not None and prompt_len > 0:                 # a shared prompt token reads its owner's
+        mine = where.view(N, L)
+        mine[:, :prompt_len] = torch.where(real[:, :prompt_len], mine[owner, :prompt_len], -1)
+    return packed, where
+
+
+# rows are padded in two groups (short, long) when that saves at least this share of attention's work
+SPLIT_SAVING = 0.25
+
+
+def _row_groups(lens: list[int]) -> list[tuple[torch.Tensor, int]]:
+    """The rows padded together in attention, as (row indices, slots) groups: all rows at the longest length,
+    or, when it saves at least SPLIT_SAVING of attention's work (rows · slots², padding included), the
+    shortest rows at their own longest and the rest at theirs (the split that saves most); slots rounded up
+    to a multiple of SLOT_ALIGN."""
+    order = sorted(range(len(lens)), key=lambda i: (lens[i], i))
+    srt = [-(-lens[i] // SLOT_ALIGN) * SLOT_ALIGN for i in order]
+    n, full = len(srt), len(srt) * srt[-1] ** 2
+    best = min(((k * srt[k - 1] ** 2 + (n - k) * srt[-1] ** 2, k) for k in range(1, n)), default=(full, n))
+    if best[0] > (1 - SPLIT_SAVING) * full:
+        return [(torch.arange(n), srt[-1])]
+    k = best[1]
+    return [(torch.tensor(order[:k]), srt[k - 1]), (torch.tensor(order[k:]), srt[-1])]
 
 
 def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                  select: torch.Tensor) -> torch.Tensor:
+                  select: torch.Tensor, prompt_len: int = 0) -> torch.Tensor:
     """The last hidden states (after the final norm) of the flat positions `select` of a padded batch.
 
     input_ids, attention_mask, position_ids: [N, L] (any padding; a row's real tokens are those with mask 1,
     attending causally to each other in column order, as HF's forward does); select: [K] indices into the
     N·L flat positions, each a real token -> [K, H], equal to HF's `model.model(...).last_hidden_state`
-    at those positions. Runs only where `supports(model)`."""
+    at those positions. prompt_len P > 0: rows with equal ids, mask and positions in their first P columns
+    (a GRPO group's responses to one prompt) compute those tokens once (`_pack`), their gradients summed over
+    the rows that read them. Runs only where `supports(model)`."""
     plan = _plan(model)
     body = model.model
     N, L = input_ids.shape
-    mask = attention_mask.reshape(-1) != 0
-    packed = mask.nonzero().squeeze(1)                                  # [T] flat index of each real token
+    dev = input_ids.device
+    P = min(prompt_len, L)
+    keys = (torch.cat([input_ids[:, :P], attention_mask[:, :P].long(), position_ids[:, :P]], 1)
+            if P > 0 and N > 1 else None)
+    packed, where = _pack(attention_mask, keys, P)
+    T = len(packed)
     rank = attention_mask.ne(0).long().cumsum(1) - 1                     # [N, L] a token's place in its row
-    n_slots = int(rank[:, -1].max()) + 1
-    rows = torch.arange(N, device=input_ids.device)[:, None]
-    dest = (rows * n_slots + rank).reshape(-1).index_select(0, packed)
-    where = torch.full((N * L,), -1, dtype=torch.long, device=input_ids.device)
-    where[packed] = torch.arange(len(packed), device=input_ids.device)
+    lens = (rank[:, -1] + 1).clamp(min=1).tolist()
+    groups = _row_groups(lens)
+    base = torch.empty(N, dtype=torch.long)                               # each row's first slot
+    start = 0
+    for rows_g, S in groups:
+        base[rows_g] = start + S * torch.arange(len(rows_g))
+        start += len(rows_g) * S
+    slot = (base.to(dev)[:, None] + rank).reshape(-1)                    # [N·L] each position's slot
+    dest = slot.index_select(0, packed)                                  # each computed token's own slot
+    real = where >= 0
+    gather = torch.full((start,), T, dtype=torch.long, device=dev)
+    gather[slot[real]] = where[real]                                     # each slot's token
+    shared = int(real.sum()) > T
+    gather_out = gather
+    if shared:                             # a shared token's output is its own slot's (the first row's)
+        gather_out = torch.full_like(gather, T)
+        gather_out[dest] = torch.arange(T, device=dev)
     sel = where.index_select(0, select)
     if bool((sel < 0).any()):
         raise ValueError("fastmodel.hidden_states: select names a padding position (attention_mask 0)")
     x = body.embed_tokens(input_ids.reshape(-1).index_select(0, packed))
     cos, sin = body.rotary_emb(x[None], position_ids.reshape(-1).index_select(0, packed)[None])
-    heads, half = plan.hq + 2 * plan.hkv, plan.d // 2
-    qk = plan.hq + plan.hkv
-    sign = torch.ones(plan.d, dtype=x.dtype, device=x.device)
-    sign[:half] = -1.0
-    rope = (x.new_ones(len(packed), heads, plan.d), x.new_zeros(len(packed), heads, plan.d))
-    rope[0][:, :qk] = cos[0][:, None]
-    rope[1][:, :qk] = (sin[0] * sign)[:, None]
+    sign = torch.ones(plan.d, dtype=x.dtype, device=dev)
+    sign[:plan.d // 2] = -1.0
     g = plan.hq // plan.hkv
-    causal = torch.ones(n_slots, n_slots, dtype=torch.bool, device=x.device).tril()
-    bias = torch.zeros(n_slots, n_slots, dtype=x.dtype, device=x.device).masked_fill_(~causal, float("-inf"))
-    bias = bias.repeat_interleave(g, 0)                                 # [slots · g, slots]
+    rows, start = [], 0
+    for rows_g, S in groups:
+        causal = torch.ones(S, S, dtype=torch.bool, device=dev).tril()
+        bias = torch.zeros(S, S, dtype=x.dtype, device=dev).masked_fill_(~causal, float("-inf"))
+        span = slice(start, start + len(rows_g) * S)
+        rows.append(_Rows(len(rows_g), S, gather[span], gather_out[span], bias.repeat_interleave(g, 0),
+                          _block_split(S)))
+        start += len(rows_g) * S
+    lay = _Layout(tuple(rows), dest, gather, cos[0][:, None].to(x.dtype),
+                  (sin[0] * sign)[:, None].to(x.dtype), shared)
     from torch.utils.checkpoint import checkpoint
     for layer in body.layers:
-        args = (layer, plan, x, rope, dest, N, n_slots, bias)
         if getattr(layer, "gradient_checkpointing", False) and torch.is_grad_enabled():
-            x = checkpoint(_layer, *args, use_reentrant=False)
+            x = checkpoint(_layer, x, lay, plan, layer, use_reentrant=False)
         else:
-            x = _layer(*args)
+            x = _layer(x, lay, plan, layer)
     return _rms(x.index_select(0, sel), body.norm)

@@ -10,13 +10,19 @@ from __future__ import annotations
 import torch
 
 from common.rollout.base import Rollout, RolloutEngine, SamplingParams
-from common.rollout.static_decode import make_stepper
+from common.rollout.static_decode import StaticStepper, make_stepper
 
 # A CPU decode step whose activations are smaller than this (rows x hidden size) runs on one thread: its
 # operations are so small that waking the other OpenMP threads costs more than they save (the suite sets
 # OMP_WAIT_POLICY=PASSIVE). The threshold is the tiny world's model at 128 rows; `python -m bench.step_time`
 # (2 threads) measures what it does to a training step (README, "Step-time benchmark").
 SINGLE_THREAD_DECODE_BELOW = 128 * 64
+# Rows the static decoder samples together on the CPU (HFEngine's default max_batch there; 256 elsewhere). The
+# tiny world's validation (256 prompts x 4 samples, 48 new tokens) took 507 / 400 / 426 / 517 ms of CPU time
+# in chunks of 256 / 128 / 64 / 32 rows: at 256 rows a decode step's attention reads ~13 MB of KV cache, no
+# longer cache-resident. HF's forward (the generic decoder) is faster in larger chunks: 256 rows in 94 ms as
+# one chunk, 119 as two (bench.decode).
+CPU_MAX_BATCH = 128
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -33,11 +39,12 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 class HFEngine(RolloutEngine):
-    def __init__(self, model: torch.nn.Module, tokenizer, max_batch: int = 256, static_cache: bool = True):
+    def __init__(self, model: torch.nn.Module, tokenizer, max_batch: int | None = None,
+                 static_cache: bool = True):
         self.model = model
         self.static_cache = static_cache   # the preallocated-KV-cache decoder where the architecture allows
         self.tokenizer = tokenizer
-        self.max_batch = max_batch
+        self.max_batch = max_batch         # rows sampled together (None: `batch_rows`)
         self._workspace: dict = {}         # the static decoder's KV-cache storage, kept between calls
         eos = tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
@@ -46,6 +53,14 @@ class HFEngine(RolloutEngine):
             self.eos_ids |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos])
         self.pad_id = (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                        else next(iter(self.eos_ids)))
+
+    def batch_rows(self) -> int:
+        """Rows sampled together: max_batch, or by default CPU_MAX_BATCH for the static decoder on the CPU and
+        256 otherwise."""
+        if self.max_batch is not None:
+            return self.max_batch
+        cpu = next(self.model.parameters()).device.type == "cpu"
+        return CPU_MAX_BATCH if cpu and self.static_cache and StaticStepper.supports(self.model) else 256
 
     def _push(self, model: torch.nn.Module) -> None:
         self.model = model   # same process, same device: serving a module is pointing at it
@@ -57,8 +72,9 @@ class HFEngine(RolloutEngine):
             gen = torch.Generator(device="cpu").manual_seed(params.seed)
         flat = [(i, p) for i, p in enumerate(prompts) for _ in range(params.n)]
         out = Rollout()
-        for start in range(0, len(flat), self.max_batch):
-            chunk = flat[start:start + self.max_batch]
+        rows = self.batch_rows()
+        for start in range(0, len(flat), rows):
+            chunk = flat[start:start + rows]
             resp, lps, fin = self._sample([i for i, _ in chunk], prompts, params, gen)
             for (i, p), r, lp, f in zip(chunk, resp, lps, fin):
                 out.prompt_index.append(i)
@@ -74,12 +90,15 @@ class HFEngine(RolloutEngine):
         adjacent). Each prompt is prefilled once and its KV cache copied to its rows."""
         model, device = self.model, next(self.model.parameters()).device
         was_training, threads = model.training, torch.get_num_threads()
-        model.eval()
+        # the static decoder reads no module's training flag: no switch (HF's train() re-kernelizes, ~0.3 ms)
+        switch = was_training and not (self.static_cache and StaticStepper.supports(model))
+        if switch:
+            model.eval()
         try:
             return self._sample_rows(row_prompt, prompts, params, gen, device)
         finally:
             torch.set_num_threads(threads)
-            if was_training:
+            if switch:
                 model.train()
 
     def _fit_threads(self, rows: int, device) -> None:
@@ -111,9 +130,11 @@ class HFEngine(RolloutEngine):
             logits = logits[expand]
         next_pos = pos[expand, -1] + 1
         eos = torch.tensor(sorted(self.eos_ids), device=device)
-        tokens = torch.full((n, T), self.pad_id, dtype=torch.long, device=device)
-        logps = torch.zeros((n, T), device=device)
-        active = torch.arange(n, device=device)   # rows still sampling; `logits` holds exactly these rows
+        noise = _GumbelSteps(gen, n, logits.shape[-1], T)
+        # per step: the rows still sampling (indices into the n rows; `logits` holds exactly these rows),
+        # their tokens and sampling log-probs; laid out [n, T] once at the end
+        active = torch.arange(n, device=device)
+        rows_of, toks_of, lps_of = [], [], []
         steps = 0
         for t in range(T):
             logits = logits.float()
@@ -126,23 +147,30 @@ class HFEngine(RolloutEngine):
                 # Gumbel-max sampling with one draw per (row, vocab entry) for ALL n rows, finished ones too:
                 # the same random stream as sampling the full batch, so dropping finished rows changes no
                 # sample
-                g = _gumbel(gen, n, logp_all.shape[-1]).to(device)
+                g = noise.step(t).to(device)
                 tok = (logp_all + (g if len(active) == n else g[active])).argmax(-1)
                 lp = logp_all.gather(-1, tok[:, None])[:, 0]
-            tokens.select(1, t).index_copy_(0, active, tok)
-            logps.select(1, t).index_copy_(0, active, lp)
+            rows_of.append(active)
+            toks_of.append(tok)
+            lps_of.append(lp)
             steps = t + 1
             running = (tok != eos[0]) if len(eos) == 1 else ~torch.isin(tok, eos)
-            n_running = int(running.sum())
-            if t == T - 1 or n_running == 0:
+            if t == T - 1:
                 break
-            if n_running < len(active):         # drop the rows that just finished (batch and KV cache)
+            if not bool(running.all()):         # drop the rows that just finished (batch and KV cache)
                 keep = running.nonzero()[:, 0]
+                if len(keep) == 0:
+                    break
                 active, tok, next_pos = active[keep], tok[keep], next_pos[keep]
                 stepper.keep(keep)
                 self._fit_threads(len(keep), device)
             logits = stepper.decode(tok, next_pos, t)
             next_pos = next_pos + 1
+        noise.finish(steps)
+        at = torch.cat([r * T + t for t, r in enumerate(rows_of)])       # [n, T] flat place of each sample
+        tokens = torch.full((n * T,), self.pad_id, dtype=torch.long, device=device).index_copy_(
+            0, at, torch.cat(toks_of)).view(n, T)
+        logps = torch.zeros(n * T, device=device).index_copy_(0, at, torch.cat(lps_of).float()).view(n, T)
         # each row up to and including its first EOS (a row without one sampled every step)
         is_eos = torch.isin(tokens[:, :steps], eos)
         stopped = is_eos.any(1)
@@ -151,6 +179,34 @@ class HFEngine(RolloutEngine):
         return ([r[:k] for r, k in zip(toks, lens)], [lp[:k] for lp, k in zip(lpl, lens)], stopped.tolist())
 
 
-def _gumbel(gen, n: int, vocab: int) -> torch.Tensor:
-    """Gumbel noise -log(-log u) [n, vocab] from n·vocab uniforms u drawn from `gen` (on the CPU)."""
-    return torch.rand((n, vocab), generator=gen).clamp_min_(1e-20).log_().neg_().log_().neg_()
+# the Gumbel noise of up to this many (step, row, vocab entry) triples is drawn at once
+NOISE_BLOCK = 1 << 22
+
+
+class _GumbelSteps:
+    """Each decode step's Gumbel noise [n, vocab] (`_gumbel`), drawn from `gen` for several steps at once: one
+    [k, n, vocab] draw is the same stream as k draws of [n, vocab]. `finish(steps)` leaves `gen` where `steps`
+    one-step draws would have (a later chunk of the same generate call continues from there)."""
+
+    def __init__(self, gen, n: int, vocab: int, max_steps: int):
+        self.gen, self.n, self.vocab = gen, n, vocab
+        # without a generator (the global one) each step draws its own: nothing to rewind
+        self.k = 1 if gen is None else max(1, min(max_steps, NOISE_BLOCK // max(1, n * vocab)))
+        self.block, self.start, self.state = None, 0, None
+
+    def step(self, t: int) -> torch.Tensor:
+        if self.block is None or t >= self.start + len(self.block):
+            self.state = None if self.gen is None else self.gen.get_state()
+            self.block, self.start = _gumbel(self.gen, (self.k, self.n, self.vocab)), t
+        return self.block[t - self.start]
+
+    def finish(self, steps: int) -> None:
+        used = steps - self.start
+        if self.block is not None and self.state is not None and used < len(self.block):
+            self.gen.set_state(self.state)
+            torch.rand((used, self.n, self.vocab), generator=self.gen)
+
+
+def _gumbel(gen, shape: tuple) -> torch.Tensor:
+    """Gumbel noise -log(-log u) of `shape` from as many uniforms u drawn from `gen` (on the CPU)."""
+    return torch.rand(shape, generator=gen).clamp_min_(1e-20).log_().neg_().log_().neg_()

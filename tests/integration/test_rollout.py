@@ -238,3 +238,36 @@ def test_kept_cache_storage_changes_no_sample():
     for r, lp, f in zip(again.response_ids, again.logprobs, again.finished):
         assert len(lp) == len(r) and (3 in r) == f
         assert (r.index(3) == len(r) - 1) if f else len(r) == params.max_new_tokens
+
+
+def test_static_decoder_samples_a_training_model_as_is(monkeypatch):
+    """The static decoder reads no training flag: a policy in training mode (attention dropout set) samples
+    exactly what it samples in eval mode, and is not switched (HF's train() re-kernelizes: ~0.3 ms a call);
+    the generic decoder still runs HF's forward in eval mode and restores training mode."""
+    model = _model(Qwen2Config, num_key_value_heads=2, attention_dropout=0.5)
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=8, seed=4)
+    prompts = [[5, 6, 7], [8, 9]]
+    ref = HFEngine(model.eval(), _Tok()).generate(prompts, params)
+    switches = []
+    real_train = type(model).train
+    def train(m, mode=True):
+        switches.append(mode)
+        return real_train(m, mode)
+    monkeypatch.setattr(type(model), "train", train)
+    model.train()
+    switches.clear()
+    got = HFEngine(model, _Tok()).generate(prompts, params)
+    assert (got.response_ids, got.logprobs) == (ref.response_ids, ref.logprobs)
+    assert switches == [] and model.training
+    generic = HFEngine(model, _Tok(), static_cache=False).generate(prompts, params)
+    assert generic.response_ids == ref.response_ids and switches == [False, True] and model.training
+
+
+def test_rows_sampled_together_by_default():
+    """max_batch None: CPU_MAX_BATCH rows at a time for the static decoder on the CPU (its KV cache stays in
+    the caches), 256 for HF's forward; a given max_batch is kept."""
+    import common.rollout.hf as hf
+    model = MODELS["qwen2"]()
+    assert HFEngine(model, _Tok()).batch_rows() == hf.CPU_MAX_BATCH == 128
+    assert HFEngine(model, _Tok(), static_cache=False).batch_rows() == 256
+    assert HFEngine(model, _Tok(), max_batch=7).batch_rows() == 7

@@ -222,9 +222,11 @@ def test_dapo_without_kl_monitor_skips_the_reference(world, tmp_path, monkeypatc
 def test_token_micro_batches_and_chunked_logprobs_change_no_value(world, tmp_path):
     """batch.micro_batch_tokens (rows packed by length, each micro-batch padded to its own longest) and
     batch.logprob_chunk_tokens (the lm_head in chunks, recomputed in backward) are memory and speed only: the
-    same kept prompts and anchors, metrics within 1e-5 and weights within 1e-5 of the default path after 12
+    same kept prompts and anchors, metrics within 3e-5 and weights within 1e-5 of the default path after 12
     AdamW updates (float rounding only: the default path itself moves 3.4e-6 when micro_batch_responses goes
-    from 16 to 4; the weights move 1.1e-2 in all; a wrong normaliser or weight moves them by ~1e-3)."""
+    from 16 to 4; HF's forward moves grad_norm 4.7e-6 between the two paths, the lean forward 1.3e-5, its
+    shared prompt tokens summing their rows' gradients in an order that follows the micro-batches; the
+    weights move 1.1e-2 in all; a wrong normaliser or weight moves them by ~1e-3)."""
     from safetensors.torch import load_file
     common = ("schedule.total_steps=3", "schedule.validate_every=0", "validation.benchmarks=[]",
               "algo.anchor.enabled=true", "algo.mix.variant=mixed", "algo.mix.alpha=0.875", "batch.epochs=2")
@@ -236,7 +238,7 @@ def test_token_micro_batches_and_chunked_logprobs_change_no_value(world, tmp_pat
     for x, y in zip(ra, rb):
         assert (x["prompts_kept"], x["anchors"]) == (y["prompts_kept"], y["anchors"])
         for k in ("loss", "entropy", "clipfrac", "grad_norm", "kl_reverse", "reward_mean"):
-            assert y[k] == pytest.approx(x[k], abs=1e-5), k
+            assert y[k] == pytest.approx(x[k], abs=3e-5), k
     wa = load_file(str(tmp_path / "a" / "checkpoints" / "step_000003" / "model.safetensors"))
     wb = load_file(str(tmp_path / "b" / "checkpoints" / "step_000003" / "model.safetensors"))
     assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) <= 1e-5

@@ -51,3 +51,21 @@ def test_shapes_from_an_hf_config():
 def test_attention_count_is_the_causal_pair_count(lens):
     pairs = sum(sum(i + 1 for i in range(n)) for n in lens)
     assert forward_flops(S, lens, 0)["attention"] == pairs * 4 * S.head_dim * S.q_heads * S.layers
+
+
+def test_shared_prompt_tokens_leave_the_linear_layers_only():
+    # rows of 3 and 1 tokens, 1 token each row's prompt shares with an earlier row: 3 tokens through the
+    # linear layers, attention as counted per row
+    f, once = forward_flops(S, [3, 1], 2), forward_flops(S, [3, 1], 2, shared=1)
+    assert once["linear"] == 2 * 3 * 240 and once["attention"] == f["attention"]
+    assert once["lm_head"] == f["lm_head"] and f["total"] - once["total"] == 2 * 240
+
+
+def test_lengths_count_a_repeated_prompt_once():
+    import torch
+    from armor.policy import make_token_batch
+    from bench.profile import _lengths
+    b = make_token_batch([[5, 6], [7], [5, 6], [5, 6]], [[8], [9, 9], [8, 8, 8], [1]], pad_id=0)
+    lens, resp, shared = _lengths(b, torch.tensor([0, 1, 2, 3]))
+    assert (lens, resp, shared) == ([3, 3, 5, 3], 7, 4)                  # rows 2 and 3 reuse row 0's prompt
+    assert _lengths(b, torch.tensor([1, 3]))[2] == 0
