@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -591,15 +592,22 @@ def checklist_markdown(verdicts: list[Verdict], ctx: Optional[Context] = None) -
 
 
 def readme_table(verdicts: list[Verdict]) -> str:
-    """The README's claims table: one row an entry, the confirmatory family first (the register's order)."""
+    """The README's claims table: one row an entry the preset runs, the confirmatory family first (the
+    register's order); the entries it does not run are counted in one line below the table."""
     lines = ["| claim of the paper (entry) | decided as | class | effect [95% interval] (seeds) | p raw | "
              "p Holm |", "|---|---|---|---|---|---|"]
+    elsewhere = [v.key for v in verdicts if v.reason == "not run in this preset"]
     for v in verdicts:
+        if v.reason == "not run in this preset":
+            continue
         cls = f"**{v.verdict}**" if v.verdict in (S.YES, S.NO) else v.verdict
         if v.verdict in (NOT_RUN, NOT_TESTABLE):
             cls += f": {v.reason}" if v.reason and v.reason != "not run in this preset" else ""
         lines.append(f"| {v.question} (`{v.key}`) | {v.decided_as or '—'} | {cls.replace('|', '/')} | "
                      f"{effect_cell(v)} | {_p((v.stat or {}).get('p'))} | {_p(v.p_adjusted)} |")
+    if elsewhere:
+        lines += ["", textwrap.fill(f"Not run in this preset ({len(elsewhere)}): "
+                                    f"{', '.join(f'`{k}`' for k in elsewhere)}.", 110, break_on_hyphens=False)]
     return "\n".join(lines) + "\n"
 
 

@@ -34,10 +34,22 @@ LEGEND_INSIDE_MAX = 7
 
 
 # ------------------------------------------------------------------------------------------ helpers
+def seeds_label(seeds) -> str:
+    """A title's seeds: the list up to 8, else the count and the range ("26 (100-125)", or with "..." when
+    the seeds are not consecutive)."""
+    seeds = list(seeds or [])
+    if not seeds:
+        return "-"
+    if len(seeds) <= 8:
+        return str(seeds)
+    gap = "-" if seeds == list(range(seeds[0], seeds[0] + len(seeds))) else ", ..., "
+    return f"{len(seeds)} ({seeds[0]}{gap}{seeds[-1]})"
+
+
 def _figure(ncols: int, title: str, ctx: Context, width: float = 5.0) -> tuple[Figure, list]:
     fig = Figure(figsize=(width * ncols, 4.0), layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0].tolist()
-    fig.suptitle(f"{title}\npreset {ctx.preset} · model {ctx.model} · seeds {ctx.seeds() or '-'}",
+    fig.suptitle(f"{title}\npreset {ctx.preset} · model {ctx.model} · seeds {seeds_label(ctx.seeds())}",
                  fontsize=10)
     fig.armor_info = {"panels": [], "missing": {}, "series": {}}
     return fig, axes
@@ -154,7 +166,11 @@ def fig1(ctx: Context, out_dir=None) -> Figure:
         if ctx.is_paper:
             paper_mod.draw_marks(ax, ctx.preset, "fig1", panel)
         _finish(ax, ylabel, f"baseline (dapo) {key}")
-    val_panel(fig, a_val, ctx, "fig1", "validation", ["dapo", "dapo_cont", "anchor_only", "armor"],
+    # ARMOR: the arm the claims register's ARMOR stands for (a restart beside the run it restarts from)
+    role = (ctx.claims.get("roles") or {}).get("ARMOR") or {}
+    armor = ([x for x in (role.get("before"), role.get("arm")) if x]
+             if role.get("arm") and not ctx.val_curve(role["arm"]).empty else ["armor"])
+    val_panel(fig, a_val, ctx, "fig1", "validation", ["dapo", "dapo_cont", "anchor_only", *armor],
               "validation: DAPO (stage 1 → dapo_cont), anchor_only, ARMOR", context=None,
               starts=[_theta(ctx)], styles={"dapo_cont": "--"})
     save(fig, out_dir, "fig1")
@@ -349,7 +365,7 @@ def fig_steps(ctx: Context, out_dir=None) -> Figure:
     fig = Figure(figsize=(11.0, 10.0), layout="constrained")
     grid = fig.subplots(3, 2, squeeze=False)
     fig.suptitle(f"Per-step evidence — {base} vs armor\npreset {ctx.preset} · model {ctx.model} · seeds "
-                 f"{ctx.seeds() or '-'}", fontsize=10)
+                 f"{seeds_label(ctx.seeds())}", fontsize=10)
     fig.armor_info = {"panels": [], "missing": {}, "series": {}}
     for j, arm in enumerate(cols):
         has = not ctx.metrics(arm).empty
@@ -450,7 +466,7 @@ def fig_claims(verdicts: Sequence, ctx: Context, out_dir=None) -> Figure:
                         height_ratios=[max(len(r), 1) for r, _ in panels])[:, 0].tolist()
     role = (ctx.claims or {}).get("role", "—")
     fig.suptitle(f"Claims of the paper — preset {ctx.preset} · seeds' role {role} · seeds "
-                 f"{ctx.seeds() or '-'}\n★ confirmatory; colour: class (green yes, red no, grey "
+                 f"{seeds_label(ctx.seeds())}\n★ confirmatory; colour: class (green yes, red no, grey "
                  "inconclusive, purple not testable, light grey not run)", fontsize=9)
     fig.armor_info = {"panels": [], "missing": {}, "series": {}, "rows": [v.key for v in rows],
                       "classes": {v.key: v.verdict for v in rows}}

@@ -30,11 +30,10 @@ class ModelConfig:
         return asdict(self)
 
 
-def build_model(tok, cfg: ModelConfig = ModelConfig(), seed: int = 0) -> Qwen2ForCausalLM:
-    if isinstance(cfg, ArchConfig):                 # a paper family's layout (below)
-        return build_arch_model(tok, cfg, seed)
-    qcfg = Qwen2Config(
-        vocab_size=len(tok),
+def _layout_kwargs(tok, cfg, vocab_size: int, tied: bool) -> dict:
+    """The HF config fields the toy model and the paper-layout models share (cfg: ModelConfig or ArchConfig)."""
+    return dict(
+        vocab_size=vocab_size,
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_hidden_layers,
@@ -42,7 +41,7 @@ def build_model(tok, cfg: ModelConfig = ModelConfig(), seed: int = 0) -> Qwen2Fo
         num_key_value_heads=cfg.num_key_value_heads,
         max_position_embeddings=cfg.max_position_embeddings,
         rope_theta=cfg.rope_theta,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tied,
         initializer_range=cfg.initializer_range,
         use_sliding_window=False,
         pad_token_id=tok.pad_token_id,
@@ -50,6 +49,12 @@ def build_model(tok, cfg: ModelConfig = ModelConfig(), seed: int = 0) -> Qwen2Fo
         bos_token_id=tok.bos_token_id,
         torch_dtype="float32",
     )
+
+
+def build_model(tok, cfg: ModelConfig = ModelConfig(), seed: int = 0) -> Qwen2ForCausalLM:
+    if isinstance(cfg, ArchConfig):                 # a paper family's layout (below)
+        return build_arch_model(tok, cfg, seed)
+    qcfg = Qwen2Config(**_layout_kwargs(tok, cfg, vocab_size=len(tok), tied=True))
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(qcfg)
     model.generation_config.pad_token_id = tok.pad_token_id
@@ -116,23 +121,7 @@ def build_arch_model(tok, cfg: ArchConfig, seed: int = 0):
     """A randomly initialised Qwen2ForCausalLM or Qwen3ForCausalLM of layout `cfg` for the tokenizer `tok`
     (its vocabulary padded: the rows above len(tok) are never a token, as in Qwen's checkpoints)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
-    kw = dict(
-        vocab_size=padded_vocab(len(tok), cfg.vocab_multiple),
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads,
-        num_key_value_heads=cfg.num_key_value_heads,
-        max_position_embeddings=cfg.max_position_embeddings,
-        rope_theta=cfg.rope_theta,
-        tie_word_embeddings=False,
-        initializer_range=cfg.initializer_range,
-        use_sliding_window=False,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.bos_token_id,
-        torch_dtype="float32",
-    )
+    kw = _layout_kwargs(tok, cfg, vocab_size=padded_vocab(len(tok), cfg.vocab_multiple), tied=False)
     torch.manual_seed(seed)
     if cfg.family == "qwen3":
         model = Qwen3ForCausalLM(Qwen3Config(head_dim=cfg.head_dim, **kw))

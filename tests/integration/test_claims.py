@@ -357,9 +357,10 @@ def test_the_readme_claims_table_is_the_commands_output(capsys):
 def test_the_committed_results_carry_the_register():
     """Each committed results folder's record names the register it was decided with, resolved."""
     digest = load_register().digest()
-    for name in ("tiny", "tiny-slow", "tiny-v2"):
+    for name, role in (("tiny", "design"), ("tiny-slow", "design"), ("tiny-v2", "design"),
+                       ("tiny-paper-confirm", "confirm")):
         meta = json.loads((ROOT / "reproduce" / "results" / name / "results.meta.json").read_text())
-        assert meta["claims"]["digest"] == digest and meta["claims"]["role"] == "design", name
+        assert meta["claims"]["digest"] == digest and meta["claims"]["role"] == role, name
 
 
 def test_the_drivers_collect_writes_the_register(tmp_path):

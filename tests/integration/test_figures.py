@@ -613,3 +613,10 @@ def test_compare_two_regimes_prints_classes_and_end_values(tmp_path, capsys):
     for p, cell in zip(paths.values(), row.split("|")[2:4]):
         e = ends(load_context(p), "armor")
         assert cell.strip().endswith("(" + " / ".join(f"{v:.3f}" for v in e.values()) + ")")
+
+
+def test_a_titles_seeds_are_listed_up_to_eight_then_counted():
+    from figures.plots import seeds_label
+    assert seeds_label([0, 1, 2]) == "[0, 1, 2]" and seeds_label([]) == "-"
+    assert seeds_label(list(range(100, 126))) == "26 (100-125)"
+    assert seeds_label([0, 2, 4, 6, 8, 10, 12, 14, 16]) == "9 (0, ..., 16)"

@@ -26,3 +26,13 @@ def test_python_lines_are_at_most_110_columns():
             if len(line) > LIMIT and not allowed:
                 long.append(f"{rel}:{i}: {len(line)} columns")
     assert not long, "\n".join(long)
+
+
+def test_test_modules_have_unique_basenames():
+    # pytest's default import mode puts each test folder on sys.path (no __init__.py): two test files of one
+    # name in two folders stop the whole collection ("import file mismatch"), as CI did at 308326c
+    seen = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not clashes, f"test modules sharing a name: {clashes}"
