@@ -358,7 +358,7 @@ def test_the_committed_results_carry_the_register():
     """Each committed results folder's record names the register it was decided with, resolved."""
     digest = load_register().digest()
     for name, role in (("tiny", "design"), ("tiny-slow", "design"), ("tiny-v2", "design"),
-                       ("tiny-paper-confirm", "confirm")):
+                       ("tiny-paper", "design"), ("tiny-paper-confirm", "confirm")):
         meta = json.loads((ROOT / "reproduce" / "results" / name / "results.meta.json").read_text())
         assert meta["claims"]["digest"] == digest and meta["claims"]["role"] == role, name
 

@@ -9,6 +9,7 @@ nothing of the repo. The string rule reads every string constant (f-string parts
 path built from the module's own location (`Path(__file__).parents[1] / "eval"`) or handed to an import
 function."""
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -30,11 +31,17 @@ IMPORTERS = {"import_module", "__import__", "find_spec", "run_module"}   # calls
 JOINERS = {"joinpath", "join", "Path", "PurePath"}                      # calls that build a path
 
 
+@functools.lru_cache(maxsize=None)
+def _parse(f: Path) -> ast.Module:
+    """One parse of a file for every test of this module (the walks read the same ~250 files)."""
+    return ast.parse(f.read_text(), str(f))
+
+
 def imports():
     """(package, file, imported module) for every import of a repo package by another one."""
     for pkg in PACKAGES:
         for f in sorted((ROOT / pkg).rglob("*.py")):
-            for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            for node in ast.walk(_parse(f)):
                 if isinstance(node, ast.Import):
                     mods = [a.name for a in node.names]
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -79,7 +86,7 @@ def string_couplings(pkg: str, f: Path):
     bad = sorted(set(PACKAGES) - ALLOWED[pkg] - {pkg})
     # repo-relative: at the start of a path or a word (runs/x/figures/ is a run folder, not the package)
     dotted = re.compile(r"(?<![\w.\-/])((?:%s)(?:[./][A-Za-z_]\w*)+)" % "|".join(bad))
-    tree = ast.parse(f.read_text(), str(f))
+    tree = _parse(f)
     docs, anchored = _docstrings(tree), _anchored(tree)
     for n in ast.walk(tree):
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
@@ -142,7 +149,7 @@ def test_slurm_names_none_of_the_drivers_job_kinds():
     from reproduce.dag.resources import KINDS
     found = []
     for f in sorted((ROOT / "slurm").rglob("*.py")):
-        tree = ast.parse(f.read_text(), str(f))
+        tree = _parse(f)
         docs = _docstrings(tree)
         found += [(str(f.relative_to(ROOT)), s.lineno, s.value) for s in _strings(tree)
                   if s.value in KINDS and id(s) not in docs]
@@ -182,7 +189,7 @@ def module_graph() -> dict[str, set[str]]:
     for mod, f in files.items():
         out = graph.setdefault(mod, set())
         pkg_of = mod if f.name == "__init__.py" else mod.rsplit(".", 1)[0]
-        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+        for node in ast.walk(_parse(f)):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
