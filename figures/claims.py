@@ -606,8 +606,8 @@ def readme_table(verdicts: list[Verdict]) -> str:
         lines.append(f"| {v.question} (`{v.key}`) | {v.decided_as or '—'} | {cls.replace('|', '/')} | "
                      f"{effect_cell(v)} | {_p((v.stat or {}).get('p'))} | {_p(v.p_adjusted)} |")
     if elsewhere:
-        lines += ["", textwrap.fill(f"Not run in this preset ({len(elsewhere)}): "
-                                    f"{', '.join(f'`{k}`' for k in elsewhere)}.", 110, break_on_hyphens=False)]
+        note = f"Not run in this preset ({len(elsewhere)}): {', '.join(f'`{k}`' for k in elsewhere)}."
+        lines += ["", textwrap.fill(note, 110, break_on_hyphens=False)]
     return "\n".join(lines) + "\n"
 
 

@@ -31,7 +31,7 @@ class ModelConfig:
 
 
 def _layout_kwargs(tok, cfg, vocab_size: int, tied: bool) -> dict:
-    """The HF config fields the toy model and the paper-layout models share (cfg: ModelConfig or ArchConfig)."""
+    """The HF config fields of the toy model and of the paper-layout models (cfg: ModelConfig, ArchConfig)."""
     return dict(
         vocab_size=vocab_size,
         hidden_size=cfg.hidden_size,
