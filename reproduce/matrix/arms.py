@@ -405,12 +405,12 @@ def _chosen_arms(preset: Preset, only: Optional[list[str]]) -> dict[str, Arm]:
     for arm in list(out.values()):
         if arm.baseline not in out:
             out[arm.baseline] = defs[arm.baseline]
-    if evaluate:        # every arm a test-split entry of the claims register reads is evaluated too
-        reg = claims_register(preset)
+    if evaluate:        # the arms of each test-split entry of the claims register that runs whole are
+        reg = claims_register(preset)   # evaluated too (one arm alone decides nothing: --only fig2's dapo)
         for c in reg.claims:
-            for name in c.arms if c.split == "test" else ():
-                arm = reg.resolve(name).arm
-                if arm in out and arm != "dapo_cont":
-                    out[arm].evaluate = True
+            read = [reg.resolve(name).arm for name in c.arms] if c.split == "test" else []
+            if read and all(a in out for a in read):
+                for a in read:
+                    out[a].evaluate = out[a].evaluate or a != "dapo_cont"
     _check_single_seed_arms(preset.protocol, defs, out)
     return {n: defs[n] for n in defs if n in out}

@@ -195,12 +195,13 @@ def test_dag_structure(name, tmp_path):
     by = {j.key: j for j in jobs}
     topo_order(jobs)  # no cycles, no unknown dependencies
     arms = build_arms(p)
+    s0 = p.protocol.seeds[0]      # the first seed's jobs (a confirmation preset's seeds start at 100)
     world = ["world"] if p.world() else []
     assert ("world" in by) == bool(world)
     staging = ["stage"] if p.world() is None else []      # the paper presets name hub ids; the toy ones none
     assert ("stage" in by) == bool(staging)
     for arm in arms.values():
-        key = f"stage{arm.stage}/{arm.name}/seed0"
+        key = f"stage{arm.stage}/{arm.name}/seed{s0}"
         if arm.alias_of:
             assert key not in by
             continue
@@ -216,47 +217,50 @@ def test_dag_structure(name, tmp_path):
         if arm.stage == 1:
             assert j.deps == staging + world
         elif branch.get("kind") == "continuation":   # the baseline's run continued: after its end (and θ*)
-            assert j.deps == [f"stage1/{arm.baseline}/seed0"] + ([f"peak/{arm.baseline}/seed0"]
+            assert j.deps == [f"stage1/{arm.baseline}/seed{s0}"] + ([f"peak/{arm.baseline}/seed{s0}"]
                                                                   if arm.start == "peak" else [])
             assert j.argv[-4:] == ["--branch-from", arm.baseline, "--branch-step", "end"]
         elif branch:                 # a sibling: from its source's checkpoint, beside the source's job
-            src = by[f"stage2/{branch['source']}/seed0"]
-            assert j.deps == [f"ckpt/{branch['source']}/seed0/step{branch['step']}"]
+            src = by[f"stage2/{branch['source']}/seed{s0}"]
+            assert j.deps == [f"ckpt/{branch['source']}/seed{s0}/step{branch['step']}"]
             assert by[j.deps[0]].kind == "wait_checkpoint" and by[j.deps[0]].deps == src.deps
             assert j.argv[-4:] == ["--branch-from", branch["source"], "--branch-step", str(branch["step"])]
             keep = src.argv[src.argv.index("--keep-steps") + 1].split(",")
             assert str(branch["step"]) in keep      # the source saves and keeps the branch point
         elif arm.start == "late" and p.protocol.late_start_step is not None:
-            assert j.deps == [ready("dapo", 0, p.protocol.late_start_step)]
+            assert j.deps == [ready("dapo", s0, p.protocol.late_start_step)]
         elif arm.start == "restart" and arm.restart_step:   # the authors' reset at a fixed point
-            assert j.deps == [f"ckpt/armor_reset_never/seed0/step{arm.restart_step}"]
+            assert j.deps == [f"ckpt/armor_reset_never/seed{s0}/step{arm.restart_step}"]
         elif arm.start == "restart":      # the authors' reset: from armor_reset_never's chosen checkpoint
-            assert j.deps == ["restart/armor_reset_never/seed0"]
+            assert j.deps == [f"restart/armor_reset_never/seed{s0}"]
             src = arms["armor_reset_never"]
-            over = selection_seeds(p.protocol, arm_seeds(p.protocol, src, p.protocol.seeds))
+            own = arm_seeds(p.protocol, src, p.protocol.seeds)
+            over = selection_seeds(p.protocol, own)
             deps = [f"stage2/armor_reset_never/seed{s}" for s in over]
-            assert by["restart/armor_reset_never/seed0"].deps == deps
-            # seed 4 is no selection seed: its own run joins (its checkpoint)
-            assert by["restart/armor_reset_never/seed4"].deps == deps + ["stage2/armor_reset_never/seed4"]
+            assert by[f"restart/armor_reset_never/seed{s0}"].deps == deps
+            for x in [s for s in own if s not in over][:1]:   # no selection seed: its own run joins
+                assert by[f"restart/armor_reset_never/seed{x}"].deps == deps + [
+                    f"stage2/armor_reset_never/seed{x}"]
         else:                     # θ* (and the late start by rule) from the mean curve of the selection seeds
-            assert j.deps == [f"peak/{arm.baseline}/seed0"]
-            over = selection_seeds(p.protocol, arm_seeds(p.protocol, arms[arm.baseline], p.protocol.seeds))
+            assert j.deps == [f"peak/{arm.baseline}/seed{s0}"]
+            own = arm_seeds(p.protocol, arms[arm.baseline], p.protocol.seeds)
+            over = selection_seeds(p.protocol, own)
             fixed = fixed_peak(p, arm.baseline)
-            assert by[f"peak/{arm.baseline}/seed0"].deps == [ready(arm.baseline, s, fixed) for s in over]
-            if 4 in arm_seeds(p.protocol, arms[arm.baseline], p.protocol.seeds) and 4 not in over:
-                assert by[f"peak/{arm.baseline}/seed4"].deps == [ready(arm.baseline, s, fixed)
-                                                                 for s in over + [4]]
-            for d in by[f"peak/{arm.baseline}/seed0"].deps:
+            assert by[f"peak/{arm.baseline}/seed{s0}"].deps == [ready(arm.baseline, s, fixed) for s in over]
+            for x in [s for s in own if s not in over][:1]:   # no selection seed: its own run joins
+                assert by[f"peak/{arm.baseline}/seed{x}"].deps == [ready(arm.baseline, s, fixed)
+                                                                   for s in over + [x]]
+            for d in by[f"peak/{arm.baseline}/seed{s0}"].deps:
                 if d.startswith("ckpt/"):   # it runs beside stage 1, after what stage 1 waits for
                     assert by[d].kind == "wait_checkpoint" and by[d].deps == staging + world
         if arm.evaluate:
-            e = by[f"eval/{arm.name}/seed0"]
+            e = by[f"eval/{arm.name}/seed{s0}"]
             assert e.array is None and e.kind == "evaluate"   # its own job: it waits for this arm alone
-            assert e.deps == ([f"peak/{arm.name}/seed0"] if arm.stage == 1 else [key]) + staging
+            assert e.deps == ([f"peak/{arm.name}/seed{s0}"] if arm.stage == 1 else [key]) + staging
     assert set(by["collect"].deps) == {k for k, j in by.items()
                                        if j.kind in ("train", "evaluate", "select_peak", "noise_floor")}
     if p.protocol.noise_floor_repeats:      # the verdicts' noise floor: after θ* of the first seed
-        assert by["noise_floor"].deps == ["peak/dapo/seed0"] and by["noise_floor"].kind == "noise_floor"
+        assert by["noise_floor"].deps == [f"peak/dapo/seed{s0}"] and by["noise_floor"].kind == "noise_floor"
     assert by["figures"].deps == ["collect"]
 
 
@@ -281,7 +285,10 @@ def test_only_selects_items_and_what_they_need(tmp_path):
     assert set(arms) == {"dapo", "armor", "armor_reset_never", "armor_reset_80", "armor_reset_120",
                          "armor_reset_160", "armor_restart_80", "armor_restart_120", "armor_restart_160"}
     jobs = build_jobs(p, tmp_path, only=["fig4"])
-    assert not [j for j in jobs if j.kind == "evaluate"]  # no table -> no evaluation
+    # no table; the register's test-split entries (ARMOR = armor_restart_160 against dapo at θ*) run whole,
+    # so those two arms are evaluated, and only they (--only fig2 runs dapo alone: no evaluation, below)
+    evaluated = {j.key for j in jobs if j.kind == "evaluate"}
+    assert evaluated == {"eval/dapo/seed0", "eval/armor_restart_160/seed0"}
     assert ("stage2/armor/seed0" in {j.key for j in jobs}
             and "stage2/armor_reset_160/seed0" not in {j.key for j in jobs})
     assert "--only" in jobs[-1].argv and "fig4" in jobs[-1].argv

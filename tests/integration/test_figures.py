@@ -118,7 +118,8 @@ def test_only_subset(tiny, tmp_path):
 def test_figures_have_expected_panels_and_series(ctx):
     expect = {
         ("fig1", "reward"): ["dapo"], ("fig1", "length"): ["dapo"],
-        ("fig1", "validation"): ["dapo", "dapo_cont", "anchor_only", "armor"],
+        # ARMOR: the claims register's role (armor_restart, after the run it restarts from)
+        ("fig1", "validation"): ["dapo", "dapo_cont", "anchor_only", "armor_reset_never", "armor_restart"],
         ("fig2", "a"): ["dapo_cont", "kl_k3_b1e-2", "kl_k3_b1"],
         ("fig3", "a"): ["dapo_cont", "mix_a0.9", "mix_a0.8"],
         ("fig3", "b"): ["anchor_only", "anchor_static_clip", "anchor_offpolicy"],

@@ -146,7 +146,7 @@ def test_a_mirror_lacking_an_item_is_refused_naming_the_path(offline, monkeypatc
 
 
 def test_staging_job_copies_from_the_mirror_once_and_the_jobs_read_the_copies(offline, monkeypatch):
-    from eval.plan import load_benchmarks
+    from eval.units import load_benchmarks
     mirror = make_mirror(offline / "mirror")
     monkeypatch.setenv(hub.MIRROR_ENV, str(mirror))
     root, sd = offline / "runs", offline / "stage"
