@@ -177,7 +177,8 @@ def test_adding_seeds_and_the_restart_changes_no_run_of_the_3_seed_tiny(tmp_path
     plan with the same command: seeds 3-4 and armor_restart only add jobs (θ* is chosen on the same seeds)."""
     p = load_preset("tiny")
     old = dataclasses.replace(p, protocol=dataclasses.replace(
-        p.protocol, seeds=[0, 1, 2], restart_within=None, side_arms=[], selection_seeds=[]))
+        p.protocol, seeds=[0, 1, 2], restart_within=None, side_arms=[], selection_seeds=[],
+        headline_arm="armor"))     # no restart arm: Table 1's +ARMOR was the in-run reset
     root = tmp_path / "runs"
     new_jobs = {j.key: j for j in build_jobs(p, root)}
     old_jobs = [j for j in build_jobs(old, root) if j.kind in ("train", "select_peak")]
