@@ -361,10 +361,12 @@ def fig_steps(ctx: Context, out_dir=None) -> Figure:
     (dashed); clip fractions (low, high, and the clipped share of the uncertain tokens). Seed means per step
     (bands: min-max over seeds), from the runs' metrics (steps.parquet for committed results)."""
     base = "dapo_cont" if not ctx.metrics("dapo_cont").empty else "dapo"
-    cols = [base, "armor"]
+    # ARMOR: the in-run `armor` arm, else (a confirmation runs only the register's arms) the role's arm
+    armor = "armor" if not ctx.metrics("armor").empty else (ctx.role_arm("ARMOR") or "armor")
+    cols = [base, armor]
     fig = Figure(figsize=(11.0, 10.0), layout="constrained")
     grid = fig.subplots(3, 2, squeeze=False)
-    fig.suptitle(f"Per-step evidence — {base} vs armor\npreset {ctx.preset} · model {ctx.model} · seeds "
+    fig.suptitle(f"Per-step evidence — {base} vs {armor}\npreset {ctx.preset} · model {ctx.model} · seeds "
                  f"{seeds_label(ctx.seeds())}", fontsize=10)
     fig.armor_info = {"panels": [], "missing": {}, "series": {}}
     for j, arm in enumerate(cols):
