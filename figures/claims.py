@@ -61,6 +61,7 @@ from .checklist import (NOT_RUN, NOT_TESTABLE, REWARD_WINDOW, Verdict, _window_m
 from .data import Context, Curve, load_context
 
 DESIGN, CONFIRM = "design", "confirm"          # the seeds' role (protocol.claims)
+NOT_IN_PRESET = "not run in this preset"       # the reason of an entry whose arms the preset does not run
 SEED_ROLES = (DESIGN, CONFIRM)
 DIRECTIONS = (S.GREATER, S.LESS, S.NO_CHANGE, S.NO_DROP)
 SPLITS = ("validation", "test", "train")
@@ -477,7 +478,7 @@ def measure(ctx: Context, e: Entry) -> Verdict:
         tail = (f"; decided on the design preset `{where}`" if seed_role(ctx) == CONFIRM and where
                 and not e.confirmatory else "")
         return Verdict(e.key, e.claim, NOT_RUN, f"not run in this preset: it does not run "
-                       f"{', '.join(e.missing) or 'its arms'}{tail}", reason="not run in this preset", **base)
+                       f"{', '.join(e.missing) or 'its arms'}{tail}", reason=NOT_IN_PRESET, **base)
     try:
         for sp in e.specs:
             if ctx.arm_facts(sp.arm).get("stage") != 1 and (why := theta_star_copy(ctx, sp.arm)):
@@ -596,13 +597,13 @@ def readme_table(verdicts: list[Verdict]) -> str:
     register's order); the entries it does not run are counted in one line below the table."""
     lines = ["| claim of the paper (entry) | decided as | class | effect [95% interval] (seeds) | p raw | "
              "p Holm |", "|---|---|---|---|---|---|"]
-    elsewhere = [v.key for v in verdicts if v.reason == "not run in this preset"]
+    elsewhere = [v.key for v in verdicts if v.reason == NOT_IN_PRESET]
     for v in verdicts:
-        if v.reason == "not run in this preset":
+        if v.reason == NOT_IN_PRESET:
             continue
         cls = f"**{v.verdict}**" if v.verdict in (S.YES, S.NO) else v.verdict
         if v.verdict in (NOT_RUN, NOT_TESTABLE):
-            cls += f": {v.reason}" if v.reason and v.reason != "not run in this preset" else ""
+            cls += f": {v.reason}" if v.reason else ""
         lines.append(f"| {v.question} (`{v.key}`) | {v.decided_as or '—'} | {cls.replace('|', '/')} | "
                      f"{effect_cell(v)} | {_p((v.stat or {}).get('p'))} | {_p(v.p_adjusted)} |")
     if elsewhere:

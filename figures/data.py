@@ -229,6 +229,15 @@ class Context:
         r = (self.claims.get("roles") or {}).get(role)
         return r.get("arm") if isinstance(r, dict) else None
 
+    def role_curve_arms(self, role: str) -> list[str]:
+        """The arms whose validation curves draw a role (ARMOR -> [armor_reset_never, armor_restart]: a
+        restart after the run it restarts from), or [] when the role's arm has no curve here."""
+        r = (self.claims.get("roles") or {}).get(role)
+        arm = r.get("arm") if isinstance(r, dict) else None
+        if not arm or self.val_curve(arm).empty:
+            return []
+        return [x for x in (r.get("before"), arm) if x]
+
     @property
     def figure_arms(self) -> Optional[dict]:
         """{figure: [arms]} as the driver listed them (reproduce.matrix.arms.figure_arms), or None."""

@@ -166,10 +166,7 @@ def fig1(ctx: Context, out_dir=None) -> Figure:
         if ctx.is_paper:
             paper_mod.draw_marks(ax, ctx.preset, "fig1", panel)
         _finish(ax, ylabel, f"baseline (dapo) {key}")
-    # ARMOR: the arm the claims register's ARMOR stands for (a restart beside the run it restarts from)
-    role = (ctx.claims.get("roles") or {}).get("ARMOR") or {}
-    armor = ([x for x in (role.get("before"), role.get("arm")) if x]
-             if role.get("arm") and not ctx.val_curve(role["arm"]).empty else ["armor"])
+    armor = ctx.role_curve_arms("ARMOR") or ["armor"]      # the claims register's ARMOR, else the arm
     val_panel(fig, a_val, ctx, "fig1", "validation", ["dapo", "dapo_cont", "anchor_only", *armor],
               "validation: DAPO (stage 1 → dapo_cont), anchor_only, ARMOR", context=None,
               starts=[_theta(ctx)], styles={"dapo_cont": "--"})

@@ -411,6 +411,7 @@ def _chosen_arms(preset: Preset, only: Optional[list[str]]) -> dict[str, Arm]:
             read = [reg.resolve(name).arm for name in c.arms] if c.split == "test" else []
             if read and all(a in out for a in read):
                 for a in read:
-                    out[a].evaluate = out[a].evaluate or a != "dapo_cont"
+                    if a != "dapo_cont":
+                        out[a].evaluate = True
     _check_single_seed_arms(preset.protocol, defs, out)
     return {n: defs[n] for n in defs if n in out}
