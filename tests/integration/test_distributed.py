@@ -122,6 +122,7 @@ def test_two_rank_kill_then_resume_on_two_ranks(runs, world):
     _same(runs["two"], out)
 
 
+@pytest.mark.slow      # 30-120 s: run with -m slow (README)
 def test_two_rank_resume_after_a_reset_loads_the_reset_reference(runs, world):
     """Killed right after the step-4 checkpoint, whose πref (reset at step 3) is in its sharded state, resumed
     on two ranks (every rank builds πref on the meta device and reads its own shards): steps 5 and 6, where

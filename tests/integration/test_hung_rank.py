@@ -5,11 +5,14 @@ update of step 2, as a hung process would be."""
 import json
 import sys
 
+import pytest
+
 from armor.watchdog import PROGRESS, STALL_EXIT
 from test_distributed import ARGS
 from toy_runs import SMOKE, run, world_overrides
 
 
+@pytest.mark.slow      # 30-120 s: run with -m slow (README)
 def test_a_frozen_rank_ends_the_run_naming_it(world, tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",

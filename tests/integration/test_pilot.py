@@ -77,6 +77,7 @@ def test_the_pilot_locally_then_the_dry_run_is_measured(world, tmp_path):
     assert rep["stop"]["asked"]["how"] == "the wrapper's stop file"
 
 
+@pytest.mark.slow      # 30-120 s: run with -m slow (README)
 @pytest.mark.slurm
 def test_the_pilot_under_slurm_stops_by_the_time_limit_signal_and_is_requeued(world, tmp_path,
                                                                                slurm_cluster):

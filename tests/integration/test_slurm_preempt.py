@@ -32,6 +32,7 @@ def _unless_failed(jdir, cond):
     return check
 
 
+@pytest.mark.slow      # 30-120 s: run with -m slow (README)
 @pytest.mark.timeout(1800)
 def test_preempted_torchrun_job_resumes_from_its_last_state(slurm_cluster, world, tmp_path, wait_until):
     out, hold = tmp_path / "run", tmp_path / "hold"

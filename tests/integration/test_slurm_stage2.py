@@ -47,6 +47,7 @@ def _state(jid: str) -> str:
                           text=True).stdout.strip()
 
 
+@pytest.mark.slow      # 30-120 s: run with -m slow (README)
 @pytest.mark.timeout(1200)
 def test_stage2_and_evaluation_run_when_theta_star_comes_after_every_time_limit(slurm_cluster, tmp_path,
                                                                                 monkeypatch, wait_until):

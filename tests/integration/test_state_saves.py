@@ -62,6 +62,7 @@ def test_a_preemptions_sigterm_saves_the_state_alone_and_the_run_resumes_from_it
     assert_same_run(plain, out, 8)
 
 
+@pytest.mark.slow      # 30-120 s: run with -m slow (README)
 def test_two_ranks_resume_from_a_state_and_equal_an_uninterrupted_run(world, tmp_path):
     """Two ranks (torchrun, gloo): each writes its shards of the state in the background over its own gloo
     group; killed while the step-4 checkpoint is written, the run resumes from the state of step 3."""
