@@ -223,20 +223,23 @@ class Context:
         c = self.driver_meta.get("claims")
         return c if isinstance(c, dict) else {}
 
+    def _role(self, role: str) -> dict:
+        """One role of the claims register ({"arm": ..., "before": ...}), or {}."""
+        r = (self.claims.get("roles") or {}).get(role)
+        return r if isinstance(r, dict) else {}
+
     def role_arm(self, role: str) -> Optional[str]:
         """The arm that stands for one of the paper's methods in the claims register (ARMOR ->
         armor_restart), or None."""
-        r = (self.claims.get("roles") or {}).get(role)
-        return r.get("arm") if isinstance(r, dict) else None
+        return self._role(role).get("arm")
 
     def role_curve_arms(self, role: str) -> list[str]:
         """The arms whose validation curves draw a role (ARMOR -> [armor_reset_never, armor_restart]: a
         restart after the run it restarts from), or [] when the role's arm has no curve here."""
-        r = (self.claims.get("roles") or {}).get(role)
-        arm = r.get("arm") if isinstance(r, dict) else None
-        if not arm or self.val_curve(arm).empty:
+        r = self._role(role)
+        if not r.get("arm") or self.val_curve(r["arm"]).empty:
             return []
-        return [x for x in (r.get("before"), arm) if x]
+        return [x for x in (r.get("before"), r["arm"]) if x]
 
     @property
     def figure_arms(self) -> Optional[dict]:

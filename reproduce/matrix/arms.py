@@ -408,10 +408,9 @@ def _chosen_arms(preset: Preset, only: Optional[list[str]]) -> dict[str, Arm]:
     if evaluate:        # the arms of each test-split entry of the claims register that runs whole are
         reg = claims_register(preset)   # evaluated too (one arm alone decides nothing: --only fig2's dapo)
         for c in reg.claims:
-            read = [reg.resolve(name).arm for name in c.arms] if c.split == "test" else []
-            if read and all(a in out for a in read):
-                for a in read:
-                    if a != "dapo_cont":
-                        out[a].evaluate = True
+            read = {reg.resolve(name).arm for name in c.arms}
+            if c.split == "test" and read <= out.keys():
+                for a in read - {"dapo_cont"}:
+                    out[a].evaluate = True
     _check_single_seed_arms(preset.protocol, defs, out)
     return {n: defs[n] for n in defs if n in out}
