@@ -103,6 +103,7 @@ class Trainer:
         self.val_curve: list[tuple[int, float]] = []     # (step, value) of the first validation set
         self.stopped: int | None = None                  # the signal that stopped the run for a requeue
         self._prompt_cache: dict[int, list[int]] = {}
+        self._val_ids: dict[str, list[list[int]]] = {}      # validation set -> its prompts' ids
         self._started = False
 
     def start(self) -> "Trainer":
@@ -531,11 +532,13 @@ class Trainer:
                                     if seed is None else seed)
             self.models.serve("policy")         # a collective on several ranks: before the shards
 
-            def work(idx, s, problems=problems, params=params):
+            ids = self._val_prompt_ids(name, problems)
+
+            def work(idx, s, problems=problems, params=params, ids=ids):
                 sp = dataclasses.replace(params, seed=call_seed(params.seed, s, self.shards))
                 return [(r.correct, r.length) for r in sample_and_grade(
                     self.models.engine, self.tokenizer, [problems[i] for i in idx],
-                    self.cfg.data.prompt_template, sp, self.grader)]
+                    self.cfg.data.prompt_template, sp, self.grader, prompt_ids=[ids[i] for i in idx])]
             parts = sharded_map(self.dist, self.shards, len(problems), work, self.ranks_per_engine)
             recs = [x for part in parts if part for x in part]
             correct = torch.tensor([c for c, _ in recs], dtype=torch.float32).view(len(problems), v.samples)
@@ -551,6 +554,13 @@ class Trainer:
             if self.best_val is None or score > self.best_val[0]:
                 self.best_val = (score, self.step)
         return rows
+
+    def _val_prompt_ids(self, name: str, problems) -> list[list[int]]:
+        """A validation set's prompts as token ids (whole, as sample_and_grade encodes them), encoded once."""
+        if name not in self._val_ids:
+            self._val_ids[name] = [encode_prompt(self.tokenizer, p.problem, self.cfg.data.prompt_template)
+                                   for p in problems]
+        return self._val_ids[name]
 
     # ------------------------------------------------------------------------------------ checkpoints
     def save(self, state_only: bool = False) -> None:

@@ -1,16 +1,18 @@
-"""Sampling-speed benchmark of the HF engine's two decoders on a model: static KV cache vs model forward.
+"""Sampling-speed benchmark of the HF engine's decoders on a model: the static KV cache with its compiled
+kernel (common/rollout/native.py), the same with torch operations alone, and the model's own forward.
 
     python -m bench.decode [--world DIR] [--rows 32,64,128,256] [--new-tokens 48] [--reps 5] [--threads 1]
 
-Both decoders sample the same rows from the same prompts with the same seed (so the same tokens, see
-tests/integration/test_rollout.py), interleaved rep by rep so that they see the same machine load; the figure
-is the median wall time of a whole `generate` call. Default model: the tiny world's base model
-(`runs/tiny/world`).
+The decoders sample the same rows from the same prompts with the same seed (the same tokens up to float
+rounding, tests/integration/test_rollout.py), interleaved rep by rep so that they see the same machine load;
+the figure is the median wall time of a whole `generate` call, and per decode step (the call over its longest
+response). Default model: the tiny world's base model (`runs/tiny/world`).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -25,7 +27,7 @@ DEFAULT_WORLD = ROOT / "runs" / "tiny" / "world"
 def measure(model_dir: Path, prompts_file: Path, rows: list[int], new_tokens: int, reps: int,
             n: int = 8) -> list[dict]:
     from common.models import load_model, load_tokenizer
-    from common.rollout import SamplingParams
+    from common.rollout import SamplingParams, native
     from common.rollout.hf import HFEngine
     from common.sampling import encode_prompt
 
@@ -34,21 +36,29 @@ def measure(model_dir: Path, prompts_file: Path, rows: list[int], new_tokens: in
     problems = [json.loads(line)["problem"]
                 for line in prompts_file.read_text().splitlines()[: max(rows) // n + 1]]
     prompt_ids = [encode_prompt(tok, p, "plain") for p in problems]
-    engines = {"static": HFEngine(model, tok, static_cache=True),
-               "generic": HFEngine(model, tok, static_cache=False)}
+    if native.kernel() is None:
+        raise SystemExit("bench.decode: the decode kernel did not build (see the warning above)")
+    engines = {"kernel": HFEngine(model, tok, static_cache=True),
+               "torch": HFEngine(model, tok, static_cache=True),
+               "forward": HFEngine(model, tok, static_cache=False)}
     out = []
     for r in rows:
-        times = {k: [] for k in engines}
+        times, steps = {k: [] for k in engines}, []
         for rep in range(reps + 1):                       # rep 0 warms up
             params = SamplingParams(n=n, temperature=1.0, top_p=1.0, max_new_tokens=new_tokens, seed=rep)
             for name, eng in engines.items():
+                os.environ[native.SWITCH] = "off" if name == "torch" else "on"
                 t0 = time.perf_counter()
-                eng.generate(prompt_ids[: r // n], params)
+                got = eng.generate(prompt_ids[: r // n], params)
                 if rep:
                     times[name].append(time.perf_counter() - t0)
+                    steps.append(max(map(len, got.response_ids)))
+        os.environ.pop(native.SWITCH)
         med = {k: statistics.median(v) for k, v in times.items()}
-        out.append({"rows": r, "static_ms": 1e3 * med["static"], "generic_ms": 1e3 * med["generic"],
-                    "speedup": med["generic"] / med["static"]})
+        step = statistics.median(steps)
+        out.append({"rows": r, "steps": step, **{f"{k}_ms": 1e3 * v for k, v in med.items()},
+                     "kernel_vs_torch": med["torch"] / med["kernel"],
+                     "kernel_vs_forward": med["forward"] / med["kernel"]})
     return out
 
 
@@ -76,10 +86,15 @@ def main(argv=None) -> int:
         return 2
     torch.set_num_threads(a.threads)
     res = measure(w / "base_model", w / "data" / "train.jsonl", rows, a.new_tokens, a.reps)
-    print(f"generate() median of {a.reps} (T = 1, top_p 1, {a.new_tokens} new tokens, {a.threads} thread(s))")
-    print(f"{'rows':>6} {'static ms':>10} {'generic ms':>11} {'speedup':>8}")
+    print(f"generate() median of {a.reps} (T = 1, top_p 1, {a.new_tokens} new tokens, "
+          f"{a.threads} thread(s)); ms a call, and a decode step (the call / its longest response)")
+    print(f"{'rows':>6} {'kernel ms':>10} {'/step':>6} {'torch ms':>9} {'/step':>6} {'forward ms':>11} "
+          f"{'torch/kernel':>13} {'forward/kernel':>15}")
     for r in res:
-        print(f"{r['rows']:>6} {r['static_ms']:>10.1f} {r['generic_ms']:>11.1f} {r['speedup']:>8.2f}")
+        per = {k: r[f"{k}_ms"] / r["steps"] for k in ("kernel", "torch")}
+        print(f"{r['rows']:>6} {r['kernel_ms']:>10.1f} {per['kernel']:>6.2f} {r['torch_ms']:>9.1f} "
+              f"{per['torch']:>6.2f} {r['forward_ms']:>11.1f} {r['kernel_vs_torch']:>13.2f} "
+              f"{r['kernel_vs_forward']:>15.2f}")
     return 0
 
 

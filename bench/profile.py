@@ -232,6 +232,7 @@ def run(world=None, steps: int = 10, warmup: int = 2, threads: int = 1, *, promp
     from transformers import AutoConfig
     shapes = ModelShapes.of(AutoConfig.from_pretrained(str(w / "base_model")))
     from common import fastmodel
+    from common.rollout import native
     res = {"config": {"world": str(w), "steps": steps, "warmup": warmup, "threads": threads,
                       "prompts": prompts, "group": group, "max_new_tokens": max_new_tokens,
                       "shapes": shapes.__dict__, "fast_forward": fastmodel.enabled()},
@@ -244,6 +245,7 @@ def run(world=None, steps: int = 10, warmup: int = 2, threads: int = 1, *, promp
                 for a in rows}
         recorders = {a: _Recorder(arm.trainer) for a, arm in arms.items()}
         res["config"]["fast_forward_used"] = fastmodel.supports(arms["dapo"].trainer.models.policy)
+        res["config"]["decode_kernel"] = native.describe()
         try:
             log(f"[profile] DAPO, ARMOR interleaved: {warmup} + {steps} steps each")
             for i in range(warmup + steps):
@@ -307,7 +309,8 @@ def format_report(res: dict) -> str:
          f"float32, CPU threads {c['threads']}; medians over {c['steps']} steps after {c['warmup']} warm-up "
          f"(each arm in turn)",
          f"  world {c['world']}; model {c['shapes']}",
-         f"  lean forward (common.fastmodel): {'on' if c.get('fast_forward_used') else 'off'}; versions: "
+         f"  lean forward (common.fastmodel): {'on' if c.get('fast_forward_used') else 'off'}; decode steps: "
+         f"{c.get('decode_kernel', '?')} (common/rollout/native.py); versions: "
          + ", ".join(f"{k} {v}" for k, v in res["versions"].items()),
          f"  load average before {res['load_before']}, after {res['load_after']}",
          "  GFLOP/s = FLOPs counted from the shapes / the phase's CPU time; GEMM lim = the phase's "

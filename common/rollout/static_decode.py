@@ -8,8 +8,9 @@ and `keep` only the rows still sampling. Two steppers implement that:
 - `HFStepper` calls the model's own `forward` with a `DynamicCache`: any causal LM works.
 - `StaticStepper` computes the same decoder layers from the model's own weights, re-laid-out for decoding
   (below). A decode step of the suite's tiny models costs per operation more than per row, so it is built from
-  few operations: `python -m bench.decode` measures both steppers. Logits agree with `forward` to float
-  rounding (tests/integration/test_rollout.py).
+  few operations; on the CPU in float32 everything between its weight products runs in one compiled kernel
+  (native.py), else in torch operations. `python -m bench.decode` measures the three. Logits agree with
+  `forward` to float rounding (tests/integration/test_rollout.py, test_decode_kernel.py).
 
 `StaticStepper.supports(model)` says whether a model has the layout this file knows; anything else falls back
 to `HFStepper`. Neither stepper keeps gradients: sampling runs under `torch.inference_mode`.
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from common.fastmodel import layout_problem
+from common.rollout import native
 
 
 _CACHE_ARGS = ("cache", "past_key_values")   # transformers >= 5.24 names forward's KV cache `cache`
@@ -125,6 +127,10 @@ class StaticStepper:
         self.scale = a0.scaling
         act = getattr(model.config, "hidden_act", None)
         self.act = F.silu if act == "silu" else self.layers[0].mlp.act_fn
+        # the compiled decode step (native.py): CPU float32, SiLU MLPs; None: torch operations
+        p = next(model.parameters())
+        self.kernel = (native.kernel() if p.device.type == "cpu" and p.dtype == torch.float32
+                       and act == "silu" else None)
 
     @staticmethod
     def supports(model) -> bool:
@@ -150,6 +156,15 @@ class StaticStepper:
                                      layer.post_attention_layernorm).t(),
                 b_gate_up=gu_bias, eps_post=layer.post_attention_layernorm.variance_epsilon,
                 w_down=mlp.down_proj.weight.t(), b_down=mlp.down_proj.bias))
+        # the kernel's per-head q / k norm arguments of each layer: weight pointers (None: no norm), eps
+        self._qk_norms = []
+        for layer in self.layers if self.kernel is not None else ():
+            a = layer.self_attn
+            qn = _contiguous_f32(a.q_norm.weight) if self.qk_norm else None
+            kn = _contiguous_f32(a.k_norm.weight) if self.qk_norm else None
+            self._qk_norms.append((qn.data_ptr() if qn is not None else None,
+                                   kn.data_ptr() if kn is not None else None,
+                                   a.q_norm.variance_epsilon if self.qk_norm else 0.0))
         lm = self.model.lm_head
         self.w_lm, self.b_lm = _fold_norm(lm.weight, self.body.norm).t(), lm.bias
         self.eps_final = self.body.norm.variance_epsilon
@@ -231,6 +246,7 @@ class StaticStepper:
         self.key_bias = (torch.zeros(n, hq, size, dtype=x.dtype, device=dev)
                          .masked_fill_(~key_ok[:, None], float("-inf")))
         self.plen = self.filled = plen
+        self._scratch = None              # the native decode's buffers, allocated at its first step
         causal = torch.ones(plen, plen, dtype=torch.bool, device=dev).tril()
         # a padding position attends to itself only, so its (unused) output is finite, never NaN
         attend = ((causal & key_ok[:, None, :plen]) | torch.eye(plen, dtype=torch.bool, device=dev))[:, None]
@@ -251,6 +267,8 @@ class StaticStepper:
 
     def decode(self, tok: torch.Tensor, pos: torch.Tensor, t: int) -> torch.Tensor:
         """tok, pos: [N] (the t-th new token of each row, t >= 0) -> logits of the token after it [N, V]."""
+        if self.kernel is not None:
+            return self._decode_native(tok, pos, t)
         n = tok.shape[0]
         hq, hkv, d = self.q_heads, self.kv_heads, self.head_dim
         # query heads per kv head: query head h reads kv head h // g
@@ -281,6 +299,49 @@ class StaticStepper:
             x = self._mlp(i, x, o.view(n, hq * d))
         self.filled = end
         return self._logits(x)
+
+    def _decode_native(self, tok: torch.Tensor, pos: torch.Tensor, t: int) -> torch.Tensor:
+        """`decode` with everything between the weight products in the compiled kernel (native.py): per layer
+        four products (torch) and four kernel calls (two norms, attention, silu · up), into buffers allocated
+        at the first step."""
+        k, n = self.kernel, tok.shape[0]
+        hq, hkv, d = self.q_heads, self.kv_heads, self.head_dim
+        end = self.plen + t + 1
+        x = F.embedding(tok, self.body.embed_tokens.weight)
+        hid = x.shape[1]
+        if self._scratch is None or self._scratch[0].shape[0] < n:
+            inter = self.fused[0].w_down.shape[0]
+            self._scratch = [x.new_empty(n, c) for c in (hid, self.heads * d, hq * d, 2 * inter, inter)]
+            self._work = x.new_empty(hq * d + 2 * d + self.keys_t.shape[-1])
+        xn, y, o, gu, h = (b[:n] for b in self._scratch)
+        pos = pos.contiguous()
+        keys_t, values, bias = self.keys_t, self.values, self.key_bias
+        slots = keys_t.shape[-1]
+        # the layouts the kernel assumes (keep() and expand() leave them so)
+        assert keys_t.stride()[1:] == (hkv * d * slots, d * slots, slots, 1) and bias.is_contiguous()
+        assert values.stride()[1:] == (hkv * slots * d, slots * d, d, 1) and pos.dtype == torch.int64
+        # each layer's cache: its address from the first layer's, a layer's stride apart (in bytes: float32)
+        kp, vp, ks, vs = keys_t.data_ptr(), values.data_ptr(), keys_t.stride(0) * 4, values.stride(0) * 4
+        head = (y.data_ptr(), self.cs.data_ptr(), pos.data_ptr())
+        tail = (bias.data_ptr(), o.data_ptr(), self._work.data_ptr())
+        for i, f in enumerate(self.fused):
+            k.rms_rows(n, hid, x.data_ptr(), xn.data_ptr(), f.eps_in)
+            torch.mm(xn, f.w_in, out=y) if f.b_in is None else torch.addmm(f.b_in, xn, f.w_in, out=y)
+            k.attend(n, hq, hkv, d, slots, end, self.scale, *head, *self._qk_norms[i], kp + i * ks,
+                     vp + i * vs, *tail)
+            x.addmm_(o, f.w_o)
+            if f.b_o is not None:
+                x.add_(f.b_o)
+            k.rms_rows(n, hid, x.data_ptr(), xn.data_ptr(), f.eps_post)
+            torch.mm(xn, f.w_gate_up, out=gu) if f.b_gate_up is None else torch.addmm(f.b_gate_up, xn,
+                                                                                      f.w_gate_up, out=gu)
+            k.silu_mul(n, h.shape[1], gu.data_ptr(), h.data_ptr())
+            x.addmm_(h, f.w_down)
+            if f.b_down is not None:
+                x.add_(f.b_down)
+        self.filled = end
+        k.rms_rows(n, hid, x.data_ptr(), xn.data_ptr(), self.eps_final)
+        return torch.mm(xn, self.w_lm) if self.b_lm is None else torch.addmm(self.b_lm, xn, self.w_lm)
 
     def keep(self, rows: torch.Tensor) -> None:
         """Drop every row not in `rows` ([K] indices into the current rows) from the cache and the mask."""
@@ -323,6 +384,11 @@ class _FusedLayer(NamedTuple):
 def _fold_norm(w: torch.Tensor, norm) -> torch.Tensor:
     """W · diag(g): a linear layer after an RMSNorm with weight g, with g moved into the matrix."""
     return (w.float() * norm.weight.float()).to(w.dtype)
+
+
+def _contiguous_f32(w: torch.Tensor) -> torch.Tensor:
+    assert w.dtype == torch.float32 and w.is_contiguous(), (w.dtype, w.stride())
+    return w
 
 
 def _rms_norm(norm, x: torch.Tensor) -> torch.Tensor:

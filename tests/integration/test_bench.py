@@ -67,7 +67,7 @@ def test_bench_interleaved_with_trl(world):
     assert "DAPO / TRL step time" in bench.format_report(res)
 
 
-def test_bench_decode_prints_both_decoders(world, capsys):
+def test_bench_decode_prints_the_three_decoders(world, capsys):
     from bench import decode as bench_decode
     assert bench_decode.main(["--world", str(world), "--rows", "8,16", "--reps", "1", "--new-tokens",
                               "6"]) == 0
@@ -75,9 +75,14 @@ def test_bench_decode_prints_both_decoders(world, capsys):
     table = [ln.split() for ln in lines[2:]]
     assert [int(r[0]) for r in table] == [8, 16]
     for r in table:
-        static_ms, generic_ms, speedup = map(float, r[1:])
-        assert (static_ms > 0 and generic_ms > 0
-                and abs(speedup - generic_ms / static_ms) < 0.03 * speedup + 0.01)
+        kernel_ms, kernel_step, torch_ms, torch_step, forward_ms, torch_ratio, forward_ratio = \
+            map(float, r[1:])
+        assert kernel_ms > 0 and torch_ms > 0 and forward_ms > 0
+        assert abs(torch_ratio - torch_ms / kernel_ms) < 0.03 * torch_ratio + 0.01
+        assert abs(forward_ratio - forward_ms / kernel_ms) < 0.03 * forward_ratio + 0.01
+        # a step: the call over its longest response (1..6 tokens)
+        assert kernel_ms / 6 - 0.01 <= kernel_step <= kernel_ms + 0.01
+        assert abs(torch_step / kernel_step - torch_ratio) < 0.05 * torch_ratio + 0.02
     assert bench_decode.main(["--world", str(world), "--rows", "12"]) == 2          # not a multiple of 8
     assert bench_decode.main(["--world", "/nonexistent"]) == 2
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
 
-from common.rollout import SamplingParams
+from common.rollout import SamplingParams, native
 from common.rollout.hf import HFEngine
 from common.rollout.static_decode import HFStepper, StaticStepper, cache_arg, make_stepper
 
@@ -38,12 +38,23 @@ def _left_pad(prompts, pad=0):
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
+@pytest.fixture(params=["native", "torch"])
+def decode_path(request, monkeypatch):
+    """The static stepper's two decode paths: the compiled kernel (common/rollout/native.py), torch ops."""
+    if request.param == "torch":
+        monkeypatch.setenv(native.SWITCH, "off")
+    else:
+        assert native.kernel() is not None, "the decode kernel did not build (a C compiler is needed)"
+    return request.param
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_static_stepper_gives_the_models_logits(name):
+def test_static_stepper_gives_the_models_logits(name, decode_path):
     """Prefill + 5 decode steps on left-padded prompts, one row dropped midway,
     against a full forward pass."""
     model = MODELS[name]()
     assert StaticStepper.supports(model)
+    assert (StaticStepper(model).kernel is not None) == (decode_path == "native")
     prompts = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
     ids, mask, pos = _left_pad(prompts)
     seqs = [list(p) for p in prompts]
@@ -71,7 +82,7 @@ def test_static_stepper_gives_the_models_logits(name):
 
 @pytest.mark.parametrize("static", [True, False])
 @pytest.mark.parametrize("name", ["qwen2-gqa", "qwen3"])
-def test_prefill_once_then_expand_gives_each_rows_logits(name, static):
+def test_prefill_once_then_expand_gives_each_rows_logits(name, static, decode_path):
     """The engine prefills each distinct prompt once and copies its cache to the prompt's responses: after
     expand([0, 0, 1, 2, 2, 2]) and decoding different tokens per copy, every row has its own sequence's
     logits."""
@@ -271,3 +282,21 @@ def test_rows_sampled_together_by_default():
     assert HFEngine(model, _Tok()).batch_rows() == hf.CPU_MAX_BATCH == 128
     assert HFEngine(model, _Tok(), static_cache=False).batch_rows() == 256
     assert HFEngine(model, _Tok(), max_batch=7).batch_rows() == 7
+
+
+def test_decode_texts_equals_batch_decode(world):
+    """The engine's texts through the fast tokenizer's own batch decode are batch_decode's, special tokens
+    (EOS, padding, BOS) dropped alike; a tokenizer that cleans up spaces goes through batch_decode."""
+    from transformers import AutoTokenizer
+    from common.rollout.hf import decode_texts
+    tok = AutoTokenizer.from_pretrained(world / "base_model")
+    assert not tok.clean_up_tokenization_spaces and tok.backend_tokenizer is not None
+    g = torch.Generator().manual_seed(0)
+    ids = [torch.randint(0, len(tok), (int(n),), generator=g).tolist()
+           for n in torch.randint(0, 40, (200,), generator=g)]
+    ids.append(sorted({tok.eos_token_id, tok.pad_token_id, tok.bos_token_id or 0}))
+    assert decode_texts(tok, ids) == tok.batch_decode(ids, skip_special_tokens=True)
+    tok.clean_up_tokenization_spaces = True
+    calls = []
+    tok.batch_decode = lambda ids, **kw: calls.append(kw) or ["x"] * len(ids)
+    assert decode_texts(tok, ids[:2]) == ["x", "x"] and calls == [{"skip_special_tokens": True}]

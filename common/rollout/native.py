@@ -1,0 +1,125 @@
+"""The compiled decode kernel (decode_kernel.c): built once per machine with the C compiler, loaded by ctypes.
+
+`kernel()` returns the loaded library, or None where it cannot be had; StaticStepper then decodes with torch
+operations alone (same tokens up to float rounding, not the same bits). Built on first use into
+$ARMOR_NATIVE_CACHE (default $XDG_CACHE_HOME/armor-repro/native, else ~/.cache/...), one file per source,
+compiler flags and machine, written to a temporary name and renamed: jobs that start together each build or
+find a whole file, never a half-written one. $CC names the compiler (default `cc`).
+
+`ARMOR_DECODE_KERNEL=off` turns it off (the torch path; `python -m bench.decode` compares the two). A missing
+compiler or a failed build warns once and falls back.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("decode_kernel.c")
+SWITCH = "ARMOR_DECODE_KERNEL"
+# no fused multiply-add and no fast-math: the kernel's bits must not depend on the CPU it runs on
+FLAGS = ["-O3", "-std=c11", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno",
+         "-fno-trapping-math"]
+
+_I, _F, _P = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+_SIGNATURES = {
+    "rms_rows": [_I, _I, _P, _P, _F],
+    "silu_mul": [_I, _I, _P, _P],
+    "attend": [_I, _I, _I, _I, _I, _I, _F, _P, _P, _P, _P, _P, _F, _P, _P, _P, _P, _P],
+}
+_loaded: dict = {}
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH, "on").lower() not in ("off", "0", "false", "no")
+
+
+def _flags() -> list[str]:
+    # vector width only: the same bits with or without it (the kernel's loops never vectorise a sum)
+    if platform.machine().lower() in ("x86_64", "amd64") and _cpu_has("avx2"):
+        return FLAGS + ["-mavx2"]
+    return FLAGS
+
+
+def _cpu_has(flag: str) -> bool:
+    try:
+        return any(flag in line.split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("flags"))
+    except OSError:
+        return False
+
+
+def cache_dir() -> Path:
+    if os.environ.get("ARMOR_NATIVE_CACHE"):
+        return Path(os.environ["ARMOR_NATIVE_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "armor-repro" / "native"
+
+
+def library_path(cc: str, flags: list[str] | None = None) -> Path:
+    """Where the build of this source with these flags (default: this machine's), by this compiler, for this
+    machine lives."""
+    parts = [SOURCE.read_text(), cc, *(flags or _flags()), platform.machine()]
+    key = hashlib.sha256("\0".join(parts).encode())
+    return cache_dir() / f"decode_kernel-{key.hexdigest()[:16]}.so"
+
+
+def compiler() -> str:
+    return os.environ.get("CC", "cc")
+
+
+def build(cc: str | None = None, flags: list[str] | None = None) -> Path:
+    """Compile the kernel (if not built yet) and return the library's path; raises RuntimeError on failure.
+    `flags`: other compiler flags than this machine's (the tests build it for other vector units)."""
+    cc, flags = cc or compiler(), flags or _flags()
+    if shutil.which(cc) is None:
+        raise RuntimeError(f"no C compiler {cc!r} on PATH (set CC)")
+    out = library_path(cc, flags)
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    try:
+        r = subprocess.run([cc, *flags, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"{cc} failed on {SOURCE.name}: {r.stderr.strip()[-500:]}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def kernel():
+    """The loaded kernel library (ctypes, argument types set), or None: switched off, or the build failed
+    (warned once)."""
+    if not enabled():
+        return None
+    if "lib" not in _loaded:
+        try:
+            lib = ctypes.CDLL(str(build()))
+            for name, args in _SIGNATURES.items():
+                fn = getattr(lib, name)
+                fn.argtypes, fn.restype = args, None
+            _loaded["lib"] = lib
+        except (RuntimeError, OSError) as e:
+            warnings.warn(f"decode kernel unavailable, decoding with torch operations ({e})", RuntimeWarning,
+                          stacklevel=2)
+            _loaded["lib"] = None
+    return _loaded["lib"]
+
+
+def describe() -> str:
+    """'native' or 'torch': what StaticStepper decodes CPU float32 steps with in this process."""
+    return "native" if kernel() is not None else "torch"
+
+
+if __name__ == "__main__":
+    print(f"decode kernel: {library_path(compiler()) if kernel() is not None else 'torch operations'}")
