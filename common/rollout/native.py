@@ -56,10 +56,18 @@ def _cpu_has(flag: str) -> bool:
 
 
 def cache_dir() -> Path:
+    """$ARMOR_NATIVE_CACHE, else the user's cache folder; a temporary one where that cannot be written."""
     if os.environ.get("ARMOR_NATIVE_CACHE"):
         return Path(os.environ["ARMOR_NATIVE_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "armor-repro" / "native"
+    out = Path(base) / "armor-repro" / "native"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if os.access(out, os.W_OK):
+            return out
+    except OSError:
+        pass
+    return Path(tempfile.gettempdir()) / f"armor-repro-native-{os.getuid()}"
 
 
 def library_path(cc: str, flags: list[str] | None = None) -> Path:

@@ -174,3 +174,13 @@ def test_the_same_bits_with_any_vector_unit(tmp_path, monkeypatch):
         outs.append((o, keys_t, xn, h))
     for other in outs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(outs[0], other))
+
+
+def test_an_unwritable_cache_folder_falls_back_to_a_temporary_one(monkeypatch, tmp_path):
+    """A read-only home (some clusters' compute nodes): the kernel is built in a temporary folder instead."""
+    monkeypatch.delenv("ARMOR_NATIVE_CACHE", raising=False)
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    out = native.cache_dir()
+    assert not str(out).startswith(str(blocked)) and out.name.startswith("armor-repro-native-")
