@@ -47,6 +47,7 @@ def measure(model_dir: Path, prompts_file: Path, rows: list[int], new_tokens: in
         for rep in range(reps + 1):                       # rep 0 warms up
             params = SamplingParams(n=n, temperature=1.0, top_p=1.0, max_new_tokens=new_tokens, seed=rep)
             for name, eng in engines.items():
+                # the engine makes its stepper per call, which reads the switch then
                 os.environ[native.SWITCH] = "off" if name == "torch" else "on"
                 t0 = time.perf_counter()
                 got = eng.generate(prompt_ids[: r // n], params)

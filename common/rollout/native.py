@@ -105,6 +105,15 @@ def build(cc: str | None = None, flags: list[str] | None = None) -> Path:
     return out
 
 
+def load(path: Path) -> ctypes.CDLL:
+    """A built kernel library, its functions' argument types set."""
+    lib = ctypes.CDLL(str(path))
+    for name, args in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, None
+    return lib
+
+
 def kernel():
     """The loaded kernel library (ctypes, argument types set), or None: switched off, or the build failed
     (warned once)."""
@@ -112,11 +121,7 @@ def kernel():
         return None
     if "lib" not in _loaded:
         try:
-            lib = ctypes.CDLL(str(build()))
-            for name, args in _SIGNATURES.items():
-                fn = getattr(lib, name)
-                fn.argtypes, fn.restype = args, None
-            _loaded["lib"] = lib
+            _loaded["lib"] = load(build())
         except (RuntimeError, OSError) as e:
             warnings.warn(f"decode kernel unavailable, decoding with torch operations ({e})", RuntimeWarning,
                           stacklevel=2)

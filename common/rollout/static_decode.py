@@ -156,15 +156,11 @@ class StaticStepper:
                                      layer.post_attention_layernorm).t(),
                 b_gate_up=gu_bias, eps_post=layer.post_attention_layernorm.variance_epsilon,
                 w_down=mlp.down_proj.weight.t(), b_down=mlp.down_proj.bias))
-        # the kernel's per-head q / k norm arguments of each layer: weight pointers (None: no norm), eps
-        self._qk_norms = []
-        for layer in self.layers if self.kernel is not None else ():
-            a = layer.self_attn
-            qn = _contiguous_f32(a.q_norm.weight) if self.qk_norm else None
-            kn = _contiguous_f32(a.k_norm.weight) if self.qk_norm else None
-            self._qk_norms.append((qn.data_ptr() if qn is not None else None,
-                                   kn.data_ptr() if kn is not None else None,
-                                   a.q_norm.variance_epsilon if self.qk_norm else 0.0))
+        # the kernel's per-head q / k norm arguments of each layer: weight pointers and eps (Qwen3 gives q and
+        # k one eps), or none
+        self._qk_norms = [(_f32_ptr(layer.self_attn.q_norm.weight), _f32_ptr(layer.self_attn.k_norm.weight),
+                           layer.self_attn.q_norm.variance_epsilon) if self.qk_norm else (None, None, 0.0)
+                          for layer in self.layers] if self.kernel is not None else []
         lm = self.model.lm_head
         self.w_lm, self.b_lm = _fold_norm(lm.weight, self.body.norm).t(), lm.bias
         self.eps_final = self.body.norm.variance_epsilon
@@ -176,7 +172,7 @@ class StaticStepper:
         rotate_half(y) · sin = swap(y) · signed sin, the halves swapped by one roll)."""
         f = self.fused[i]
         xn = F.rms_norm(x, (x.shape[1],), None, f.eps_in)
-        y = torch.mm(xn, f.w_in) if f.b_in is None else torch.addmm(f.b_in, xn, f.w_in)
+        y = _product(xn, f.w_in, f.b_in)
         m, h, d = x.shape[0], self.heads, self.head_dim
         y = y.view(m, h, d)
         if self.qk_norm:                                    # Qwen3: per-head RMSNorm of q and k, before RoPE
@@ -191,14 +187,13 @@ class StaticStepper:
         f = self.fused[i]
         x = torch.addmm(x, o, f.w_o) if f.b_o is None else torch.addmm(x, o, f.w_o).add_(f.b_o)
         xn = F.rms_norm(x, (x.shape[1],), None, f.eps_post)
-        gu = torch.mm(xn, f.w_gate_up) if f.b_gate_up is None else torch.addmm(f.b_gate_up, xn, f.w_gate_up)
+        gu = _product(xn, f.w_gate_up, f.b_gate_up)
         inter = gu.shape[1] // 2
         h = self.act(gu[:, :inter]).mul_(gu[:, inter:])
         return torch.addmm(x, h, f.w_down) if f.b_down is None else torch.addmm(x, h, f.w_down).add_(f.b_down)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        xn = F.rms_norm(x, (x.shape[1],), None, self.eps_final)
-        return torch.mm(xn, self.w_lm) if self.b_lm is None else torch.addmm(self.b_lm, xn, self.w_lm)
+        return _product(F.rms_norm(x, (x.shape[1],), None, self.eps_final), self.w_lm, self.b_lm)
 
     def _buffer(self, name: str, like: torch.Tensor, shape: tuple) -> torch.Tensor:
         """An uninitialised tensor of `shape` (like's dtype and device) on the workspace's storage `name`,
@@ -326,22 +321,21 @@ class StaticStepper:
         tail = (bias.data_ptr(), o.data_ptr(), self._work.data_ptr())
         for i, f in enumerate(self.fused):
             k.rms_rows(n, hid, x.data_ptr(), xn.data_ptr(), f.eps_in)
-            torch.mm(xn, f.w_in, out=y) if f.b_in is None else torch.addmm(f.b_in, xn, f.w_in, out=y)
+            _product(xn, f.w_in, f.b_in, out=y)
             k.attend(n, hq, hkv, d, slots, end, self.scale, *head, *self._qk_norms[i], kp + i * ks,
                      vp + i * vs, *tail)
             x.addmm_(o, f.w_o)
             if f.b_o is not None:
                 x.add_(f.b_o)
             k.rms_rows(n, hid, x.data_ptr(), xn.data_ptr(), f.eps_post)
-            torch.mm(xn, f.w_gate_up, out=gu) if f.b_gate_up is None else torch.addmm(f.b_gate_up, xn,
-                                                                                      f.w_gate_up, out=gu)
+            _product(xn, f.w_gate_up, f.b_gate_up, out=gu)
             k.silu_mul(n, h.shape[1], gu.data_ptr(), h.data_ptr())
             x.addmm_(h, f.w_down)
             if f.b_down is not None:
                 x.add_(f.b_down)
         self.filled = end
         k.rms_rows(n, hid, x.data_ptr(), xn.data_ptr(), self.eps_final)
-        return torch.mm(xn, self.w_lm) if self.b_lm is None else torch.addmm(self.b_lm, xn, self.w_lm)
+        return _product(xn, self.w_lm, self.b_lm)
 
     def keep(self, rows: torch.Tensor) -> None:
         """Drop every row not in `rows` ([K] indices into the current rows) from the cache and the mask."""
@@ -386,9 +380,15 @@ def _fold_norm(w: torch.Tensor, norm) -> torch.Tensor:
     return (w.float() * norm.weight.float()).to(w.dtype)
 
 
-def _contiguous_f32(w: torch.Tensor) -> torch.Tensor:
+def _f32_ptr(w: torch.Tensor) -> int:
+    """The address of a contiguous float32 tensor, for the kernel."""
     assert w.dtype == torch.float32 and w.is_contiguous(), (w.dtype, w.stride())
-    return w
+    return w.data_ptr()
+
+
+def _product(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, out: torch.Tensor | None = None):
+    """x · w (+ b): [M, K] x [K, N] -> [M, N], into `out` when given."""
+    return torch.mm(x, w, out=out) if b is None else torch.addmm(b, x, w, out=out)
 
 
 def _rms_norm(norm, x: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,6 @@
 """The compiled decode kernel (common/rollout/decode_kernel.c via native.py): each function against torch on
 hand-built inputs, the stepper on long contexts against the model's forward, and the fallback without a
 compiler."""
-import ctypes
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -135,14 +133,7 @@ def test_the_build_is_cached_by_source_and_flags(monkeypatch, tmp_path):
     stamp = first.stat().st_mtime_ns
     assert native.build() == first and first.stat().st_mtime_ns == stamp
     assert [p.name for p in tmp_path.iterdir()] == [first.name]          # no temporary file left behind
-    ctypes.CDLL(str(first)).attend
-
-
-def _load(path):
-    lib = ctypes.CDLL(str(path))
-    for name, args in native._SIGNATURES.items():
-        getattr(lib, name).argtypes = args
-    return lib
+    native.load(first).attend
 
 
 @pytest.mark.skipif(not native._cpu_has("avx2") or not native._cpu_has("fma"), reason="needs AVX2 and FMA")
@@ -151,7 +142,7 @@ def test_the_same_bits_with_any_vector_unit(tmp_path, monkeypatch):
     AVX2 with FMA allowed, its outputs are equal bit for bit."""
     monkeypatch.setenv("ARMOR_NATIVE_CACHE", str(tmp_path))
     units = ([], ["-mavx2"], ["-mavx2", "-mfma"])
-    libs = [_load(native.build(flags=native.FLAGS + extra)) for extra in units]
+    libs = [native.load(native.build(flags=native.FLAGS + extra)) for extra in units]
     torch.manual_seed(1)
     n, hq, hkv, d, slots, end = 5, 4, 2, 16, 48, 45
     heads = hq + 2 * hkv
