@@ -204,6 +204,16 @@ class AnchorConfig:
     correct_only: bool = _f(True, "only a correct πref sample anchors a group (the paper); false: the first "
                                   "πref sample anchors it, right or wrong (the paper's §4 ablation: wrong "
                                   "anchors destabilise training)")
+    filter: str = _f(
+        "none", "a predicate on (problem, response) that a reference sample must also pass to anchor a group "
+                "(the keep rule then needs a correct sample that passes; a prompt whose samples all fail is "
+                "dropped like one without a correct sample, counted in anchor_filter_dropped): none = the "
+                "paper's rule; exclude_modes = an oracle that rejects the modes of exclude_modes by the "
+                "world's classifier (logging.answer_modes), which the paper's ARMOR does not have",
+        registry="armor.anchors:ANCHOR_FILTERS")
+    exclude_modes: list[str] = _f(
+        factory=list, help="the modes (names of logging.answer_modes' classifier, e.g. the toy world's "
+                           "shortcut) that filter=exclude_modes rejects; read by that filter only")
 
 
 @dataclass
@@ -366,7 +376,8 @@ class LoggingConfig:
                                "listing every name it returns (the toy presets name the world's); each step "
                                "then logs mode_<name> (share among its on-policy samples) and, with anchors, "
                                "anchor_mode_<name> (share among its kept anchors); logging only: no draw, no "
-                               "weight changes. \"\" = none")
+                               "weight changes (unless algo.anchor.filter=exclude_modes reads it to choose "
+                               "anchors). \"\" = none")
 
 
 @dataclass
@@ -645,12 +656,18 @@ def validate(cfg: RunConfig) -> None:
     c(not a.anchor.enabled or a.anchor.ref_n >= 1, "algo.anchor.ref_n", a.anchor.ref_n,
       "must be >= 1 when algo.anchor.enabled")
     c(0 < a.mix.alpha <= 1, "algo.mix.alpha", a.mix.alpha, "must be in (0, 1]")
+    c(not a.anchor.exclude_modes or a.anchor.filter == "exclude_modes", "algo.anchor.exclude_modes",
+      a.anchor.exclude_modes, f"is read by algo.anchor.filter=exclude_modes only (it is {a.anchor.filter})")
+    c(a.anchor.filter != "exclude_modes" or bool(a.anchor.exclude_modes), "algo.anchor.exclude_modes",
+      a.anchor.exclude_modes, "must name at least one mode for algo.anchor.filter=exclude_modes")
     # each registered choice must be registered, and what it declares it needs must be there (armor.registry)
     for key, value, reg in _registered_choices(cfg):
         c(value in reg, key, value, f"is not a registered {reg.kind} (registered: {', '.join(reg.names())})")
         needs = reg[value].needs
         c("anchors" not in needs or a.anchor.enabled, key, value,
-          "needs algo.anchor.enabled=true (it reweights anchor tokens)")
+          "needs algo.anchor.enabled=true (it acts on anchors)")
+        c("modes" not in needs or bool(cfg.logging.answer_modes), key, value,
+          "needs a mode classifier (logging.answer_modes)")
         c("teacher" not in needs or a.distill.mode != "none", key, value,
           "needs a teacher (algo.distill.mode)")
     rs = a.reference.reset
@@ -723,3 +740,7 @@ def validate(cfg: RunConfig) -> None:
             mode_classifier(lg.answer_modes)
         except (ImportError, AttributeError, ValueError) as e:
             raise ConfigError(f"logging.answer_modes: {lg.answer_modes!r} {e}") from None
+        modes = mode_classifier(lg.answer_modes).modes
+        for i, m in enumerate(a.anchor.exclude_modes):
+            c(m in modes, f"algo.anchor.exclude_modes[{i}]", m,
+              f"is not a mode of {lg.answer_modes} (its modes: {', '.join(modes)})")

@@ -10,9 +10,10 @@
 
 The generic registry is common.registry (the leaf layer, so common's answer modes use it too); this is that
 class with the trainer's vocabulary of needs. NEEDS: "reference" (πref's log-probs of the step's responses),
-"anchors" (anchor rollout, algo.anchor.enabled), "teacher" (a distillation teacher). Config validation
-(armor.config.validate) refuses a value its registry does not hold and a variant whose needs the config does
-not meet, before any work; the trainer asks the registry whether πref's log-probs are needed.
+"anchors" (anchor rollout, algo.anchor.enabled), "teacher" (a distillation teacher), "modes" (the world's
+mode classifier, logging.answer_modes). Config validation (armor.config.validate) refuses a value its
+registry does not hold and a variant whose needs the config does not meet, before any work; the trainer
+asks the registry whether πref's log-probs are needed.
 tests/unit/test_registry.py ties every config choice to its registry, so a variant added to one but not the
 other fails there.
 """
@@ -23,7 +24,7 @@ from common.registry import Registry as _Registry
 
 __all__ = ["NEEDS", "Entry", "Registry"]
 
-NEEDS = frozenset({"reference", "anchors", "teacher"})
+NEEDS = frozenset({"reference", "anchors", "teacher", "modes"})
 
 
 class Registry(_Registry):

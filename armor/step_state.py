@@ -100,6 +100,12 @@ class RolloutStats:
     # on-policy samples' modes (logging.answer_modes)
     modes: list = dataclasses.field(default_factory=list)
     anchor_modes: list = dataclasses.field(default_factory=list)   # kept anchors' modes
+    anchor_lengths: list = dataclasses.field(default_factory=list)   # kept anchors' response tokens
+    anchor_formats: list = dataclasses.field(default_factory=list)   # kept anchors: [has format m] per m
+    # prompts the anchor filter dropped (kept by the paper's rule, not with it), and the prompts the paper's
+    # rule keeps among those the reference sampled (the drop share's denominator)
+    filter_dropped: int = 0
+    filter_candidates: int = 0
 
     def add(self, on: Samples, prompt_ids: list, probe_rows: int = 0) -> None:
         """Count a round's on-policy samples (and keep its first `probe_rows` as the probe)."""
@@ -117,6 +123,22 @@ class RolloutStats:
                 "response_length": float(torch.tensor(self.lengths, dtype=torch.float32).mean()) if n
                 else 0.0,
                 "prompts_drawn": self.prompts_drawn}
+
+
+    def anchor_metrics(self, formats) -> dict:
+        """The step's anchor diagnostics: anchor_length (mean response tokens of the kept anchors),
+        anchor_format_<m> (share of them in which answer format m is found, for m in `formats`; None
+        without anchors), anchor_filter_dropped (prompts the anchor filter dropped) and
+        anchor_filter_drop_share (their share of the prompts the paper's rule keeps among those the reference
+        sampled; None when there were none)."""
+        n = len(self.anchor_lengths)
+        out = {"anchor_length": sum(self.anchor_lengths) / n if n else None}
+        out.update({f"anchor_format_{m}": (sum(f[j] for f in self.anchor_formats) / n if n else None)
+                    for j, m in enumerate(formats)})
+        out["anchor_filter_dropped"] = self.filter_dropped
+        out["anchor_filter_drop_share"] = (self.filter_dropped / self.filter_candidates
+                                           if self.filter_candidates else None)
+        return out
 
 
 PROBE_ROWS = 16

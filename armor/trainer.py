@@ -5,7 +5,8 @@ One RL step (`train_step`):
        draw prompts -> |G| (|G|-1 with anchors) on-policy samples from θ -> grade -> shaped rewards
        [anchors] `_anchor_rollout`: ref_n samples from θref for the prompts that pass the on-policy filter
        keep rule: DAPO dynamic sampling, or ARMOR's anchor rule (on-policy rewards not all equal AND a
-       correct reference sample; the first correct one is the anchor)
+       correct reference sample that passes algo.anchor.filter, none by default; the first such is the
+       anchor)
   2. `update`: group advantages (GRPO / QAE); OPD/MOPD token signals
   3. `_frozen_logprobs`: θold's log-probs (the first mini-batch's come from its own update forward pass, since
      θold = θ until the first optimizer step), θref's (armor.config.needs_reference_logprobs) and the
@@ -25,6 +26,7 @@ the same on any world size). This file orchestrates.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import signal
@@ -35,7 +37,8 @@ import torch
 from armor import checkpoint as ckpt
 from armor import faults, health, parallel, run_folder, stop, watchdog
 from armor.advantages import group_advantages
-from armor.anchors import anchor_keep, assemble_anchor_groups, dynamic_sampling_keep
+from armor.anchors import (ANCHOR_FILTERS, FilterContext, anchor_keep, assemble_anchor_groups,
+                           dynamic_sampling_keep, filter_dropped)
 from armor.config import RunConfig, needs_reference_logprobs
 from armor.data import PromptStream, draw_size, load_prompts, load_validation_sets
 from armor.microbatch import RowPlan
@@ -51,7 +54,7 @@ from armor.step_state import (PROBE_ROWS, FrozenLogprobs, Group, PhaseTimes, Rol
                               step_seed, timed)
 from common import fastmodel
 from common.distributed import Dist
-from common.grading import Grader
+from common.grading import Grader, extract_answer
 from common.metrics import avg_at_k
 from common.models import load_tokenizer
 from common.rollout import SamplingParams
@@ -64,6 +67,8 @@ DETERMINISTIC_KEYS = ("reward_mean", "accuracy", "response_length", "entropy", "
 # few more than needed, since a prompt whose ref_n samples are all wrong is not kept (a cost knob, not a paper
 # number)
 ANCHOR_CHUNK_MARGIN = 1.5
+# the answer formats whose share among a step's anchors is logged (anchor_format_<m>, common.grading's modes)
+ANCHOR_FORMATS = ("boxed", "answer_line")
 
 
 class Trainer:
@@ -97,6 +102,11 @@ class Trainer:
         self.stream = PromptStream(self.prompts, cfg.seed, cfg.data.shuffle)
         # logging.answer_modes: the modes of the step's samples and anchors (decoded text; no draw, no update)
         self.classify = mode_classifier(cfg.logging.answer_modes) if cfg.logging.answer_modes else None
+        # algo.anchor.filter: (problem, response text) -> may it anchor; None for `none` (the paper's rule:
+        # nothing decoded, nothing called)
+        af = cfg.algo.anchor
+        self.anchor_filter = None if af.filter == "none" else functools.partial(
+            ANCHOR_FILTERS[af.filter].fn, ctx=FilterContext(self.classify, tuple(af.exclude_modes)))
         self.checkpoints = ckpt.CheckpointManager(self.run_dir, cfg.schedule)   # when to save, what to keep
         self.step = 0
         self.best_val: tuple[float, int] | None = None
@@ -237,10 +247,12 @@ class Trainer:
                                            on.responses)
             on_correct = torch.tensor(on.correct, dtype=torch.float32).view(len(prompts), n_on)
             ref = None                      # with anchors: the reference samples of the prompts it sampled
+            passes = None                   # with an anchor filter: their verdicts
             if a.distill.mode == "opd":
                 keep = torch.ones(len(prompts), dtype=torch.bool)
             elif a.anchor.enabled:
-                keep, ref = self._anchor_rollout(prompts, pids, on_correct, B - len(kept), rnd, tm, stats)
+                keep, ref, passes = self._anchor_rollout(prompts, pids, on_correct, B - len(kept), rnd, tm,
+                                                         stats)
             elif a.dynamic_sampling:
                 keep = dynamic_sampling_keep(on_correct)
             else:
@@ -249,11 +261,17 @@ class Trainer:
             groups = assemble_anchor_groups([pids[i] for i in take], [prompts[i].answer for i in take],
                                             [on.prompt(i) for i in take],
                                             None if ref is None else [ref[i] for i in take],
-                                            correct_only=a.anchor.correct_only)
+                                            correct_only=a.anchor.correct_only,
+                                            ref_pass=None if passes is None else [passes[i] for i in take])
             kept += groups
-            if self.classify is not None and ref is not None:
-                stats.anchor_modes += self._modes([prompts[i] for i in take],
-                                                  [g.responses[-1] for g in groups])
+            if ref is not None:             # the kept anchors' lengths, formats and modes
+                anchors = [g.responses[-1] for g in groups]
+                texts = self.tokenizer.batch_decode(anchors, skip_special_tokens=True)
+                stats.anchor_lengths += [len(x) for x in anchors]
+                stats.anchor_formats += [[extract_answer(t, m) is not None for m in ANCHOR_FORMATS]
+                                         for t in texts]
+                if self.classify is not None:
+                    stats.anchor_modes += [self.classify(prompts[i].problem, t) for i, t in zip(take, texts)]
         if len(kept) < B:
             msg = (f"step {self.step}: kept {len(kept)} of {B} prompts after rollout.max_rounds="
                    f"{cfg.rollout.max_rounds} rounds ({stats.prompts_drawn} drawn)")
@@ -268,10 +286,12 @@ class Trainer:
         return [self.classify(p.problem, t) for p, t in zip(prompts, texts)]
 
     def _anchor_rollout(self, prompts, pids, on_correct: torch.Tensor, need: int, rnd: int, tm: PhaseTimes,
-                        stats: RolloutStats) -> tuple[torch.Tensor, dict[int, Samples]]:
+                        stats: RolloutStats) -> tuple[torch.Tensor, dict[int, Samples], dict | None]:
         """ARMOR's Anchor Rollout for one round: ref_n samples from πref per candidate prompt and the keep
-        rule (armor.anchors.anchor_keep). Returns keep [P] bool and {prompt: its reference samples} of every
-        prompt sampled; a kept prompt's anchor is the first correct one (anchors.assemble_anchor_groups).
+        rule (armor.anchors.anchor_keep). Returns keep [P] bool, {prompt: its reference samples} of every
+        prompt sampled and, with an anchor filter, {prompt: its samples' verdicts} (None without); a kept
+        prompt's anchor is the first correct one that passes (anchors.assemble_anchor_groups). The prompts
+        the filter drops (armor.anchors.filter_dropped) are counted in `stats`.
 
         Lazy (the default): candidates are the prompts whose on-policy rewards are not all equal, taken in
         draw order in chunks of ceil(ANCHOR_CHUNK_MARGIN · still needed), until `need` prompts are kept or
@@ -282,9 +302,12 @@ class Trainer:
         order = [i for i in range(P) if passing[i] or not a.lazy]
         ref_correct = torch.zeros(P, a.ref_n, dtype=torch.bool)
         ref: dict[int, Samples] = {}
+        # with a filter: each sampled prompt's verdicts (an unsampled prompt's stay False, as its correct)
+        ref_pass = None if self.anchor_filter is None else torch.zeros(P, a.ref_n, dtype=torch.bool)
+        passes: dict[int, list[bool]] | None = None if ref_pass is None else {}
         chunk_no = 0
         while order:
-            n_keep = int(anchor_keep(on_correct, ref_correct).sum())
+            n_keep = int(anchor_keep(on_correct, ref_correct, ref_pass).sum())
             if a.lazy and n_keep >= need:
                 break
             take = len(order) if not a.lazy else math.ceil(ANCHOR_CHUNK_MARGIN * (need - n_keep))
@@ -298,8 +321,16 @@ class Trainer:
                 ref[i] = drawn.prompt(j)
                 # correct_only false: any sample anchors (the wrong-anchor ablation)
                 ref_correct[i] = torch.tensor(ref[i].correct) if a.correct_only else True
+            if passes is not None:
+                texts = self.tokenizer.batch_decode(drawn.responses, skip_special_tokens=True)
+                for j, i in enumerate(cand):
+                    passes[i] = [bool(self.anchor_filter(prompts[i].problem, t))
+                                 for t in texts[j * a.ref_n:(j + 1) * a.ref_n]]
+                    ref_pass[i] = torch.tensor(passes[i])
             chunk_no += 1
-        return anchor_keep(on_correct, ref_correct), ref
+        stats.filter_dropped += int(filter_dropped(on_correct, ref_correct, ref_pass).sum())
+        stats.filter_candidates += int(anchor_keep(on_correct, ref_correct).sum())
+        return anchor_keep(on_correct, ref_correct, ref_pass), ref, passes
 
     # ---------------------------------------------------------------------------------------- update
     def train_step(self) -> dict:
@@ -312,6 +343,8 @@ class Trainer:
             row.update(mode_shares(stats.modes, self.classify.modes, "mode_"))
             if self.cfg.algo.anchor.enabled:
                 row.update(mode_shares(stats.anchor_modes, self.classify.modes, "anchor_mode_"))
+        if self.cfg.algo.anchor.enabled:
+            row.update(stats.anchor_metrics(ANCHOR_FORMATS))
         row.update(self.update(groups, tm) if groups else self._probe_mismatch(stats.probe))
         row["lr"] = self.scheduler.get_last_lr()[0]
         # a step that kept no prompt made no optimizer.step(): still one RL step

@@ -11,8 +11,8 @@
 A config field whose choices a registry holds names it in its metadata (``registry="module:NAME"``); config
 validation (armor.config.validate) refuses a value the registry does not hold. An entry may declare needs
 from its registry's ``vocabulary`` (empty here: nothing may be declared); armor.registry's Registry is this
-class with the trainer's vocabulary (πref, anchors, a teacher). It lives in the leaf layer so that ``common``
-(the answer modes of common.grading) registers with it too.
+class with the trainer's vocabulary (πref, anchors, a teacher, a mode classifier). It lives in the leaf layer
+so that ``common`` (the answer modes of common.grading) registers with it too.
 """
 from __future__ import annotations
 

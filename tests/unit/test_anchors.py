@@ -2,7 +2,9 @@ import pytest
 import torch
 
 from armor.advantages import group_advantages, grpo_advantages, qae_advantages
-from armor.anchors import anchor_keep, assemble_anchor_groups, dynamic_sampling_keep, first_correct_index
+from armor.anchors import (ANCHOR_FILTERS, FilterContext, anchor_eligible, anchor_keep,
+                           assemble_anchor_groups, dynamic_sampling_keep, filter_dropped,
+                           first_correct_index)
 from armor.step_state import Samples
 
 
@@ -88,3 +90,59 @@ def test_a_wrong_reference_sample_anchors_when_correct_only_is_off():
     wrong = assemble_anchor_groups([[0]], ["5"], [on], [ref], correct_only=False)[0]
     assert right.responses[-1] == [8] and right.rewards[-1] == 1.0 and right.is_anchor == [False, False, True]
     assert wrong.responses[-1] == [7] and wrong.correct[-1] is False and wrong.rewards[-1] == -1.0
+
+
+# ---- anchor filters (algo.anchor.filter): hand-built groups, the expected keep / anchor / drop by hand
+ON = torch.tensor([[1.0, -1.0, -1.0],    # p0 mixed: correct refs 1, 2; the filter rejects 1 -> anchor 2
+                   [1.0, -1.0, 1.0],     # p1 mixed: correct ref 0 only, rejected -> dropped by the filter
+                   [1.0, 1.0, 1.0],      # p2 all correct: never kept, never counted as dropped
+                   [-1.0, 1.0, -1.0]])   # p3 mixed: no correct ref -> not kept with or without the filter
+CORRECT = torch.tensor([[False, True, True], [True, False, False], [True, True, True], [False, False, False]])
+PASS = torch.tensor([[True, False, True], [False, True, True], [False, False, False], [True, True, True]])
+
+
+def test_a_filter_narrows_which_correct_samples_may_anchor():
+    assert anchor_eligible(CORRECT, PASS).tolist() == [[False, False, True], [False, False, False],
+                                                       [False, False, False], [False, False, False]]
+    assert anchor_eligible(CORRECT).tolist() == CORRECT.tolist()            # no filter: correct is eligible
+    assert anchor_keep(ON, CORRECT).tolist() == [True, True, False, False]   # the paper's rule
+    assert anchor_keep(ON, CORRECT, PASS).tolist() == [True, False, False, False]
+    assert anchor_keep(ON, CORRECT, torch.ones_like(PASS)).tolist() == anchor_keep(ON, CORRECT).tolist()
+    # dropped = kept by the paper's rule AND not with the filter: p1 only (p2 and p3 the paper drops too)
+    assert filter_dropped(ON, CORRECT, PASS).tolist() == [False, True, False, False]
+    assert not filter_dropped(ON, CORRECT).any()
+    assert not filter_dropped(ON, CORRECT, torch.ones_like(PASS)).any()
+    assert first_correct_index(anchor_eligible(CORRECT, PASS)).tolist() == [2, -1, -1, -1]
+
+
+def test_the_anchor_is_the_first_correct_sample_that_passes():
+    on = _samples(3, [True, False, False], [1.0, -1.0, -1.0])
+    ref = _samples(3, [False, True, True], [-1.0, 1.0, 0.5], 10)       # tokens [10], [11], [12]
+    (paper,) = assemble_anchor_groups([[1]], ["a"], [on], [ref])
+    (passing,) = assemble_anchor_groups([[1]], ["a"], [on], [ref], ref_pass=[[True, False, True]])
+    (all_pass,) = assemble_anchor_groups([[1]], ["a"], [on], [ref], ref_pass=[[True, True, True]])
+    assert paper.responses[-1] == [11] and all_pass == paper                    # `none` = every sample passes
+    assert passing.responses[-1] == [12] and passing.rewards[-1] == 0.5 and passing.correct[-1] is True
+    assert passing.engine_logprobs[-1] == [-12.0] and passing.is_anchor == [False] * 3 + [True]
+    # correct_only false: the first sample that passes, right or wrong
+    (wrong,) = assemble_anchor_groups([[1]], ["a"], [on], [ref], correct_only=False,
+                                      ref_pass=[[False, True, True]])
+    assert wrong.responses[-1] == [11]
+    with pytest.raises(ValueError, match="passes the anchor filter"):
+        assemble_anchor_groups([[1]], ["a"], [on], [ref], ref_pass=[[True, False, False]])
+
+
+def test_the_registered_filters():
+    """none passes everything; exclude_modes rejects the named modes of the world's classifier (the toy
+    world's: its shortcut, \\boxed{last operand}, is rejected; a chain and another direct answer pass)."""
+    from reproduce.toy.task import classify
+    ctx = FilterContext(classify, ("shortcut",))
+    none, oracle = ANCHOR_FILTERS["none"].fn, ANCHOR_FILTERS["exclude_modes"].fn
+    problem = "7+2+4-3+5=?"
+    chain = "7+2=9,9+4=3,3-3=0,0+5=5.\\boxed{5}"
+    assert classify(problem, "\\boxed{5}") == "shortcut" and classify(problem, chain) == "chain"
+    assert none(problem, "\\boxed{5}", ctx) and none(problem, chain, FilterContext())
+    assert not oracle(problem, "\\boxed{5}", ctx)
+    assert oracle(problem, chain, ctx) and oracle(problem, "\\boxed{3}", ctx)
+    assert not oracle(problem, chain, FilterContext(classify, ("chain", "shortcut")))
+    assert ANCHOR_FILTERS["exclude_modes"].needs == {"anchors", "modes"}

@@ -8,6 +8,7 @@ import torch
 
 import common.registry
 from armor.advantages import ADVANTAGES, group_advantages
+from armor.anchors import ANCHOR_FILTERS
 from armor.config import ConfigError, RunConfig, _registered_choices, load_config
 from armor.objectives import KL_ESTIMATORS, LOSS_AGGREGATIONS, RATIOS, ratio_and_clip_range
 from armor.registry import NEEDS, Entry, Registry
@@ -21,17 +22,18 @@ def test_every_registered_choice_of_the_config_names_its_registry():
     found = {key: reg for key, _, reg in _registered_choices(RunConfig())}
     assert found == {"algo.advantage": ADVANTAGES, "algo.loss_agg": LOSS_AGGREGATIONS,
                      "algo.kl.estimator": KL_ESTIMATORS, "algo.mix.variant": RATIOS,
-                     "reward.answer_mode": ANSWER_MODES}
+                     "reward.answer_mode": ANSWER_MODES, "algo.anchor.filter": ANCHOR_FILTERS}
     assert ANSWER_MODES.names() == MODES == ("boxed", "answer_line", "boxed_or_answer_line")
     assert set(TEMPLATE_MODES.values()) <= set(ANSWER_MODES.names())   # every template's mode is registered
     assert RATIOS.names() == ("plain", "mixed", "static_clip", "offpolicy_anchor")
     assert ADVANTAGES.names() == ("grpo", "grpo_no_std", "qae")
+    assert ANCHOR_FILTERS.names() == ("none", "exclude_modes") and ANCHOR_FILTERS["none"].needs == set()
     assert KL_ESTIMATORS.names() == ("k1", "k2", "k3") and "low_var_kl" in KL_ESTIMATORS   # verl's alias
     assert {n for n in RATIOS.names() if "reference" in RATIOS[n].needs} == {"mixed", "offpolicy_anchor"}
 
 
 @pytest.mark.parametrize("key", ["algo.mix.variant", "algo.advantage", "algo.loss_agg", "algo.kl.estimator",
-                                 "reward.answer_mode"])
+                                 "reward.answer_mode", "algo.anchor.filter"])
 def test_an_unregistered_choice_is_refused_naming_key_and_value(key):
     with pytest.raises(ConfigError, match=f"{key}.*nope.*registered"):
         load_config(None, BASE + [f"{key}=nope"])
@@ -78,7 +80,7 @@ def test_a_new_ratio_variant_is_one_registered_function(monkeypatch):
 
 def test_the_generic_registry_lives_in_common_and_armor_adds_the_needs():
     assert issubclass(Registry, common.registry.Registry) and Entry is common.registry.Entry
-    assert Registry.vocabulary == NEEDS == {"reference", "anchors", "teacher"}
+    assert Registry.vocabulary == NEEDS == {"reference", "anchors", "teacher", "modes"}
     assert type(ANSWER_MODES) is common.registry.Registry
     with pytest.raises(ValueError, match="unknown needs"):      # common's registries declare no needs
         common.registry.Registry("thing", "x.y").register("a", needs={"reference"})
