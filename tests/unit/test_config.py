@@ -40,6 +40,19 @@ def test_dotted_overrides_are_typed():
     assert c.schedule.keep_steps == [10, 20] and c.algo.clip.dual_clip_c is None and c.optim.lr == 3e-5
 
 
+def test_the_anchor_filter_is_a_dotted_key_recorded_in_config_yaml(tmp_path):
+    """algo.anchor.filter: none by default (the paper's rule); the oracle by dotted overrides, written to and
+    read back from the run's config.yaml."""
+    from armor.config import dump_config
+    assert load_config(P7B).algo.anchor.filter == "none" and load_config(P7B).algo.anchor.exclude_modes == []
+    c = load_config(P7B, ["algo.anchor.enabled=true", "algo.anchor.filter=exclude_modes",
+                          "algo.anchor.exclude_modes=[shortcut]", f"logging.answer_modes={TOY_MODES}"])
+    assert c.algo.anchor.filter == "exclude_modes" and c.algo.anchor.exclude_modes == ["shortcut"]
+    dump_config(c, tmp_path / "config.yaml")
+    back = load_config(tmp_path / "config.yaml").algo.anchor
+    assert (back.filter, back.exclude_modes) == ("exclude_modes", ["shortcut"])
+
+
 def test_base_chain_merges_deeply(tmp_path):
     (tmp_path / "a.yaml").write_text("model: {path: m, dtype: bfloat16}\ndata: {train: t.jsonl}\n")
     (tmp_path / "b.yaml").write_text("base: a.yaml\nmodel: {path: other}\n")
@@ -47,6 +60,7 @@ def test_base_chain_merges_deeply(tmp_path):
     assert d["model"] == {"path": "other", "dtype": "bfloat16"}
 
 
+TOY_MODES = "reproduce.toy.task:classify"    # the toy world's mode classifier
 BAD = [
     ("algo.mix.alpha=1.5", "algo.mix.alpha"),
     ("algo.mix.alpha=0", "algo.mix.alpha"),
@@ -75,6 +89,15 @@ BAD = [
     ("algo.reference.reset.until_step=10", "algo.reference.reset.until_step"),
     ("algo.mix.variant=offpolicy_anchor", "algo.mix.variant"),
     ("algo.anchor.enabled=yes_please", "algo.anchor.enabled"),
+    ("algo.anchor.filter=oracle", "algo.anchor.filter"),
+    ("algo.anchor.filter=exclude_modes algo.anchor.exclude_modes=[shortcut]", "algo.anchor.filter"),
+    ("algo.anchor.enabled=true algo.anchor.filter=exclude_modes algo.anchor.exclude_modes=[shortcut]",
+     "algo.anchor.filter"),                             # no mode classifier (logging.answer_modes)
+    ("algo.anchor.exclude_modes=[shortcut]", "algo.anchor.exclude_modes"),      # filter none reads none
+    (f"algo.anchor.enabled=true algo.anchor.filter=exclude_modes logging.answer_modes={TOY_MODES}",
+     "algo.anchor.exclude_modes"),
+    (f"algo.anchor.enabled=true algo.anchor.filter=exclude_modes logging.answer_modes={TOY_MODES} "
+     "algo.anchor.exclude_modes=[shortcut,last]", "algo.anchor.exclude_modes[1]"),
     ("model.path=", "model.path"),
     ("data.train=", "data.train"),
     ("algo.clip.dual_clip_c=0.5", "algo.clip.dual_clip_c"),
