@@ -11,6 +11,9 @@ in the protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rule
   fig3   mix_a<α> for α in alpha_sweep; anchor_only, anchor_static_clip, anchor_offpolicy, armor;
          armor_late, dapo_late from the late start  (needs alpha_sweep or late_start_step/_fraction);
          armor_any_anchor (§4: a wrong reference sample may anchor; needs wrong_anchor_arm)
+  (none) anchor_only_clean, armor_reset_never_clean: anchor_only and armor_reset_never whose anchors pass the
+         oracle filter (algo.anchor.filter=exclude_modes, protocol.clean_anchor_modes; needs it): defined for
+         issue 44's positive control and mechanism, in no figure yet
   fig4   armor_reset_never + armor_reset_<τ> for τ in reset_sweep       (needs reset_sweep)
          + armor_restart, the authors' reset: a new run from armor_reset_never's best checkpoint (needs
            restart_within; reproduce/jobs/peaks.py choose_restart)
@@ -134,6 +137,12 @@ def _mixed(alpha: float) -> list[str]:
     return ["algo.mix.variant=mixed", f"algo.mix.alpha={_val(float(alpha))}"]
 
 
+def _clean(p: ProtocolConfig) -> list[str]:
+    """The oracle's anchor filter: no anchor of the modes protocol.clean_anchor_modes names."""
+    return ["algo.anchor.filter=exclude_modes",
+            f"algo.anchor.exclude_modes={_val(list(p.clean_anchor_modes))}"]
+
+
 def _reset(every: Optional[int], until: Optional[int] = None) -> list[str]:
     return [f"algo.reference.reset.every={_val(every)}", f"algo.reference.reset.until_step={_val(until)}"]
 
@@ -170,6 +179,10 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
     if p.wrong_anchor_arm:
         add("armor_any_anchor", 2, "dapo", _anchors(p) + ["algo.anchor.correct_only=false"]
             + _mixed(p.armor_alpha) + _reset(None), "peak")
+    if p.clean_anchor_modes:        # the oracle-clean anchors (issue 44): defined, run by no figure yet
+        add("anchor_only_clean", 2, "dapo", _anchors(p) + _clean(p), "peak")
+        add("armor_reset_never_clean", 2, "dapo",
+            _anchors(p) + _clean(p) + _mixed(p.armor_alpha) + _reset(None), "peak")
     if p.has_late_start:
         add("armor_late", 2, "dapo", armor, "late")
         add("dapo_late", 2, "dapo", [], "late")

@@ -107,6 +107,13 @@ class ProtocolConfig:
     wrong_anchor_arm: bool = _f(False, "§4: run armor_any_anchor, ARMOR without resets whose anchor is the "
                                        "first reference sample, right or wrong (the paper: only correct "
                                        "anchors; wrong ones destabilise)")
+    clean_anchor_modes: list[str] = _f(
+        factory=list, help="the modes (of the world's classifier, logging.answer_modes) that the "
+                           "oracle-clean anchor arms exclude from anchors (algo.anchor.filter=exclude_modes): "
+                           "defines "
+                           "anchor_only_clean and armor_reset_never_clean, which no figure runs yet "
+                           "(issue 44's design names them); [] = no such arms. An oracle the paper's ARMOR "
+                           "does not have")
     kl_betas: list[float] = _f(factory=list, help="Fig. 2 / 5: β of the KL arms")
     kl_k2_sweep: bool = _f(True, "Fig. 5: the kl_betas sweep with the k2 estimator too (false: Fig. 2's k3 "
                                  "sweep only)")
@@ -214,6 +221,9 @@ def validate_protocol(p: ProtocolConfig) -> None:
         c("=" in o and o.split("=", 1)[0].strip() != "", f"protocol.stage2_overrides[{i}]", o,
           "must be key=value")
     c(p.side_arm_seeds >= 1, "protocol.side_arm_seeds", p.side_arm_seeds, "must be >= 1")
+    for i, m in enumerate(p.clean_anchor_modes):
+        c(m.isidentifier(), f"protocol.clean_anchor_modes[{i}]", m, "must be a mode name of the world's "
+                                                                     "classifier (logging.answer_modes)")
     both = sorted(set(p.side_arms) & set(p.single_seed_arms))
     c(not both, "protocol.side_arms", p.side_arms, f"names arms of protocol.single_seed_arms too: {both}")
     r = p.restart_within
