@@ -128,7 +128,7 @@ def _train_order(g: _Inputs, arms: dict[str, Arm]) -> list[tuple[Arm, int]]:
     the runs others branch from, then the rest of stage 2."""
     names = list(arms)
     gating = {a.baseline for a in arms.values() if a.stage == 2}
-    gating2 = {RESTART_FROM for a in arms.values() if a.start == RESTART_START}
+    gating2 = {a.restart_from for a in arms.values() if a.start == RESTART_START}
     sources = {b.source for b in g.branches.values() if b.kind == SIBLING}
     units = [(arm, s) for s in g.seeds for arm in arms.values()
              if not arm.alias_of and s in g.arm_seeds(arm)]
@@ -191,11 +191,17 @@ def branch_points(g: _Inputs, arm: Arm, s: int) -> list[int]:
     return sorted(steps)
 
 
+def _restart_source(arms: dict[str, Arm], arm: Arm) -> bool:
+    """Whether a chosen arm restarts from a point of this run chosen at run time (its select-restart job)."""
+    return any(a.start == RESTART_START and not a.restart_step and a.restart_from == arm.name
+               for a in arms.values())
+
+
 def _restart_points(g: _Inputs, arm: Arm) -> list[int]:
-    """The fixed stage-2 steps of armor_reset_never that the plan's armor_restart_<τ> arms start from."""
-    if arm.name != RESTART_FROM:
-        return []
-    return sorted({a.restart_step for a in g.arms.values() if a.start == RESTART_START and a.restart_step})
+    """The fixed stage-2 steps of armor_reset_never (a restart's source) that the plan's armor_restart_<τ>
+    arms start from."""
+    return sorted({a.restart_step for a in g.arms.values()
+                   if a.start == RESTART_START and a.restart_step and a.restart_from == arm.name})
 
 
 def _train_jobs(g: _Inputs, arms: dict[str, Arm], arm: Arm, s: int, first: list[str]) -> list[Job]:
@@ -213,9 +219,9 @@ def _train_jobs(g: _Inputs, arms: dict[str, Arm], arm: Arm, s: int, first: list[
     elif arm.start == "late" and preset.protocol.late_start_step is not None:
         deps = [_ready_key(g, arms["dapo"], s, preset.protocol.late_start_step)]
     elif arm.start == RESTART_START and arm.restart_step:
-        deps = [_ready_key(g, arms[RESTART_FROM], s, arm.restart_step)]
+        deps = [_ready_key(g, arms[arm.restart_from], s, arm.restart_step)]
     elif arm.start == RESTART_START:
-        deps = [f"restart/{RESTART_FROM}/seed{s}"]
+        deps = [f"restart/{arm.restart_from}/seed{s}"]
     else:
         deps = [f"peak/{arm.baseline}/seed{s}"]
     run = run_dir(root, preset, arm.name, s)
@@ -251,12 +257,13 @@ def _train_jobs(g: _Inputs, arms: dict[str, Arm], arm: Arm, s: int, first: list[
                         resources=g.res["select_peak"], env=g.env,
                         done=lambda pf=pf, fixed=fixed: peak_done(pf, fixed, late_rule),
                         info={"peak": how}, description=f"choose θ* of {arm.name} seed {s}"))
-    chosen_restart = any(a.start == RESTART_START and not a.restart_step for a in arms.values())
-    if chosen_restart and arm.name == RESTART_FROM:
+    if _restart_source(arms, arm):
         over = selection_seeds(preset.protocol, g.arm_seeds(arm))   # the restart point: their mean curve
-        rf = restart_file(root, preset, s)
+        rf = restart_file(root, preset, s, arm.name)
+        source = [] if arm.name == RESTART_FROM else ["--arm", arm.name]
         jobs.append(Job(f"restart/{arm.name}/seed{s}",
-                        g.command("select-restart", "--seed", str(s), "--seeds", ",".join(map(str, over))),
+                        g.command("select-restart", "--seed", str(s), "--seeds", ",".join(map(str, over)),
+                                  *source),
                         kind="select_peak", deps=[f"stage2/{arm.name}/seed{x}" for x in _with(over, s)],
                         resources=g.res["select_peak"], env=g.env, done=lambda rf=rf: restart_done(rf),
                         info={"restart": f"argmax of validation (window "
@@ -322,7 +329,7 @@ def _display_start(g: _Inputs, arm: Arm, s: int) -> Optional[dict]:
     start = start_point(preset, root, arm, s)
     fixed = fixed_peak(preset, arm.baseline)
     if start is None and fixed is not None and arm.start == RESTART_START and arm.restart_step:
-        never = run_dir(root, preset, RESTART_FROM, s)
+        never = run_dir(root, preset, arm.restart_from, s)
         return {"step": fixed + arm.restart_step, "checkpoint": str(ckpt_dir(never, arm.restart_step)),
                 "stage2_step": arm.restart_step}
     if start is None and fixed is not None and arm.start == "peak":
@@ -364,7 +371,7 @@ def _train_info(g: _Inputs, arm: Arm, s: int, br: Optional[Branch]) -> dict:
                              keep=keep)
         info["overrides"] = " ".join(ov)
     elif arm.start == RESTART_START:
-        info["overrides"] = (f"restart point of {RESTART_FROM} seed {s} chosen at run time (argmax "
+        info["overrides"] = (f"restart point of {arm.restart_from} seed {s} chosen at run time (argmax "
                                      f"of validation within the first {preset.protocol.restart_within} of "
                                      f"stage 2); " + " ".join(arm.overrides))
     else:
@@ -404,8 +411,7 @@ def _run_steps(g: _Inputs, arm: Arm) -> int:
         return s2
     need = [b.step for b in g.branches.values() if b.source == arm.name and b.kind == SIBLING]
     need += _restart_points(g, arm)
-    if any(a.start == RESTART_START and not a.restart_step for a in g.arms.values()) and arm.name == \
-            RESTART_FROM:
+    if _restart_source(g.arms, arm):
         need.append(s2)
     return max(need) if need else s2
 

@@ -35,7 +35,7 @@ from reproduce.jobs.noise import cmd_noise_floor
 from reproduce.jobs.peaks import cmd_select_peak, cmd_select_restart
 from reproduce.jobs.pilot import cmd_pilot_eval, cmd_pilot_report, cmd_pilot_train
 from reproduce.jobs.train import cmd_train
-from reproduce.matrix.arms import build_arms, figure_arms, parse_only, parse_seeds
+from reproduce.matrix.arms import RESTART_FROM, build_arms, figure_arms, parse_only, parse_seeds
 from reproduce.matrix.presets import REPO_ROOT, ExperimentError, Preset, load_preset
 
 
@@ -89,6 +89,8 @@ def main(argv=None) -> int:
                                                "selection seeds)")
     common(sr, seeds=True)
     sr.add_argument("--seed", type=int, default=0)
+    sr.add_argument("--arm", default=RESTART_FROM, help="the restart's source run (default %(default)s; "
+                                                         "armor_restart_clean's: armor_reset_never_clean)")
     common(sub.add_parser("evaluate", help="evaluate the selected checkpoints of one run"), arm=True,
            staged=True)
     common(sub.add_parser("noise-floor", help="validate θ* of dapo k times (the verdicts' noise floor)"),
@@ -129,7 +131,7 @@ def main(argv=None) -> int:
         if a.cmd == "select-peak":
             return cmd_select_peak(preset, root, a.arm, a.seed, parse_seeds(a.seeds))
         if a.cmd == "select-restart":
-            return cmd_select_restart(preset, root, a.seed, parse_seeds(a.seeds))
+            return cmd_select_restart(preset, root, a.seed, parse_seeds(a.seeds), a.arm)
         if a.cmd == "evaluate":
             return cmd_evaluate(preset, root, a.arm, a.seed, sd)
         if a.cmd == "noise-floor":

@@ -18,7 +18,8 @@ among the stage-2 steps r with a checkpoint in every seed and 0 < r ≤ w · sta
 ties: earliest). One r for all seeds; each seed restarts from its own run's checkpoint at r. Written to
 runs/<preset>/armor_reset_never/seed<s>/restart.json by `python -m reproduce.jobs select-restart`. With
 protocol.restart_step fixed (a confirmation preset: r from the design seeds) no curve is read: r is that step,
-and this seed's checkpoint at r must exist.
+and this seed's checkpoint at r must exist. Another restart arm's source (its Arm.restart_from, e.g.
+armor_reset_never_clean) gets the same rule on its own curve (`select-restart --arm SOURCE`).
 """
 from __future__ import annotations
 
@@ -162,63 +163,67 @@ def select_peak(preset: Preset, root: Path, baseline: str, seed: int,
 
 
 def choose_restart(curve: list[tuple[int, float]], checkpoints: list[int], last: int,
-                   window: int = 1) -> dict:
+                   window: int = 1, source: str = RESTART_FROM) -> dict:
     """The restart point of the authors' reset: choose_peak over the run-local steps r with 0 < r ≤ last (the
     start, r = 0, is θ* itself: restarting there would only repeat the run)."""
     cands = [s for s in checkpoints if 0 < s <= last]
     if not cands:
-        raise ExperimentError(f"no checkpoint of {RESTART_FROM} at a stage-2 step in (0, {last}] "
+        raise ExperimentError(f"no checkpoint of {source} at a stage-2 step in (0, {last}] "
                               f"(checkpoints {checkpoints[:20]}) to restart from")
     info = choose_peak(curve, cands, window)
     info["last"] = last
     return info
 
 
-def restart_file(root: Path, preset: Preset, seed: int) -> Path:
-    return run_dir(root, preset, RESTART_FROM, seed) / "restart.json"
+def restart_file(root: Path, preset: Preset, seed: int, source: str = RESTART_FROM) -> Path:
+    """restart.json of a restart's source run (armor_reset_never, or another arm's Arm.restart_from)."""
+    return run_dir(root, preset, source, seed) / "restart.json"
 
 
-def select_restart(preset: Preset, root: Path, seed: int, seeds: Optional[list[int]] = None) -> dict:
-    """restart.json of one seed: the restart point from armor_reset_never's mean curve over `seeds` (default:
-    this seed), its checkpoint in this seed's run, and the total step the restarted run counts from."""
+def select_restart(preset: Preset, root: Path, seed: int, seeds: Optional[list[int]] = None,
+                   source: str = RESTART_FROM) -> dict:
+    """restart.json of one seed: the restart point from the source run's (armor_reset_never's) mean curve over
+    `seeds` (default: this seed), its checkpoint in this seed's run, and the total step the restarted run
+    counts from."""
     p = preset.protocol
     if p.restart_within is None:
         raise ExperimentError(f"preset {preset.name}: protocol.restart_within is not set (no armor_restart)")
     seeds = sorted(set(seeds or [seed]))
     bench = validation_benchmark(preset)
     s2 = stage_steps(preset)[1]
-    run = run_dir(root, preset, RESTART_FROM, seed)
+    run = run_dir(root, preset, source, seed)
     if p.restart_step is not None:
         r = int(p.restart_step)
         if r not in list_checkpoints(run):
-            raise ExperimentError(f"protocol.restart_step={r}: {RESTART_FROM} seed {seed} has no checkpoint "
+            raise ExperimentError(f"protocol.restart_step={r}: {source} seed {seed} has no checkpoint "
                                   f"at stage-2 step {r} ({ckpt_dir(run, r)})")
         info = {"step": r, "method": "fixed", "last": int(p.restart_within * s2)}
         seeds = [seed]                     # no curve is read: the step is the protocol's
     else:
-        runs = [run_dir(root, preset, RESTART_FROM, x) for x in seeds]
+        runs = [run_dir(root, preset, source, x) for x in seeds]
         curves = [read_validation(x, bench) for x in runs]
         lacking = [x for x, r in zip(seeds, runs) if not (r / "DONE").is_file()]
         if lacking:
-            raise ExperimentError(f"the restart point is chosen from {RESTART_FROM}'s finished runs of seeds "
+            raise ExperimentError(f"the restart point is chosen from {source}'s finished runs of seeds "
                                   f"{seeds}, but seed(s) {lacking} are not DONE "
                                   f"({runs[seeds.index(lacking[0])]})")
         ckpts = sorted(set.intersection(*(set(list_checkpoints(x)) for x in runs + [run])))
-        info = choose_restart(mean_curve(curves), ckpts, int(p.restart_within * s2), p.peak_selection_window)
+        info = choose_restart(mean_curve(curves), ckpts, int(p.restart_within * s2), p.peak_selection_window,
+                              source)
     pk = read_peak(root, preset, "dapo", seed)
     if pk is None:
         raise ExperimentError(f"θ* of dapo seed {seed} is not chosen "
                               f"({peak_file(root, preset, 'dapo', seed)})")
     offset = int(pk["step"])              # armor_reset_never's stage 2 counts from θ*
     r = info["step"]
-    info.update(source=RESTART_FROM, seed=seed, seeds=seeds, benchmark=bench, stage2_step=r, step=offset + r,
+    info.update(source=source, seed=seed, seeds=seeds, benchmark=bench, stage2_step=r, step=offset + r,
                 checkpoint=str(ckpt_dir(run, r)), remaining=s2 - r, within=p.restart_within, time=time.time())
     return info
 
 
-def read_restart(root: Path, preset: Preset, seed: int) -> Optional[dict]:
+def read_restart(root: Path, preset: Preset, seed: int, source: str = RESTART_FROM) -> Optional[dict]:
     try:
-        return json.loads(restart_file(root, preset, seed).read_text())
+        return json.loads(restart_file(root, preset, seed, source).read_text())
     except (OSError, ValueError):
         return None
 
@@ -244,7 +249,7 @@ def start_point(preset: Preset, root: Path, arm: Arm, seed: int) -> Optional[dic
     """{step, checkpoint} a stage-2 arm starts from (armor_restart: and stage2_step), or None while θ* (the
     restart point) is not chosen yet."""
     if arm.start == RESTART_START:
-        rs = read_restart(root, preset, seed)
+        rs = read_restart(root, preset, seed, arm.restart_from or RESTART_FROM)
         return None if rs is None else {k: rs[k] for k in ("step", "checkpoint", "stage2_step")}
     if arm.start == "late" and preset.protocol.late_start_step is not None:
         step = preset.protocol.late_start_step
@@ -294,18 +299,19 @@ def cmd_select_peak(preset: Preset, root: Path, arm: str, seed: int,
     return 0
 
 
-def cmd_select_restart(preset: Preset, root: Path, seed: int, seeds: Optional[list[int]] = None) -> int:
-    """restart.json of armor_reset_never seed `seed` (armor_restart's start), from the mean curve over
-    `seeds`."""
+def cmd_select_restart(preset: Preset, root: Path, seed: int, seeds: Optional[list[int]] = None,
+                       source: str = RESTART_FROM) -> int:
+    """restart.json of `source` (armor_reset_never: armor_restart's start) seed `seed`, from the mean curve
+    over `seeds`."""
     arms = arm_definitions(preset.protocol)
-    if "armor_restart" not in arms:
-        raise ExperimentError(f"select-restart: preset {preset.name} has no armor_restart "
+    if not any(a.start == RESTART_START and a.restart_from == source for a in arms.values()):
+        raise ExperimentError(f"select-restart: no arm of preset {preset.name} restarts from {source!r} "
                               f"(protocol.restart_within)")
-    src = arms["armor_reset_never"]
+    src = arms[source]
     seeds = seeds if seeds is not None else selection_seeds(
         preset.protocol, arm_seeds(preset.protocol, src, preset.protocol.seeds))
-    info = select_restart(preset, root, seed, seeds)
-    write_json_atomic(restart_file(root, preset, seed), info, **STATE_JSON)
+    info = select_restart(preset, root, seed, seeds, source)
+    write_json_atomic(restart_file(root, preset, seed, source), info, **STATE_JSON)
     how = ("protocol.restart_step" if info.get("method") == "fixed"
            else f"mean of seeds {info['seeds']}")
     print(f"restart point of {src.name} seed {seed}: stage-2 step {info['stage2_step']} "

@@ -51,7 +51,8 @@ def _check_start(preset: Preset, root: Path, arm, seed: int, continuation: bool 
     if why:
         raise ExperimentError(f"{arm.name} seed {seed}: no late start: {why}")
     if start is None and arm.start == "restart":
-        raise ExperimentError(f"{arm.name} seed {seed}: {restart_file(root, preset, seed)} is missing "
+        raise ExperimentError(f"{arm.name} seed {seed}: {restart_file(root, preset, seed, arm.restart_from)} "
+                              f"is missing "
                               f"(run select-restart first)")
     if start is None:
         raise ExperimentError(f"{arm.name} seed {seed}: {peak_file(root, preset, arm.baseline, seed)} is "

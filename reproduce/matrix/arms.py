@@ -11,9 +11,11 @@ in the protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rule
   fig3   mix_a<α> for α in alpha_sweep; anchor_only, anchor_static_clip, anchor_offpolicy, armor;
          armor_late, dapo_late from the late start  (needs alpha_sweep or late_start_step/_fraction);
          armor_any_anchor (§4: a wrong reference sample may anchor; needs wrong_anchor_arm)
-  (none) anchor_only_clean, armor_reset_never_clean: anchor_only and armor_reset_never whose anchors pass the
-         oracle filter (algo.anchor.filter=exclude_modes, protocol.clean_anchor_modes; needs it): defined for
-         issue 44's positive control and mechanism, in no figure yet
+  (none) anchor_only_clean, armor_reset_never_clean (+ armor_restart_clean, the authors' restart from
+         armor_reset_never_clean's run, with restart_within): anchor_only, armor_reset_never and
+         armor_restart whose anchors pass the oracle filter (algo.anchor.filter=exclude_modes,
+         protocol.clean_anchor_modes; needs it): defined for issue 44's positive control and mechanism, in
+         no figure yet
   fig4   armor_reset_never + armor_reset_<τ> for τ in reset_sweep       (needs reset_sweep)
          + armor_restart, the authors' reset: a new run from armor_reset_never's best checkpoint (needs
            restart_within; reproduce/jobs/peaks.py choose_restart)
@@ -45,7 +47,9 @@ protocol.restart_within (restart.json, same stage-2 step r on every seed): model
 it (πref = the restart point), a new run folder (fresh optimizer, its learning rate warmed up over
 protocol.stage2_warmup_steps, as every stage-2 run), step_offset = θ* + r, and stage2_steps − r steps, so
 it ends at the same total step as every stage-2 arm; no in-run reset. armor_restart_<τ> (start "restart",
-restart_step τ) is the same from armor_reset_never's checkpoint at the fixed stage-2 step τ.
+restart_step τ) is the same from armor_reset_never's checkpoint at the fixed stage-2 step τ. A restart arm's
+source run is its `restart_from` (armor_reset_never; armor_restart_clean's: armor_reset_never_clean), whose
+folder holds its restart.json.
 protocol.single_seed_arms run on the first seed only, protocol.side_arms on the first side_arm_seeds
 (`arm_seeds`); every other arm runs every seed.
 """
@@ -116,6 +120,7 @@ class Arm:
     sweep: Optional[tuple[str, Optional[float]]] = None   # (family in SWEEPS, its value) of a sweep's arm
     restart_step: Optional[int] = None   # start "restart" at this fixed stage-2 step (armor_restart_<τ>)
     continues: Optional[str] = None      # the stage-1 baseline whose run this control continues (branching)
+    restart_from: Optional[str] = None   # start "restart": the stage-2 run it restarts from (RESTART_FROM)
 
     @property
     def run_arm(self) -> str:
@@ -151,8 +156,10 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
     """Every arm the protocol has numbers for, in canonical order, with its own overrides."""
     a: dict[str, Arm] = {}
 
-    def add(name, stage, baseline, overrides, start, sweep=None, restart_step=None):
-        a[name] = Arm(name, stage, baseline, list(overrides), start, sweep=sweep, restart_step=restart_step)
+    def add(name, stage, baseline, overrides, start, sweep=None, restart_step=None,
+            restart_from=RESTART_FROM):
+        a[name] = Arm(name, stage, baseline, list(overrides), start, sweep=sweep, restart_step=restart_step,
+                      restart_from=restart_from if start == RESTART_START else None)
 
     armor = _anchors(p) + _mixed(p.armor_alpha) + _reset(p.armor_reset_every, p.armor_reset_until)
     add("dapo", 1, "dapo", [], "base")
@@ -183,6 +190,10 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
         add("anchor_only_clean", 2, "dapo", _anchors(p) + _clean(p), "peak")
         add("armor_reset_never_clean", 2, "dapo",
             _anchors(p) + _clean(p) + _mixed(p.armor_alpha) + _reset(None), "peak")
+        if p.restart_within is not None:     # the authors' restart, from armor_reset_never_clean's run
+            add(f"{RESTART_ARM}_clean", 2, "dapo",
+                _anchors(p) + _clean(p) + _mixed(p.armor_alpha) + _reset(None), RESTART_START,
+                restart_from="armor_reset_never_clean")
     if p.has_late_start:
         add("armor_late", 2, "dapo", armor, "late")
         add("dapo_late", 2, "dapo", [], "late")
@@ -322,7 +333,7 @@ def _check_single_seed_arms(p: ProtocolConfig, defs: dict[str, Arm], chosen: dic
     for arm in chosen.values():
         if arm.stage != 2:
             continue
-        base = defs[RESTART_FROM if arm.start == RESTART_START else arm.baseline]
+        base = defs[arm.restart_from if arm.start == RESTART_START else arm.baseline]
         lacking = sorted(set(arm_seeds(p, arm, p.seeds)) - set(arm_seeds(p, base, p.seeds)))
         if lacking:
             raise ExperimentError(f"protocol.single_seed_arms/side_arms: {arm.name!r} runs seed(s) "
@@ -411,9 +422,10 @@ def _chosen_arms(preset: Preset, only: Optional[list[str]]) -> dict[str, Arm]:
         if arm.alias_of and arm.alias_of not in out:
             canon = defs[arm.alias_of]
             out[canon.name] = canon
-    # a restart starts from a checkpoint of this run
-    if any(a.start == RESTART_START for a in out.values()) and RESTART_FROM not in out:
-        out[RESTART_FROM] = defs[RESTART_FROM]
+    # a restart starts from a checkpoint of its source run
+    for arm in list(out.values()):
+        if arm.start == RESTART_START and arm.restart_from not in out:
+            out[arm.restart_from] = defs[arm.restart_from]
     # stage-1 baselines of everything chosen
     for arm in list(out.values()):
         if arm.baseline not in out:

@@ -42,7 +42,7 @@ PREREGISTERED = ("key", "quantity", "arms", "direction", "split", "confirmatory"
 # arm names as reproduce/matrix/arms.py writes them (a register arm that matches none is a typo)
 ARM_NAME = re.compile(r"^(dapo|dapo_cont|dapo_natural|qae|qae_cont|armor|anchor_only|anchor_static_clip|"
                       r"anchor_offpolicy|armor_any_anchor|armor_late|dapo_late|armor_reset_never|"
-                      r"anchor_only_clean|armor_reset_never_clean|"
+                      r"anchor_only_clean|armor_reset_never_clean|armor_restart_clean|"
                       r"armor_reset_\d+|armor_restart|armor_restart_\d+|qae_armor_reset_never|"
                       r"qae_armor_reset_\d+|armor_tau1|"
                       r"armor_tau1_until\d+|clip_expand|opd|mopd|kl_k[23]_b\d+(?:\.\d+)?(?:e-?\d+)?|"

@@ -109,11 +109,11 @@ class ProtocolConfig:
                                        "anchors; wrong ones destabilise)")
     clean_anchor_modes: list[str] = _f(
         factory=list, help="the modes (of the world's classifier, logging.answer_modes) that the "
-                           "oracle-clean anchor arms exclude from anchors (algo.anchor.filter=exclude_modes): "
-                           "defines "
-                           "anchor_only_clean and armor_reset_never_clean, which no figure runs yet "
-                           "(issue 44's design names them); [] = no such arms. An oracle the paper's ARMOR "
-                           "does not have")
+                           "oracle-clean anchor arms exclude from anchors (algo.anchor.filter="
+                           "exclude_modes): defines anchor_only_clean, armor_reset_never_clean and, with "
+                           "restart_within, armor_restart_clean (the authors' restart from "
+                           "armor_reset_never_clean's run), which no figure runs yet (issue 44's design "
+                           "names them); [] = no such arms. An oracle the paper's ARMOR does not have")
     kl_betas: list[float] = _f(factory=list, help="Fig. 2 / 5: β of the KL arms")
     kl_k2_sweep: bool = _f(True, "Fig. 5: the kl_betas sweep with the k2 estimator too (false: Fig. 2's k3 "
                                  "sweep only)")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from reproduce.matrix.arms import RESTART_FROM, arm_seeds, table_step
+from reproduce.matrix.arms import RESTART_FROM, RESTART_START, arm_definitions, arm_seeds, table_step
 from reproduce.matrix.presets import ExperimentError, Preset, fixed_peak, stage_steps
 
 
@@ -29,13 +29,17 @@ def paper_table_step(preset: Preset, arm) -> Optional[int]:
 def keep_steps(preset: Preset, arm, start: Optional[dict] = None) -> list[int]:
     """The run-local steps a run must save and keep: a stage-1 baseline its fixed θ* and (DAPO) the fixed late
     start, plus the preset's own schedule.keep_steps; a stage-2 arm the paper's table step (with a known
-    start); armor_reset_never, with protocol.restart_within, every validated step the restart point may be."""
+    start); armor_reset_never (a restart's source), with protocol.restart_within, every validated step the
+    restart point may be."""
     p = preset.protocol
-    if arm.name == RESTART_FROM and (p.restart_within is not None or p.restart_sweep):
+    source = arm.name == RESTART_FROM or any(a.start == RESTART_START and a.restart_from == arm.name
+                                             for a in arm_definitions(p).values())
+    if source and (p.restart_within is not None or p.restart_sweep):
         every = p.stage2_validate_every or preset.cfg.schedule.validate_every
         window = (list(range(every, int(p.restart_within * stage_steps(preset)[1]) + 1, every))
                   if p.restart_within is not None else [])
-        return sorted(set(window) | set(p.restart_sweep) | set(_table_steps(preset, arm, start)))
+        sweep = p.restart_sweep if arm.name == RESTART_FROM else []
+        return sorted(set(window) | set(sweep) | set(_table_steps(preset, arm, start)))
     if arm.stage == 1:
         fixed = {fixed_peak(preset, arm.name), p.late_start_step if arm.name == "dapo" else None}
         return sorted({x for x in fixed if x is not None} | set(preset.cfg.schedule.keep_steps))

@@ -1,5 +1,6 @@
-"""algo.anchor.filter in the trainer, on the smoke world: the oracle's anchors never carry an excluded mode and
-the prompts it drops are counted; a filter that passes every sample trains the paper's rule bit for bit."""
+"""algo.anchor.filter in the trainer, on the smoke world: the oracle's anchors never carry an excluded mode
+and the prompts it drops are counted; a filter that passes every sample trains the paper's rule bit for
+bit."""
 import hashlib
 import json
 from pathlib import Path
@@ -63,7 +64,8 @@ def test_the_oracle_keeps_no_excluded_anchor_and_counts_what_it_drops(world, tmp
         refs = [(pids, out) for s, which, pids, out in sampled if s == step and which == "reference"]
         for g in groups:
             problem = problems[tuple(g.prompt_ids)]
-            assert g.is_anchor[-1] and g.correct[-1] and classify(problem, text(g.responses[-1])) != "shortcut"
+            assert g.is_anchor[-1] and g.correct[-1]
+            assert classify(problem, text(g.responses[-1])) != "shortcut"
             # the first correct non-shortcut sample among the prompt's reference samples
             cand = next(out.prompt(ids.index(g.prompt_ids)) for ids, out in refs if g.prompt_ids in ids)
             first = next(k for k in range(cand.n) if cand.correct[k]

@@ -118,7 +118,8 @@ def test_the_oracle_clean_anchor_arms_are_defined_by_the_protocol_and_run_by_no_
     preset.protocol = dataclasses.replace(preset.protocol, clean_anchor_modes=["shortcut"])
     a = arm_definitions(preset.protocol)
     oracle = ["algo.anchor.filter=exclude_modes", "algo.anchor.exclude_modes=[shortcut]"]
-    for clean, paper in (("anchor_only_clean", "anchor_only"), ("armor_reset_never_clean", "armor_reset_never")):
+    for clean, paper in (("anchor_only_clean", "anchor_only"),
+                         ("armor_reset_never_clean", "armor_reset_never")):
         assert sorted(a[clean].overrides) == sorted(a[paper].overrides + oracle)
         assert (a[clean].stage, a[clean].start, a[clean].alias_of, a[clean].sweep) == (2, "peak", None, None)
         assert not any(clean in arms for arms in figure_arms(preset.protocol).values())
