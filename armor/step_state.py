@@ -6,8 +6,8 @@
                      shaped rewards and engine log-probs
     PhaseTimes       seconds per phase of the step, tokens sampled; `with timed(tm, "update"): ...` adds one
     RolloutStats     what collect() counts: prompts drawn, rounds, correctness, rewards and lengths, reference
-                     samples, the mismatch probe, the kept anchors' lengths, formats and modes, the prompts the
-                     anchor filter dropped
+                     samples, the mismatch probe, the kept anchors' lengths, formats and modes, the prompts
+                     the anchor filter dropped
     UpdateBatch      the kept groups as one token batch with rewards' advantages (N = groups x G rows)
     FrozenLogprobs   θold's / πref's / the engine's log-probs, entropy, token advantages, fixed for the step
     mode_classifier  logging.answer_modes -> the classifier; mode_shares: the step's mode_<m> metrics
