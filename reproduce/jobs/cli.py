@@ -5,6 +5,7 @@
                                             [--steps N --keep-steps K,.. --branch-from ARM --branch-step K]
     python -m reproduce.jobs select-peak    --preset P --root R --arm dapo --seed S   (jobs/peaks.py)
     python -m reproduce.jobs select-restart --preset P --root R --seed S   (armor_restart's start; peaks.py)
+                                            [--arm SOURCE: another restart's source run]
     python -m reproduce.jobs evaluate       --preset P --root R --arm A --seed S   (jobs/evaluate.py)
     python -m reproduce.jobs noise-floor    --preset P --root R --seed S   (θ* validated k times; noise.py)
     python -m reproduce.jobs collect        --preset P --root R            (results.parquet; collect.py)
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
            seeds=True)
     sr = sub.add_parser("select-restart", help="write restart.json of armor_reset_never (armor_restart's "
                                                "start, from the mean curve over --seeds; default: the arm's "
-                                               "selection seeds)")
+                                               "selection seeds), or of --arm")
     common(sr, seeds=True)
     sr.add_argument("--seed", type=int, default=0)
     sr.add_argument("--arm", default=RESTART_FROM, help="the restart's source run (default %(default)s; "
