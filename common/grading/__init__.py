@@ -55,8 +55,8 @@ the parent at tens of thousands per second, LaTeX answers cost math-verify ~5-50
 
 Modules, one job each: ``extract`` (the answer modes and their extractors), ``normalize`` (golds and the
 comparisons that need no math-verify), ``shape`` (the plausibility bounds), ``choice`` (multiple-choice
-letters), ``verify`` (the math-verify call under SIGALRM, ``TimeoutMemory``), ``math_dapo`` and ``scorers`` (the
-authors' scorer; the scorer registry), ``grade`` (``Verdict``, the
+letters), ``verify`` (the math-verify call under SIGALRM, ``TimeoutMemory``), ``math_dapo`` and ``scorers``
+(the authors' scorer; the scorer registry), ``grade`` (``Verdict``, the
 parent-side order of decisions, ``grade_one``), ``worker`` (the worker process), ``pool`` (``Grader`` and the
 default graders).
 """

@@ -34,8 +34,8 @@ _REPLACE = (("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" "
 _DELETE = ("square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue",
            "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals",
            "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}",
-           "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;",
-           ",\\!", "{,}", '"', "\\dots")
+           "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}",
+           "\\;",           ",\\!", "{,}", '"', "\\dots")
 # ... then these rewrites (pattern, replacement), in order
 _REWRITE = tuple((re.compile(p), r) for p, r in (
     (r"(.*?)(\$)(.*?)(\$)(.*)", r"$\3$"),          # keep the first $...$ span

@@ -1,6 +1,6 @@
-"""The scorers, by name (``SCORERS``): what decides a math response's verdict. Either grades any sample file
-(``eval.grade --scorer``), the RL reward and in-run validation (``reward.scorer``) and an evaluation protocol's
-verdict columns (eval.protocols).
+"""The scorers, by name (``SCORERS``): what decides a math response's verdict. Either grades any sample
+file (``eval.grade --scorer``), the RL reward and in-run validation (``reward.scorer``) and an evaluation
+protocol's verdict columns (eval.protocols).
 
 * ``math_verify`` (default): the answer mode's final answer (common.grading.extract) compared with the gold by
   math-verify and the shortcuts of common.grading.normalize (the protocol of common.grading's docstring).
