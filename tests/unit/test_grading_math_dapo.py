@@ -1,6 +1,7 @@
 """The authors' scorer (common.grading.math_dapo, registered as ``math_dapo``): a table of cases from its
-specification, each with the verdict the specification gives (the last 300 characters, the last ``Answer:``
-match, Minerva's normalisation, string equality, +1 / -1, no boxed fallback), and the scorer through Grader."""
+specification, each with the verdict the specification gives (the last 300 characters, the last
+``Answer:`` match, Minerva's normalisation, string equality, +1 / -1, no boxed fallback), and the scorer
+through Grader."""
 from __future__ import annotations
 
 import pytest
