@@ -4,9 +4,9 @@
 
 The corpus: every gold of every shipped math benchmark file (common/data/benchmarks, through the registry's
 gold extraction and normalisation), written as a response in each FORM below, with the verdict each form
-should get (``right``: the gold's value; ``wrong``: another value). Both scorers grade every response against
-its gold: math_dapo, and math_verify in ``boxed_or_answer_line`` mode (a box if there is one, else the answer
-line). Printed: the corpus size, each scorer's accuracy against the intended verdict, the agreement of the two,
+should get (``right``: the gold's value; ``wrong``: another value). Both scorers grade every response
+against its gold: math_dapo, and math_verify in ``boxed_or_answer_line`` mode (a box if there is one, else
+the answer line). Printed: the corpus size, each scorer's accuracy against the intended verdict, the agreement of the two,
 and each kind of disagreement (form, which scorer said correct) with a count and one example.
 """
 from __future__ import annotations
@@ -69,7 +69,8 @@ def corpus() -> list[tuple[str, str, str, str, bool]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.scorer_agreement", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.scorer_agreement",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, default=2, help="math-verify worker processes (0 = in-process)")
     a = ap.parse_args(argv)
     items = corpus()

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.benchmarks import TEMPLATES
+from common.benchmarks import ALIASES, TEMPLATES, default_mode, get_spec
 from common.hashing import sha256_file
 from eval.settings import EvalSettings
+from eval.protocols import resolve_setting
 from eval.units import bench_inputs
 
 __all__ = ["ESTIMATORS", "SCORER_TEXT", "prompt_text", "unit_card", "card_with_tokenizer", "protocol_card",
@@ -94,13 +95,38 @@ def card_with_tokenizer(unit, tokenizer) -> dict:
     return card
 
 
+def _planned(name: str, p, s: EvalSettings) -> dict:
+    """A benchmark's card entry from its registry spec, without loading it (a hub benchmark is staged by the
+    run; its rows and hash are on the evaluation's own card)."""
+    spec = get_spec(ALIASES.get(name, name))
+    math = spec.answer_type == "math"
+    tmpl = s.template or p.template or (p.math_template if math else None) or spec.template
+    setting = resolve_setting(p, name, s.samples, s.pass_ks, aliases=(spec.name,))
+    rec = {"benchmark": name, "template": tmpl, "prompt": prompt_text(tmpl),
+           "answer_mode": default_mode(tmpl),
+           "scorers": list(s.scorers or p.scorers) if math else ["math_verify"], "samples": setting.samples,
+           "pass_ks": list(setting.pass_ks)}
+    path = spec.local_path()
+    if path is not None and path.is_file():
+        rec.update(rows=sum(1 for line in path.open(encoding="utf-8") if line.strip()), source="local",
+                   file=path.name, sha256=sha256_file(path))
+    else:
+        rec.update(rows="hub", source=f"hub ({spec.hf_id or '?'}), staged by the run")
+    return rec
+
+
 def protocol_card(protocol, benchmarks, max_new_tokens, scorers=None) -> dict:
     """The card of an evaluation not yet run (a preset's dry run): ``protocol`` a Protocol or name,
-    ``benchmarks`` registry names or NAME=path."""
+    ``benchmarks`` registry names (NAME=path: the file's rows and hash)."""
     s = EvalSettings(benchmarks=benchmarks, protocol=protocol, scorers=scorers)
     p = s.protocol
-    benches = [_bench_card(b.name, b.data, b.template, b.mode, b.scorers, b.setting.samples,
-                           b.setting.pass_ks) for b in bench_inputs(s)]
+    benches = []
+    for b in s.benchmarks:
+        name, sep, _ = b.partition("=")
+        benches.append(_planned(name.strip(), p, s) if not sep else
+                       [_bench_card(x.name, x.data, x.template, x.mode, x.scorers, x.setting.samples,
+                                    x.setting.pass_ks)
+                        for x in bench_inputs(EvalSettings(benchmarks=b, protocol=p, scorers=scorers))][0])
     return _card({"name": p.name, "temperature": p.temperature, "top_p": p.top_p}, benches, max_new_tokens,
                  p.best_of)
 
@@ -123,6 +149,10 @@ def card_markdown(card: dict) -> str:
     for t, msgs in prompts.items():
         out.append(f"Template `{t}` (exact messages; `{{problem}}` is the problem text):")
         out += ["", "```"] + [f"[{m['role']}] {m['content']}" for m in msgs] + ["```", ""]
+    if any(b["template"] == "mc" for b in card["benchmarks"]):
+        out.append("Multiple choice (template mc): the authors' code has no protocol for these benchmarks; "
+                   "graded by the option letter under either scorer.")
+        out.append("")
     out.append(f"System prompt: {card['system_prompt']}.")
     scorers = sorted({s for b in card["benchmarks"] for s in b["scorers"]})
     out += ["", "Scorers:"] + [f"- {SCORER_TEXT.get(s, s)}" for s in scorers]
