@@ -299,8 +299,8 @@ class RewardConfig:
         "boxed", "where the answer is read: the last \\boxed{}, the last \"Answer:\" line, or either",
         registry="common.grading:ANSWER_MODES")
     scorer: str = _f("math_verify", "what decides the verdict (reward and validation): math_verify (the "
-                     "answer mode's answer, math-verify) or math_dapo (the authors': the last \"Answer:\" line "
-                     "of the last 300 characters, Minerva-normalised string equality; needs answer_mode "
+                     "answer mode's answer, math-verify) or math_dapo (the authors': the last \"Answer:\" "
+                     "line of the last 300 characters, Minerva-normalised string equality; needs answer_mode "
                      "answer_line)", registry="common.grading:SCORERS")
     grader_workers: int = _f(2, "math-verify worker processes (0 = in-process)")
     grader_timeout_s: float = _f(5.0, "seconds one answer may take to grade before it counts as wrong")

@@ -6,8 +6,9 @@ The corpus: every gold of every shipped math benchmark file (common/data/benchma
 gold extraction and normalisation), written as a response in each FORM below, with the verdict each form
 should get (``right``: the gold's value; ``wrong``: another value). Both scorers grade every response
 against its gold: math_dapo, and math_verify in ``boxed_or_answer_line`` mode (a box if there is one, else
-the answer line). Printed: the corpus size, each scorer's accuracy against the intended verdict, the agreement of the two,
-and each kind of disagreement (form, which scorer said correct) with a count and one example.
+the answer line). Printed: the corpus size, each scorer's accuracy against the intended verdict, the
+agreement of the two, and each kind of disagreement (form, which scorer said correct) with a count and one
+example.
 """
 from __future__ import annotations
 

@@ -215,7 +215,8 @@ def evaluate_run(run_dir, benchmarks=None, protocol: str | Protocol | None = Non
 # ------------------------------------------------------------------------------------------------ CLI
 OTHER_PROTOCOLS = """Reproducing another group's protocol (every summary's "card" records what was used):
   the authors' (ARMOR / DAPO validation): --protocol paper (DAPO prompt, math_dapo primary, math_verify
-      beside; T=1.0, top_p=0.7, avg@32 and pass@16 / best@16 on AIME/AMC) with --preset <model preset> for the budget
+      beside; T=1.0, top_p=0.7, avg@32 and pass@16 / best@16 on AIME/AMC), --preset <model preset> for
+      the response budget
   Qwen2.5-Math's own evaluation (boxed system prompt, math-verify): --template qwen_math --scorers math_verify
   greedy numbers: --protocol greedy;  another sampling: --samples K --pass-k J
   the prompt, scorer and flags of each published number: docs/gpu.md"""

@@ -1,14 +1,14 @@
 """Gold normalisation and the comparisons decided without math-verify (``_cheap_compare``).
 
 Golds: ``$`` delimiters removed, as the authors' data holds them: ``"27.0"`` -> ``"27"``, ``"023"`` ->
-``"23"`` (string-equality scorers such as math_dapo need it; math-verify reads both as the same number); multi-answer golds (OlympiadBench lists, or a
-``list[str]`` gold) are joined with ``", "``, which math-verify reads as the set {a, b}, so a prediction is
-correct iff it verifies against the whole set (order-free). Shortcuts decided in the parent, each with
-math-verify's verdict (a test checks the agreement): both plain integers (``-?\\d+``) -> integer comparison
-(~1000x faster; RL on integer answers never reaches math-verify); identical up to ``\\left``/``\\right``,
-spacing and ``\\dfrac`` -> correct; ``x = <rhs>`` against a gold without ``=`` -> the rhs is compared; both
-plain numbers (integers, decimals, integer fractions) -> exact, or after rounding to 6 decimals when a decimal
-is involved.
+``"23"`` (string-equality scorers such as math_dapo need it; math-verify reads both as the same number);
+multi-answer golds (OlympiadBench lists, or a ``list[str]`` gold) are joined with ``", "``, which math-verify
+reads as the set {a, b}, so a prediction is correct iff it verifies against the whole set (order-free).
+Shortcuts decided in the parent, each with math-verify's verdict (a test checks the agreement): both plain
+integers (``-?\\d+``) -> integer comparison (~1000x faster; RL on integer answers never reaches math-verify);
+identical up to ``\\left``/``\\right``, spacing and ``\\dfrac`` -> correct; ``x = <rhs>`` against a gold
+without ``=`` -> the rhs is compared; both plain numbers (integers, decimals, integer fractions) -> exact, or
+after rounding to 6 decimals when a decimal is involved.
 """
 from __future__ import annotations
 
