@@ -642,6 +642,10 @@ def test_scorer_rows_best_at_k_and_the_amc_column(tmp_path):
     amc = ev[ev["benchmark"] == "amc"]
     extra.append(amc.assign(benchmark="amc23", value=amc["value"] * 0 + 0.5))
     write_results(path, pd.concat([df, *extra], ignore_index=True))
+    meta_path = path.parent / "results.meta.json"                       # the driver's card (collect.py)
+    meta = json.loads(meta_path.read_text())
+    meta["protocol_card"] = "Protocol `paper`: the card's text"
+    meta_path.write_text(json.dumps(meta))
     ctx = load_context(path)
     t1, t2 = tables.build_table(ctx, "table1"), tables.build_table(ctx, "table2")
     ours = {(r.method, r.source): r for r in t1.rows}
@@ -652,3 +656,5 @@ def test_scorer_rows_best_at_k_and_the_amc_column(tmp_path):
     best = t2rows[("DAPO", "ours (best@k)")].cells["aime24"].value
     assert best == pytest.approx(t2rows[("DAPO", "ours")].cells["aime24"].value - 5.0, abs=0.011)
     assert ("DAPO", "ours (math_verify)") in t2rows
+    md = report.build_report(ctx, tmp_path / "REPRODUCTION.md", "cmd", [0], None, tmp_path / "fig")
+    assert "## Protocol card of the final evaluation\n\nProtocol `paper`: the card's text" in md
