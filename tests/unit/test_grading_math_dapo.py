@@ -110,3 +110,24 @@ def test_registry_and_grader():
     assert v[0].extracted == "540" and v[1].extracted is None
     with Grader(num_workers=0, mode="boxed_or_answer_line") as g:                # math-verify: both forgive
         assert [x.correct for x in g.grade(responses[:3], golds[:3])] == [True, True, True]
+
+
+def test_eval_grade_regrades_a_sample_file_by_either_scorer(tmp_path, capsys):
+    """``eval.grade --scorer``: the same responses file graded by math_dapo and by math_verify."""
+    import json
+
+    from eval.grade import main
+    from common.benchmarks import load_benchmark
+    gold = load_benchmark("aime24")[0].gold
+    rows = [{"index": 0, "response": f"Answer: {gold}"}, {"index": 0, "response": f"\\boxed{{{gold}}}"}]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    accs = {}
+    for scorer in ("math_dapo", "math_verify"):
+        out = tmp_path / f"{scorer}.jsonl"
+        assert main(["--benchmark", "aime24", "--responses", str(path), "--scorer", scorer,
+                     "--mode", "boxed_or_answer_line", "--workers", "0", "--out", str(out)]) == 0
+        accs[scorer] = capsys.readouterr().out.strip().splitlines()[-1]
+        assert [json.loads(x)["correct"] for x in out.read_text().splitlines()] == \
+            ([True, False] if scorer == "math_dapo" else [True, True])
+    assert accs == {"math_dapo": "accuracy: 0.5000", "math_verify": "accuracy: 1.0000"}
