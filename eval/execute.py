@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Callable
 
 from common.distributed import Dist
-from common.jsonl import TornLineWarning, append_text, read_jsonl, write_json_atomic, write_text_atomic
+from common.jsonl import (TornLineWarning, append_text, read_json, read_jsonl, write_json_atomic,
+                          write_text_atomic)
 from eval.card import card_with_tokenizer, unit_card
-from eval.units import Unit, chunk_seed
+from eval.units import Unit, regrade_key, chunk_seed
 from eval.settings import EvalError, EvalSettings
 
 __all__ = ["execute", "run_unit", "summarize"]
@@ -195,9 +196,14 @@ def _run_unit_locked(unit: Unit, engine, tokenizer, grader, t0: float, progress,
     k, C = s["samples"], s["chunk_size"]
     done: dict[int, list[dict]] = {}
     if dist.is_main:
-        if not unit.settings_path.is_file():
-            write_json_atomic(unit.settings_path, s, **_JSON_KW)
+        old = read_json(unit.settings_path) if unit.settings_path.is_file() else None
         done = _load_samples(unit)
+        if old is not None and not regrade_key(old, s, "scorers"):
+            if done:                           # resumed under other scorers: the kept samples regraded first
+                _regrade(unit, done, graders)
+            old = None
+        if old is None:
+            write_json_atomic(unit.settings_path, s, **_JSON_KW)
     have = set(dist.all_gather_object(sorted(done) if dist.is_main else None)[0])
     problems = list(unit.plan.data)
     n = len(problems)

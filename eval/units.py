@@ -22,7 +22,7 @@ from eval.settings import REPO_ROOT, EvalError, EvalSettings, split_list
 
 __all__ = ["BenchInput", "Unit", "RESUME_KEYS", "SEED_RULE", "chunk_seed", "check_checkpoint",
            "load_benchmarks", "bench_inputs", "checkpoint_step", "resolve_max_new_tokens",
-           "checkpoint_units", "units_of"]
+           "checkpoint_units", "units_of", "regrade_key", "REGRADE_KEYS"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 #: settings that must agree for existing samples / summaries to be reused
@@ -224,7 +224,7 @@ REGRADE_KEYS = ("pass_ks", "scorers", "best_of")
 _REGRADE_DEFAULTS = {"pass_ks": [], "scorers": ["math_verify"], "best_of": False}
 
 
-def _regrade_key(old: dict, new: dict, key: str):
+def regrade_key(old: dict, new: dict, key: str):
     """Whether `key` agrees (a summary from before the key existed holds its default)."""
     return list(old.get(key) or []) == list(new[key]) if key == "pass_ks" else \
         old.get(key, _REGRADE_DEFAULTS[key]) == new[key]
@@ -250,7 +250,7 @@ def _classify(unit: Unit, overwrite: bool) -> None:
             raise EvalError(f"{unit.summary_path} was computed with other settings ({'; '.join(diff)}); "
                             "pass --overwrite to redo it or choose another --out")
         if not diff:
-            if all(_regrade_key(old, unit.settings, key) for key in REGRADE_KEYS):
+            if all(regrade_key(old, unit.settings, key) for key in REGRADE_KEYS):
                 unit.state, unit.summary = "done", summ
             else:
                 unit.state = "resummarize"

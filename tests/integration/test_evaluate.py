@@ -221,6 +221,15 @@ def test_paper_protocol_grades_one_generation_with_two_scorers(ckpt, toy, tmp_pa
                                   after_chunk=lambda *a: calls.append(a), **kw)[0]
     assert calls == [] and again["metrics"]["avg@4"] == pytest.approx(mv)
     assert not any("/" in m for m in again["metrics"])
+    # an interrupted math_verify-only evaluation resumed under the paper's scorers: the kept samples are
+    # regraded, the missing chunk drawn, and the result is the uninterrupted one's
+    d = out / "step_000007"
+    (d / "toy_test__paper__k4.json").unlink()
+    samples = d / "toy_test__paper__k4.samples.jsonl"
+    samples.write_text("".join(line + "\n" for line in samples.read_text().splitlines()[:8]))
+    resumed = E.evaluate_checkpoint(ckpt, toy, "paper", after_chunk=lambda *a: calls.append(a), **kw)[0]
+    assert len(calls) == 1 and all("verdicts" in r for r in _rows(samples))
+    assert resumed["metrics"] == pytest.approx(s["metrics"])
 
 
 def test_run_skips_scored_checkpoints(world, toy, tmp_path):
