@@ -87,7 +87,7 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     # AIME's 30 problems are one chunk of 32: one GPU of the node's 8 generates it; over the 8 h limit, the
     # job is requeued and resumes
     assert "GPUs busy of 8 (chunks of 32 problems): aime24 1, aime25 1, amc23 2, amc 3, gpqa_diamond 7" \
-        in ev_est                                      # AMC 2023 (the paper protocol's AMC) beside AI-MO's amc
+        in ev_est                                     # AMC 2023 (the paper protocol's AMC) beside AI-MO's amc
     assert "over the 8.0 h limit (evaluate.time_min): 2 attempts" in ev_est
     # totals: the assumption named, GPU-hours, disk, the critical path and the time on the cluster
     assert ("[assumed (reproduce/sizing.py defaults), not measured]" in out
