@@ -56,3 +56,12 @@ def test_tiny_world_keeps_its_template_and_grader():
     assert p.cfg.reward.answer_mode == "boxed"
     with _trainer_grader(p.cfg) as g:                  # the world's grader (math-verify on the last box)
         assert [v.correct for v in g.grade(RESPONSES, [GOLD] * 4)] == [False, True, False, False]
+
+
+def test_math_dapo_needs_the_answer_line_mode():
+    from armor.config import ConfigError, load_config
+    base = ["model.path=m", "data.train=t.jsonl", "schedule.validate_every=0"]
+    with pytest.raises(ConfigError, match="reward.answer_mode.*boxed.*answer_line"):
+        load_config(None, base + ["reward.scorer=math_dapo"])
+    cfg = load_config(None, base + ["reward.scorer=math_dapo", "reward.answer_mode=answer_line"])
+    assert cfg.reward.scorer == "math_dapo"
