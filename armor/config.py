@@ -308,6 +308,10 @@ class RewardConfig:
     answer_mode: str = _f(
         "boxed", "where the answer is read: the last \\boxed{}, the last \"Answer:\" line, or either",
         registry="common.grading:ANSWER_MODES")
+    scorer: str = _f("math_verify", "what decides the verdict (reward and validation): math_verify (the "
+                     "answer mode's answer, math-verify) or math_dapo (the authors': the last \"Answer:\" "
+                     "line of the last 300 characters, Minerva-normalised string equality; needs answer_mode "
+                     "answer_line)", registry="common.grading:SCORERS")
     grader_workers: int = _f(2, "math-verify worker processes (0 = in-process)")
     grader_timeout_s: float = _f(5.0, "seconds one answer may take to grade before it counts as wrong")
 
@@ -703,6 +707,8 @@ def validate(cfg: RunConfig) -> None:
     c(o.eps > 0, "optim.eps", o.eps, "must be > 0")
 
     g = cfg.reward
+    c(g.scorer != "math_dapo" or g.answer_mode == "answer_line", "reward.answer_mode", g.answer_mode,
+      "must be answer_line with reward.scorer math_dapo (it reads the last \"Answer:\" line)")
     c(g.grader_workers >= 0, "reward.grader_workers", g.grader_workers, "must be >= 0")
     c(g.grader_timeout_s > 0, "reward.grader_timeout_s", g.grader_timeout_s, "must be > 0")
 

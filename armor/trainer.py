@@ -128,7 +128,7 @@ class Trainer:
         cfg, a, r = self.cfg, self.cfg.algo, self.cfg.rollout
         torch.manual_seed(cfg.seed)
         self.grader = Grader(num_workers=cfg.reward.grader_workers, timeout_s=cfg.reward.grader_timeout_s,
-                             mode=cfg.reward.answer_mode)
+                             mode=cfg.reward.answer_mode, scorer=cfg.reward.scorer)
         # rank 0 prepares the run folder; every rank follows its resume point
         resume_from = self.dist.all_gather_object(
             run_folder.prepare(self.run_dir, cfg) if self.dist.is_main else None)[0]

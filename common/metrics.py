@@ -1,4 +1,12 @@
-"""Evaluation metrics over sampled responses: avg@k, pass@k (unbiased), maj@k. Pure functions.
+"""Evaluation metrics over sampled responses: avg@k, pass@k (unbiased), verl's bootstrap best@k, maj@k. Pure
+functions.
+
+Two pass@k estimators: ``pass_at_k`` is the unbiased estimator (Chen et al. 2021; the primary one, what
+``pass@k`` means in every output). ``best_at_k`` is verl's validation metric ``best@k/mean``
+(verl/trainer/ppo/metric_utils.py, ``bootstrap_metric``): per problem, 1000 draws of k of the n samples WITH
+replacement (numpy seed 42 for every problem), the mean of their max, averaged over problems; it estimates
+``1 - (1 - c/n)^k`` (``best_at_k_expected``), which is below the unbiased value whenever 0 < c < n, e.g.
+c = 1 of n = 32 at k = 16: 0.398 against 0.5.
 
 Conventions: ``correct`` is a 2-D array-like ``[n_problems, n_samples]`` of bools (or 0/1); every problem has
 the same number of samples. The paper reports avg@32 and pass@16 (from 32 samples) for math and avg@8 for
@@ -11,7 +19,8 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-__all__ = ["avg_at_k", "pass_at_k", "pass_at_k_matrix", "maj_at_k", "per_problem_accuracy"]
+__all__ = ["avg_at_k", "pass_at_k", "pass_at_k_matrix", "best_at_k", "best_at_k_expected", "maj_at_k",
+           "per_problem_accuracy"]
 
 
 def _as_matrix(correct, what: str = "correct") -> np.ndarray:
@@ -72,6 +81,32 @@ def pass_at_k_matrix(correct, k: int) -> float:
         raise ValueError(f"pass@k: k must satisfy 1 <= k <= n, got k={k!r}, n={n} samples per problem")
     counts = arr.sum(axis=1).astype(int)
     return float(np.mean([pass_at_k(n, int(c), int(k)) for c in counts]))
+
+
+def best_at_k_expected(n: int, c: int, k: int) -> float:
+    """What verl's bootstrap best@k estimates for one problem: P(some of k draws with replacement from n
+    samples, c correct, is correct) = 1 - (1 - c/n)^k. ValueError unless 1 <= k and 0 <= c <= n."""
+    if k < 1 or n < 1 or not 0 <= c <= n:
+        raise ValueError(f"best@k: need k >= 1, n >= 1 and 0 <= c <= n, got k={k}, n={n}, c={c}")
+    return float(1.0 - (1.0 - c / n) ** k)
+
+
+def best_at_k(correct, k: int, n_bootstrap: int = 1000, seed: int = 42) -> float:
+    """verl's ``best@k/mean`` (labelled best@k, never pass@k), correct [n_problems, n_samples] -> float.
+
+    Per problem: ``n_bootstrap`` subsets of k sample indices drawn with replacement by a numpy generator
+    seeded ``seed`` afresh for each problem (verl's ``np.random.seed(seed)`` per call), the max correctness
+    of each subset, their mean; then the mean over problems. k may exceed n (draws repeat)."""
+    arr = _as_matrix(correct)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"best@k: k must be an integer >= 1, got {k!r}")
+    n = arr.shape[1]
+    vals = []
+    for row in arr:
+        rng = np.random.RandomState(seed)
+        draws = np.stack([rng.choice(n, size=k, replace=True) for _ in range(n_bootstrap)])
+        vals.append(row[draws].max(axis=1).mean())
+    return float(np.mean(vals))
 
 
 def maj_at_k(answers: Sequence[Sequence[Hashable | None]], correct, k: int) -> float:

@@ -2,7 +2,8 @@
 and its two writers (the driver's whole-table write, the harness's locked append).
 
     row = {"preset", "model", "arm", "seed", "step", "benchmark", "metric", "k", "value", "n", "source"}
-    metric_k("pass@16") -> ("pass", 16);  summary_rows(summary, meta) -> [row, ...]
+    metric_k("pass@16") -> ("pass", 16);  metric_scorer("avg@32/math_verify") -> "math_verify"
+    summary_rows(summary, meta) -> [row, ...]
     write_results(path, rows, metadata={"protocol": ...});  append_results(path, rows)
 
 Columns and meanings are docs/CONTRACTS.md's. `step` is the run's total step (step_offset + local step);
@@ -22,7 +23,9 @@ RESULT_COLUMNS = ["preset", "model", "arm", "seed", "step", "benchmark", "metric
 RESULT_KEY = [c for c in RESULT_COLUMNS if c != "value"]
 INT_COLUMNS = ("seed", "step", "k", "n")
 STR_COLUMNS = ("preset", "model", "arm", "benchmark", "metric", "source")
-METRIC_RE = re.compile(r"^(avg|pass|maj)@(\d+)$")                  # the metrics a table row may hold
+# the metrics a table row may hold: avg@k, pass@j (unbiased), best@j (verl's bootstrap), maj@k; a name ending
+# in /<scorer> is the same metric by a scorer other than the evaluation's primary one (avg@32/math_verify)
+METRIC_RE = re.compile(r"^(avg|pass|maj|best)@(\d+)(?:/([a-z_]+))?$")
 
 
 class ResultsError(ValueError):
@@ -33,6 +36,12 @@ def metric_k(metric: str) -> tuple[str, Optional[int]]:
     """("avg", 32) for "avg@32"; (the name, None) for a name that is not a table metric."""
     m = METRIC_RE.match(str(metric))
     return (m.group(1), int(m.group(2))) if m else (str(metric), None)
+
+
+def metric_scorer(metric: str) -> Optional[str]:
+    """The scorer a metric name names ("math_verify" for "avg@32/math_verify"); None: the primary one."""
+    m = METRIC_RE.match(str(metric))
+    return m.group(3) if m else None
 
 
 def summary_rows(summary: dict, meta: dict, *, step: Optional[int] = None) -> list[dict]:

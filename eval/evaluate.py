@@ -213,6 +213,14 @@ def evaluate_run(run_dir, benchmarks=None, protocol: str | Protocol | None = Non
 
 
 # ------------------------------------------------------------------------------------------------ CLI
+OTHER_PROTOCOLS = """Reproducing another group's protocol (every summary's "card" records what was used):
+  the authors' (ARMOR / DAPO validation): --protocol paper (DAPO prompt, math_dapo primary, math_verify
+      beside; T=1.0, top_p=0.7, avg@32 and pass@16 / best@16 on AIME/AMC), --preset <model preset> for
+      the response budget
+  Qwen2.5-Math's own evaluation (boxed system prompt, math-verify): --template qwen_math --scorers math_verify
+  greedy numbers: --protocol greedy;  another sampling: --samples K --pass-k J
+  the prompt, scorer and flags of each published number: docs/gpu.md"""
+
 def _fmt(summary: dict) -> str:
     ms = " ".join(f"{k}={v:.4f}" for k, v in summary["metrics"].items())
     return (f"step_{summary['step']:06d} {summary['benchmark']} [{summary['protocol']}, "
@@ -221,7 +229,7 @@ def _fmt(summary: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m eval.evaluate", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=OTHER_PROTOCOLS)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="a Hugging Face model folder")
     src.add_argument("--run", help="a training run folder: every DIR/checkpoints/step_NNNNNN")
@@ -234,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--limit", type=int, help="first N problems of each benchmark")
     ap.add_argument("--template", help=f"prompt template ({', '.join(sorted(TEMPLATES))}; default: the "
                                        "protocol's, else the benchmark's)")
+    ap.add_argument("--scorers", help="math verdicts, primary first, e.g. math_dapo,math_verify (default: "
+                                      "the protocol's; the others are graded beside from the same samples)")
     ap.add_argument("--engine", default="hf", help="hf | vllm (default hf)")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (chunk seeds derive from it)")
     ap.add_argument("--out",
@@ -277,7 +287,8 @@ def _cli_options(a: argparse.Namespace) -> dict:
     if a.enforce_eager:
         ek["enforce_eager"] = True
     meta = {"preset": a.preset_name, "arm": a.arm, "seed": a.run_seed, "model": a.model_name}
-    return dict(samples=a.samples, limit=a.limit, template=a.template, engine=a.engine, seed=a.seed,
+    return dict(samples=a.samples, limit=a.limit, template=a.template, scorers=a.scorers, engine=a.engine,
+                seed=a.seed,
                 out=a.out, results=a.results, max_new_tokens=a.max_new_tokens, preset=a.preset,
                 pass_ks=a.pass_k, chunk_size=a.chunk_size, max_batch=a.max_batch, meta=meta, device=a.device,
                 dtype=a.dtype, grader_workers=a.grader_workers, overwrite=a.overwrite,

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Callable
 
 from common.distributed import Dist
-from common.jsonl import TornLineWarning, append_text, read_jsonl, write_json_atomic, write_text_atomic
-from eval.units import Unit, chunk_seed
+from common.jsonl import (TornLineWarning, append_text, read_json, read_jsonl, write_json_atomic,
+                          write_text_atomic)
+from eval.card import card_with_tokenizer, unit_card
+from eval.units import Unit, regrade_key, chunk_seed
 from eval.settings import EvalError, EvalSettings
 
 __all__ = ["execute", "run_unit", "summarize"]
@@ -73,18 +75,37 @@ def _load_samples(unit: Unit) -> dict[int, list[dict]]:
     return complete
 
 
+def _verdict_of(row: dict, scorer: str | None) -> dict:
+    """A sample row's verdict by `scorer` (None: the primary one, the row's own fields)."""
+    return row if scorer is None else row["verdicts"][scorer]
+
+
+def _metrics(unit: Unit, rows_by_index: dict[int, list[dict]], scorer: str | None) -> dict:
+    """avg@k, pass@j (unbiased), best@j (verl's bootstrap, where the protocol asks) and maj@k of the verdicts
+    of `scorer` (None: the primary one; another's names end in /<scorer>)."""
+    from common.metrics import avg_at_k, best_at_k, maj_at_k, pass_at_k_matrix
+    s, k = unit.settings, unit.settings["samples"]
+    rows = [rows_by_index[p.index] for p in unit.plan.data]
+    correct = [[bool(_verdict_of(r, scorer)["correct"]) for r in rr] for rr in rows]
+    answers = [[(_verdict_of(r, scorer).get("extracted") or "").strip() or None for r in rr] for rr in rows]
+    metrics = {f"avg@{k}": avg_at_k(correct)}
+    for j in s["pass_ks"]:
+        metrics[f"pass@{j}"] = pass_at_k_matrix(correct, j)
+        if s.get("best_of"):
+            metrics[f"best@{j}"] = best_at_k(correct, j)
+    metrics[f"maj@{k}"] = maj_at_k(answers, correct, k)
+    return metrics if scorer is None else {f"{m}/{scorer}": v for m, v in metrics.items()}
+
+
 def summarize(unit: Unit, rows_by_index: dict[int, list[dict]], elapsed_s: float | None = None,
               generated: int = 0) -> dict:
-    """The summary of a finished unit (avg@k, pass@j, maj@k, stats, settings)."""
-    from common.metrics import avg_at_k, maj_at_k, pass_at_k_matrix
+    """The summary of a finished unit (avg@k, pass@j, maj@k under each scorer, stats, settings, card)."""
     k = unit.settings["samples"]
     problems = list(unit.plan.data)
     correct = [[bool(r["correct"]) for r in rows_by_index[p.index]] for p in problems]
-    answers = [[(r.get("extracted") or "").strip() or None for r in rows_by_index[p.index]] for p in problems]
-    metrics = {f"avg@{k}": avg_at_k(correct)}
-    for j in unit.settings["pass_ks"]:
-        metrics[f"pass@{j}"] = pass_at_k_matrix(correct, j)
-    metrics[f"maj@{k}"] = maj_at_k(answers, correct, k)
+    metrics = _metrics(unit, rows_by_index, None)
+    for extra in unit.settings.get("scorers", ["math_verify"])[1:]:
+        metrics.update(_metrics(unit, rows_by_index, extra))
     all_rows = [r for p in problems for r in rows_by_index[p.index]]
     reasons = Counter(r.get("reason", "ok") for r in all_rows)
     return {
@@ -105,15 +126,51 @@ def _progress_enabled(progress: bool | None) -> bool:
     return os.environ.get("ARMOR_PROGRESS", "1") != "0"
 
 
+def grade_beside(unit: Unit, rows: list[dict], graders) -> None:
+    """The verdicts of the unit's other scorers (settings["scorers"][1:]) on the same responses, added to each
+    sample row as ``row["verdicts"][scorer] = {correct, extracted, reason}`` (nothing for one scorer)."""
+    extras = unit.settings.get("scorers", ["math_verify"])[1:]
+    if not extras or not rows:
+        return
+    golds = {p.index: p.gold for p in unit.plan.data}
+    types = {p.index: p.answer_type for p in unit.plan.data}
+    for name in extras:
+        vs = graders(unit.plan.mode, name).grade([r["response"] for r in rows],
+                                                 [golds[r["index"]] for r in rows],
+                                                 [types[r["index"]] for r in rows])
+        for r, v in zip(rows, vs):
+            r.setdefault("verdicts", {})[name] = {"correct": bool(v.correct), "extracted": v.extracted,
+                                                  "reason": v.reason}
+
+
+def _regrade(unit: Unit, done: dict[int, list[dict]], graders) -> None:
+    """Every scorer's verdicts recomputed from the stored responses (the scorers changed, not the samples);
+    the samples file is rewritten."""
+    rows = [r for p in unit.plan.data for r in done.get(p.index, [])]
+    golds = {p.index: p.gold for p in unit.plan.data}
+    types = {p.index: p.answer_type for p in unit.plan.data}
+    primary = unit.settings.get("scorers", ["math_verify"])[0]
+    vs = graders(unit.plan.mode, primary).grade([r["response"] for r in rows],
+                                                [golds[r["index"]] for r in rows],
+                                                [types[r["index"]] for r in rows])
+    for r, v in zip(rows, vs):
+        r.update(extracted=v.extracted, correct=bool(v.correct), reason=v.reason)
+        r.pop("verdicts", None)
+    grade_beside(unit, rows, graders)
+    write_text_atomic(unit.samples_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
 def run_unit(unit: Unit, engine, tokenizer, grader, *, progress: bool | None = None,
-            after_chunk: Callable[[Unit, int], None] | None = None, dist: Dist | None = None) -> dict:
+            after_chunk: Callable[[Unit, int], None] | None = None, dist: Dist | None = None,
+            graders=None) -> dict:
     """Generate the missing samples of ``unit`` chunk by chunk, then write and return its summary.
 
     Split over the ranks of `dist` (an evaluation launched by torchrun): rank 0 reads what is done, rank r
     generates the chunks r, r + W, ... of those still to do into its own file, and rank 0 merges them into the
     samples file and writes the summary, which every rank returns. A chunk's seed depends only on its first
     problem, so the samples are those of one process. A lock file (``.<stem>.lock``, flock; one per rank)
-    keeps two evaluations from writing the same files."""
+    keeps two evaluations from writing the same files. ``grader`` gives the primary verdicts; ``graders``
+    ((mode, scorer) -> Grader) those of the protocol's other scorers (``grade_beside``)."""
     import fcntl
 
     dist = dist or Dist()
@@ -125,11 +182,11 @@ def run_unit(unit: Unit, engine, tokenizer, grader, *, progress: bool | None = N
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise EvalError(f"{unit.samples_path}: another evaluation is writing it") from None
-        return _run_unit_locked(unit, engine, tokenizer, grader, t0, progress, after_chunk, dist)
+        return _run_unit_locked(unit, engine, tokenizer, grader, t0, progress, after_chunk, dist, graders)
 
 
 def _run_unit_locked(unit: Unit, engine, tokenizer, grader, t0: float, progress, after_chunk,
-                    dist: Dist) -> dict:
+                    dist: Dist, graders) -> dict:
     from tqdm import tqdm
 
     from common.rollout import SamplingParams
@@ -139,9 +196,14 @@ def _run_unit_locked(unit: Unit, engine, tokenizer, grader, t0: float, progress,
     k, C = s["samples"], s["chunk_size"]
     done: dict[int, list[dict]] = {}
     if dist.is_main:
-        if not unit.settings_path.is_file():
-            write_json_atomic(unit.settings_path, s, **_JSON_KW)
+        old = read_json(unit.settings_path) if unit.settings_path.is_file() else None
         done = _load_samples(unit)
+        if old is not None and not regrade_key(old, s, "scorers"):
+            if done:                           # resumed under other scorers: the kept samples regraded first
+                _regrade(unit, done, graders)
+            old = None
+        if old is None:
+            write_json_atomic(unit.settings_path, s, **_JSON_KW)
     have = set(dist.all_gather_object(sorted(done) if dist.is_main else None)[0])
     problems = list(unit.plan.data)
     n = len(problems)
@@ -163,12 +225,15 @@ def _run_unit_locked(unit: Unit, engine, tokenizer, grader, t0: float, progress,
             prompt_ids = [encode_prompt(tokenizer, p.problem, unit.plan.template) for p in chunk]
             recs = sample_and_grade(engine, tokenizer, chunk, unit.plan.template, params, grader, prompt_ids)
             gold = {p.index: p.gold for p in chunk}
-            lines, new = [], {}
+            new = {}
             for r in recs:
                 if r.index in todo:
                     row = {**r.to_json(), "gold": gold[r.index]}
                     new.setdefault(r.index, []).append(row)
-                    lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+            if graders is not None:
+                grade_beside(unit, [row for rows in new.values() for row in rows], graders)
+            lines = [json.dumps(row, ensure_ascii=False) + "\n"
+                     for p in chunk for row in new.get(p.index, [])]
             append_text(out, "".join(lines))
             done.update(new)
             generated += len(new)
@@ -187,18 +252,21 @@ def _run_unit_locked(unit: Unit, engine, tokenizer, grader, t0: float, progress,
         if missing:  # pragma: no cover - engine returned fewer samples than asked
             raise RuntimeError(f"{unit.samples_path}: problems {missing[:5]} have fewer than {k} samples")
         summ = summarize(unit, done, elapsed_s=round(time.time() - t0, 3), generated=generated)
+        summ["card"] = card_with_tokenizer(unit, tokenizer)
         write_json_atomic(unit.summary_path, summ, **_JSON_KW)
     summ = dist.all_gather_object(summ)[0]
     unit.summary, unit.state = summ, "done"
     return summ
 
 
-def _resummarize(unit: Unit) -> dict:
+def _resummarize(unit: Unit, graders) -> dict:
     done = _load_samples(unit)
     if len(done) < len(unit.plan.data):
         unit.state = "resume"
         return {}
+    _regrade(unit, done, graders)
     summ = summarize(unit, done)
+    summ["card"] = unit_card(unit)
     write_json_atomic(unit.settings_path, unit.settings, **_JSON_KW)
     write_json_atomic(unit.summary_path, summ, **_JSON_KW)
     unit.summary, unit.state = summ, "done"
@@ -264,16 +332,17 @@ def _loaded_engine(ckpt: Path, engine: str, *, device: str, dtype: str | None, m
 
 
 class _Graders:
-    """One grader per answer mode, made on first use, all closed together."""
+    """One grader per (answer mode, scorer), made on first use, all closed together."""
 
     def __init__(self, workers: int, timeout_s: float):
         self.workers, self.timeout_s, self._g = workers, timeout_s, {}
 
-    def __call__(self, mode: str):
+    def __call__(self, mode: str, scorer: str = "math_verify"):
         from common.grading import Grader
-        if mode not in self._g:
-            self._g[mode] = Grader(num_workers=self.workers, timeout_s=self.timeout_s, mode=mode)
-        return self._g[mode]
+        if (mode, scorer) not in self._g:
+            self._g[mode, scorer] = Grader(num_workers=self.workers, timeout_s=self.timeout_s, mode=mode,
+                                           scorer=scorer)
+        return self._g[mode, scorer]
 
     def close(self):
         for g in self._g.values():
@@ -287,10 +356,14 @@ def execute(ckpt: Path, units: list[Unit], s: EvalSettings, dist: Dist | None = 
     writes to the output folder, and what it finds there (done, to resume, to resummarize) holds for all."""
     dist = dist or Dist()
     dist.barrier()                          # every rank has read the folder (planned) before rank 0 writes
+    graders = _Graders(s.grader_workers, s.grader_timeout_s)
     if dist.is_main:
-        for j in units:
-            if j.state == "resummarize":
-                _resummarize(j)
+        try:
+            for j in units:
+                if j.state == "resummarize":
+                    _resummarize(j, graders)
+        finally:
+            graders.close()
     found = dist.all_gather_object([(j.state, j.summary) for j in units] if dist.is_main else None)[0]
     for j, (state, summary) in zip(units, found):
         j.state, j.summary = state, summary
@@ -308,8 +381,8 @@ def execute(ckpt: Path, units: list[Unit], s: EvalSettings, dist: Dist | None = 
             for j in todo:
                 if j.state == "resume" and dist.is_main:
                     s.log(f"{j.samples_path}: resuming")
-                run_unit(j, eng, tok, graders(j.plan.mode), progress=s.progress, after_chunk=s.after_chunk,
-                        dist=dist)
+                run_unit(j, eng, tok, graders(j.plan.mode, j.settings["scorers"][0]), progress=s.progress,
+                         after_chunk=s.after_chunk, dist=dist, graders=graders)
     finally:
         graders.close()
     return [j.summary for j in units]

@@ -1,6 +1,7 @@
 """Grade a file of responses against a benchmark.
 
-    python -m eval.grade --benchmark math500 --responses out.jsonl [--mode boxed] [--workers 2] [--timeout 5]
+    python -m eval.grade --benchmark math500 --responses out.jsonl [--mode boxed] [--scorer math_dapo]
+        [--workers 2] [--timeout 5]
 
 Each input row is ``{"index": i, "response": "..."}`` where ``i`` is the 0-based row of the benchmark
 (several rows may share an index, e.g. k samples per problem); other fields are kept. Per-row verdicts are
@@ -18,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from common.benchmarks import BenchmarkError, load_benchmark
-from common.grading import ANSWER_MODES, Grader
+from common.grading import ANSWER_MODES, SCORERS, Grader
 from common.jsonl import numbered_objects
 
 
@@ -56,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--responses", required=True, type=Path, help="JSON-lines file of {index, response}")
     ap.add_argument("--source", default="auto", help="benchmark source: auto | local | hub | <path>")
     ap.add_argument("--mode", default="boxed", choices=ANSWER_MODES.names(), help="answer extraction mode")
+    ap.add_argument("--scorer", default="math_verify", choices=SCORERS.names(),
+                    help="math_verify (the --mode answer, math-verify) or math_dapo (the authors': last "
+                         "'Answer:' line of the last 300 characters, Minerva-normalised string equality)")
     ap.add_argument("--workers", type=int, default=2, help="grading worker processes (0 = in-process)")
     ap.add_argument("--timeout", type=float, default=5.0, help="per-answer grading timeout, seconds")
     ap.add_argument("--out", type=Path, default=None, help="output path (default: <responses>.graded.jsonl)")
@@ -70,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
 
     golds = [problems[r["index"]].gold for r in rows]
     types = [problems[r["index"]].answer_type for r in rows]
-    with Grader(num_workers=args.workers, timeout_s=args.timeout, mode=args.mode) as grader:
+    with Grader(num_workers=args.workers, timeout_s=args.timeout, mode=args.mode,
+                scorer=args.scorer) as grader:
         verdicts = grader.grade([r["response"] for r in rows], golds, types)
 
     out = args.out or graded_path(args.responses)

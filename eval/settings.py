@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from common.benchmarks import TEMPLATES
+from common.grading.scorers import SCORERS
 from eval.protocols import Protocol, get_protocol
 
 __all__ = ["EvalError", "EvalSettings", "REPO_ROOT", "split_list", "int_list", "read_yaml_file",
@@ -85,6 +86,7 @@ class EvalSettings:
     pass_ks: tuple[int, ...] | None = None  # the j of pass@j ("1,2" or a list; None: the protocol's)
     limit: int | None = None                # the first N problems of each benchmark
     template: str | None = None             # None: the protocol's, else the benchmark's
+    scorers: tuple[str, ...] | None = None  # math verdicts, primary first ("a,b"; None: the protocol's)
     engine: str = "hf"                      # hf | vllm
     seed: int = 0                           # chunk seeds derive from it (eval.units.chunk_seed)
     chunk_size: int = 32                    # problems per generation chunk (the unit of resume)
@@ -117,6 +119,13 @@ class EvalSettings:
         if self.template is not None and self.template not in TEMPLATES:
             raise EvalError(f"unknown prompt template {self.template!r}; known: "
                             f"{', '.join(sorted(TEMPLATES))}")
+        if self.scorers is not None:
+            names = tuple(split_list(self.scorers))
+            bad = [n for n in names if n not in SCORERS]
+            if bad or not names or len(set(names)) != len(names):
+                raise EvalError(f"scorers {self.scorers!r}: give distinct names of "
+                                f"{', '.join(SCORERS.names())}")
+            self._set("scorers", names)
         if self.limit is not None and not _is_int(self.limit, 1):
             raise EvalError(f"limit must be a positive integer, got {self.limit!r}")
         if self.max_new_tokens is not None and not _is_int(self.max_new_tokens, 1):

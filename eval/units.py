@@ -22,7 +22,7 @@ from eval.settings import REPO_ROOT, EvalError, EvalSettings, split_list
 
 __all__ = ["BenchInput", "Unit", "RESUME_KEYS", "SEED_RULE", "chunk_seed", "check_checkpoint",
            "load_benchmarks", "bench_inputs", "checkpoint_step", "resolve_max_new_tokens",
-           "checkpoint_units", "units_of"]
+           "checkpoint_units", "units_of", "regrade_key", "REGRADE_KEYS"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 #: settings that must agree for existing samples / summaries to be reused
@@ -110,6 +110,7 @@ class BenchInput:
     mode: str
     setting: BenchSetting
     data_sha: str
+    scorers: tuple[str, ...] = ("math_verify",)    # math: the protocol's (primary first); mc: letters only
 
 
 def _data_sha(data: BenchmarkData) -> str:
@@ -122,13 +123,16 @@ def _data_sha(data: BenchmarkData) -> str:
 def bench_inputs(s: EvalSettings) -> list[BenchInput]:
     """The benchmarks of `s` loaded, each with its template, answer mode, (k, pass ks) and data hash."""
     inputs = []
+    p = s.protocol
     for name, data in load_benchmarks(s.benchmarks, s.limit):
-        tmpl = s.template or s.protocol.template or data.spec.template
+        math = data.spec.answer_type == "math"
+        tmpl = s.template or p.template or (p.math_template if math else None) or data.spec.template
         try:
-            setting = resolve_setting(s.protocol, name, s.samples, s.pass_ks, aliases=(data.name,))
+            setting = resolve_setting(p, name, s.samples, s.pass_ks, aliases=(data.name,))
         except ValueError as e:
             raise EvalError(str(e)) from None
-        inputs.append(BenchInput(name, data, tmpl, default_mode(tmpl), setting, _data_sha(data)))
+        scorers = tuple(s.scorers or p.scorers) if math else ("math_verify",)
+        inputs.append(BenchInput(name, data, tmpl, default_mode(tmpl), setting, _data_sha(data), scorers))
     return inputs
 
 
@@ -215,6 +219,17 @@ def resolve_max_new_tokens(explicit: int | None, preset: dict | None, protocol: 
     return DEFAULT_MAX_NEW_TOKENS, "default"
 
 
+#: settings that change only what is computed from the samples (a summary without them is recomputed)
+REGRADE_KEYS = ("pass_ks", "scorers", "best_of")
+_REGRADE_DEFAULTS = {"pass_ks": [], "scorers": ["math_verify"], "best_of": False}
+
+
+def regrade_key(old: dict, new: dict, key: str):
+    """Whether `key` agrees (a summary from before the key existed holds its default)."""
+    return list(old.get(key) or []) == list(new[key]) if key == "pass_ks" else \
+        old.get(key, _REGRADE_DEFAULTS[key]) == new[key]
+
+
 def _diff(a: dict, b: dict) -> list[str]:
     return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in RESUME_KEYS if a.get(k) != b.get(k)]
 
@@ -235,7 +250,7 @@ def _classify(unit: Unit, overwrite: bool) -> None:
             raise EvalError(f"{unit.summary_path} was computed with other settings ({'; '.join(diff)}); "
                             "pass --overwrite to redo it or choose another --out")
         if not diff:
-            if list(old.get("pass_ks") or []) == list(unit.settings["pass_ks"]):
+            if all(regrade_key(old, unit.settings, key) for key in REGRADE_KEYS):
                 unit.state, unit.summary = "done", summ
             else:
                 unit.state = "resummarize"
@@ -260,7 +275,8 @@ def _unit_settings(bp: BenchInput, s: EvalSettings, budget: tuple[int, str]) -> 
     p, k = s.protocol, bp.setting.samples
     return {
         "benchmark": bp.name, "benchmark_source": bp.data.source, "protocol": p.name,
-        "template": bp.template, "answer_mode": bp.mode, "samples": k, "pass_ks": list(bp.setting.pass_ks),
+        "template": bp.template, "answer_mode": bp.mode, "scorers": list(bp.scorers), "best_of": p.best_of,
+        "samples": k, "pass_ks": list(bp.setting.pass_ks),
         "temperature": p.temperature, "top_p": p.top_p, "max_new_tokens": budget[0],
         "max_new_tokens_source": budget[1], "seed": s.seed, "seed_rule": SEED_RULE,
         "chunk_size": s.chunk_size, "engine": s.engine,

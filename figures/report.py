@@ -200,6 +200,10 @@ def build_report(ctx: Context, out_md: Path, command: str, seeds, wall_time_s, f
         except Exception as e:  # noqa: BLE001
             lines += [f"### {name}", "", f"_could not be built: {type(e).__name__}: {e}_", ""]
 
+    card = ctx.driver_meta.get("protocol_card")
+    if card:        # what the final evaluation measured (eval/card.py, written by the driver's collection)
+        lines += ["## Protocol card of the final evaluation", "", card, ""]
+
     lines += ["## Method notes", "",
               "- Curves: seed mean, shaded band = min–max over seeds; x = total RL steps since the base "
               "model.",

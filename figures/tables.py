@@ -16,6 +16,12 @@ for a benchmark, the paper's k is used (avg@32 / avg@8 / pass@16) if present, el
 for stage-1 rows ("140") and "+N" steps after the arm's start for continual rows ("+200"). Deltas are
 differences of the printed values ("+5.91", "−1.20"), as in the paper.
 
+Evaluations graded by several scorers (the paper protocol: math_dapo, the authors', primary; math_verify
+beside, metrics ``avg@32/math_verify`` ...) get one "ours (<scorer>)" row per other scorer under each of ours,
+from the same samples; Table 2 also gets an "ours (best@k)" row, verl's bootstrap estimator beside the
+unbiased pass@k. The AMC column shows AMC 2023 (``amc23``) when AI-MO's ``amc`` was evaluated too
+(``PREFERRED``).
+
 Presets whose eval benchmarks are none of the paper's (tiny/smoke) get one column per eval benchmark found
 plus their mean ("avg"). Paper presets get a `paper` row under each of ours (source column). A cell that
 cannot be filled is "—" with a numbered footnote saying why; nothing raises for missing inputs.
@@ -31,7 +37,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from common.results import metric_k
+from common.results import metric_k, metric_scorer
 
 from . import paper as paper_mod
 from .data import Context
@@ -50,7 +56,7 @@ BENCH_ALIASES = {
 HEADERS = {"aime24": "AIME24", "aime25": "AIME25", "amc": "AMC", "math_avg": "math avg", "gpqa": "GPQA",
            "mmlu_pro": "MMLU-Pro", "avg": "avg"}
 PAPER_K = {"avg": {"aime24": 32, "aime25": 32, "amc": 32, "gpqa": 8, "mmlu_pro": 8},
-           "pass": {"aime24": 16, "aime25": 16, "amc": 16}}
+           "pass": {"aime24": 16, "aime25": 16, "amc": 16}, "best": {"aime24": 16, "aime25": 16, "amc": 16}}
 TABLE_COLUMNS = {
     "table1": ("avg", ["aime24", "aime25", "amc", "math_avg", "gpqa", "mmlu_pro"]),
     "table2": ("pass", ["aime24", "aime25", "amc", "avg"]),
@@ -218,13 +224,16 @@ def columns_for(ctx: Context, table: str) -> tuple[str, list[str]]:
     return kind, benches + (["avg"] if len(benches) > 1 else [])
 
 
-def _pick_metric(rows, kind: str, col: str) -> Optional[str]:
-    metrics = [m for m in rows["metric"].unique() if metric_k(m)[0] == kind]
+def _pick_metric(rows, kind: str, col: str, scorer: Optional[str] = None) -> Optional[str]:
+    """The metric of `kind` for column `col` by `scorer` (None: the primary one): the paper's k if present,
+    else the largest k."""
+    metrics = [m for m in rows["metric"].unique() if metric_k(m)[0] == kind and metric_scorer(m) == scorer]
     if not metrics:
         return None
     want = PAPER_K.get(kind, {}).get(col)
-    if want and f"{kind}@{want}" in metrics:
-        return f"{kind}@{want}"
+    name = f"{kind}@{want}" + (f"/{scorer}" if scorer else "")
+    if want and name in metrics:
+        return name
     return max(metrics, key=lambda m: metric_k(m)[1] or 0)
 
 
@@ -238,11 +247,21 @@ class _Notes:
         return self.items.index(text) + 1
 
 
+#: when several benchmarks of a column were evaluated, the one the column shows (AMC: AMC 2023, the paper
+#: protocol's AMC column; AI-MO's 83-problem `amc` is reported beside it in the results table)
+PREFERRED = {"amc": ("amc23", "amc2023", "amc_2023")}
+
+
 def _bench_rows(ctx: Context, arm: str, steps: dict[int, int], col: str, paper: bool):
     ev = ctx.eval_rows_at(arm, steps)
-    if paper:
-        return ev[ev["benchmark"].map(_bench_key) == col]
-    return ev[ev["benchmark"] == col]
+    if not paper:
+        return ev[ev["benchmark"] == col]
+    r = ev[ev["benchmark"].map(_bench_key) == col]
+    if r["benchmark"].nunique() > 1:
+        for name in PREFERRED.get(col, ()):
+            if (r["benchmark"] == name).any():
+                return r[r["benchmark"] == name]
+    return r
 
 
 def _choose_arm(ctx: Context, spec: RowSpec) -> tuple[Optional[str], dict[int, int], str]:
@@ -292,13 +311,11 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
                 columns.append(c)
         pm = paper_mode(ctx)
         all_benches = set(ctx.df["benchmark"].unique())
-        ours: dict[str, Row] = {}
+        ours: dict = {}                             # spec key (, scorer) -> our row
         paper_rows = paper_mod.table_rows(ctx.preset, table) if ctx.is_paper else {}
         for spec in row_specs(ctx, table):
             arm, steps_by_seed, how = _choose_arm(ctx, spec)
             cells: dict[str, Cell] = {}
-            raw: dict[str, Optional[float]] = {}
-            per: dict[str, pd.Series] = {}          # column -> percent value per seed
             seeds: list[int] = []
             if not steps_by_seed:
                 n = notes.add(f"{ctx.model} {spec.method}: not run: {' / '.join(spec.arms)}"
@@ -314,39 +331,30 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
                 steps = _steps_text(steps_by_seed, start)
                 sel_notes.append(f"{ctx.model} {spec.method}: arm `{arm}` at {_steps_note(steps_by_seed)} "
                                  f"({how})")
-                for c in cols:
-                    if c in DERIVED and c not in all_benches:
-                        continue
-                    r = _bench_rows(ctx, arm, steps_by_seed, c, pm)
-                    metric = _pick_metric(r, kind, c)
-                    if metric is None:
-                        cells[c] = Cell(note=notes.add(f"{ctx.model} {spec.method}: no {kind}@k eval of {c} "
-                                                       f"for `{arm}` at {_steps_note(steps_by_seed)}"))
-                        raw[c] = None
-                        continue
-                    r = r[r["metric"] == metric]
-                    per_seed = r.groupby("seed")["value"].mean()
-                    seeds = sorted(set(seeds) | set(int(s) for s in per_seed.index))
-                    raw[c] = float(per_seed.mean()) * 100.0
-                    per[c] = per_seed * 100.0
-                    cells[c] = Cell(round(raw[c], 2), spread=_spread(per[c]))
-                    metric_used.setdefault(c, set()).add(metric)
-                for c in cols:  # derived means (math avg, avg)
-                    if c in cells:
-                        continue
-                    parts = DERIVED[c] if pm else [b for b in cols if b not in DERIVED]
-                    vals = [raw.get(p) for p in parts]
-                    if vals and all(v is not None for v in vals):
-                        by_seed = pd.concat([per[p] for p in parts], axis=1).dropna().mean(axis=1)
-                        cells[c] = Cell(round(sum(vals) / len(vals), 2), spread=_spread(by_seed))
-                    else:
-                        cells[c] = Cell(note=notes.add(f"{HEADERS.get(c, c)} needs all of "
-                                                       f"{', '.join(HEADERS.get(p, p) for p in parts)}"))
+                seeds = _fill_cells(ctx, spec, arm, steps_by_seed, cols, kind, pm, all_benches, notes,
+                                    metric_used, cells, None)
             row = Row(ctx.model, spec.method, "ours", steps, cells, arm, steps_by_seed, how, seeds)
             if spec.base and spec.base in ours:
                 _deltas(row, ours[spec.base])
             ours[spec.key] = row
             rows.append(row)
+            # the same samples under the evaluation's other scorers (paper protocol: math_verify beside
+            # math_dapo): one row each, "ours (<scorer>)"
+            # and, in Table 2, verl's bootstrap best@k beside the unbiased pass@k: "ours (best@k)"
+            beside = [(s, kind, f"ours ({s})") for s in _beside_scorers(ctx, arm, steps_by_seed)] \
+                if steps_by_seed else []
+            if kind == "pass" and steps_by_seed and _has_best(ctx, arm, steps_by_seed):
+                beside.append((None, "best", "ours (best@k)"))
+            for scorer, skind, label in beside:
+                sc: dict[str, Cell] = {}
+                _fill_cells(ctx, spec, arm, steps_by_seed, cols, skind, pm, all_benches, notes, metric_used,
+                            sc, scorer)
+                srow = Row(ctx.model, spec.method, label, steps, sc, arm, steps_by_seed, how, seeds)
+                key = (spec.base, label)
+                if key in ours:
+                    _deltas(srow, ours[key])
+                ours[(spec.key, label)] = srow
+                rows.append(srow)
             if spec.key in paper_rows:
                 p = paper_rows[spec.key]
                 prow = Row(ctx.model, spec.method, "paper", str(p.get("steps", "")),
@@ -370,6 +378,58 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
     if any(cell.spread is not None for r in rows for cell in r.cells.values()):
         caption += f" {PM}: standard deviation over seeds (n − 1) of the per-seed values."
     return Table(table, TITLES[table], columns, rows, notes.items, caption, sel_notes)
+
+
+def _beside_scorers(ctx: Context, arm: str, steps: dict[int, int]) -> list[str]:
+    """The scorers other than the primary one whose metrics the arm's eval rows hold."""
+    ev = ctx.eval_rows_at(arm, steps)
+    return sorted({s for s in map(metric_scorer, ev["metric"].unique()) if s})
+
+
+def _has_best(ctx: Context, arm: str, steps: dict[int, int]) -> bool:
+    """Whether the arm's eval rows hold verl's bootstrap best@k (the paper protocol reports it)."""
+    ev = ctx.eval_rows_at(arm, steps)
+    return any(metric_k(m)[0] == "best" and metric_scorer(m) is None for m in ev["metric"].unique())
+
+
+def _fill_cells(ctx: Context, spec, arm: str, steps_by_seed: dict[int, int], cols, kind: str, pm: bool,
+                all_benches, notes: "_Notes", metric_used: dict, cells: dict,
+                scorer: Optional[str]) -> list[int]:
+    """The cells of one row (benchmark columns, then the derived means) by `scorer` (None: the primary one),
+    into `cells`; returns the seeds seen."""
+    raw: dict[str, Optional[float]] = {}
+    per: dict[str, pd.Series] = {}          # column -> percent value per seed
+    seeds: list[int] = []
+    by = f" by {scorer}" if scorer else ""
+    for c in cols:
+        if c in DERIVED and c not in all_benches:
+            continue
+        r = _bench_rows(ctx, arm, steps_by_seed, c, pm)
+        metric = _pick_metric(r, kind, c, scorer)
+        if metric is None:
+            cells[c] = Cell(note=notes.add(f"{ctx.model} {spec.method}: no {kind}@k eval of {c}{by} "
+                                           f"for `{arm}` at {_steps_note(steps_by_seed)}"))
+            raw[c] = None
+            continue
+        r = r[r["metric"] == metric]
+        per_seed = r.groupby("seed")["value"].mean()
+        seeds = sorted(set(seeds) | set(int(s) for s in per_seed.index))
+        raw[c] = float(per_seed.mean()) * 100.0
+        per[c] = per_seed * 100.0
+        cells[c] = Cell(round(raw[c], 2), spread=_spread(per[c]))
+        metric_used.setdefault(c, set()).add(metric)
+    for c in cols:  # derived means (math avg, avg)
+        if c in cells:
+            continue
+        parts = DERIVED[c] if pm else [b for b in cols if b not in DERIVED]
+        vals = [raw.get(p) for p in parts]
+        if vals and all(v is not None for v in vals):
+            by_seed = pd.concat([per[p] for p in parts], axis=1).dropna().mean(axis=1)
+            cells[c] = Cell(round(sum(vals) / len(vals), 2), spread=_spread(by_seed))
+        else:
+            cells[c] = Cell(note=notes.add(f"{HEADERS.get(c, c)} needs all of "
+                                           f"{', '.join(HEADERS.get(p, p) for p in parts)}"))
+    return seeds
 
 
 def _spread(per_seed: "pd.Series") -> Optional[float]:

@@ -51,6 +51,7 @@ from reproduce.dag.budget import budget_lines, item_costs  # noqa: E402
 from reproduce.dag.graph import WARM_PRELOAD, build_jobs  # noqa: E402
 from reproduce.dag.resources import preset_resources  # noqa: E402
 from reproduce.entrypoints import missing_entry_points  # noqa: E402
+from reproduce.jobs.collect import protocol_card_text  # noqa: E402
 from reproduce.jobs.figures import DRIVER_START_ENV, driver_wall_time, record_driver_run  # noqa: E402
 from reproduce.jobs.peaks import read_peak  # noqa: E402
 from reproduce.matrix.arms import (arm_seeds, build_arms, figure_arms, parse_only, parse_seeds,  # noqa: E402
@@ -356,6 +357,12 @@ def main(argv=None) -> int:
             print_plan(preset, jobs, states, la.cluster, root, seeds, only, show_commands=a.dry_run,
                        stage_dir=stage_dir, launcher=la if a.dry_run and gpu else None, est=est,
                        totals=totals, est_measured=measured is not None, pilot=a.pilot)
+            card = protocol_card_text(preset) if a.dry_run and not a.pilot else None
+            if card:
+                print("\nProtocol card (training reward and validation: reward.scorer "
+                      f"{preset.cfg.reward.scorer}, reward.answer_mode {preset.cfg.reward.answer_mode}, "
+                      f"prompt template {preset.cfg.data.prompt_template}; final evaluation below):\n")
+                print(card)
             return 0
         hub.check_ready(hub.items(preset, stage_dir))   # a gated dataset without a token fails here
         # the pre-flight stops a submission that would fail on the cluster (a GPU preset, or a sized one)

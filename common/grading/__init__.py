@@ -32,6 +32,11 @@ Protocol (recorded; changing it changes every number):
   (``answer_shape``); towers of exponents, deep nesting and huge factorials would otherwise cost math-verify
   seconds or its whole timeout each.
 
+Scorers (``SCORERS``, common.grading.scorers): everything above is the ``math_verify`` scorer (the default).
+``math_dapo`` is the authors' reward and validation scorer (common.grading.math_dapo): the last ``Answer:``
+line of the last 300 characters, Minerva's normalisation, string equality, +1 / -1, no boxed fallback.
+``Grader(scorer=...)``, ``reward.scorer``, ``eval.grade --scorer`` and the evaluation protocols choose one.
+
 Robustness: math-verify's own timeouts use SIGALRM, which only works in a main thread. ``Grader`` runs
 math-verify in worker processes (fresh interpreters started with subprocess, talking over pipes, so
 the caller's ``__main__`` is never re-imported and needs no guard). Each worker arms its own SIGALRM per item
@@ -50,7 +55,8 @@ the parent at tens of thousands per second, LaTeX answers cost math-verify ~5-50
 
 Modules, one job each: ``extract`` (the answer modes and their extractors), ``normalize`` (golds and the
 comparisons that need no math-verify), ``shape`` (the plausibility bounds), ``choice`` (multiple-choice
-letters), ``verify`` (the math-verify call under SIGALRM, ``TimeoutMemory``), ``grade`` (``Verdict``, the
+letters), ``verify`` (the math-verify call under SIGALRM, ``TimeoutMemory``), ``math_dapo`` and ``scorers``
+(the authors' scorer; the scorer registry), ``grade`` (``Verdict``, the
 parent-side order of decisions, ``grade_one``), ``worker`` (the worker process), ``pool`` (``Grader`` and the
 default graders).
 """
@@ -59,8 +65,10 @@ from __future__ import annotations
 from common.grading.choice import mc_letter
 from common.grading.extract import ANSWER_MODES, MODES, extract_answer, extract_answer_line, extract_boxed
 from common.grading.grade import ANSWER_TYPES, REASONS, Verdict, grade_one
+from common.grading.math_dapo import math_dapo_score, normalize_final_answer
 from common.grading.normalize import normalize_gold
 from common.grading.pool import Grader, close_default_graders, get_grader
+from common.grading.scorers import DEFAULT_SCORER, SCORERS, check_scorer, dapo_verdict
 from common.grading.shape import (BOUNDS, GOLD_MAXIMA, MAX_ANSWER_CHARS, AnswerShape, answer_shape,
                                   implausible_bound)
 from common.grading.verify import TIMEOUT_SEEN, TimeoutMemory
@@ -70,4 +78,5 @@ __all__ = [
     "MAX_ANSWER_CHARS", "AnswerShape", "answer_shape", "implausible_bound",
     "extract_boxed", "extract_answer_line", "extract_answer", "normalize_gold", "mc_letter",
     "grade_one", "Grader", "get_grader", "close_default_graders", "TimeoutMemory", "TIMEOUT_SEEN",
+    "SCORERS", "DEFAULT_SCORER", "check_scorer", "dapo_verdict", "math_dapo_score", "normalize_final_answer",
 ]

@@ -1,13 +1,14 @@
 """Gold normalisation and the comparisons decided without math-verify (``_cheap_compare``).
 
-Golds: ``$`` delimiters removed, ``"27.0"`` -> ``"27"``; multi-answer golds (OlympiadBench lists, or a
-``list[str]`` gold) are joined with ``", "``, which math-verify reads as the set {a, b}, so a prediction is
-correct iff it verifies against the whole set (order-free). Shortcuts decided in the parent, each with
-math-verify's verdict (a test checks the agreement): both plain integers (``-?\\d+``) -> integer comparison
-(~1000x faster; RL on integer answers never reaches math-verify); identical up to ``\\left``/``\\right``,
-spacing and ``\\dfrac`` -> correct; ``x = <rhs>`` against a gold without ``=`` -> the rhs is compared; both
-plain numbers (integers, decimals, integer fractions) -> exact, or after rounding to 6 decimals when a decimal
-is involved.
+Golds: ``$`` delimiters removed, as the authors' data holds them: ``"27.0"`` -> ``"27"``, ``"023"`` ->
+``"23"`` (string-equality scorers such as math_dapo need it; math-verify reads both as the same number);
+multi-answer golds (OlympiadBench lists, or a ``list[str]`` gold) are joined with ``", "``, which math-verify
+reads as the set {a, b}, so a prediction is correct iff it verifies against the whole set (order-free).
+Shortcuts decided in the parent, each with math-verify's verdict (a test checks the agreement): both plain
+integers (``-?\\d+``) -> integer comparison (~1000x faster; RL on integer answers never reaches math-verify);
+identical up to ``\\left``/``\\right``, spacing and ``\\dfrac`` -> correct; ``x = <rhs>`` against a gold
+without ``=`` -> the rhs is compared; both plain numbers (integers, decimals, integer fractions) -> exact, or
+after rounding to 6 decimals when a decimal is involved.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import re
 __all__ = ["normalize_gold"]
 
 _INT_RE = re.compile(r"-?\d+")
-_FLOAT_INT_RE = re.compile(r"(-?\d+)\.0*")
+_FLOAT_INT_RE = re.compile(r"(-?)0*(\d+?)(?:\.0*)?")
 
 
 def _strip_dollars(s: str) -> str:
@@ -25,7 +26,8 @@ def _strip_dollars(s: str) -> str:
 
 
 def normalize_gold(gold) -> str:
-    """Gold answer as one string: ``$`` delimiters removed, ``"27.0"`` -> ``"27"``, lists joined with ", ".
+    """Gold answer as one string: ``$`` delimiters removed, integers without leading zeros or a ``.0``
+    (``"27.0"``, ``"027"`` -> ``"27"``), lists joined with ", ".
 
     A list/tuple gold (several answers, e.g. OlympiadBench) becomes ``"a, b"``, which math-verify reads as
     the set {a, b}. Numbers are accepted (``27.0`` -> ``"27"``).
@@ -45,8 +47,8 @@ def normalize_gold(gold) -> str:
         raise ValueError(f"gold answer must be a string, number or list of them, got {type(gold).__name__}")
     g = _strip_dollars(gold)
     m = _FLOAT_INT_RE.fullmatch(g)
-    if m:
-        g = m.group(1)
+    if m:                                        # "023" -> "23", "142.0" -> "142", "-0" -> "0"
+        g = (m.group(1) if m.group(2) != "0" else "") + m.group(2)
     return g
 
 

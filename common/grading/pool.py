@@ -25,6 +25,7 @@ from typing import Sequence
 
 from common.grading.extract import check_mode
 from common.grading.grade import ANSWER_TYPES, Verdict, _prepare
+from common.grading.scorers import DEFAULT_SCORER, SCORERS, check_scorer
 from common.grading.shape import MAX_ANSWER_CHARS
 from common.grading.verify import TIMEOUT_SEEN, TimeoutMemory, _grade_inprocess
 
@@ -91,6 +92,8 @@ class Grader:
         kill_grace_s: extra time after ``timeout_s`` before the parent kills a worker.
         startup_timeout_s: a worker that is not ready by then is replaced (RuntimeError after 4 failures).
         soft_timeout: arm SIGALRM in the workers (default). False leaves only the parent's kill (tests).
+        scorer: a name of ``SCORERS``: "math_verify" (default: the answer mode's answer, math-verify) or
+            "math_dapo" (the authors' scorer, decided in the parent; the mode is not read for math items).
 
     Items decided without math-verify (no answer, integer fast path, multiple choice, implausible) are graded
     in the parent; each distinct (answer, gold, answer type) among the rest is graded once per call, and its
@@ -103,8 +106,10 @@ class Grader:
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, mode: str = "boxed", *,
                  chunk_size: int = 32, max_answer_chars: int = MAX_ANSWER_CHARS,
                  max_memory_mb: int | None = 4096,
-                 kill_grace_s: float = 1.0, startup_timeout_s: float = 120.0, soft_timeout: bool = True):
+                 kill_grace_s: float = 1.0, startup_timeout_s: float = 120.0, soft_timeout: bool = True,
+                 scorer: str = DEFAULT_SCORER):
         check_mode(mode)
+        self.scorer = check_scorer(scorer)
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         if not timeout_s or timeout_s <= 0:
@@ -214,7 +219,11 @@ class Grader:
         uniq: dict[tuple[str, str, str], int] = {}  # task -> its index in `tasks`
         tasks: list[tuple[str, str, str]] = []
         users: list[list[int]] = []  # per task: the items that share it
+        score_fn = SCORERS[self.scorer].fn          # None: math-verify's path below
         for i in range(n):
+            if score_fn is not None and types[i] == "math":
+                out[i] = score_fn(responses[i], golds[i])
+                continue
             verdict, work = _prepare(responses[i], golds[i], types[i], mode, self.max_answer_chars)
             if verdict is not None:
                 out[i] = verdict
@@ -438,13 +447,15 @@ _DEFAULT_GRADERS: dict[tuple, Grader] = {}
 _DEFAULT_LOCK = threading.Lock()
 
 
-def get_grader(num_workers: int = 2, timeout_s: float = 5.0, mode: str = "boxed") -> Grader:
+def get_grader(num_workers: int = 2, timeout_s: float = 5.0, mode: str = "boxed",
+               scorer: str = DEFAULT_SCORER) -> Grader:
     """A shared Grader for this configuration, created on first use and closed at interpreter exit."""
-    key = (int(num_workers), float(timeout_s), mode)
+    key = (int(num_workers), float(timeout_s), mode, scorer)
     with _DEFAULT_LOCK:
         g = _DEFAULT_GRADERS.get(key)
         if g is None or g.closed:
-            g = _DEFAULT_GRADERS[key] = Grader(num_workers=num_workers, timeout_s=timeout_s, mode=mode)
+            g = _DEFAULT_GRADERS[key] = Grader(num_workers=num_workers, timeout_s=timeout_s, mode=mode,
+                                               scorer=scorer)
         return g
 
 

@@ -26,6 +26,7 @@ from typing import Optional
 from armor.config import read_yaml
 from common.jsonl import read_json, read_jsonl, write_json_atomic
 from common.layout import STEP_RE
+from eval.card import card_markdown, protocol_card
 from common.results import META_NAME, NOISE_NAME, STEPS_NAME, frame, steps_frame, summary_rows, write_results
 from reproduce.jobs import noise
 from reproduce.matrix import branching
@@ -200,6 +201,9 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
             "figure_arms": figure_arms(preset.protocol), "arms": arm_facts(preset, root, seeds),
             "world": world_facts(preset), "live_logs": live_logs(preset, root, seeds),
             "claims": claims_meta(preset)}
+    card = protocol_card_text(preset)
+    if card is not None:
+        meta["protocol_card"] = card
     write_results(out / "results.parquet", df)
     write_steps(out / STEPS_NAME, step_rows)
     floor = noise.read_noise(noise.result_path(preset, root))
@@ -209,6 +213,16 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
         (out / NOISE_NAME).unlink()
     write_json_atomic(out / META_NAME, meta, **STATE_JSON)
     return out / "results.parquet"
+
+
+def protocol_card_text(preset: Preset) -> str | None:
+    """The protocol card (eval/card.py, Markdown) of the preset's final evaluation; None for the tiny world's
+    own protocol (``toy``: its template and grader are the world's, docs/toy_world.md)."""
+    p = preset.protocol
+    if not p.eval_benchmarks or p.eval_protocol == "toy":
+        return None
+    card = protocol_card(p.eval_protocol, list(p.eval_benchmarks), preset.cfg.lengths.max_response)
+    return card_markdown(card)
 
 
 def arm_facts(preset: Preset, root: Path, seeds: list[int]) -> dict[str, dict]:

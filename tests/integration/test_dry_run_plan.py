@@ -86,7 +86,8 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     assert "GPU-hours on 8 GPUs" in ev_est
     # AIME's 30 problems are one chunk of 32: one GPU of the node's 8 generates it; over the 8 h limit, the
     # job is requeued and resumes
-    assert "GPUs busy of 8 (chunks of 32 problems): aime24 1, aime25 1, amc 3, gpqa_diamond 7" in ev_est
+    assert "GPUs busy of 8 (chunks of 32 problems): aime24 1, aime25 1, amc23 2, amc 3, gpqa_diamond 7" \
+        in ev_est                                     # AMC 2023 (the paper protocol's AMC) beside AI-MO's amc
     assert "over the 8.0 h limit (evaluate.time_min): 2 attempts" in ev_est
     # totals: the assumption named, GPU-hours, disk, the critical path and the time on the cluster
     assert ("[assumed (reproduce/sizing.py defaults), not measured]" in out
@@ -129,6 +130,12 @@ def test_paper_dry_runs_print_the_preflight_a_cost_range_and_what_branching_save
     saved = float(re.search(r"steps not repeated, ([0-9,]+) GPU-hours saved", br).group(1).replace(",", ""))
     assert saved > 0 and "control(s) continue their stage-1 run" in br
     assert "  stage2/dapo_cont/seed0 " in out                     # continues stage-1 DAPO from its end
+    # the protocol card: the authors' reward and validation, the final evaluation under both scorers
+    card = out[out.index("Protocol card"):]
+    assert "reward.scorer math_dapo, reward.answer_mode answer_line, prompt template dapo" in card
+    assert "| amc23 | 40 |" in card and "| amc | 83 |" in card
+    assert card.count("| dapo (answer_line) | math_dapo, math_verify | 32 | 16 |") == 4
+    assert "[user] Solve the following math problem step by step." in card and "best@j: verl's" in card
     i = lines.index("pre-flight (on the submission host):")
     checks = {x.split("] ")[1].split(":")[0]: x.split("]")[0].strip(" [") for x in lines[i + 1:i + 6]}
     assert set(checks) == {"driver", "alloc_conf", "compile_cache", "disk", "vllm_share"}

@@ -191,6 +191,47 @@ def test_checkpoint_end_to_end(ckpt, toy, tmp_path):
     assert set(df["source"]) == {"eval"} and set(df["n"]) == {4} and set(df["step"]) == {7}
 
 
+def test_paper_protocol_grades_one_generation_with_two_scorers(ckpt, toy, tmp_path):
+    """The paper protocol on a math file: the DAPO prompt, math_dapo's verdicts primary and math_verify's
+    beside from the same samples, pass@j and verl's best@j, the protocol card; other scorers regrade the
+    stored samples without generating."""
+    from common.grading import Grader
+    out = tmp_path / "ev"
+    kw = dict(limit=4, chunk_size=4, samples=4, pass_ks=[2], max_new_tokens=24, out=out, **FAST)
+    s = E.evaluate_checkpoint(ckpt, toy, "paper", **kw)[0]
+    assert set(s["metrics"]) == {"avg@4", "pass@2", "best@2", "maj@4", "avg@4/math_verify",
+                                 "pass@2/math_verify", "best@2/math_verify", "maj@4/math_verify"}
+    st, card = s["settings"], s["card"]
+    assert (st["template"], st["scorers"], st["best_of"]) == ("dapo", ["math_dapo", "math_verify"], True)
+    assert card["benchmarks"][0]["prompt"][0]["content"].startswith("Solve the following math problem")
+    assert card["system_prompt"] in ("none", "added by the tokenizer's chat template")
+    assert set(card["estimators"]) == {"avg", "pass", "best", "maj"} and card["benchmarks"][0]["rows"] == 4
+    rows = _rows(out / "step_000007" / "toy_test__paper__k4.samples.jsonl")
+    golds, texts = [r["gold"] for r in rows], [r["response"] for r in rows]
+    with Grader(0, mode="answer_line", scorer="math_dapo") as g:
+        assert [v.correct for v in g.grade(texts, golds)] == [r["correct"] for r in rows]
+    with Grader(0, mode="answer_line") as g:
+        assert [v.correct for v in g.grade(texts, golds)] == \
+            [r["verdicts"]["math_verify"]["correct"] for r in rows]
+    mv = sum(r["verdicts"]["math_verify"]["correct"] for r in rows) / len(rows)
+    assert s["metrics"]["avg@4/math_verify"] == pytest.approx(mv)
+    # math_verify alone: recomputed from the stored samples, no chunk generated
+    calls = []
+    again = E.evaluate_checkpoint(ckpt, toy, "paper", scorers="math_verify",
+                                  after_chunk=lambda *a: calls.append(a), **kw)[0]
+    assert calls == [] and again["metrics"]["avg@4"] == pytest.approx(mv)
+    assert not any("/" in m for m in again["metrics"])
+    # an interrupted math_verify-only evaluation resumed under the paper's scorers: the kept samples are
+    # regraded, the missing chunk drawn, and the result is the uninterrupted one's
+    d = out / "step_000007"
+    (d / "toy_test__paper__k4.json").unlink()
+    samples = d / "toy_test__paper__k4.samples.jsonl"
+    samples.write_text("".join(line + "\n" for line in samples.read_text().splitlines()[:8]))
+    resumed = E.evaluate_checkpoint(ckpt, toy, "paper", after_chunk=lambda *a: calls.append(a), **kw)[0]
+    assert len(calls) == 1 and all("verdicts" in r for r in _rows(samples))
+    assert resumed["metrics"] == pytest.approx(s["metrics"])
+
+
 def test_run_skips_scored_checkpoints(world, toy, tmp_path):
     run = tmp_path / "runs" / "tiny" / "dapo" / "seed0"
     for st in (2, 4):

@@ -621,3 +621,40 @@ def test_a_titles_seeds_are_listed_up_to_eight_then_counted():
     assert seeds_label([0, 1, 2]) == "[0, 1, 2]" and seeds_label([]) == "-"
     assert seeds_label(list(range(100, 126))) == "26 (100-125)"
     assert seeds_label([0, 2, 4, 6, 8, 10, 12, 14, 16]) == "9 (0, ..., 16)"
+
+
+def test_scorer_rows_best_at_k_and_the_amc_column(tmp_path):
+    """An evaluation graded by two scorers (the paper protocol) gives an "ours (math_verify)" row from its
+    /math_verify metrics, Table 2 an "ours (best@k)" row (verl's bootstrap), and AMC shows amc23 over amc."""
+    from common.results import write_results
+    path = make_synthetic(tmp_path / "runs" / "qwen25-math-7b", preset="qwen25-math-7b",
+                          model="Qwen2.5-Math-7B", seeds=[0], val_bench="aime24", val_k=32, theta=140,
+                          stage1=360, stage2=240, every=20, eval_every=20, late=200, qae_theta=230,
+                          kl_after_steps=100, table_steps={"dapo": 140, "armor": 340}, arms=["dapo", "armor"])
+    df = pd.read_parquet(path)
+    ev = df[df["source"] == "eval"]
+    extra = []
+    for metric in ("avg@32", "pass@16"):
+        base = ev[ev["metric"] == metric]
+        extra.append(base.assign(metric=metric + "/math_verify", value=base["value"] + 0.01))
+        if metric == "pass@16":
+            extra.append(base.assign(metric="best@16", value=base["value"] - 0.05))
+    amc = ev[ev["benchmark"] == "amc"]
+    extra.append(amc.assign(benchmark="amc23", value=amc["value"] * 0 + 0.5))
+    write_results(path, pd.concat([df, *extra], ignore_index=True))
+    meta_path = path.parent / "results.meta.json"                       # the driver's card (collect.py)
+    meta = json.loads(meta_path.read_text())
+    meta["protocol_card"] = "Protocol `paper`: the card's text"
+    meta_path.write_text(json.dumps(meta))
+    ctx = load_context(path)
+    t1, t2 = tables.build_table(ctx, "table1"), tables.build_table(ctx, "table2")
+    ours = {(r.method, r.source): r for r in t1.rows}
+    mv = ours[("DAPO", "ours (math_verify)")].cells["aime24"].value
+    assert mv == pytest.approx(ours[("DAPO", "ours")].cells["aime24"].value + 1.0, abs=0.011)
+    assert ours[("DAPO", "ours")].cells["amc"].value == 50.0            # amc23, not the mean with amc
+    t2rows = {(r.method, r.source): r for r in t2.rows}
+    best = t2rows[("DAPO", "ours (best@k)")].cells["aime24"].value
+    assert best == pytest.approx(t2rows[("DAPO", "ours")].cells["aime24"].value - 5.0, abs=0.011)
+    assert ("DAPO", "ours (math_verify)") in t2rows
+    md = report.build_report(ctx, tmp_path / "REPRODUCTION.md", "cmd", [0], None, tmp_path / "fig")
+    assert "## Protocol card of the final evaluation\n\nProtocol `paper`: the card's text" in md

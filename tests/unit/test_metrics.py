@@ -89,3 +89,19 @@ def test_bad_matrices():
         avg_at_k(np.zeros((0, 4)))
     with pytest.raises(ValueError, match="0 / 1"):
         avg_at_k([[0.5, 1]])
+
+
+def test_best_at_k_is_verls_bootstrap_labelled_apart_from_pass_at_k():
+    """verl's bootstrap best@k estimates 1 - (1 - c/n)^k: by hand, c = 1 of n = 32 at k = 16 is
+    1 - (31/32)^16 = 0.39829..., below the unbiased pass@16 = 16/32 = 0.5 (c = 2: 0.6377 vs 0.7581)."""
+    from common.metrics import best_at_k, best_at_k_expected, pass_at_k
+    assert best_at_k_expected(32, 1, 16) == pytest.approx(0.398290, abs=1e-6)
+    assert best_at_k_expected(32, 2, 16) == pytest.approx(1 - (30 / 32) ** 16)
+    assert pass_at_k(32, 1, 16) == pytest.approx(0.5)
+    assert pass_at_k(32, 2, 16) == pytest.approx(1 - (16 * 15) / (32 * 31))
+    one = [[True] + [False] * 31]
+    assert best_at_k(one, 16) == pytest.approx(0.398290, abs=0.03)      # 1000 bootstrap draws
+    assert best_at_k(one, 16) == best_at_k(one, 16)                     # seeded: the same value
+    assert best_at_k([[True] * 4], 2) == 1.0 and best_at_k([[False] * 4], 2) == 0.0
+    with pytest.raises(ValueError):
+        best_at_k(one, 0)

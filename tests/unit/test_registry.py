@@ -13,7 +13,7 @@ from armor.config import ConfigError, RunConfig, _registered_choices, load_confi
 from armor.objectives import KL_ESTIMATORS, LOSS_AGGREGATIONS, RATIOS, ratio_and_clip_range
 from armor.registry import NEEDS, Entry, Registry
 from common.benchmarks import TEMPLATE_MODES
-from common.grading import ANSWER_MODES, MODES, Grader, extract_answer, grade_one
+from common.grading import ANSWER_MODES, MODES, SCORERS, Grader, extract_answer, grade_one
 
 BASE = ["model.path=m", "data.train=t.jsonl", "schedule.validate_every=0"]
 
@@ -22,7 +22,8 @@ def test_every_registered_choice_of_the_config_names_its_registry():
     found = {key: reg for key, _, reg in _registered_choices(RunConfig())}
     assert found == {"algo.advantage": ADVANTAGES, "algo.loss_agg": LOSS_AGGREGATIONS,
                      "algo.kl.estimator": KL_ESTIMATORS, "algo.mix.variant": RATIOS,
-                     "reward.answer_mode": ANSWER_MODES, "algo.anchor.filter": ANCHOR_FILTERS}
+                     "reward.answer_mode": ANSWER_MODES, "algo.anchor.filter": ANCHOR_FILTERS,
+                     "reward.scorer": SCORERS}
     assert ANSWER_MODES.names() == MODES == ("boxed", "answer_line", "boxed_or_answer_line")
     assert set(TEMPLATE_MODES.values()) <= set(ANSWER_MODES.names())   # every template's mode is registered
     assert RATIOS.names() == ("plain", "mixed", "static_clip", "offpolicy_anchor")
@@ -33,7 +34,7 @@ def test_every_registered_choice_of_the_config_names_its_registry():
 
 
 @pytest.mark.parametrize("key", ["algo.mix.variant", "algo.advantage", "algo.loss_agg", "algo.kl.estimator",
-                                 "reward.answer_mode", "algo.anchor.filter"])
+                                 "reward.answer_mode", "algo.anchor.filter", "reward.scorer"])
 def test_an_unregistered_choice_is_refused_naming_key_and_value(key):
     with pytest.raises(ConfigError, match=f"{key}.*nope.*registered"):
         load_config(None, BASE + [f"{key}=nope"])
