@@ -28,6 +28,7 @@ def rows(path: Path) -> list[dict]:
 
 ARMS = {
     "dapo": [],
+    "dapo_hf_forward": ["compute.fast=off"],        # HF's forward and decoding (the fast paths off)
     "grpo_kl_k3": ["algo.kl.coef=0.1", "algo.kl.estimator=k3", "algo.dynamic_sampling=false",
                    "algo.loss_agg=seq-mean-token-mean"],
     "kl_k2": ["algo.kl.coef=0.1", "algo.kl.estimator=k2"],
@@ -60,6 +61,11 @@ def test_each_arm_runs(arm, world, tmp_path):
                 assert r[k] == r[k] and abs(r[k]) != float("inf"), (k, r[k])
     if "algo.anchor.enabled=true" in ARMS[arm]:
         assert all(r["anchors"] == r["prompts_kept"] for r in m)   # one anchor per kept group
+    # the fast-path choice is in the run's config.yaml; numerics.json says what decode steps computed with
+    mode = "off" if "compute.fast=off" in ARMS[arm] else "auto"
+    assert load_config(tmp_path / arm / "config.yaml").compute.fast == mode
+    assert json.loads((tmp_path / arm / "numerics.json").read_text())["decode_kernel"] == \
+        {"off": "off", "auto": "torch"}[mode]
 
 
 def test_anchors_are_correct_reference_samples(world, tmp_path, monkeypatch):
