@@ -25,7 +25,7 @@ copies batch by batch). This forward computes the same function with:
 - the final norm only on the selected positions.
 
 Every operation is deterministic on the CPU. The results equal HF's forward to float rounding (float32: ~1e-6,
-gradients within 2e-5 of their largest entry; tests/integration/test_fastmodel.py). Anything else falls back:
+gradients within 2e-5 of their largest entry; tests/integration/test_lean_forward.py). Anything else falls back:
 `supports` is False for other architectures, sliding windows, dynamic RoPE, an activation other than silu,
 adapters (a projection that is not a plain Linear), attention dropout while training, FSDP2-sharded models
 (their weights are gathered by the layers' own forward hooks). The run takes this path only where its
