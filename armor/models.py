@@ -25,8 +25,7 @@ from armor import checkpoint as ckpt
 from armor import config
 from armor import microbatch, parallel
 from armor.policy import forward_logprobs
-from common.fast import OFF, FastPaths
-from common.fast import lean_forward
+from common.fast import OFF, FastPaths, lean_forward
 from common.models import DTYPES, build_on_meta, check_model_path, load_model, load_skeleton
 from common.rollout import Rollout, SamplingParams, build_engine
 

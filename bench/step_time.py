@@ -285,7 +285,8 @@ def format_report(res: dict) -> str:
     L = [f"bench.step_time: {c['prompts']} prompts x {c['group']} responses/step, max_new_tokens "
          f"{c['max_new_tokens']}, T={c['temperature']} top_p=1, 1 optimizer update/step, float32, CPU, torch "
          f"threads {c['threads']}; medians over {c['steps']} steps after {c['warmup']} warm-up",
-         f"  world {c['world']} (base_model: {c['n_params']} parameters)",
+         f"  world {c['world']} (base_model: {c['n_params']} parameters); our arms' compute.fast "
+         f"{c.get('fast', '?')}",
          "  DAPO : our Trainer, plain ratio, clip [0.8, 1.28] + dual-clip 10, token-mean, "
          "dynamic sampling off",
          f"  ARMOR: our Trainer, anchors on ({c['group'] - 1} on-policy + 1 anchor; ref_n {REF_N} reference "

@@ -24,13 +24,13 @@ copies batch by batch). This forward computes the same function with:
   needs no repeated keys; rows of very different lengths padded in two groups (`_row_groups`);
 - the final norm only on the selected positions.
 
-Every operation is deterministic on the CPU. The results equal HF's forward to float rounding (float32: ~1e-6,
-gradients within 2e-5 of their largest entry; tests/integration/test_lean_forward.py). Anything else falls back:
-`supports` is False for other architectures, sliding windows, dynamic RoPE, an activation other than silu,
-adapters (a projection that is not a plain Linear), attention dropout while training, FSDP2-sharded models
-(their weights are gathered by the layers' own forward hooks). The run takes this path only where its
-`compute.fast` says so (common/fast/__init__.py: auto on a one-process CPU float32 run).
-Why these and not torch.compile or fewer, larger products: records/fast_paths.md.
+Every operation is deterministic on the CPU. The results equal HF's forward to float rounding (float32:
+~1e-6, gradients within 2e-5 of their largest entry; tests/integration/test_lean_forward.py). Anything else
+falls back: `supports` is False for other architectures, sliding windows, dynamic RoPE, an activation other
+than silu, adapters (a projection that is not a plain Linear), attention dropout while training, FSDP2-sharded
+models (their weights are gathered by the layers' own forward hooks). The run takes this path only where its
+`compute.fast` says so (common/fast/__init__.py: auto on a one-process CPU float32 run). Why these and not
+torch.compile or fewer, larger products: records/fast_paths.md.
 """
 from __future__ import annotations
 
