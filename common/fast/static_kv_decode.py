@@ -196,7 +196,7 @@ class StaticStepper:
         g = hq // hkv
         end = self.plen + t + 1
         # keys read: at least MIN_KEYS (the slots after `end` masked): torch's CPU batched product takes a
-        # scalar loop below 400 multiply-adds a matrix (16 keys x head_dim 16 here), 3-4x slower
+        # scalar loop below 400 multiply-adds a matrix (16 keys x head_dim 16 here; records/fast_paths.md)
         read = min(max(end, MIN_KEYS), self.keys_t.shape[-1])
         x = F.embedding(tok, self.body.embed_tokens.weight)
         cs = self.cs[pos]

@@ -36,3 +36,10 @@ def test_an_unknown_mode_names_the_key():
 def test_describe_says_what_decode_steps_compute_with():
     assert [p.describe() for p in (fast.OFF, LEAN_AND_STATIC, fast.FastPaths(True, True, True))] == \
         ["off", "torch", "native"]
+
+
+def test_the_config_key_offers_the_switchs_modes():
+    import typing
+
+    from armor.config import ComputeConfig
+    assert typing.get_args(typing.get_type_hints(ComputeConfig)["fast"]) == fast.MODES
