@@ -385,3 +385,17 @@ def test_answer_modes_are_logging_only(world, tmp_path):
     with pytest.raises(ConfigError, match="logging.answer_modes"):
         load_config(SMOKE, smoke(world, tmp_path / "bad",
                                  "logging.answer_modes=reproduce.toy.task:parse_problem"))
+
+
+def test_auto_keeps_hf_forward_where_the_fast_paths_were_not_measured(world, tmp_path):
+    """compute.fast=auto in bfloat16 (as on a GPU): the trainer's update and the HF engine take HF's forward;
+    in float32 on the CPU, the lean forward and the static-KV decoder (common/fast/__init__.py)."""
+    from common.fast import OFF, FastPaths
+    for dtype, want in (("bfloat16", OFF), ("float32", FastPaths(True, True, False))):
+        t = Trainer(load_config(SMOKE, smoke(world, tmp_path / dtype, f"model.dtype={dtype}")))
+        assert t.fast == want, dtype
+        t.start()
+        try:
+            assert t.models.fast == want and t.models.engine.fast == want
+        finally:
+            t.grader.close()
