@@ -99,7 +99,6 @@ class RolloutConfig:
               "prompts (at most gen_batch_prompts); null = every round draws gen_batch_prompts (verl's "
               "DAPO). Kept prompts are the first B that pass in stream order either way, so this changes "
               "what a step costs, not what it trains on")
-    static_kv_cache: bool = _f(True, "hf engine: the preallocated-KV-cache decoder where the model allows")
     gpu_memory_utilization: float = _f(0.6, "vllm only: share of each GPU's memory the engine takes while it "
                                             "generates (weights + KV cache; it sleeps during the update)")
     tensor_parallel_size: int = _f(
@@ -122,6 +121,16 @@ class RolloutConfig:
               "gathered (armor/spmd.py); a prompt's samples depend on its shard, not on the rank or world "
               "size that drew it. null = the number of engines: the world size / "
               "rollout.tensor_parallel_size (1 on one process: one generate call per round, as before)")
+
+
+@dataclass
+class ComputeConfig:
+    """How the same functions are computed: the CPU fast paths (common/fast/, docs/fast_paths.md)."""
+    fast: Literal["auto", "off", "native"] = _f(
+        "auto", "auto: on a one-process CPU float32 run, the lean forward (update) and the static-KV decoder "
+                "(hf engine) for Qwen2/Qwen3/Llama layouts, elsewhere (GPU, FSDP2) HF's forward; off: HF's "
+                "forward everywhere; native: auto's paths plus the compiled decode kernel (a C compiler, "
+                "CPU, float32, one process, the hf engine), else the run fails at its start")
 
 
 @dataclass
@@ -405,6 +414,7 @@ class RunConfig:
     validation: ValidationConfig = _f(factory=ValidationConfig, help="validation")
     logging: LoggingConfig = _f(factory=LoggingConfig, help="experiment logging")
     parallel: ParallelConfig = _f(factory=ParallelConfig, help="several ranks: FSDP2 data parallelism")
+    compute: ComputeConfig = _f(factory=ComputeConfig, help="how the same functions are computed")
     foreign: dict[str, Any] = field(default_factory=dict, metadata={
         "foreign": True, "help": "the file's sections owned by other tools (FOREIGN_SECTIONS), verbatim; not "
                                  "trainer keys, never validated here"})
@@ -438,6 +448,8 @@ def _coerce(value: Any, tp, key: str) -> Any:
         return from_mapping(tp, value, key)
     if origin is Literal:
         allowed = typing.get_args(tp)
+        if isinstance(value, bool) and ("on" if value else "off") in allowed:
+            value = "on" if value else "off"       # YAML reads a bare off / on as a boolean
         if value not in allowed:
             raise ConfigError(f"{key}: {value!r} is not one of {list(allowed)}")
         return value
@@ -619,6 +631,14 @@ def validate(cfg: RunConfig) -> None:
       r.max_logprob_mismatch, "must be > 0 (null: by the compute dtype)")
     c(r.max_steps_without_kept is None or r.max_steps_without_kept >= 1, "rollout.max_steps_without_kept",
       r.max_steps_without_kept, "must be >= 1 (or null: never stop)")
+    # compute.fast=native where it cannot run (the device, the dtype, the engine); the compiler is looked for
+    # where the run starts (armor.trainer: common.fast.choose, on the resolved device and rank count)
+    fast = cfg.compute.fast
+    c(fast != "native" or cfg.device != "cuda", "compute.fast", fast, "needs the CPU (device: cuda)")
+    c(fast != "native" or cfg.model.dtype == "float32", "compute.fast", fast,
+      f"needs model.dtype float32 (it is {cfg.model.dtype})")
+    c(fast != "native" or r.engine == "hf", "compute.fast", fast,
+      f"decodes in the hf engine only (rollout.engine is {r.engine})")
     c(cfg.parallel.timeout_s > 0, "parallel.timeout_s", cfg.parallel.timeout_s, "must be > 0")
     c(cfg.parallel.stall_steps >= 0, "parallel.stall_steps", cfg.parallel.stall_steps,
       "must be >= 0 (0 = off)")

@@ -25,7 +25,7 @@ from armor import checkpoint as ckpt
 from armor import config
 from armor import microbatch, parallel
 from armor.policy import forward_logprobs
-from common import fastmodel
+from common.fast import OFF, FastPaths, lean_forward
 from common.models import DTYPES, build_on_meta, check_model_path, load_model, load_skeleton
 from common.rollout import Rollout, SamplingParams, build_engine
 
@@ -45,10 +45,11 @@ def check_paths(cfg) -> str:
 class Models:
     """The run's models and their rollout engine (see the module docstring). `versions` names the weights each
     model holds, ("policy", optimizer steps) or ("reference", resets), so that serving a version the engine
-    holds already costs nothing; `reference_step` is the step whose policy πref holds (None: its source)."""
+    holds already costs nothing; `reference_step` is the step whose policy πref holds (None: its source).
+    `fast`: the run's fast paths (common.fast.choose of compute.fast; OFF: HF's forward throughout)."""
 
-    def __init__(self, cfg, dist, tokenizer):
-        self.cfg, self.dist, self.tokenizer = cfg, dist, tokenizer
+    def __init__(self, cfg, dist, tokenizer, fast: FastPaths = OFF):
+        self.cfg, self.dist, self.tokenizer, self.fast = cfg, dist, tokenizer, fast
         self.device = dist.device
         self.ref_path = check_paths(cfg)
         self.reference_step: int | None = None
@@ -93,7 +94,7 @@ class Models:
                                    model_path=init_path, dtype=self.compute_dtype,
                                    gpu_memory_utilization=r.gpu_memory_utilization,
                                    tensor_parallel_size=r.tensor_parallel_size, seed=cfg.seed,
-                                   enforce_eager=r.enforce_eager, static_cache=r.static_kv_cache,
+                                   enforce_eager=r.enforce_eager, fast=self.fast,
                                    max_model_len=cfg.lengths.max_prompt + cfg.lengths.max_response)
         return self
 
@@ -200,9 +201,9 @@ class Models:
         sub = batch.rows(rows)
         if not self.budget.by_tokens:
             return forward_logprobs(model, sub, temp, with_entropy=with_entropy,
-                                    chunk_tokens=b.logprob_chunk_tokens)
+                                    chunk_tokens=b.logprob_chunk_tokens, lean=self.fast.lean_forward)
         logp, ent = forward_logprobs(model, sub.trim(), temp, with_entropy=with_entropy,
-                                     chunk_tokens=b.logprob_chunk_tokens)
+                                     chunk_tokens=b.logprob_chunk_tokens, lean=self.fast.lean_forward)
         pad = (0, batch.response_mask.shape[1] - logp.shape[1])
         return F.pad(logp, pad), (F.pad(ent, pad) if ent is not None else None)
 
@@ -226,7 +227,7 @@ class Models:
         was_training = model.training
         # the lean forward reads no training flag where it supports the model (no dropout): no switch (HF's
         # train() re-kernelizes, ~0.3 ms a call)
-        switch = was_training and not fastmodel.supports(model)
+        switch = was_training and not (self.fast.lean_forward and lean_forward.supports(model))
         if switch:
             model.eval()
         for r in micro:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from common import fastmodel
+from common.fast import lean_forward
 
 @dataclass
 class TokenBatch:
@@ -125,15 +125,15 @@ def attach_chunked_logprobs(model) -> str:
 
 def _lean_logprobs(model, batch: TokenBatch, temperature: float, with_entropy: bool,
                    chunk_tokens: int | None):
-    """forward_logprobs through common.fastmodel: the backbone on the real tokens only, then the lm_head and
-    log-softmax on the Tr response tokens alone (`chunk_tokens` at a time when given) -> [N, R] (0 off the
-    response mask; entropy likewise)."""
+    """forward_logprobs through common.fast.lean_forward: the backbone on the real tokens only, then the
+    lm_head and log-softmax on the Tr response tokens alone (`chunk_tokens` at a time when given) -> [N, R]
+    (0 off the response mask; entropy likewise)."""
     N, R = batch.response_mask.shape
     L = batch.input_ids.shape[1]
     rows, cols = batch.response_mask.nonzero(as_tuple=True)             # [Tr] each response token
     target = rows * L + batch.prompt_len + cols                          # its flat position
-    hidden = fastmodel.hidden_states(model, batch.input_ids, batch.attention_mask, batch.position_ids,
-                                     target - 1, batch.prompt_len)       # the state that predicts it
+    hidden = lean_forward.hidden_states(model, batch.input_ids, batch.attention_mask, batch.position_ids,
+                                        target - 1, batch.prompt_len)    # the state that predicts it
     ids = batch.input_ids.reshape(-1).index_select(0, target)
     head = model.get_output_embeddings()
     if chunk_tokens is None:
@@ -147,13 +147,14 @@ def _lean_logprobs(model, batch: TokenBatch, temperature: float, with_entropy: b
 
 
 def forward_logprobs(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False,
-                     chunk_tokens: int | None = None):
+                     chunk_tokens: int | None = None, lean: bool = False):
     """Per-token log πθ(y_t | x, y_<t) of the response tokens: [N, R] (and the entropy [N, R], without grad).
 
     chunk_tokens: None computes the logits of every position at once; an int runs the backbone, then the
     lm_head and log-softmax over the response positions `chunk_tokens` at a time (`chunked_logprobs`), through
-    the model's CHUNKED_METHOD when it has one (a sharded model must: parallel.shard_model attaches it)."""
-    if fastmodel.supports(model):
+    the model's CHUNKED_METHOD when it has one (a sharded model must: parallel.shard_model attaches it).
+    lean: through common.fast.lean_forward where it supports the model (the run's compute.fast chooses it)."""
+    if lean and lean_forward.supports(model):
         return _lean_logprobs(model, batch, temperature, with_entropy, chunk_tokens)
     if chunk_tokens is not None:
         fn = getattr(model, CHUNKED_METHOD, None)

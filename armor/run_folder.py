@@ -3,7 +3,7 @@ record, leftovers of a killed save removed, the resume point found (damaged chec
 JSONL rows logged after it dropped (they will be recomputed). Rank 0 alone calls `prepare`.
 
     check(cfg)                              # before any work: output_dir can be the run folder
-    resume_from = prepare(run_dir, cfg)     # None: a fresh start
+    resume_from = prepare(run_dir, cfg, fast)     # None: a fresh start
 The folder's layout is docs/CONTRACTS.md's; checkpoints are armor.checkpoint's.
 """
 from __future__ import annotations
@@ -40,9 +40,11 @@ def check(cfg: RunConfig) -> None:
         raise ValueError(f"output_dir: {str(rd)!r} cannot be a folder: {str(above)!r} is a file")
 
 
-def prepare(rd: Path, cfg: RunConfig) -> int | None:
+def prepare(rd: Path, cfg: RunConfig, fast=None) -> int | None:
     """Create the run folder, or find the checkpoint to resume from (None = fresh start). A config that
-    differs from the run's config.yaml outside RESUME_MUTABLE is an error naming the first differing key."""
+    differs from the run's config.yaml outside RESUME_MUTABLE is an error naming the first differing key.
+    fast: the run's common.fast.FastPaths, recorded in numerics.json as `decode_kernel` (None: not
+    recorded)."""
     rd.mkdir(parents=True, exist_ok=True)
     cfg_file = rd / "config.yaml"
     if cfg_file.is_file():
@@ -55,7 +57,7 @@ def prepare(rd: Path, cfg: RunConfig) -> int | None:
             raise ValueError(f"{rd}: config differs from the run's config.yaml at {k}: "
                              f"{old.get(k)!r} (run) vs {new.get(k)!r} (now); use another output_dir")
     dump_config(cfg, cfg_file)
-    _record_numerics(rd / NUMERICS_FILE)
+    _record_numerics(rd / NUMERICS_FILE, fast)
     ckpt.clean_partial(rd)
     last = ckpt.latest_complete(rd)
     for name in ("metrics.jsonl", "validation.jsonl"):
@@ -84,11 +86,14 @@ def _truncate_jsonl(path: Path, max_step: int) -> None:
 NUMERICS_FILE = "numerics.json"   # what the run computes with (common.cpu_numerics.describe)
 
 
-def _record_numerics(path: Path) -> None:
-    """Write this process's CPU numerics; warn when a resume computes with other ones than the run so far (its
-    results will not be byte-identical to an uninterrupted run's)."""
+def _record_numerics(path: Path, fast=None) -> None:
+    """Write this process's CPU numerics and what the HF engine's decode steps compute with (`decode_kernel`:
+    native, torch or off, from compute.fast); warn when a resume computes with other ones than the run so far
+    (its results will not be byte-identical to an uninterrupted run's)."""
     from common import cpu_numerics
     now = cpu_numerics.describe()
+    if fast is not None:
+        now["decode_kernel"] = fast.describe()
     if cpu_numerics.unpinned(now):
         warnings.warn(f"torch computes with {now['cpu_capability']} CPU kernels, not the pinned AVX2 (torch "
                       "was imported before the suite's packages?): results will not match other machines' "

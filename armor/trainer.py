@@ -52,7 +52,7 @@ from armor.spmd import call_seed, global_masked_mean, sharded_map
 from armor.step_state import (PROBE_ROWS, FrozenLogprobs, Group, PhaseTimes, RolloutStats, Samples,
                               SeedPhase, UpdateBatch, engine_logprobs, mode_classifier, mode_shares,
                               step_seed, timed)
-from common import fastmodel
+from common import fast
 from common.distributed import Dist
 from common.grading import Grader, extract_answer
 from common.metrics import avg_at_k
@@ -71,13 +71,19 @@ ANCHOR_CHUNK_MARGIN = 1.5
 ANCHOR_FORMATS = ("boxed", "answer_line")
 
 
+def fused_adamw(device: torch.device) -> bool:
+    """AdamW's fused kernel (one pass per tensor, several times faster than the loop on the CPU) where the
+    device has one, by the device alone: elementwise, so FSDP2's shards (DTensor) update as one process does.
+    Not a fast path (compute.fast): the same update to float rounding."""
+    return device.type in ("cpu", "cuda")
+
+
 class Trainer:
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
         self.run_dir = cfg.run_dir
         # ---- everything that can be wrong with the inputs is checked before any work is spent
         faults.check_env()
-        fastmodel.enabled()          # a malformed ARMOR_FAST_FORWARD is refused here, naming its value
         from armor import logging_backends
         logging_backends.check(cfg.logging)
         check_paths(cfg)
@@ -93,6 +99,8 @@ class Trainer:
         self.dist = watchdog.watch(Dist.from_env(cfg.device, timeout_s=cfg.parallel.timeout_s), self.run_dir,
                                    cfg.parallel)
         self.device = self.dist.device
+        # compute.fast on this device and rank count: `native` where it cannot run fails here, before any work
+        self.fast = fast.choose(cfg.compute.fast, self.device.type, cfg.model.dtype, self.dist.distributed)
         self.ranks_per_engine = parallel.ranks_per_engine(cfg)    # > 1: a tensor-parallel vLLM engine
         self.shards = cfg.rollout.shards or self.dist.world_size // self.ranks_per_engine
         parallel.check_world_size(cfg, self.dist.world_size, self.shards,
@@ -131,17 +139,15 @@ class Trainer:
                              mode=cfg.reward.answer_mode, scorer=cfg.reward.scorer)
         # rank 0 prepares the run folder; every rank follows its resume point
         resume_from = self.dist.all_gather_object(
-            run_folder.prepare(self.run_dir, cfg) if self.dist.is_main else None)[0]
+            run_folder.prepare(self.run_dir, cfg, self.fast) if self.dist.is_main else None)[0]
         # trainer_state.pt (the whole optimizer state of a one-rank run) is read once for the resume
         state = ckpt.load_state(self.run_dir, resume_from) if resume_from is not None else None
-        self.models = Models(cfg, self.dist, self.tokenizer).load(self.run_dir, resume_from, state)
+        self.models = Models(cfg, self.dist, self.tokenizer, self.fast).load(self.run_dir, resume_from, state)
         watchdog.hook_modules(self.dist, self.models.policy, self.models.reference, self.models.teacher)
         o = cfg.optim
-        # one process: the fused AdamW kernel (one pass per tensor, ~5x faster than the loop on the CPU);
-        # FSDP2's DTensor shards, and ARMOR_FAST_FORWARD=0 (the reference numerics), keep the loop
         self.optimizer = torch.optim.AdamW(self.models.policy.parameters(), lr=o.lr, betas=tuple(o.betas),
                                            eps=o.eps, weight_decay=o.weight_decay,
-                                           fused=not self.dist.distributed and fastmodel.enabled())
+                                           fused=fused_adamw(self.device))
         warm = o.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)

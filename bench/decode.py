@@ -1,5 +1,6 @@
 """Sampling-speed benchmark of the HF engine's decoders on a model: the static KV cache with its compiled
-kernel (common/rollout/native.py), the same with torch operations alone, and the model's own forward.
+kernel (`compute.fast: native`, common/fast/decode_kernel.py), the same with torch operations alone (`auto`),
+and the model's own forward (`off`).
 
     python -m bench.decode [--world DIR] [--rows 32,64,128,256] [--new-tokens 48] [--reps 5] [--threads 1]
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -26,9 +26,11 @@ DEFAULT_WORLD = ROOT / "runs" / "tiny" / "world"
 
 def measure(model_dir: Path, prompts_file: Path, rows: list[int], new_tokens: int, reps: int,
             n: int = 8) -> list[dict]:
+    from common import fast
     from common.models import load_model, load_tokenizer
-    from common.rollout import SamplingParams, native
+    from common.rollout import SamplingParams
     from common.rollout.hf import HFEngine
+    from common.yaml_config import ConfigError
     from common.sampling import encode_prompt
 
     tok = load_tokenizer(str(model_dir))
@@ -36,25 +38,22 @@ def measure(model_dir: Path, prompts_file: Path, rows: list[int], new_tokens: in
     problems = [json.loads(line)["problem"]
                 for line in prompts_file.read_text().splitlines()[: max(rows) // n + 1]]
     prompt_ids = [encode_prompt(tok, p, "plain") for p in problems]
-    if native.kernel() is None:
-        raise SystemExit("bench.decode: the decode kernel did not build (see the warning above)")
-    engines = {"kernel": HFEngine(model, tok, static_cache=True),
-               "torch": HFEngine(model, tok, static_cache=True),
-               "forward": HFEngine(model, tok, static_cache=False)}
+    try:
+        engines = {name: HFEngine(model, tok, fast=fast.choose(mode, "cpu", "float32"))
+                   for name, mode in (("kernel", "native"), ("torch", "auto"), ("forward", "off"))}
+    except ConfigError as e:
+        raise SystemExit(f"bench.decode: {e}") from None
     out = []
     for r in rows:
         times, steps = {k: [] for k in engines}, []
         for rep in range(reps + 1):                       # rep 0 warms up
             params = SamplingParams(n=n, temperature=1.0, top_p=1.0, max_new_tokens=new_tokens, seed=rep)
             for name, eng in engines.items():
-                # the engine makes its stepper per call, which reads the switch then
-                os.environ[native.SWITCH] = "off" if name == "torch" else "on"
                 t0 = time.perf_counter()
                 got = eng.generate(prompt_ids[: r // n], params)
                 if rep:
                     times[name].append(time.perf_counter() - t0)
                     steps.append(max(map(len, got.response_ids)))
-        os.environ.pop(native.SWITCH)
         med = {k: statistics.median(v) for k, v in times.items()}
         step = statistics.median(steps)
         out.append({"rows": r, "steps": step, **{f"{k}_ms": 1e3 * v for k, v in med.items()},

@@ -19,8 +19,8 @@ positions whose logits are used; a backward pass counts twice its forward (the i
 gradients). Norms, rotary, softmax and elementwise work are not counted: they are what the achieved rate
 loses to. The counts come from the step's own batches (the trainer's calls are observed, not changed):
 every generate call's prompts and responses, every no-grad log-prob pass (`Models.logprobs`) and every
-update forward (`Models.policy_forward`). The lean forward (common.fastmodel) computes a prompt that several
-rows of a micro-batch answer once: the table counts the update as the model's forward defines it (the
+update forward (`Models.policy_forward`). The lean forward (common.fast.lean_forward) computes a prompt that
+several rows of a micro-batch answer once: the table counts the update as the model's forward defines it (the
 target's figure), the line under it as computed (each group's shared prompt once, its GEMM limit timed at
 the computed token count).
 """
@@ -88,7 +88,7 @@ def forward_flops(s: ModelShapes, seq_lens: list[int], logit_positions: int, sha
     linear = 2 · (Σ_n len_n − shared) · linear_params;
     attention = Σ_n Σ_{i<len_n} 4 · (i + 1) · hq · d · L = Σ_n 2 · len_n · (len_n + 1) · hq · d · L (Q·Kᵀ and
     P·V, causal);  lm_head = 2 · H · V · logit_positions. shared: tokens whose states another row computes
-    already (a prompt several rows answer, computed once by common.fastmodel; 0 counts the model's own
+    already (a prompt several rows answer, computed once by common.fast.lean_forward; 0 counts the model's own
     forward). Returns {"linear", "attention", "lm_head", "total"}."""
     tokens = sum(seq_lens) - shared
     out = {"linear": 2 * tokens * s.linear_params,
@@ -221,7 +221,8 @@ def step_flops(s: ModelShapes, calls: dict) -> dict:
 
 # -------------------------------------------------------------------------------------------- running
 def run(world=None, steps: int = 10, warmup: int = 2, threads: int = 1, *, prompts: int = step_time.PROMPTS,
-        group: int = step_time.GROUP, max_new_tokens: int = step_time.MAX_NEW_TOKENS, log=None) -> dict:
+        group: int = step_time.GROUP, max_new_tokens: int = step_time.MAX_NEW_TOKENS, log=None,
+        fast: str = step_time.FAST) -> dict:
     """Profile DAPO and ARMOR steps (interleaved) and the GEMM limits; returns the figures (format_report)."""
     if steps < 1 or warmup < 0 or threads < 1:
         raise ValueError("need --steps >= 1, --warmup >= 0, --threads >= 1")
@@ -231,21 +232,23 @@ def run(world=None, steps: int = 10, warmup: int = 2, threads: int = 1, *, promp
     w = step_time.ensure_world(world)
     from transformers import AutoConfig
     shapes = ModelShapes.of(AutoConfig.from_pretrained(str(w / "base_model")))
-    from common import fastmodel
-    from common.rollout import native
+    from common.fast import lean_forward
     res = {"config": {"world": str(w), "steps": steps, "warmup": warmup, "threads": threads,
                       "prompts": prompts, "group": group, "max_new_tokens": max_new_tokens,
-                      "shapes": shapes.__dict__, "fast_forward": fastmodel.enabled()},
+                      "shapes": shapes.__dict__, "fast": fast},
            "versions": step_time.versions(), "load_before": step_time.load_average()}
     rows: dict[str, list] = {"dapo": [], "armor": []}
     with tempfile.TemporaryDirectory(prefix="armor-profile-") as tmp:
         arms = {a: step_time.OurArm(step_time.run_config(w, Path(tmp) / a, a, threads=threads,
                                                          total_steps=warmup + steps, prompts=prompts,
-                                                         group=group, max_new_tokens=max_new_tokens))
+                                                         group=group, max_new_tokens=max_new_tokens,
+                                                         fast=fast))
                 for a in rows}
         recorders = {a: _Recorder(arm.trainer) for a, arm in arms.items()}
-        res["config"]["fast_forward_used"] = fastmodel.supports(arms["dapo"].trainer.models.policy)
-        res["config"]["decode_kernel"] = native.describe()
+        paths = arms["dapo"].trainer.fast
+        res["config"]["fast_forward_used"] = (paths.lean_forward
+                                              and lean_forward.supports(arms["dapo"].trainer.models.policy))
+        res["config"]["decode_kernel"] = paths.describe()
         try:
             log(f"[profile] DAPO, ARMOR interleaved: {warmup} + {steps} steps each")
             for i in range(warmup + steps):
@@ -309,8 +312,9 @@ def format_report(res: dict) -> str:
          f"float32, CPU threads {c['threads']}; medians over {c['steps']} steps after {c['warmup']} warm-up "
          f"(each arm in turn)",
          f"  world {c['world']}; model {c['shapes']}",
-         f"  lean forward (common.fastmodel): {'on' if c.get('fast_forward_used') else 'off'}; decode steps: "
-         f"{c.get('decode_kernel', '?')} (common/rollout/native.py); versions: "
+         f"  compute.fast {c.get('fast', '?')}: lean forward "
+         f"{'on' if c.get('fast_forward_used') else 'off'}; "
+         f"decode steps {c.get('decode_kernel', '?')}; versions: "
          + ", ".join(f"{k} {v}" for k, v in res["versions"].items()),
          f"  load average before {res['load_before']}, after {res['load_after']}",
          "  GFLOP/s = FLOPs counted from the shapes / the phase's CPU time; GEMM lim = the phase's "
@@ -351,6 +355,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=10, help="measured steps per arm (median)")
     ap.add_argument("--warmup", type=int, default=2, help="warm-up steps per arm")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--fast", choices=["auto", "off", "native"], default=step_time.FAST,
+                    help=f"the arms' compute.fast (default {step_time.FAST}, as the tiny presets)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     a = ap.parse_args(argv)
     import warnings
@@ -359,7 +365,8 @@ def main(argv=None) -> int:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        res = run(a.world, a.steps, a.warmup, a.threads, log=lambda m: print(m, file=sys.stderr, flush=True))
+        res = run(a.world, a.steps, a.warmup, a.threads, log=lambda m: print(m, file=sys.stderr, flush=True),
+                  fast=a.fast)
     except (ValueError, FileNotFoundError) as e:
         print(f"bench.profile: {e}", file=sys.stderr)
         return 2

@@ -73,9 +73,13 @@ def ensure_world(world: str | Path | None) -> Path:
 
 
 # ------------------------------------------------------------------------------------------- our side
+FAST = "native"     # our arms' compute.fast by default: the tiny presets' (reproduce/presets/tiny.yaml)
+
+
 def run_config(world: Path, out_dir: Path, arm: str, *, threads: int, total_steps: int,
-               prompts: int = PROMPTS, group: int = GROUP, max_new_tokens: int = MAX_NEW_TOKENS):
-    """The RunConfig of one arm ("dapo" | "armor") of the benchmark."""
+               prompts: int = PROMPTS, group: int = GROUP, max_new_tokens: int = MAX_NEW_TOKENS,
+               fast: str = FAST):
+    """The RunConfig of one arm ("dapo" | "armor") of the benchmark; fast: its compute.fast."""
     from armor.config import from_dict
     if arm not in ("dapo", "armor"):
         raise ValueError(f"unknown arm {arm!r}")
@@ -99,6 +103,7 @@ def run_config(world: Path, out_dir: Path, arm: str, *, threads: int, total_step
         "reward": {"answer_mode": "boxed", "grader_workers": 0},
         "schedule": {"total_steps": total_steps, "save_every": 10 ** 6, "validate_every": 0},
         "validation": {"at_start": False},
+        "compute": {"fast": fast},
     }
     return from_dict(data)
 
@@ -280,7 +285,8 @@ def format_report(res: dict) -> str:
     L = [f"bench.step_time: {c['prompts']} prompts x {c['group']} responses/step, max_new_tokens "
          f"{c['max_new_tokens']}, T={c['temperature']} top_p=1, 1 optimizer update/step, float32, CPU, torch "
          f"threads {c['threads']}; medians over {c['steps']} steps after {c['warmup']} warm-up",
-         f"  world {c['world']} (base_model: {c['n_params']} parameters)",
+         f"  world {c['world']} (base_model: {c['n_params']} parameters); our arms' compute.fast "
+         f"{c.get('fast', '?')}",
          "  DAPO : our Trainer, plain ratio, clip [0.8, 1.28] + dual-clip 10, token-mean, "
          "dynamic sampling off",
          f"  ARMOR: our Trainer, anchors on ({c['group'] - 1} on-policy + 1 anchor; ref_n {REF_N} reference "
@@ -337,7 +343,8 @@ def format_report(res: dict) -> str:
 
 
 def run(world=None, steps: int = 5, warmup: int = 1, threads: int = 2, skip_trl: bool = False, *,
-        prompts: int = PROMPTS, group: int = GROUP, max_new_tokens: int = MAX_NEW_TOKENS, log=None) -> dict:
+        prompts: int = PROMPTS, group: int = GROUP, max_new_tokens: int = MAX_NEW_TOKENS, log=None,
+        fast: str = FAST) -> dict:
     """Run the contenders and return the figures (format them with format_report)."""
     if steps < 1 or warmup < 0 or threads < 1:
         raise ValueError("need --steps >= 1, --warmup >= 0, --threads >= 1")
@@ -350,12 +357,13 @@ def run(world=None, steps: int = 5, warmup: int = 1, threads: int = 2, skip_trl:
     res = {"config": {"world": str(w), "n_params": n_params, "prompts": prompts, "group": group,
                       "max_new_tokens": max_new_tokens, "temperature": TEMPERATURE, "threads": threads,
                       "steps": steps, "warmup": warmup, "cpus": os.cpu_count(),
-                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset")},
+                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"), "fast": fast},
            "versions": versions(), "load_before": load_average()}
     total = warmup + steps
     with tempfile.TemporaryDirectory(prefix="armor-bench-") as tmp:
         arms = {arm: OurArm(run_config(w, Path(tmp) / arm, arm, threads=threads, total_steps=total,
-                                       prompts=prompts, group=group, max_new_tokens=max_new_tokens))
+                                       prompts=prompts, group=group, max_new_tokens=max_new_tokens,
+                                       fast=fast))
                 for arm in ("dapo", "armor")}
 
         def our_round():   # one step of each of our arms
@@ -398,6 +406,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=1, help="warm-up steps per contender (not measured)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads for every contender")
     ap.add_argument("--skip-trl", action="store_true", help="do not run TRL's GRPOTrainer")
+    ap.add_argument("--fast", choices=["auto", "off", "native"], default=FAST,
+                    help=f"our arms' compute.fast (default {FAST}, as the tiny presets)")
     ap.add_argument("--json", default=None,
                     help="also write the figures (and our per-step rows) to this file")
     a = ap.parse_args(argv)
@@ -408,7 +418,7 @@ def main(argv=None) -> int:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     res = run(a.world, a.steps, a.warmup, a.threads, a.skip_trl,
-              log=lambda m: print(m, file=sys.stderr, flush=True))
+              log=lambda m: print(m, file=sys.stderr, flush=True), fast=a.fast)
     print(format_report(res), flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1, default=str) + "\n")

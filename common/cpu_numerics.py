@@ -23,9 +23,9 @@ the job wrapper slurm/jobwrap.py), the packages of commands do in their `__init_
 reproduce.toy.build` ...; `bench`), and so does the test suite's conftest. The library packages (common,
 armor, eval, slurm, figures) do not pin on import. Child processes inherit the pins with the environment.
 
-The HF engine's CPU decode steps run a compiled kernel (common/rollout/native.py) whose bits are the same on
-every x86-64 CPU; without a C compiler they fall back to torch operations, other bits (recorded as
-`decode_kernel` in each run's numerics.json).
+The HF engine's CPU decode steps compute other bits with the compiled kernel of `compute.fast: native`
+(common/fast/decode_kernel.py; the same bits on every x86-64 CPU) than with torch operations; each run's
+numerics.json records which (`decode_kernel`, from its config).
 
 What this does not pin: the thread count (the presets fix it: `threads: 1`), the torch build (the install
 pins torch==2.13.0+cpu), and non-x86 CPUs (an aarch64 machine takes other paths altogether).
@@ -56,15 +56,12 @@ def pin() -> dict[str, str]:
 
 
 def describe() -> dict:
-    """What this process computes with: torch's kernel capability, the pins' variables, the thread count, and
-    what the HF engine decodes CPU float32 steps with ("native": the compiled kernel, "torch": without it;
-    common/rollout/native.py)."""
+    """What this process computes with: torch's kernel capability, the pins' variables, the thread count."""
     import torch
 
-    from common.rollout import native
     return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "threads": torch.get_num_threads(), **{k: os.environ.get(k) for k in PINS},
-            SWITCH: os.environ.get(SWITCH, "avx2"), "decode_kernel": native.describe()}
+            SWITCH: os.environ.get(SWITCH, "avx2")}
 
 
 def unpinned(described: dict) -> bool:

@@ -259,6 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--chunk-size", type=int, default=32, help="problems per generation chunk (default 32)")
     ap.add_argument("--max-batch", type=int, default=256, help="hf engine: sequences per forward batch")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    ap.add_argument("--fast", choices=["auto", "off", "native"],
+                    help="hf engine: the CPU fast paths, as the trainer's compute.fast (default: --preset's, "
+                         "else auto)")
     ap.add_argument("--dtype", help="float32 | bfloat16 | float16 (default bfloat16 on GPU, float32 on CPU)")
     ap.add_argument("--threads", type=int, help="torch CPU threads")
     ap.add_argument("--tensor-parallel-size", type=int, help="vllm engine")
@@ -291,7 +294,7 @@ def _cli_options(a: argparse.Namespace) -> dict:
                 seed=a.seed,
                 out=a.out, results=a.results, max_new_tokens=a.max_new_tokens, preset=a.preset,
                 pass_ks=a.pass_k, chunk_size=a.chunk_size, max_batch=a.max_batch, meta=meta, device=a.device,
-                dtype=a.dtype, grader_workers=a.grader_workers, overwrite=a.overwrite,
+                dtype=a.dtype, fast=a.fast, grader_workers=a.grader_workers, overwrite=a.overwrite,
                 progress=False if a.no_progress else None, engine_kwargs=ek)
 
 

@@ -299,17 +299,25 @@ def _context_length(units: list[Unit], tokenizer) -> int:
 
 @contextlib.contextmanager
 def _loaded_engine(ckpt: Path, engine: str, *, device: str, dtype: str | None, max_batch: int, seed: int,
-                   engine_kwargs: dict | None = None, context_length: Callable[[object], int] | None = None):
-    """The engine and tokenizer for `ckpt`. hf: the model in-process. vllm: a standalone engine that loads the
+                   engine_kwargs: dict | None = None, context_length: Callable[[object], int] | None = None,
+                   fast: str = "off"):
+    """The engine and tokenizer for `ckpt`. hf: the model in-process, decoding as `fast` (compute.fast's
+    choices, common/fast/__init__.py) says. vllm: a standalone engine that loads the
     checkpoint folder's weights itself (nothing is pushed: a random-weight start followed by a push only pays
     off when weights change, as in training), with max_model_len = context_length(tokenizer)."""
+    from common import fast as fast_paths
     from common.models import load_model, load_tokenizer
     from common.rollout import build_engine
+    from common.yaml_config import ConfigError
     tok = load_tokenizer(str(ckpt))
     dt = dtype or default_dtype(device)          # one rule for both engines
     if engine == "hf":
-        model = load_model(str(ckpt), dt, device)
-        eng = build_engine("hf", model, tok, max_batch=max_batch)
+        try:
+            paths = fast_paths.choose(fast, device.split(":")[0], dt)
+            model = load_model(str(ckpt), dt, device)
+            eng = build_engine("hf", model, tok, max_batch=max_batch, fast=paths)
+        except ConfigError as e:
+            raise EvalError(str(e)) from None
         try:
             yield eng, tok
         finally:
@@ -376,7 +384,7 @@ def execute(ckpt: Path, units: list[Unit], s: EvalSettings, dist: Dist | None = 
     graders = _Graders(s.grader_workers, s.grader_timeout_s)
     try:
         with _loaded_engine(ckpt, s.engine, device=dev, dtype=s.dtype, max_batch=s.max_batch, seed=s.seed,
-                            engine_kwargs=s.engine_kwargs,
+                            engine_kwargs=s.engine_kwargs, fast=s.fast,
                             context_length=lambda tok: _context_length(todo, tok)) as (eng, tok):
             for j in todo:
                 if j.state == "resume" and dist.is_main:

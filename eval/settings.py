@@ -98,6 +98,7 @@ class EvalSettings:
     meta: dict | None = None                # {preset, model, arm, seed} overrides for the table rows
     device: str | None = "auto"             # auto | cpu | cuda | cuda:N
     dtype: str | None = None                # None: bfloat16 on GPU, float32 on CPU
+    fast: str | None = None                 # hf engine: auto | off | native; None: the preset's compute.fast
     grader_workers: int = 2                 # math-verify worker processes (0: in-process)
     grader_timeout_s: float = 5.0
     overwrite: bool = False                 # redo outputs drawn with other settings
@@ -135,6 +136,12 @@ class EvalSettings:
             raise EvalError(f"device must be auto, cpu or cuda, got {d!r}")
         if self.preset is not None and not isinstance(self.preset, dict):
             self._set("preset", read_preset(self.preset))
+        if self.fast is None:       # the preset's choice (compute.fast), else the trainer's default
+            mode = ((self.preset or {}).get("compute") or {}).get("fast", "auto")
+            self._set("fast", "off" if mode is False else mode)      # YAML reads a bare off as false
+        from common.fast import MODES
+        if self.fast not in MODES:
+            raise EvalError(f"compute.fast (--fast): {self.fast!r} is not one of {list(MODES)}")
 
     def _set(self, name: str, value) -> None:
         object.__setattr__(self, name, value)      # frozen: normalized once, here

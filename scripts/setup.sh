@@ -8,5 +8,6 @@ PY=${PYTHON:-python3}
 # torch first and pinned: an unpinned torch makes pip fetch a multi-GB CUDA build on CPU machines
 .venv/bin/python -m pip install -q -c constraints.txt "torch==2.13.0"
 .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev,eval]"
-# the HF engine's compiled decode kernel, built once now (a missing C compiler warns: torch operations then)
-.venv/bin/python -m common.rollout.native
+# the compiled decode kernel of `compute.fast: native` (the tiny presets), built once now; without a C compiler
+# it says so, and those presets fail at their start naming compute.fast (auto and off need no compiler)
+.venv/bin/python -m common.fast.decode_kernel

@@ -4,24 +4,31 @@ Prompts are left-padded (position ids from the attention mask), sampling is temp
 (top_p), each row stops at EOS, and a torch.Generator seeded from `SamplingParams.seed` makes the
 sample reproducible. Faster than `model.generate` for tiny models because it skips its per-step
 processing stack, and it returns the per-token sampling log-probs the trainer logs.
+
+The loop asks a *stepper* for next-token logits: `HFStepper` (the model's own forward with a DynamicCache,
+any causal LM), or, where the run's `compute.fast` chose it (`fast`, common/fast/__init__.py), the static-KV
+decoder common.fast.static_kv_decode.StaticStepper for the layouts it knows.
 """
 from __future__ import annotations
 
-import torch
+import inspect
 
+import torch
+from transformers import DynamicCache
+
+from common.fast import KEY, OFF, FastPaths
+from common.fast.static_kv_decode import StaticStepper, kernel_problem
 from common.rollout.base import Rollout, RolloutEngine, SamplingParams
-from common.rollout.static_decode import StaticStepper, make_stepper
+from common.yaml_config import ConfigError
 
 # A CPU decode step whose activations are smaller than this (rows x hidden size) runs on one thread: its
 # operations are so small that waking the other OpenMP threads costs more than they save (the suite sets
 # OMP_WAIT_POLICY=PASSIVE). The threshold is the tiny world's model at 128 rows; `python -m bench.step_time`
 # (2 threads) measures what it does to a training step (README, "Step-time benchmark").
 SINGLE_THREAD_DECODE_BELOW = 128 * 64
-# Rows the static decoder samples together on the CPU (HFEngine's default max_batch there; 256 elsewhere). The
-# tiny world's validation (256 prompts x 4 samples, 48 new tokens) took 507 / 400 / 426 / 517 ms of CPU time
-# in chunks of 256 / 128 / 64 / 32 rows: at 256 rows a decode step's attention reads ~13 MB of KV cache, no
-# longer cache-resident. HF's forward (the generic decoder) is faster in larger chunks: 256 rows in 94 ms as
-# one chunk, 119 as two (bench.decode).
+# Rows the static decoder samples together on the CPU (HFEngine's default max_batch there; 256 elsewhere): at
+# 256 rows a decode step's attention reads a KV cache no longer cache-resident, while HF's forward is faster
+# in larger chunks (measured with bench.decode: records/fast_paths.md).
 CPU_MAX_BATCH = 128
 
 
@@ -48,11 +55,98 @@ def decode_texts(tokenizer, ids: list[list[int]]) -> list[str]:
     return backend.decode_batch(ids, skip_special_tokens=True)
 
 
+_CACHE_ARGS = ("cache", "past_key_values")   # transformers >= 5.24 names forward's KV cache `cache`
+
+
+def cache_arg(model) -> str:
+    """The keyword `model.forward` takes its KV cache by. A wrong one is swallowed by forward's **kwargs (the
+    call then silently runs without a cache), so it is read from the signature: of the model, else of a
+    wrapped model (PEFT, torch.compile, DDP), else of this transformers' generation code."""
+    from transformers.generation.utils import GenerationMixin
+
+    m = model
+    for _ in range(4):
+        params = inspect.signature(m.forward).parameters
+        for name in _CACHE_ARGS:
+            if name in params:
+                return name
+        inner = getattr(m, "_orig_mod", None)
+        inner = getattr(m, "module", None) if inner is None else inner
+        if inner is None and hasattr(m, "get_base_model"):
+            inner = m.get_base_model()
+        if not isinstance(inner, torch.nn.Module) or inner is m:
+            break
+        m = inner
+    params = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def check_cache_filled(cache: DynamicCache, n_tokens: int) -> None:
+    """Raise if a prefill of n_tokens left `cache` empty (forward ignored it: decoding would be wrong)."""
+    if n_tokens and cache.get_seq_length() == 0:
+        raise RuntimeError("the model's forward did not fill the KV cache passed to it (cache keyword "
+                           f"{_CACHE_ARGS}?): decoding without it would sample from wrong logits")
+
+
+class HFStepper:
+    """Next-token logits from the model's own forward pass and a DynamicCache (works for any causal LM)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.cache = DynamicCache()
+        self.cache_kw = {cache_arg(model): self.cache}
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
+                max_new_tokens: int) -> torch.Tensor:
+        """ids, mask, pos: [N, P] (left-padded) -> logits of the next token [N, V]."""
+        self.mask = torch.cat([mask, torch.ones(mask.shape[0], max_new_tokens, dtype=mask.dtype,
+                                                device=mask.device)], dim=1)
+        self.plen = ids.shape[1]
+        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                            **self.cache_kw).logits[:, -1, :]
+        check_cache_filled(self.cache, self.plen)
+        return logits
+
+    def decode(self, tok: torch.Tensor, pos: torch.Tensor, t: int) -> torch.Tensor:
+        """tok, pos: [N] (the t-th new token of each row, t >= 0) -> logits of the token after it [N, V]."""
+        return self.model(input_ids=tok[:, None], attention_mask=self.mask[:, :self.plen + t + 1],
+                          position_ids=pos[:, None], use_cache=True, **self.cache_kw).logits[:, -1, :]
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Drop every row not in `rows` ([K] ascending indices into the current rows) from the cache and
+        mask."""
+        self.expand(rows)
+
+    def expand(self, rows: torch.Tensor) -> None:
+        """Row j of the cache and the mask becomes current row rows[j] ([K] indices, repeats allowed)."""
+        self.cache.reorder_cache(rows)
+        self.mask = self.mask[rows]
+
+
+def _static(fast: FastPaths, model) -> bool:
+    """Whether `fast` decodes `model` with the static-KV decoder (its layout permitting)."""
+    return fast.static_decode and StaticStepper.supports(model)
+
+
+def make_stepper(model, fast: FastPaths = OFF, workspace: dict | None = None):
+    """The stepper `fast` chooses for `model`: the static-KV decoder where chosen and the layout allows (its
+    kernel with `fast.decode_kernel`), else HFStepper; `workspace`: the static stepper's reusable cache
+    storage (a dict the caller keeps between calls)."""
+    if _static(fast, model):
+        return StaticStepper(model, workspace, kernel=fast.decode_kernel)
+    return HFStepper(model)
+
+
 class HFEngine(RolloutEngine):
     def __init__(self, model: torch.nn.Module, tokenizer, max_batch: int | None = None,
-                 static_cache: bool = True):
+                 fast: FastPaths = OFF):
+        """fast: the run's fast paths (common.fast.choose; OFF: HF's forward for every step). With the decode
+        kernel, a model it cannot decode is a ConfigError naming compute.fast."""
         self.model = model
-        self.static_cache = static_cache   # the preallocated-KV-cache decoder where the architecture allows
+        self.fast = fast
+        why = kernel_problem(model) if fast.decode_kernel else None
+        if why is not None:
+            raise ConfigError(f"{KEY}: 'native' cannot run: the decode kernel cannot decode the model: {why}")
         self.tokenizer = tokenizer
         self.max_batch = max_batch         # rows sampled together (None: `batch_rows`)
         self._workspace: dict = {}         # the static decoder's KV-cache storage, kept between calls
@@ -70,7 +164,7 @@ class HFEngine(RolloutEngine):
         if self.max_batch is not None:
             return self.max_batch
         cpu = next(self.model.parameters()).device.type == "cpu"
-        return CPU_MAX_BATCH if cpu and self.static_cache and StaticStepper.supports(self.model) else 256
+        return CPU_MAX_BATCH if cpu and _static(self.fast, self.model) else 256
 
     def _push(self, model: torch.nn.Module) -> None:
         self.model = model   # same process, same device: serving a module is pointing at it
@@ -101,7 +195,7 @@ class HFEngine(RolloutEngine):
         model, device = self.model, next(self.model.parameters()).device
         was_training, threads = model.training, torch.get_num_threads()
         # the static decoder reads no module's training flag: no switch (HF's train() re-kernelizes, ~0.3 ms)
-        switch = was_training and not (self.static_cache and StaticStepper.supports(model))
+        switch = was_training and not _static(self.fast, model)
         if switch:
             model.eval()
         try:
@@ -131,7 +225,7 @@ class HFEngine(RolloutEngine):
             mask[u, :plen - len(p)] = 0
         ids, mask = ids.to(device), mask.to(device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        stepper = make_stepper(self.model, self.static_cache, self._workspace)
+        stepper = make_stepper(self.model, self.fast, self._workspace)
         logits = stepper.prefill(ids, mask, pos, T)
         self._fit_threads(n, device)
         expand = torch.tensor([row_of[i] for i in row_prompt], device=device)

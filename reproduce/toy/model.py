@@ -151,7 +151,7 @@ def sample(
     Prompts are left-padded (position ids follow the mask); temperature 0 = greedy."""
     from transformers import DynamicCache
 
-    from common.rollout.static_decode import cache_arg, check_cache_filled
+    from common.rollout.hf import cache_arg, check_cache_filled
 
     B = len(prompts)
     L = max(len(p) for p in prompts)

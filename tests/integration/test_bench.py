@@ -27,9 +27,10 @@ def test_bench_ours_and_report(small_run):
     assert d["prompts_kept"] == 2 and d["tokens_trained"] == d["tokens_generated"]   # dynamic sampling off
     assert d["update"] > 0 and d["rows"][0]["updates"] == 1                          # one update per step
     assert res["trl"].startswith("TRL not installed")
+    assert res["config"]["fast"] == bench.FAST == "native"          # the tiny presets' compute.fast
     text = bench.format_report(res)
-    for needle in ("ARMOR / DAPO step time", "TRL: TRL not installed", "torch 2.", "transformers",
-                   "load average", "generate", "update"):
+    for needle in ("ARMOR / DAPO step time", "TRL: TRL not installed", "torch 2.", "compute.fast native",
+                   "transformers", "load average", "generate", "update"):
         assert needle in text
 
 
@@ -52,6 +53,9 @@ def test_bench_configs():
     for c in (d, a):
         assert c.batch.prompts_per_step == 8 and c.batch.group_size == 8 and c.batch.updates_per_step == 1
         assert c.lengths.max_response == 48 and c.rollout.temperature == 1.0 and c.threads == 2
+        assert c.compute.fast == "native"
+    off = bench.run_config(w, Path("/tmp/x"), "dapo", threads=2, total_steps=3, fast="off")
+    assert off.compute.fast == "off"
     with pytest.raises(FileNotFoundError):
         bench.ensure_world(w)
 
@@ -104,5 +108,7 @@ def test_profile_counts_phases_and_reports(world):
     assert res["dapo"]["phases"]["logprob"]["gflop"] == 0          # DAPO without a KL monitor reads no πref
     assert res["config"]["fast_forward_used"] is True
     text = profile.format_report(res)
-    for needle in ("GEMM lim", "decode", "DAPO update at", "ARMOR / DAPO step time", "lean forward"):
+    assert res["config"]["decode_kernel"] == "native"
+    for needle in ("GEMM lim", "decode", "DAPO update at", "ARMOR / DAPO step time", "lean forward on",
+                   "compute.fast native"):
         assert needle in text

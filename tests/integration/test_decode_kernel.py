@@ -1,18 +1,20 @@
-"""The compiled decode kernel (common/rollout/decode_kernel.c via native.py): each function against torch on
-hand-built inputs, the stepper on long contexts against the model's forward, and the fallback without a
-compiler."""
+"""The compiled decode kernel (common/fast/decode_kernel.c via decode_kernel.py): each function against torch
+on hand-built inputs, the stepper on long contexts against the model's forward, and `compute.fast: native`
+failing, named, where the kernel cannot be had."""
 import pytest
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, Qwen3Config
 
-from common.rollout import native
-from common.rollout.static_decode import StaticStepper
+from common import fast
+from common.fast import decode_kernel
+from common.fast.static_kv_decode import StaticStepper
+from common.yaml_config import ConfigError
 
 
 @pytest.fixture(scope="module")
 def k():
-    lib = native.kernel()
+    lib = decode_kernel.kernel()
     assert lib is not None, "the decode kernel did not build (a C compiler is needed)"
     return lib
 
@@ -92,7 +94,7 @@ def test_long_contexts_give_the_models_logits(k):
     mask = torch.tensor([[0] * (plen - len(p)) + [1] * len(p) for p in prompts])
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     with torch.inference_mode():
-        st = StaticStepper(model)
+        st = StaticStepper(model, kernel=True)
         assert st.kernel is not None
         logits, nxt, seqs = st.prefill(ids, mask, pos, 6), pos[:, -1] + 1, [list(p) for p in prompts]
         for t in range(6):
@@ -106,19 +108,23 @@ def test_long_contexts_give_the_models_logits(k):
                 torch.testing.assert_close(logits[j], full, atol=2e-5, rtol=1e-4)
 
 
-def test_a_missing_compiler_falls_back_to_torch(monkeypatch, tmp_path):
-    """No compiler: one warning, kernel() None, and the stepper decodes with torch operations."""
-    monkeypatch.setattr(native, "_loaded", {})
+def test_native_without_a_compiler_fails_naming_the_key(monkeypatch, tmp_path):
+    """compute.fast=native where no compiler is: a one-line ConfigError naming the key and value, no
+    fallback; auto and off need no compiler, and auto's stepper decodes with torch operations."""
+    monkeypatch.setattr(decode_kernel, "_loaded", {})
     monkeypatch.setenv("ARMOR_NATIVE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    with pytest.warns(RuntimeWarning, match="no C compiler"):
-        assert native.kernel() is None
-    assert native.describe() == "torch"
+    with pytest.raises(ConfigError) as e:
+        fast.choose("native", "cpu", "float32")
+    msg = str(e.value)
+    assert msg.startswith("compute.fast: 'native' cannot run") and "no C compiler" in msg and "\n" not in msg
+    auto = fast.choose("auto", "cpu", "float32")
+    assert auto == fast.FastPaths(True, True, False) and fast.choose("off", "cpu", "float32") == fast.OFF
     model = AutoModelForCausalLM.from_config(Qwen3Config(
         vocab_size=30, hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2,
         num_key_value_heads=1, head_dim=8)).eval()
     with torch.inference_mode():
-        st = StaticStepper(model)
+        st = StaticStepper(model, kernel=auto.decode_kernel)
         assert st.kernel is None
         ids = torch.tensor([[3, 4, 5]])
         mask = torch.ones_like(ids)
@@ -126,23 +132,61 @@ def test_a_missing_compiler_falls_back_to_torch(monkeypatch, tmp_path):
         assert torch.isfinite(st.decode(torch.tensor([6]), torch.tensor([3]), 0)).all()
 
 
+def test_the_trainer_asked_for_native_without_a_compiler_fails_before_work(world, tmp_path):
+    """`python -m armor.train ... compute.fast=native` where no compiler is: exit 2 with one line naming the
+    key and its value, no run folder."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "never"
+    args = [f"model.path={world / 'base_model'}", f"data.train={world / 'data' / 'train.jsonl'}",
+            f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", f"output_dir={out}",
+            "compute.fast=native"]
+    env = {**os.environ, "CC": str(tmp_path / "no-such-cc"), "ARMOR_NATIVE_CACHE": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-m", "armor.train", "--config",
+                        str(root / "reproduce" / "presets" / "smoke.yaml"), *args],
+                       capture_output=True, text=True, cwd=root, env=env)
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1, r.stderr[-2000:]
+    assert err[0].startswith("error: compute.fast: 'native' cannot run") and "no C compiler" in err[0]
+    assert not out.exists()
+
+
+def test_native_where_the_kernel_cannot_decode_fails_naming_the_key():
+    """The kernel decodes CPU float32 SiLU models: an HF engine asked for it on another model fails at its
+    start, naming compute.fast."""
+    from common.rollout.hf import HFEngine
+    model = AutoModelForCausalLM.from_config(Qwen3Config(
+        vocab_size=30, hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=8, hidden_act="gelu")).eval()
+
+    class _Tok:
+        eos_token_id, pad_token_id = 2, 0
+    with pytest.raises(ConfigError, match="compute.fast: 'native' cannot run: .*hidden_act 'gelu'"):
+        HFEngine(model, _Tok(), fast=fast.FastPaths(True, True, True))
+    HFEngine(model, _Tok(), fast=fast.choose("auto", "cpu", "float32"))     # torch operations decode it
+
+
 def test_the_build_is_cached_by_source_and_flags(monkeypatch, tmp_path):
     """A second build finds the first's file; the file is a loadable library named by a hash."""
     monkeypatch.setenv("ARMOR_NATIVE_CACHE", str(tmp_path))
-    first = native.build()
+    first = decode_kernel.build()
     stamp = first.stat().st_mtime_ns
-    assert native.build() == first and first.stat().st_mtime_ns == stamp
+    assert decode_kernel.build() == first and first.stat().st_mtime_ns == stamp
     assert [p.name for p in tmp_path.iterdir()] == [first.name]          # no temporary file left behind
-    native.load(first).attend
+    decode_kernel.load(first).attend
 
 
-@pytest.mark.skipif(not native._cpu_has("avx2") or not native._cpu_has("fma"), reason="needs AVX2 and FMA")
+@pytest.mark.skipif(not decode_kernel._cpu_has("avx2") or not decode_kernel._cpu_has("fma"),
+                    reason="needs AVX2 and FMA")
 def test_the_same_bits_with_any_vector_unit(tmp_path, monkeypatch):
     """The kernel's promise (no sum reordered, no fused multiply-add): built for SSE2 only, for AVX2, and for
     AVX2 with FMA allowed, its outputs are equal bit for bit."""
     monkeypatch.setenv("ARMOR_NATIVE_CACHE", str(tmp_path))
     units = ([], ["-mavx2"], ["-mavx2", "-mfma"])
-    libs = [native.load(native.build(flags=native.FLAGS + extra)) for extra in units]
+    libs = [decode_kernel.load(decode_kernel.build(flags=decode_kernel.FLAGS + extra)) for extra in units]
     torch.manual_seed(1)
     n, hq, hkv, d, slots, end = 5, 4, 2, 16, 48, 45
     heads = hq + 2 * hkv
@@ -173,5 +217,14 @@ def test_an_unwritable_cache_folder_falls_back_to_a_temporary_one(monkeypatch, t
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
-    out = native.cache_dir()
+    out = decode_kernel.cache_dir()
     assert not str(out).startswith(str(blocked)) and out.name.startswith("armor-repro-native-")
+    # no login name and no os.getuid (Windows): still a folder of its own name
+    import getpass
+    import os
+
+    def no_user():
+        raise OSError("no login name")
+    monkeypatch.setattr(getpass, "getuser", no_user)
+    monkeypatch.delattr(os, "getuid", raising=False)
+    assert decode_kernel.cache_dir().name == "armor-repro-native-user"

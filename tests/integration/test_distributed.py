@@ -15,21 +15,13 @@ from common.jsonl import read_jsonl
 
 from toy_runs import ROOT, SMOKE, hf_weights, run, train_cmd
 
-ARGS = ["schedule.save_every=2", "schedule.validate_every=2", "validation.max_problems=8",
+# HF's forward on every run (compute.fast=off): FSDP2's shards always compute through it, and the one-process
+# runs compared with them must too (the lean forward moves weights by ~5e-6 in 4 steps: test_lean_forward.py
+# checks it against HF's forward); both update with the fused AdamW (armor.trainer.fused_adamw)
+ARGS = ["compute.fast=off", "schedule.save_every=2", "schedule.validate_every=2", "validation.max_problems=8",
         "algo.anchor.enabled=true", "algo.mix.variant=mixed", "algo.mix.alpha=0.875",
         "algo.reference.reset.every=3", "rollout.shards=2", "batch.micro_batch_responses=4"]
 STEPS = 4
-
-
-@pytest.fixture(scope="module", autouse=True)
-def reference_numerics():
-    """Every run here on HF's forward and the loop AdamW (ARMOR_FAST_FORWARD=0): FSDP2's shards always compute
-    that way, and the one-process runs this module compares them with must too (the one-process fast path,
-    common.fastmodel with the fused AdamW, moves weights by ~5e-6 in 4 steps: tests/integration/
-    test_fastmodel.py checks it against HF's forward)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ARMOR_FAST_FORWARD", "0")
-        yield
 
 
 def _run(world: Path, out: Path, ranks: int, fault: str | None = None,

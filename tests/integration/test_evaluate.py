@@ -115,9 +115,14 @@ def test_settings_are_normalized_and_checked_where_made():
                      (dict(device="tpu"), "device must be auto, cpu or cuda, got 'tpu'"),
                      (dict(template="chatml"), "unknown prompt template 'chatml'"),
                      (dict(protocol="fast"), "unknown protocol 'fast'"),
-                     (dict(preset="nope"), "preset 'nope'")):
+                     (dict(preset="nope"), "preset 'nope'"),
+                     (dict(fast="fastest"), r"compute.fast \(--fast\): 'fastest' is not one of")):
         with pytest.raises(E.EvalError, match=msg):
             E.EvalSettings(**bad)
+    # the hf engine decodes as the preset's compute.fast says (tiny: native), else auto; --fast wins
+    assert s.fast == "native" and E.EvalSettings().fast == "auto"
+    assert E.EvalSettings(preset={"compute": {"fast": False}}).fast == "off"       # YAML's bare `off`
+    assert E.EvalSettings(preset=tiny, fast="auto").fast == "auto"
     with pytest.raises(E.EvalError, match="unknown engine"):
         replace(s, engine="tgi")                                # replace checks again
 

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from armor.policy import forward_logprobs, make_token_batch
+from common.fast import OFF, choose
+from common.fast.static_kv_decode import StaticStepper
 from common.rollout import SamplingParams
-from common.rollout.hf import HFEngine
-from common.rollout.static_decode import HFStepper, StaticStepper, make_stepper
+from common.rollout.hf import HFEngine, HFStepper, make_stepper
 from reproduce.toy.model import (QWEN2_ARCH, QWEN3_ARCH, ArchConfig, ModelConfig, build_arch_model,
                                  build_model, padded_vocab)
 from reproduce.toy.tokenizer import build_tokenizer
@@ -60,7 +61,8 @@ def test_the_models_have_the_paper_layouts(family, tok):
 def _engine_gap(model, tok, static: bool):
     """The HF engine's samples (3 per prompt, T = 1) and the largest |its log-prob - forward's| over them."""
     prompts = [[3, 5, 7, 9, 11, 13], [3, 12, 13], [3, 40, 41, 42]]
-    eng = HFEngine(model, tok, static_cache=static)
+    # static: the static-KV decoder with its compiled kernel (compute.fast native), else HF's forward
+    eng = HFEngine(model, tok, fast=choose("native", "cpu", "float32") if static else OFF)
     ro = eng.generate(prompts, SamplingParams(n=3, temperature=1.0, max_new_tokens=24, seed=1))
     batch = make_token_batch(ro.prompt_ids, ro.response_ids, tok.pad_token_id)
     with torch.no_grad():
@@ -73,8 +75,9 @@ def _engine_gap(model, tok, static: bool):
 @pytest.mark.parametrize("family", sorted(ARCHS))
 def test_hf_engine_logprobs_are_the_forward_pass_on_the_paper_layouts(family, tok):
     model = build_arch_model(tok, ARCHS[family], seed=0).eval()
-    assert StaticStepper.supports(model) and isinstance(make_stepper(model), StaticStepper)
-    assert isinstance(make_stepper(model, static=False), HFStepper)
+    assert StaticStepper.supports(model) and isinstance(make_stepper(model, choose("auto", "cpu", "float32")),
+                                                        StaticStepper)
+    assert isinstance(make_stepper(model, OFF), HFStepper)
     static, gap_static = _engine_gap(model, tok, static=True)
     generic, gap_generic = _engine_gap(model, tok, static=False)
     assert gap_static < 2e-5 and gap_generic < 2e-5, (gap_static, gap_generic)

@@ -4,9 +4,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
 
-from common.rollout import SamplingParams, native
-from common.rollout.hf import HFEngine
-from common.rollout.static_decode import HFStepper, StaticStepper, cache_arg, make_stepper
+from common.fast import OFF, choose
+from common.fast.static_kv_decode import StaticStepper
+from common.rollout import SamplingParams
+from common.rollout.hf import HFEngine, HFStepper, cache_arg, make_stepper
+
+AUTO = choose("auto", "cpu", "float32")          # the static decoder with torch operations
 
 SMALL = dict(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
              max_position_embeddings=64, attn_implementation="sdpa")
@@ -39,12 +42,9 @@ def _left_pad(prompts, pad=0):
 
 
 @pytest.fixture(params=["native", "torch"])
-def decode_path(request, monkeypatch):
-    """The static stepper's two decode paths: the compiled kernel (common/rollout/native.py), torch ops."""
-    if request.param == "torch":
-        monkeypatch.setenv(native.SWITCH, "off")
-    else:
-        assert native.kernel() is not None, "the decode kernel did not build (a C compiler is needed)"
+def decode_path(request):
+    """The static stepper's two decode paths: the compiled kernel (common/fast/decode_kernel.py; a C
+    compiler is needed), torch operations."""
     return request.param
 
 
@@ -54,13 +54,14 @@ def test_static_stepper_gives_the_models_logits(name, decode_path):
     against a full forward pass."""
     model = MODELS[name]()
     assert StaticStepper.supports(model)
-    assert (StaticStepper(model).kernel is not None) == (decode_path == "native")
+    kernel = decode_path == "native"
+    assert (StaticStepper(model, kernel=kernel).kernel is not None) == kernel
     prompts = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
     ids, mask, pos = _left_pad(prompts)
     seqs = [list(p) for p in prompts]
     rows = list(range(len(prompts)))
     with torch.inference_mode():
-        st = StaticStepper(model)
+        st = StaticStepper(model, kernel=kernel)
         logits = st.prefill(ids, mask, pos, max_new_tokens=6)
         nxt = pos[:, -1] + 1
         for t in range(6):
@@ -91,7 +92,8 @@ def test_prefill_once_then_expand_gives_each_rows_logits(name, static, decode_pa
     ids, mask, pos = _left_pad(prompts)
     rows = [0, 0, 1, 2, 2, 2]
     with torch.inference_mode():
-        st = make_stepper(model, static)
+        fast = choose("native" if decode_path == "native" else "auto", "cpu", "float32") if static else OFF
+        st = make_stepper(model, fast)
         st.prefill(ids, mask, pos, max_new_tokens=4)
         st.expand(torch.tensor(rows))
         nxt = pos[rows, -1] + 1
@@ -127,9 +129,9 @@ def test_unsupported_layouts_fall_back_to_the_generic_stepper():
     sliding = _model(Qwen2Config, num_key_value_heads=4, use_sliding_window=True, sliding_window=4,
                      max_window_layers=0)
     assert not StaticStepper.supports(sliding)
-    assert isinstance(make_stepper(sliding), HFStepper)
-    assert isinstance(make_stepper(MODELS["qwen2"](), static=False), HFStepper)
-    assert isinstance(make_stepper(MODELS["qwen2"]()), StaticStepper)
+    assert isinstance(make_stepper(sliding, AUTO), HFStepper)
+    assert isinstance(make_stepper(MODELS["qwen2"](), OFF), HFStepper)
+    assert isinstance(make_stepper(MODELS["qwen2"](), AUTO), StaticStepper)
 
 
 class _Wrapper(torch.nn.Module):   # torch.compile / DDP style: forward(*args, **kwargs) around `module`
@@ -172,8 +174,8 @@ def test_engine_samples_the_same_with_either_decoder():
     model = MODELS["qwen2-gqa"]()
     prompts = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16]]
     params = SamplingParams(n=4, temperature=1.0, top_p=0.9, max_new_tokens=12, seed=7)
-    a = HFEngine(model, _Tok()).generate(prompts, params)
-    b = HFEngine(model, _Tok(), static_cache=False).generate(prompts, params)
+    a = HFEngine(model, _Tok(), fast=AUTO).generate(prompts, params)
+    b = HFEngine(model, _Tok(), fast=OFF).generate(prompts, params)
     assert a.response_ids == b.response_ids
     assert any(a.finished) and not all(a.finished)       # some rows stopped at EOS before the others
     for la, lb in zip(a.logprobs, b.logprobs):
@@ -187,8 +189,8 @@ def test_small_cpu_decodes_run_on_one_thread_and_restore_the_count(monkeypatch):
     model = MODELS["qwen2"]()                      # hidden 32
     seen = []
 
-    def spy(m, static=True, workspace=None):
-        st = make_stepper(m, static, workspace)
+    def spy(m, fast=OFF, workspace=None):
+        st = make_stepper(m, fast, workspace)
         decode = st.decode
         st.decode = lambda *a: (seen.append(torch.get_num_threads()), decode(*a))[1]
         return st
@@ -198,13 +200,13 @@ def test_small_cpu_decodes_run_on_one_thread_and_restore_the_count(monkeypatch):
     torch.set_num_threads(2)
     try:
         params = SamplingParams(n=2, temperature=1.0, max_new_tokens=4, seed=0)
-        HFEngine(model, _Tok()).generate([[5, 6], [7, 8]], params)           # 4 rows x 32 < threshold
+        HFEngine(model, _Tok(), fast=AUTO).generate([[5, 6], [7, 8]], params)     # 4 rows x 32 < threshold
         assert seen and set(seen) == {1}
         assert torch.get_num_threads() == 2
         seen.clear()
         big = hf.SINGLE_THREAD_DECODE_BELOW // 32 + 8                         # rows x 32 above the threshold
-        HFEngine(model, _Tok(), max_batch=big).generate([[5, 6]] * big, SamplingParams(n=1, max_new_tokens=2,
-                                                                                     seed=0))
+        HFEngine(model, _Tok(), fast=AUTO, max_batch=big).generate(
+            [[5, 6]] * big, SamplingParams(n=1, max_new_tokens=2, seed=0))
         assert seen and seen[0] == 2
         assert torch.get_num_threads() == 2
     finally:
@@ -216,7 +218,7 @@ def test_hf_engine_sync_is_versioned():
     points the engine at its module; unnamed weights (version None) always move. Swapping to a reference and
     back samples exactly what the policy sampled before."""
     policy, reference = MODELS["qwen2"](), MODELS["qwen2-gqa"]()
-    eng = HFEngine(policy, _Tok())
+    eng = HFEngine(policy, _Tok(), fast=AUTO)
     params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=3)
     assert eng.sync_weights(policy, ("policy", 0)) is True and eng.pushes == 1
     before = eng.generate([[5, 6, 7]], params)
@@ -237,8 +239,8 @@ def test_kept_cache_storage_changes_no_sample():
     model = MODELS["qwen2-gqa"]()
     params = SamplingParams(n=3, temperature=1.0, max_new_tokens=8, seed=5)
     small = [[5, 6, 7], [8, 9]]
-    fresh = HFEngine(model, _Tok()).generate(small, params)
-    eng = HFEngine(model, _Tok())
+    fresh = HFEngine(model, _Tok(), fast=AUTO).generate(small, params)
+    eng = HFEngine(model, _Tok(), fast=AUTO)
     eng.generate([[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16]] * 3, SamplingParams(n=4, max_new_tokens=12,
                                                                                       seed=1))
     assert eng._workspace                                     # storage kept from the larger call
@@ -258,7 +260,7 @@ def test_static_decoder_samples_a_training_model_as_is(monkeypatch):
     model = _model(Qwen2Config, num_key_value_heads=2, attention_dropout=0.5)
     params = SamplingParams(n=3, temperature=1.0, max_new_tokens=8, seed=4)
     prompts = [[5, 6, 7], [8, 9]]
-    ref = HFEngine(model.eval(), _Tok()).generate(prompts, params)
+    ref = HFEngine(model.eval(), _Tok(), fast=AUTO).generate(prompts, params)
     switches = []
     real_train = type(model).train
     def train(m, mode=True):
@@ -267,10 +269,10 @@ def test_static_decoder_samples_a_training_model_as_is(monkeypatch):
     monkeypatch.setattr(type(model), "train", train)
     model.train()
     switches.clear()
-    got = HFEngine(model, _Tok()).generate(prompts, params)
+    got = HFEngine(model, _Tok(), fast=AUTO).generate(prompts, params)
     assert (got.response_ids, got.logprobs) == (ref.response_ids, ref.logprobs)
     assert switches == [] and model.training
-    generic = HFEngine(model, _Tok(), static_cache=False).generate(prompts, params)
+    generic = HFEngine(model, _Tok(), fast=OFF).generate(prompts, params)
     assert generic.response_ids == ref.response_ids and switches == [False, True] and model.training
 
 
@@ -279,9 +281,9 @@ def test_rows_sampled_together_by_default():
     the caches), 256 for HF's forward; a given max_batch is kept."""
     import common.rollout.hf as hf
     model = MODELS["qwen2"]()
-    assert HFEngine(model, _Tok()).batch_rows() == hf.CPU_MAX_BATCH == 128
-    assert HFEngine(model, _Tok(), static_cache=False).batch_rows() == 256
-    assert HFEngine(model, _Tok(), max_batch=7).batch_rows() == 7
+    assert HFEngine(model, _Tok(), fast=AUTO).batch_rows() == hf.CPU_MAX_BATCH == 128
+    assert HFEngine(model, _Tok(), fast=OFF).batch_rows() == 256
+    assert HFEngine(model, _Tok(), fast=AUTO, max_batch=7).batch_rows() == 7
 
 
 def test_decode_texts_equals_batch_decode(world):

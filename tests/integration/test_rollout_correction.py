@@ -126,11 +126,10 @@ def test_two_ranks_log_the_correction_of_one_process(mode, world, tmp_path, monk
     min over all ranks' rows, as one process (rollout.shards=2, half-mini-batch micro-batches: the same
     samples and partition) computes them; the updates agree as tests/integration/test_distributed.py's do."""
     from toy_runs import hf_weights, run as run_cmd, train_cmd
-    # both on HF's forward and the loop AdamW, as FSDP2 computes (tests/integration/test_distributed.py)
-    monkeypatch.setenv("ARMOR_FAST_FORWARD", "0")
+    # both on HF's forward, as FSDP2 computes (tests/integration/test_distributed.py)
     script = tmp_path / "skewed.py"
     script.write_text(SKEWED)
-    args = ("schedule.total_steps=2", "schedule.save_every=2", *QUIET, "rollout.shards=2",
+    args = ("compute.fast=off", "schedule.total_steps=2", "schedule.save_every=2", *QUIET, "rollout.shards=2",
             "batch.micro_batch_responses=4", "rollout.max_logprob_mismatch=1e9", "parallel.timeout_s=600",
             f"algo.rollout_correction.mode={mode}", "algo.rollout_correction.threshold=1.1")
     out = {}

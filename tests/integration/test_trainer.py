@@ -28,6 +28,7 @@ def rows(path: Path) -> list[dict]:
 
 ARMS = {
     "dapo": [],
+    "dapo_hf_forward": ["compute.fast=off"],        # HF's forward and decoding (the fast paths off)
     "grpo_kl_k3": ["algo.kl.coef=0.1", "algo.kl.estimator=k3", "algo.dynamic_sampling=false",
                    "algo.loss_agg=seq-mean-token-mean"],
     "kl_k2": ["algo.kl.coef=0.1", "algo.kl.estimator=k2"],
@@ -60,6 +61,11 @@ def test_each_arm_runs(arm, world, tmp_path):
                 assert r[k] == r[k] and abs(r[k]) != float("inf"), (k, r[k])
     if "algo.anchor.enabled=true" in ARMS[arm]:
         assert all(r["anchors"] == r["prompts_kept"] for r in m)   # one anchor per kept group
+    # the fast-path choice is in the run's config.yaml; numerics.json says what decode steps computed with
+    mode = "off" if "compute.fast=off" in ARMS[arm] else "auto"
+    assert load_config(tmp_path / arm / "config.yaml").compute.fast == mode
+    assert json.loads((tmp_path / arm / "numerics.json").read_text())["decode_kernel"] == \
+        {"off": "off", "auto": "torch"}[mode]
 
 
 def test_anchors_are_correct_reference_samples(world, tmp_path, monkeypatch):
@@ -379,3 +385,17 @@ def test_answer_modes_are_logging_only(world, tmp_path):
     with pytest.raises(ConfigError, match="logging.answer_modes"):
         load_config(SMOKE, smoke(world, tmp_path / "bad",
                                  "logging.answer_modes=reproduce.toy.task:parse_problem"))
+
+
+def test_auto_keeps_hf_forward_where_the_fast_paths_were_not_measured(world, tmp_path):
+    """compute.fast=auto in bfloat16 (as on a GPU): the trainer's update and the HF engine take HF's forward;
+    in float32 on the CPU, the lean forward and the static-KV decoder (common/fast/__init__.py)."""
+    from common.fast import OFF, FastPaths
+    for dtype, want in (("bfloat16", OFF), ("float32", FastPaths(True, True, False))):
+        t = Trainer(load_config(SMOKE, smoke(world, tmp_path / dtype, f"model.dtype={dtype}")))
+        assert t.fast == want, dtype
+        t.start()
+        try:
+            assert t.models.fast == want and t.models.engine.fast == want
+        finally:
+            t.grader.close()

@@ -117,6 +117,11 @@ BAD = [
     ("algo.rollout_correction.mode=mis algo.rollout_correction.threshold=2 "
      "algo.rollout_correction.threshold_lower=1", "algo.rollout_correction.threshold_lower"),
     ("algo.rollout_correction.level=sequence", "algo.rollout_correction.level"),
+    ("compute.fast=fastest", "compute.fast"),
+    ("compute.fast=native", "compute.fast"),                    # the 7B preset runs on cuda
+    ("device=cpu rollout.engine=hf parallel.compute_dtype=float32 model.dtype=bfloat16 compute.fast=native",
+     "compute.fast"),
+    ("device=cpu compute.fast=native", "compute.fast"),         # its vllm engine: no kernel there
     ("algo.rollout_correction.mode=mis algo.rollout_correction.threshold=2 "
      "algo.rollout_correction.level=response", "algo.rollout_correction.level"),
 ]
@@ -202,3 +207,16 @@ def test_rollout_correction_is_off_in_the_paper_presets_and_validated_naming_key
                                           r"algo.rollout_correction.mode=mis only \(it is tis\)"):
         load_config(P7B, ["algo.rollout_correction.mode=tis", "algo.rollout_correction.threshold=2",
                           "algo.rollout_correction.threshold_lower=0.5"])
+
+
+def test_compute_fast_is_recorded_and_the_tiny_presets_opt_into_the_kernel(tmp_path):
+    """compute.fast: auto by default, written into the run's config.yaml; the tiny presets (and their
+    probes) ask for `native` (the main job's time budget), smoke and the paper presets keep the default."""
+    cfg = load_config(PRESETS / "smoke.yaml", ["model.path=m", "data.train=t.jsonl"])
+    assert cfg.compute.fast == "auto" and to_dict(cfg)["compute"] == {"fast": "auto"}
+    dump_config(cfg, tmp_path / "config.yaml")
+    assert read_yaml(tmp_path / "config.yaml")["compute"]["fast"] == "auto"
+    assert load_config(tmp_path / "config.yaml", ["compute.fast=off"]).compute.fast == "off"
+    for name in ("tiny", "tiny-paper", "tiny-paper-confirm", "tiny-slow", "tiny-v2"):
+        assert load_config(PRESETS / f"{name}.yaml").compute.fast == "native", name
+    assert load_config(P7B).compute.fast == "auto"

@@ -1,4 +1,4 @@
-/* The non-product parts of one decode step of a Llama-family decoder layer, fused (common/rollout/native.py).
+/* The non-product parts of one decode step of a Llama-family decoder layer, fused (see decode_kernel.py).
  *
  * A decode step of the tiny world's model is ~60 small torch operations, most of them cheaper than their
  * dispatch; its weight products are left to torch (MKL), everything between them is here, one call each:

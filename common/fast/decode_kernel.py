@@ -1,28 +1,27 @@
-"""The compiled decode kernel (decode_kernel.c): built once per machine with the C compiler, loaded by ctypes.
+"""The compiled decode kernel (decode_kernel.c): norm, RoPE, attention over the KV cache and silu · up of a
+CPU float32 decode step in C, between torch's weight products (static_kv_decode.StaticStepper). Built once per
+machine with the C compiler, loaded by ctypes; the same bits on every x86-64 CPU (no fused multiply-add, no
+fast-math, sums never vectorised).
 
-`kernel()` returns the loaded library, or None where it cannot be had; StaticStepper then decodes with torch
-operations alone (same tokens up to float rounding, not the same bits). Built on first use into
-$ARMOR_NATIVE_CACHE (default $XDG_CACHE_HOME/armor-repro/native, else ~/.cache/...), one file per source,
+Opt-in: the run's `compute.fast: native` (common/fast/__init__.py); `kernel()` raises where the kernel cannot
+be had, and the run then fails at its start, naming the key. Built on first use (scripts/setup.sh builds it)
+into $ARMOR_NATIVE_CACHE (default $XDG_CACHE_HOME/armor-repro/native, else ~/.cache/...), one file per source,
 compiler flags and machine, written to a temporary name and renamed: jobs that start together each build or
 find a whole file, never a half-written one. $CC names the compiler (default `cc`).
-
-`ARMOR_DECODE_KERNEL=off` turns it off (the torch path; `python -m bench.decode` compares the two). A missing
-compiler or a failed build warns once and falls back.
 """
 from __future__ import annotations
 
 import ctypes
+import getpass
 import hashlib
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
-import warnings
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("decode_kernel.c")
-SWITCH = "ARMOR_DECODE_KERNEL"
 # no fused multiply-add and no fast-math: the kernel's bits must not depend on the CPU it runs on
 FLAGS = ["-O3", "-std=c11", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno",
          "-fno-trapping-math"]
@@ -34,10 +33,6 @@ _SIGNATURES = {
     "attend": [_I, _I, _I, _I, _I, _I, _F, _P, _P, _P, _P, _P, _F, _P, _P, _P, _P, _P],
 }
 _loaded: dict = {}
-
-
-def enabled() -> bool:
-    return os.environ.get(SWITCH, "on").lower() not in ("off", "0", "false", "no")
 
 
 def _flags() -> list[str]:
@@ -67,7 +62,15 @@ def cache_dir() -> Path:
             return out
     except OSError:
         pass
-    return Path(tempfile.gettempdir()) / f"armor-repro-native-{os.getuid()}"
+    return Path(tempfile.gettempdir()) / f"armor-repro-native-{_user()}"
+
+
+def _user() -> str:
+    """The user's name or id for a per-user temporary folder (os.getuid exists on POSIX only)."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError, ImportError):      # no login name in the environment or the password database
+        return str(os.getuid()) if hasattr(os, "getuid") else "user"
 
 
 def library_path(cc: str, flags: list[str] | None = None) -> Path:
@@ -114,25 +117,18 @@ def load(path: Path) -> ctypes.CDLL:
     return lib
 
 
-def kernel():
-    """The loaded kernel library (ctypes, argument types set), or None: switched off, or the build failed
-    (warned once)."""
-    if not enabled():
-        return None
+def kernel() -> ctypes.CDLL:
+    """The loaded kernel library (ctypes, argument types set), built on first use; raises RuntimeError or
+    OSError where it cannot be had (no compiler, a failed build or load)."""
     if "lib" not in _loaded:
-        try:
-            _loaded["lib"] = load(build())
-        except (RuntimeError, OSError) as e:
-            warnings.warn(f"decode kernel unavailable, decoding with torch operations ({e})", RuntimeWarning,
-                          stacklevel=2)
-            _loaded["lib"] = None
+        _loaded["lib"] = load(build())
     return _loaded["lib"]
 
 
-def describe() -> str:
-    """'native' or 'torch': what StaticStepper decodes CPU float32 steps with in this process."""
-    return "native" if kernel() is not None else "torch"
-
-
 if __name__ == "__main__":
-    print(f"decode kernel: {library_path(compiler()) if kernel() is not None else 'torch operations'}")
+    # scripts/setup.sh: build it now; without a compiler say so (compute.fast: native then fails the run)
+    try:
+        kernel()
+        print(f"decode kernel: {library_path(compiler())}")
+    except (RuntimeError, OSError) as e:
+        print(f"decode kernel not built ({e}): compute.fast: native is unavailable here; auto and off work")

@@ -1,99 +1,25 @@
-"""Incremental decoding with a preallocated (static) KV cache,
-for the Llama-family layouts (Qwen2, Qwen3, Llama).
+"""Incremental decoding with a preallocated (static) KV cache for the Llama-family layouts (Qwen2, Qwen3,
+Llama): the HF engine's fast decode stepper (common/rollout/hf.py; `compute.fast`, common/fast/__init__.py).
 
-The HF engine's sampling loop asks a *stepper* for next-token logits: `prefill` the left-padded prompts (each
-distinct prompt once), `expand` the cache to one copy per response, then `decode` one token per row at a time,
-and `keep` only the rows still sampling. Two steppers implement that:
-
-- `HFStepper` calls the model's own `forward` with a `DynamicCache`: any causal LM works.
-- `StaticStepper` computes the same decoder layers from the model's own weights, re-laid-out for decoding
-  (below). A decode step of the suite's tiny models costs per operation more than per row, so it is built from
-  few operations; on the CPU in float32 everything between its weight products runs in one compiled kernel
-  (native.py), else in torch operations. `python -m bench.decode` measures the three. Logits agree with
-  `forward` to float rounding (tests/integration/test_rollout.py, test_decode_kernel.py).
-
-`StaticStepper.supports(model)` says whether a model has the layout this file knows; anything else falls back
-to `HFStepper`. Neither stepper keeps gradients: sampling runs under `torch.inference_mode`.
+`StaticStepper` has the interface of the engine's generic `HFStepper` (`prefill` the left-padded prompts,
+`expand` the cache to one copy per response, `decode` one token per row, `keep` the rows still sampling) and
+computes the same decoder layers from the model's own weights, re-laid-out for decoding: a decode step of the
+suite's tiny models costs per operation more than per row, so it is built from few operations. With the
+compiled kernel (decode_kernel.py, `compute.fast: native`) everything between the weight products of a CPU
+float32 step runs in C, else in torch operations. Logits agree with `forward` to float rounding
+(tests/integration/test_rollout.py, test_decode_kernel.py); `python -m bench.decode` times the variants.
+`StaticStepper.supports(model)` says whether a model has the layout this file knows. No gradients: sampling
+runs under `torch.inference_mode`.
 """
 from __future__ import annotations
 
-import inspect
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
 
-from common.fastmodel import layout_problem
-from common.rollout import native
-
-
-_CACHE_ARGS = ("cache", "past_key_values")   # transformers >= 5.24 names forward's KV cache `cache`
-
-
-def cache_arg(model) -> str:
-    """The keyword `model.forward` takes its KV cache by. A wrong one is swallowed by forward's **kwargs (the
-    call then silently runs without a cache), so it is read from the signature: of the model, else of a
-    wrapped model (PEFT, torch.compile, DDP), else of this transformers' generation code."""
-    from transformers.generation.utils import GenerationMixin
-
-    m = model
-    for _ in range(4):
-        params = inspect.signature(m.forward).parameters
-        for name in _CACHE_ARGS:
-            if name in params:
-                return name
-        inner = getattr(m, "_orig_mod", None)
-        inner = getattr(m, "module", None) if inner is None else inner
-        if inner is None and hasattr(m, "get_base_model"):
-            inner = m.get_base_model()
-        if not isinstance(inner, torch.nn.Module) or inner is m:
-            break
-        m = inner
-    params = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def check_cache_filled(cache: DynamicCache, n_tokens: int) -> None:
-    """Raise if a prefill of n_tokens left `cache` empty (forward ignored it: decoding would be wrong)."""
-    if n_tokens and cache.get_seq_length() == 0:
-        raise RuntimeError("the model's forward did not fill the KV cache passed to it (cache keyword "
-                           f"{_CACHE_ARGS}?): decoding without it would sample from wrong logits")
-
-
-class HFStepper:
-    """Next-token logits from the model's own forward pass and a DynamicCache (works for any causal LM)."""
-
-    def __init__(self, model):
-        self.model = model
-        self.cache = DynamicCache()
-        self.cache_kw = {cache_arg(model): self.cache}
-
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
-                max_new_tokens: int) -> torch.Tensor:
-        """ids, mask, pos: [N, P] (left-padded) -> logits of the next token [N, V]."""
-        self.mask = torch.cat([mask, torch.ones(mask.shape[0], max_new_tokens, dtype=mask.dtype,
-                                                device=mask.device)], dim=1)
-        self.plen = ids.shape[1]
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
-                            **self.cache_kw).logits[:, -1, :]
-        check_cache_filled(self.cache, self.plen)
-        return logits
-
-    def decode(self, tok: torch.Tensor, pos: torch.Tensor, t: int) -> torch.Tensor:
-        """tok, pos: [N] (the t-th new token of each row, t >= 0) -> logits of the token after it [N, V]."""
-        return self.model(input_ids=tok[:, None], attention_mask=self.mask[:, :self.plen + t + 1],
-                          position_ids=pos[:, None], use_cache=True, **self.cache_kw).logits[:, -1, :]
-
-    def keep(self, rows: torch.Tensor) -> None:
-        """Drop every row not in `rows` ([K] ascending indices into the current rows) from the cache and
-        mask."""
-        self.expand(rows)
-
-    def expand(self, rows: torch.Tensor) -> None:
-        """Row j of the cache and the mask becomes current row rows[j] ([K] indices, repeats allowed)."""
-        self.cache.reorder_cache(rows)
-        self.mask = self.mask[rows]
+from common.fast import decode_kernel
+from common.fast.lean_forward import layout_problem
 
 
 class StaticStepper:
@@ -105,14 +31,14 @@ class StaticStepper:
     (cos 1 and sin 0 on the value heads); addmm carries the residual additions.
     The cache is preallocated for the whole call: keys transposed [layers, rows, kv heads, head_dim, slots]
     (so q·Kᵀ reads them in place), values [layers, rows, kv heads, slots, head_dim]; finished rows are
-    compacted away in place. A decode step reads at least MIN_KEYS slots (those not yet written masked): below
-    400 multiply-adds a matrix torch's CPU batched product runs a scalar loop, 3-4x slower (16 keys x head
-    width 16: 31 µs for 152 matrices against 8 µs at 25 keys); a 64-row step of the tiny world at 14 keys
-    took 564 µs CPU against 707 before, at 34 keys 588 against 591 (fewer operations than the rotation
-    product and the hand-made norm, the same time). The fused matrices are a second copy of the weights while
-    a call runs (at the paper's scale the vLLM engine samples instead)."""
+    compacted away in place. A decode step reads at least MIN_KEYS slots (those not yet written masked):
+    below 400 multiply-adds a matrix torch's CPU batched product runs a scalar loop (records/fast_paths.md).
+    The fused matrices are a second copy of the weights while a call runs (at the paper's scale the vLLM
+    engine samples instead).
 
-    def __init__(self, model, workspace: dict | None = None):
+    kernel: decode through the compiled kernel (`kernel_problem(model)` must be None)."""
+
+    def __init__(self, model, workspace: dict | None = None, kernel: bool = False):
         self.model = model
         # reusable CPU cache storage across calls (the engine's): a fresh one is page-faulted in every call
         self.workspace = {} if workspace is None else workspace
@@ -127,15 +53,15 @@ class StaticStepper:
         self.scale = a0.scaling
         act = getattr(model.config, "hidden_act", None)
         self.act = F.silu if act == "silu" else self.layers[0].mlp.act_fn
-        # the compiled decode step (native.py): CPU float32, SiLU MLPs; None: torch operations
-        p = next(model.parameters())
-        self.kernel = (native.kernel() if p.device.type == "cpu" and p.dtype == torch.float32
-                       and act == "silu" else None)
+        # the compiled decode step (decode_kernel.py); None: torch operations
+        if kernel and kernel_problem(model) is not None:
+            raise ValueError(f"the decode kernel cannot decode this model: {kernel_problem(model)}")
+        self.kernel = decode_kernel.kernel() if kernel else None
 
     @staticmethod
     def supports(model) -> bool:
         """True for Qwen2 / Qwen3 / Llama causal LMs with full attention in every layer and a static RoPE
-        (common.fastmodel.layout_problem)."""
+        (lean_forward.layout_problem)."""
         return layout_problem(model) is None
 
     # ------------------------------------------------------------------------------------ fused weights
@@ -270,7 +196,7 @@ class StaticStepper:
         g = hq // hkv
         end = self.plen + t + 1
         # keys read: at least MIN_KEYS (the slots after `end` masked): torch's CPU batched product takes a
-        # scalar loop below 400 multiply-adds a matrix (16 keys x head_dim 16 here), 3-4x slower
+        # scalar loop below 400 multiply-adds a matrix (16 keys x head_dim 16 here; records/fast_paths.md)
         read = min(max(end, MIN_KEYS), self.keys_t.shape[-1])
         x = F.embedding(tok, self.body.embed_tokens.weight)
         cs = self.cs[pos]
@@ -296,9 +222,9 @@ class StaticStepper:
         return self._logits(x)
 
     def _decode_native(self, tok: torch.Tensor, pos: torch.Tensor, t: int) -> torch.Tensor:
-        """`decode` with everything between the weight products in the compiled kernel (native.py): per layer
-        four products (torch) and four kernel calls (two norms, attention, silu · up), into buffers allocated
-        at the first step."""
+        """`decode` with everything between the weight products in the compiled kernel (decode_kernel.py): per
+        layer four products (torch) and four kernel calls (two norms, attention, silu · up), into buffers
+        allocated at the first step."""
         k, n = self.kernel, tok.shape[0]
         hq, hkv, d = self.q_heads, self.kv_heads, self.head_dim
         end = self.plen + t + 1
@@ -395,9 +321,13 @@ def _rms_norm(norm, x: torch.Tensor) -> torch.Tensor:
     return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
 
 
-def make_stepper(model, static: bool = True, workspace: dict | None = None):
-    """The fastest stepper that supports `model` (`static=False` forces the generic one); `workspace`: the
-    static stepper's reusable cache storage (a dict the caller keeps between calls)."""
-    if static and StaticStepper.supports(model):
-        return StaticStepper(model, workspace)
-    return HFStepper(model)
+def kernel_problem(model) -> str | None:
+    """Why the compiled kernel cannot decode `model` (None: it can): the static layout, on the CPU, in
+    float32, with SiLU MLPs."""
+    if layout_problem(model) is not None:
+        return layout_problem(model)
+    p = next(model.parameters())
+    if p.device.type != "cpu" or p.dtype != torch.float32:
+        return f"its weights are {p.dtype} on {p.device.type} (the kernel decodes CPU float32)"
+    act = getattr(model.config, "hidden_act", None)
+    return None if act == "silu" else f"hidden_act {act!r} (the kernel computes silu)"

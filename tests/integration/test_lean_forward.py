@@ -1,13 +1,13 @@
-"""The lean forward (common.fastmodel) against HF's own forward: the same log-probs, entropies and gradients
-on every layout it claims (Qwen2 with and without GQA, Qwen3's q/k norms and explicit head_dim, Llama with
-one kv head or with biases, an untied lm_head, activation checkpointing), and HF's forward wherever it does
-not."""
+"""The lean forward (common.fast.lean_forward) against HF's own forward: the same log-probs, entropies and
+gradients on every layout it claims (Qwen2 with and without GQA, Qwen3's q/k norms and explicit head_dim,
+Llama with one kv head or with biases, an untied lm_head, activation checkpointing), and HF's forward wherever
+it does not or where the run's compute.fast does not choose it."""
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
 
 from armor.policy import forward_logprobs, make_token_batch
-from common import fastmodel
+from common.fast import lean_forward
 
 SMALL = dict(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
              max_position_embeddings=64, attn_implementation="sdpa")
@@ -56,9 +56,9 @@ def _even_batch(vocab=50):
 
 
 def _run(model, batch, fast: bool, monkeypatch, chunk=None):
-    monkeypatch.setenv(fastmodel.ENV_SWITCH, "1" if fast else "0")
     model.zero_grad(set_to_none=True)
-    logp, ent = forward_logprobs(model, batch, temperature=0.7, with_entropy=True, chunk_tokens=chunk)
+    logp, ent = forward_logprobs(model, batch, temperature=0.7, with_entropy=True, chunk_tokens=chunk,
+                                 lean=fast)
     w = torch.linspace(-1, 1, logp.numel()).view_as(logp)      # every token weighted differently
     (logp * w).sum().backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -81,11 +81,11 @@ def test_rows_of_similar_length_are_padded_together():
     """_row_groups by hand, slots rounded up to 8: lengths 5, 17, 2, 8 (8, 24, 8, 8 slots) cost 4·24² = 2304
     padded together; rows {2, 0, 3} at 8 and {1} at 24 cost 3·8² + 24² = 768 (the best split, ≥ 25% less):
     two groups. 9, 17, 20 (16, 24, 24): 1728 against 1408 at best (19% less): one group."""
-    groups = fastmodel._row_groups([5, 17, 2, 8])
+    groups = lean_forward._row_groups([5, 17, 2, 8])
     assert [(g.tolist(), s) for g, s in groups] == [([2, 0, 3], 8), ([1], 24)]
-    assert [(g.tolist(), s) for g, s in fastmodel._row_groups([9, 17, 20])] == [([0, 1, 2], 24)]
+    assert [(g.tolist(), s) for g, s in lean_forward._row_groups([9, 17, 20])] == [([0, 1, 2], 24)]
     # the causal blocks meet near S / 2 on a multiple of 8; short rows are one block
-    assert [fastmodel._block_split(S) for S in (8, 16, 24, 48, 56)] == [0, 8, 16, 24, 32]
+    assert [lean_forward._block_split(S) for S in (8, 16, 24, 48, 56)] == [0, 8, 16, 24, 32]
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -94,14 +94,14 @@ def test_rows_of_similar_length_are_padded_together():
 def test_lean_forward_equals_hf(name, chunk, layout, monkeypatch):
     """Two groups of rows in attention (ragged lengths), or one in two causal blocks (even lengths)."""
     model = MODELS[name]()
-    assert fastmodel.supports(model)
+    assert lean_forward.supports(model)
     calls = []
-    real = fastmodel.hidden_states
-    monkeypatch.setattr(fastmodel, "hidden_states", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    real = lean_forward.hidden_states
+    monkeypatch.setattr(lean_forward, "hidden_states", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
     batch = _ragged_batch() if layout == "ragged" else _even_batch()
     lens = batch.attention_mask.sum(-1).tolist()
-    assert len(fastmodel._row_groups(lens)) == (2 if layout == "ragged" else 1) and min(lens) >= (
-        0 if layout == "ragged" else fastmodel.MIN_BLOCKED_SLOTS)
+    assert len(lean_forward._row_groups(lens)) == (2 if layout == "ragged" else 1) and min(lens) >= (
+        0 if layout == "ragged" else lean_forward.MIN_BLOCKED_SLOTS)
     fast = _run(model, batch, True, monkeypatch, chunk)
     assert calls, "the lean forward was not taken"
     n = len(calls)
@@ -127,12 +127,12 @@ def test_shared_prompts_are_computed_once_with_the_same_result(name, monkeypatch
     model = MODELS[name]()
     batch = _group_batch()
     computed = []
-    real = fastmodel._pack
+    real = lean_forward._pack
     def spy(*a):
         out = real(*a)
         computed.append(len(out[0]))
         return out
-    monkeypatch.setattr(fastmodel, "_pack", spy)
+    monkeypatch.setattr(lean_forward, "_pack", spy)
     fast = _run(model, batch, True, monkeypatch)
     responses = int(batch.response_mask.sum())
     assert computed == [6 + 3 + 8 + responses]
@@ -155,9 +155,7 @@ def test_bfloat16_agrees_with_hf_to_its_rounding(monkeypatch):
     model = MODELS["qwen3"]().to(torch.bfloat16).eval()
     batch = _batch()
     with torch.no_grad():
-        monkeypatch.setenv(fastmodel.ENV_SWITCH, "1")
-        fast = forward_logprobs(model, batch)[0]
-        monkeypatch.setenv(fastmodel.ENV_SWITCH, "0")
+        fast = forward_logprobs(model, batch, lean=True)[0]
         hf = forward_logprobs(model, batch)[0]
     assert fast.dtype == torch.float32
     torch.testing.assert_close(fast, hf, rtol=0, atol=0.1)
@@ -166,25 +164,26 @@ def test_bfloat16_agrees_with_hf_to_its_rounding(monkeypatch):
 def test_unsupported_models_fall_back_to_hf(monkeypatch):
     sliding = _model(Qwen2Config, num_key_value_heads=4, use_sliding_window=True, sliding_window=4,
                      max_window_layers=0)
-    assert not fastmodel.supports(sliding)
+    assert not lean_forward.supports(sliding)
     adapted = MODELS["qwen2"]()
 
     class LoRALike(torch.nn.Linear):       # an adapter's projection: not a plain Linear
         pass
     q = adapted.model.layers[0].self_attn.q_proj
     adapted.model.layers[0].self_attn.q_proj = LoRALike(q.in_features, q.out_features)
-    assert not fastmodel.supports(adapted)
+    assert not lean_forward.supports(adapted)
     dropout = _model(Qwen2Config, num_key_value_heads=4, attention_dropout=0.1)
-    assert not fastmodel.supports(dropout) and fastmodel.supports(dropout.eval())
+    assert not lean_forward.supports(dropout) and lean_forward.supports(dropout.eval())
+    # without `lean` (compute.fast off, or auto on a GPU) a supported model takes HF's forward too
     model = MODELS["qwen2"]()
-    monkeypatch.setenv(fastmodel.ENV_SWITCH, "0")
-    assert not fastmodel.supports(model)
-    monkeypatch.setenv(fastmodel.ENV_SWITCH, "yes")
-    with pytest.raises(ValueError, match="ARMOR_FAST_FORWARD: 'yes'"):
-        fastmodel.supports(model)
+    assert lean_forward.supports(model)
+    calls = []
+    monkeypatch.setattr(lean_forward, "hidden_states", lambda *a, **k: calls.append(1))
+    forward_logprobs(model, _batch())
+    assert calls == []
+    monkeypatch.undo()
     # a fallback model still computes its log-probs (HF's forward)
-    monkeypatch.setenv(fastmodel.ENV_SWITCH, "1")
-    logp, _ = forward_logprobs(sliding, _batch())
+    logp, _ = forward_logprobs(sliding, _batch(), lean=True)
     assert logp.shape == (4, 11)
 
 
@@ -193,7 +192,7 @@ def test_selecting_a_padding_position_is_refused():
     b = _batch()
     pad = int((b.attention_mask.reshape(-1) == 0).nonzero()[0])
     with pytest.raises(ValueError, match="padding position"):
-        fastmodel.hidden_states(model, b.input_ids, b.attention_mask, b.position_ids, torch.tensor([pad]))
+        lean_forward.hidden_states(model, b.input_ids, b.attention_mask, b.position_ids, torch.tensor([pad]))
 
 
 def test_attention_backward_matches_autograd():
@@ -211,29 +210,11 @@ def test_attention_backward_matches_autograd():
         bias = causal.repeat_interleave(heads, 0)
         ref = torch.softmax(0.7 * q @ k.transpose(1, 2) + bias, -1) @ v
         for block in (0, 2, 3):   # one block, then causal blocks split after 2 and 3 positions
-            fn = lambda a, b, c: fastmodel._Attention.apply(a, b, c, bias, 0.7, block, heads)   # noqa: E731
+            fn = lambda a, b, c: lean_forward._Attention.apply(  # noqa: E731
+                a, b, c, bias, 0.7, block, heads)
             assert torch.autograd.gradcheck(fn, (q, k, v))
             torch.testing.assert_close(fn(q, k, v), ref)
-    one = fastmodel._Attention.apply(torch.tensor([[[1.0]]]), torch.tensor([[[1.0], [3.0]]]),
+    one = lean_forward._Attention.apply(torch.tensor([[[1.0]]]), torch.tensor([[[1.0], [3.0]]]),
                                      torch.tensor([[[2.0], [4.0]]]), torch.zeros(1, 2), 0.5, 0, 1)
     e = torch.e
     assert abs(float(one) - (2 / (1 + e) + 4 * e / (1 + e))) < 1e-6
-
-
-def test_a_malformed_switch_fails_before_work(world, tmp_path):
-    """`python -m armor.train` with ARMOR_FAST_FORWARD=yes: exit 2 naming the variable and its value, no run
-    folder."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[2]
-    out = tmp_path / "never"
-    args = [f"model.path={world / 'base_model'}", f"data.train={world / 'data' / 'train.jsonl'}",
-            f"validation.benchmarks=[toy_val={world / 'data' / 'validation.jsonl'}]", f"output_dir={out}"]
-    r = subprocess.run([sys.executable, "-m", "armor.train", "--config",
-                        str(root / "reproduce" / "presets" / "smoke.yaml"), *args],
-                       capture_output=True, text=True, cwd=root,
-                       env={**os.environ, fastmodel.ENV_SWITCH: "yes"})
-    assert r.returncode == 2 and "ARMOR_FAST_FORWARD: 'yes'" in r.stderr, r.stderr[-2000:]
-    assert not out.exists()

@@ -1,8 +1,8 @@
 """A lean forward pass of Llama-family causal LMs (Qwen2, Qwen3, Llama) over the HF module's own parameters.
 
-    if fastmodel.supports(model):
-        h = fastmodel.hidden_states(model, input_ids, attention_mask, position_ids, select,
-                                    prompt_len)                                            # [K, H]
+    if lean_forward.supports(model):
+        h = lean_forward.hidden_states(model, input_ids, attention_mask, position_ids, select,
+                                       prompt_len)                                         # [K, H]
 
 The trainer's log-probs (armor.policy.forward_logprobs) need the last hidden state of a few positions of
 left-padded prompt + right-padded response rows. HF's forward pays, per layer, for every padding column, for
@@ -24,56 +24,29 @@ copies batch by batch). This forward computes the same function with:
   needs no repeated keys; rows of very different lengths padded in two groups (`_row_groups`);
 - the final norm only on the selected positions.
 
-Every operation is deterministic on the CPU. The results equal HF's forward to float rounding (float32: ~1e-6,
-gradients within 2e-5 of their largest entry; tests/integration/test_fastmodel.py). Anything else falls back:
-`supports` is False for other architectures, sliding windows, dynamic RoPE, an activation other than silu,
-adapters (a projection that is not a plain Linear), attention dropout while training, FSDP2-sharded models
-(their weights are gathered by the layers' own forward hooks), and when ARMOR_FAST_FORWARD=0 is set.
-
-What decided it (this machine: 2 shared AMD EPYC cores, torch 2.13 CPU under the AVX2 pins, 1 thread, the
-tiny world's model; CPU time, medians, on a loaded machine: +-20 %, so compared interleaved):
-- torch.compile of one layer (inductor, dynamic shapes, gcc) took 55 s to compile in each process and then
-  ran a 64-row update batch's forward + backward in 131 ms against 85 ms eager (not revisited);
-- attention forward + backward of 64 rows x 4 heads x 47 positions at head width 16: 5.7-8.0 ms in CPU SDPA
-  (the flash kernel), 4.6-6.8 ms as autograd of the same two batched products, 2.7-3.0 ms in two causal
-  blocks;
-- a 32-row micro-batch of the tiny preset (4 prompts x 8 responses: 1,192 real tokens, 776 of them
-  responses) forward + backward: 31.5 ms with autograd over per-op layers, 27.6 with `_DecoderLayer`, 21.0
-  with each prompt computed once (828 tokens), 20.1 with the two length groups; the no-grad forward 10.7 ->
-  7.1 -> 6.8 ms. Then ~9.6 ms of it are the linear layers' products (~87 GFLOP/s in the loop, ~100 alone at
-  these shapes), ~4 ms attention's products and softmax; the rest is elementwise passes over [T, 192]
-  tensors (silu 99 µs and its backward 125 µs at T = 1,192), not per-op overhead (~1 µs an op from Python);
-- fusing more products gains nothing by itself: [T, 64] x [64, 192 | 384 | 576] products all run at
-  ~100 GFLOP/s; rows of equal length (no padding) gained nothing over HF's per-op forward (32 x 45 tokens:
-  35.7 ms forward + backward against 35.6).
+Every operation is deterministic on the CPU. The results equal HF's forward to float rounding (float32:
+~1e-6, gradients within 2e-5 of their largest entry; tests/integration/test_lean_forward.py). Anything else
+falls back: `supports` is False for other architectures, sliding windows, dynamic RoPE, an activation other
+than silu, adapters (a projection that is not a plain Linear), attention dropout while training, FSDP2-sharded
+models (their weights are gathered by the layers' own forward hooks). The run takes this path only where its
+`compute.fast` says so (common/fast/__init__.py: auto on a one-process CPU float32 run). Why these and not
+torch.compile or fewer, larger products: records/fast_paths.md.
 """
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 SUPPORTED_TYPES = ("qwen2", "qwen3", "llama")
-ENV_SWITCH = "ARMOR_FAST_FORWARD"
-
-
-def enabled() -> bool:
-    """ARMOR_FAST_FORWARD: "1" (default) uses the lean forward where supported, "0" always HF's (and the
-    trainer the loop AdamW, not the fused one: the reference numerics, as FSDP2 computes)."""
-    v = os.environ.get(ENV_SWITCH, "1")
-    if v not in ("0", "1"):
-        raise ValueError(f"{ENV_SWITCH}: {v!r} must be 0 (HF's forward) or 1 (the lean forward where "
-                         "supported)")
-    return v == "1"
 
 
 def layout_problem(model) -> str | None:
     """Why `model` does not have the decoder layout the lean passes compute (None: it has it): pre-norm
     attention with q/k/v/o projections (optional biases, optional per-head q/k RMSNorm), a static RoPE and
     full attention in every layer, then a pre-norm gated MLP; a final norm and an lm_head. Shared with the
-    static decoder (common.rollout.static_decode)."""
+    static-KV decoder (static_kv_decode.py)."""
     cfg, body = getattr(model, "config", None), getattr(model, "model", None)
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED_TYPES or body is None:
         return f"model_type {getattr(cfg, 'model_type', None)!r} is not one of {SUPPORTED_TYPES}"
@@ -99,7 +72,7 @@ def _plain_linears(layer) -> bool:
 
 def supports(model) -> bool:
     """Whether `hidden_states` computes `model`'s forward exactly (see the module docstring)."""
-    if not enabled() or layout_problem(model) is not None:
+    if layout_problem(model) is not None:
         return False
     try:
         from torch.distributed.fsdp import FSDPModule
@@ -176,10 +149,8 @@ class _Attention(torch.autograd.Function):
 # attention rows shorter than this are one causal block (see _attention_forward)
 MIN_BLOCKED_SLOTS = 16
 
-# attention's slots per row: a multiple of this. Alone, CPU products whose key count is a multiple of 8 run
-# ~1.5x faster (q·Kᵀ of 256 x [23, 16] x [16, 47] at 49 GFLOP/s, of 256 x [24, 16] x [16, 48] at 74); in the
-# tiny preset's 32-row micro-batch, interleaved 3 times: the no-grad forward 5.6-5.9 ms against 5.9-6.2,
-# forward + backward the same within the noise (17.9-20.7 against 18.3-20.7)
+# attention's slots per row: a multiple of this (CPU products whose key count is a multiple of 8 run faster;
+# measured: records/fast_paths.md)
 SLOT_ALIGN = 8
 
 
@@ -532,7 +503,7 @@ def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
         gather_out[dest] = torch.arange(T, device=dev)
     sel = where.index_select(0, select)
     if bool((sel < 0).any()):
-        raise ValueError("fastmodel.hidden_states: select names a padding position (attention_mask 0)")
+        raise ValueError("lean_forward.hidden_states: select names a padding position (attention_mask 0)")
     x = body.embed_tokens(input_ids.reshape(-1).index_select(0, packed))
     cos, sin = body.rotary_emb(x[None], position_ids.reshape(-1).index_select(0, packed)[None])
     sign = torch.ones(plan.d, dtype=x.dtype, device=dev)
