@@ -17,7 +17,7 @@ from reproduce.jobs.evaluate import EVAL_RANKS_ENV
 from reproduce.jobs.pilot import ARMOR_STEPS, DAPO_STEPS, pilot_dir
 from reproduce.jobs.train import run_done
 from reproduce.matrix.presets import Preset
-from reproduce.sizing import PILOT_FILE, read_pilot
+from reproduce.sizing.throughput import PILOT_FILE, read_pilot
 from slurm.launcher import Job
 
 # a CPU preset's pilot asks for its stop through the wrapper's stop file too (the GPU train jobs' way)
