@@ -524,6 +524,7 @@ class Launcher:
             old = None
         try:
             while True:
+                settled = len(final)
                 for key in list(procs):  # reap
                     p = procs[key]
                     if p is not None and p.poll() is None:
@@ -583,6 +584,8 @@ class Launcher:
                     states[j.key] = (RUNNING, f"local pid {procs[j.key].pid}")
                     self._emit(f"[start] {j.key}")
                 if not procs:
+                    if len(final) > settled:   # a pass that only settled jobs (outputs, gates) readies others
+                        continue
                     break
                 now = time.time()      # cores idle since the last pass, while jobs remain
                 idle += (now - t_last) * max(0, self.workers - len(procs)) * self.threads

@@ -240,6 +240,20 @@ def test_local_workers_start_ready_jobs_in_the_callers_order(tmp_path):
     assert st["a"][1] <= st["b"][0] and st["b"][1] <= st["c"][0]
 
 
+def test_one_worker_runs_a_job_its_gate_readied_without_stopping(tmp_path):
+    """One worker; `next` waits for a gated job (the driver's checkpoint-ready job) that the caller lists after
+    it: once `a` has made the gate's path, a pass marks the gated job done by its outputs and starts nothing;
+    the driver goes on to start `next` in the same invocation instead of ending with it waiting."""
+    (tmp_path / "out").mkdir()
+    path = tmp_path / "out" / "a.json"          # what `a` writes: the gate's path
+    gated = Job("ckpt/a", [PY, "-c", "pass"], kind="wait_checkpoint", gate=Gate(str(path), "a"),
+                done=lambda: path.exists())
+    jobs = [stamp_job(tmp_path, "a", sleep=0), stamp_job(tmp_path, "next", ["ckpt/a"], sleep=0), gated]
+    states = quiet(tmp_path, workers=1).run(jobs)
+    assert {k: s for k, (s, _) in states.items()} == {"a": DONE, "ckpt/a": DONE, "next": DONE}
+    assert read_stamp(tmp_path, "next")
+
+
 def test_local_failure_blocks_dependents_and_rerun_retries(tmp_path):
     (tmp_path / "out").mkdir()
     jobs = [stamp_job(tmp_path, "a"), stamp_job(tmp_path, "bad", ["a"], fail=True),
