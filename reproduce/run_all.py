@@ -1,6 +1,6 @@
 """The driver: plan -> submit/run -> wait -> collect -> figures + report, idempotent.
 
-    python reproduce/run_all.py                                  # the tiny preset on this machine
+    python reproduce/run_all.py                                  # the main job (MAIN_PRESET below)
     python reproduce/run_all.py --preset smoke --cluster local   # the seconds-long smoke protocol
     python reproduce/run_all.py --preset qwen25-math-7b --cluster slurm --partition gpu --account X
     python reproduce/run_all.py --preset qwen3-8b-base --dry-run # the plan, without GPUs or weights

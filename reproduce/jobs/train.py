@@ -17,32 +17,15 @@ import shlex
 from pathlib import Path
 from typing import Optional, Sequence
 
-from common.jsonl import read_json, write_json_atomic
+from common.jsonl import write_json_atomic
 from common.layout import list_checkpoints
 from reproduce.entrypoints import entry
 from reproduce.jobs import branch as branching_files
 from reproduce.jobs.peaks import late_error, peak_file, restart_file, start_point
 from reproduce.matrix.arms import arm_definitions
 from reproduce.matrix.overrides import continuation_overrides, train_overrides
-from reproduce.matrix.presets import STATE_JSON, ExperimentError, Preset, run_dir, stage_steps
+from reproduce.matrix.presets import STATE_JSON, ExperimentError, Preset, done_steps, run_dir, stage_steps
 from slurm import warm
-
-
-def done_steps(run: Path) -> Optional[int]:
-    """The steps a finished run (DONE) ran, or None (not finished; a DONE without the count: unknown, -1)."""
-    d = read_json(Path(run) / "DONE")
-    if d is None:
-        return None
-    try:
-        return int(d["steps"])
-    except (TypeError, KeyError, ValueError):
-        return -1
-
-
-def run_done(run: Path, steps: Optional[int] = None) -> bool:
-    """A run is done when it finished at least `steps` steps (or finished at all, without `steps`)."""
-    n = done_steps(run)
-    return n is not None and (steps is None or n < 0 or n >= steps)
 
 
 def _check_start(preset: Preset, root: Path, arm, seed: int, continuation: bool = False) -> dict:
