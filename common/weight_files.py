@@ -24,7 +24,8 @@ def check_weights(path: str | Path, key: str) -> None:
                 if n > size - 8:
                     raise ValueError(f"its header says {n:,} bytes of {size:,}")
                 header = json.loads(fh.read(n))
-            end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+            end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"),
+                      default=0)
         except (struct.error, ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
             raise ModelFileError(f"{key}: {f} is not a readable safetensors file ({e}): damaged or "
                                  f"truncated, copy it again") from None

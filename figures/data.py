@@ -69,7 +69,8 @@ def read_table(path, **kw) -> pd.DataFrame:
 
 
 def read_json_file(path) -> object:
-    """A JSON file of the driver's (results.meta.json, noise_floor.json); ResultsError naming it if damaged."""
+    """A JSON file of the driver's (results.meta.json, noise_floor.json); ResultsError naming it if
+    damaged."""
     try:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:

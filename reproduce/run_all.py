@@ -16,7 +16,7 @@ reproduce/hub.py) or the world build (toy presets) -> stage-1 baselines -> selec
 evaluate (one job per arm) -> runs/<preset>/results.parquet -> figures + REPRODUCTION.md. Runs identical up to
 a step branch from each other's checkpoints (reproduce/matrix/branching.py). Before any submission (and in the
 dry run) the pre-flight checks run (reproduce/preflight.py); a failure stops the submission. --pilot runs the
-pilot instead (reproduce/dag/pilot.py): one node measures the step, push, save and evaluation times into
+pilot instead (reproduce/dag/pilot_graph.py): one node measures the step, push, save and evaluation times into
 runs/<preset>/pilot/pilot.json, from which the dry run then prints its hours (marked measured).
 Reruns skip finished units (DONE markers, outputs) and never resubmit a queued or running job, so after an
 interruption (Ctrl-C, SIGKILL, a lost SSH session) rerunning the same command resumes. Bookkeeping and
@@ -50,8 +50,8 @@ from reproduce.sizing.estimates import estimate_jobs, fmt_bytes, fmt_h  # noqa: 
 from reproduce.sizing.report import branch_lines, total_lines  # noqa: E402
 from reproduce.sizing.throughput import (PILOT_DIR, PILOT_FILE, SizingError, Throughput,  # noqa: E402
                                          read_pilot, scenarios, throughput)
-from reproduce.dag.pilot import pilot_jobs  # noqa: E402
-from reproduce.jobs.pilot import summary_lines as pilot_summary  # noqa: E402
+from reproduce.dag.pilot_graph import pilot_jobs  # noqa: E402
+from reproduce.jobs.pilot import report_lines as pilot_report_lines  # noqa: E402
 from reproduce.dag.budget import budget_lines, item_costs  # noqa: E402
 from reproduce.dag.graph import WARM_PRELOAD, build_jobs  # noqa: E402
 from reproduce.dag.resources import preset_resources  # noqa: E402
@@ -404,7 +404,7 @@ def main(argv=None) -> int:
         if a.pilot and all(s == DONE for s, _ in states.values()):
             rep = read_json(out / PILOT_DIR / PILOT_FILE)
             print()
-            print("\n".join(pilot_summary(rep, out / PILOT_DIR / PILOT_FILE)))
+            print("\n".join(pilot_report_lines(rep, out / PILOT_DIR / PILOT_FILE)))
             print(f"the dry run sizes the plan from it now: python reproduce/run_all.py --preset "
                   f"{preset.cli_arg} --dry-run")
             print(wall_time_line(out, t0, t1))

@@ -40,7 +40,7 @@ from reproduce.jobs.peaks import peak_done, peak_file, restart_done, restart_fil
 from reproduce.jobs.wait import gate_path
 from reproduce.matrix.arms import (HEADLINE, RESTART_FROM, RESTART_START, TABLES, Arm, arm_seeds, build_arms,
                                    selection_seeds)
-from reproduce.matrix.branching import CONTINUATION, SIBLING, Branch, plan_branches, start_step
+from reproduce.matrix.branching import CONTINUATION, SIBLING, Branch, choose_branches, start_step
 from reproduce.matrix.overrides import continuation_overrides, train_overrides
 from reproduce.matrix.presets import (Preset, ckpt_dir, fixed_peak, preset_root, repo_path, run_dir,
                                       run_done)
@@ -92,7 +92,7 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
     arms = build_arms(preset, only)
     g = _Inputs(preset, root, list(seeds if seeds is not None else p.seeds),
                 resources or preset_resources(preset), sd, hub.items(preset, sd), arms=arms, only=only,
-                branches=plan_branches(preset, arms))
+                branches=choose_branches(preset, arms))
     # schedule.keep_last deletes nothing θ* or an evaluation needs
     check_retention(preset, arms, g.seeds)
     jobs = _setup_jobs(g)

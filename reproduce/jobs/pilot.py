@@ -1,6 +1,7 @@
-"""The pilot's jobs (`python reproduce/run_all.py --preset P --pilot`; the graph: reproduce/dag/pilot.py): one
-node, the preset's real model, a few steps of stage-1 DAPO and of ARMOR, a stop by the time-limit signal and
-its resume, saves, and an evaluation slice on every GPU of the node; what they measure goes into
+"""The pilot's jobs (`python reproduce/run_all.py --preset P --pilot`; the graph:
+reproduce/dag/pilot_graph.py): one node, the preset's real model, a few steps of stage-1 DAPO and of ARMOR, a
+stop by the time-limit signal and its resume, saves, and an evaluation slice on every GPU of the node; what
+they measure goes into
 runs/<preset>/pilot/pilot.json, which the dry run's sizing reads (reproduce/sizing/throughput.py
 `read_pilot`).
 
@@ -321,11 +322,11 @@ def cmd_pilot_report(preset: Preset, root: Path) -> int:
     rep = pilot_report(preset, root)
     path = pilot_dir(root, preset) / PILOT_FILE
     write_json_atomic(path, rep, **STATE_JSON)
-    print("\n".join(summary_lines(rep, path)))
+    print("\n".join(report_lines(rep, path)))
     return 0
 
 
-def summary_lines(rep: dict, path: Path) -> list[str]:
+def report_lines(rep: dict, path: Path) -> list[str]:
     """What the pilot measured, for the driver's output."""
     st = rep["stop"]
     ev = rep["eval"]

@@ -1,8 +1,8 @@
-"""The pilot (`run_all.py --pilot`; reproduce/dag/pilot.py, reproduce/jobs/pilot.py) on the smoke world: a few
-DAPO and ARMOR steps on one node, a stop by the time-limit signal and its resume, saves, an evaluation slice;
-pilot.json; then the dry run sizes the plan from it, marked measured. Locally (the stop through the wrapper's
-stop file, the resume in a new process) and on the real local SLURM (scancel --signal=USR2 on the job, as the
-time-limit warning, and SLURM's requeue)."""
+"""The pilot (`run_all.py --pilot`; reproduce/dag/pilot_graph.py, reproduce/jobs/pilot.py) on the smoke world:
+a few DAPO and ARMOR steps on one node, a stop by the time-limit signal and its resume, saves, an evaluation
+slice; pilot.json; then the dry run sizes the plan from it, marked measured. Locally (the stop through the
+wrapper's stop file, the resume in a new process) and on the real local SLURM (scancel --signal=USR2 on the
+job, as the time-limit warning, and SLURM's requeue)."""
 import io
 import json
 from contextlib import redirect_stdout
