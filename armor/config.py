@@ -13,7 +13,7 @@ The loader sets them aside unread and unvalidated (RunConfig.foreign) and to_dic
 back verbatim, so the run's config.yaml still holds them for their owners (eval.evaluate --run reads
 protocol.eval_benchmarks there). Any other unknown key, at any depth, is an error naming it.
 
-About 600 lines on purpose: every section's dataclass with its fields' help, the loader and the one validation
+One module on purpose: every section's dataclass with its fields' help, the loader and the one validation
 pass sit together, so a reader sees each key, its default, its help and its check in one file.
 """
 from __future__ import annotations

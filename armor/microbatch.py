@@ -16,8 +16,8 @@ count (objectives.policy_loss `normalizer`), and padding is masked.
 
     budget = Budget.of(cfg.batch)                  # batch.micro_batch_responses / _tokens, read once
     budget.split(rows, seq_lens)                   # one rank's micro-batches
-    budget.plan(rows, seq_lens, world=2)[rank]     # every rank's, equal counts
-    RowPlan.of(orders, G, per_minibatch, seq_lens, budget, world, rank)   # one update's rows on this rank
+    budget.rank_micro_batches(rows, seq_lens, world=2)[rank]     # every rank's, equal counts
+    UpdateRows.of(orders, G, per_minibatch, seq_lens, budget, world, rank)   # one update's rows on this rank
 """
 from __future__ import annotations
 
@@ -71,12 +71,12 @@ def deal(rows: torch.Tensor, seq_lens: torch.Tensor, world: int, by_tokens: bool
     return [rows[sorted(m)] if m else rows[:0] for m in mine]
 
 
-def plan(rows: torch.Tensor, seq_lens: torch.Tensor, world: int, max_rows: int, max_tokens: int | None = None
-         ) -> list[list[torch.Tensor]]:
-    """Every rank's micro-batches of a mini-batch's rows: plan(...)[r] is rank r's list, all of one length
-    (at least 1), the shorter ones filled with empty row tensors.
+def rank_micro_batches(rows: torch.Tensor, seq_lens: torch.Tensor, world: int, max_rows: int,
+                       max_tokens: int | None = None) -> list[list[torch.Tensor]]:
+    """Every rank's micro-batches of a mini-batch's rows: rank_micro_batches(...)[r] is rank r's list, all of
+    one length (at least 1), the shorter ones filled with empty row tensors.
 
-    plan(arange(10), lens, world=2, max_rows=4) = [[0..3], [4]], [[5..8], [9]]."""
+    rank_micro_batches(arange(10), lens, world=2, max_rows=4) = [[0..3], [4]], [[5..8], [9]]."""
     per_rank = [split(p, seq_lens, max_rows, max_tokens)
                 for p in deal(rows, seq_lens, world, max_tokens is not None)]
     n = max(1, max(len(m) for m in per_rank))
@@ -114,13 +114,14 @@ class Budget:
         """One rank's micro-batches of `rows` (`split`)."""
         return split(rows, seq_lens, self.max_rows, self.max_tokens)
 
-    def plan(self, rows: torch.Tensor, seq_lens: torch.Tensor, world: int) -> list[list[torch.Tensor]]:
-        """Every rank's micro-batches of a mini-batch's rows, equal counts (`plan`)."""
-        return plan(rows, seq_lens, world, self.max_rows, self.max_tokens)
+    def rank_micro_batches(self, rows: torch.Tensor, seq_lens: torch.Tensor,
+                           world: int) -> list[list[torch.Tensor]]:
+        """Every rank's micro-batches of a mini-batch's rows, equal counts (`rank_micro_batches`)."""
+        return rank_micro_batches(rows, seq_lens, world, self.max_rows, self.max_tokens)
 
 
 @dataclass(frozen=True)
-class RowPlan:
+class UpdateRows:
     """One update's rows as this rank runs them, indexed once; every other row set is derived from it.
 
     minibatches[i]  the rows of mini-batch i: whole groups, all ranks' (their tokens normalise its loss)
@@ -137,15 +138,16 @@ class RowPlan:
 
     @classmethod
     def of(cls, orders: list[list[int]], group_size: int, per_minibatch: int, seq_lens: torch.Tensor,
-           budget: Budget, world: int, rank: int) -> "RowPlan":
+           budget: Budget, world: int, rank: int) -> "UpdateRows":
         """orders[e]: epoch e's order of the kept prompts; each mini-batch takes the next per_minibatch of
         them, prompt p as its rows p·G .. p·G + G − 1 (G = group_size); rank `rank`'s micro-batches of each
-        follow `budget`. RowPlan.of([[1, 0]], 2, 1, lens, Budget(4), 1, 0).minibatches = [[2, 3], [0, 1]]."""
+        follow `budget`. UpdateRows.of([[1, 0]], 2, 1, lens, Budget(4), 1, 0).minibatches = [[2, 3],
+        [0, 1]]."""
         G, n = group_size, len(orders[0])
         minibatches = [torch.tensor([p * G + j for p in order[s:s + per_minibatch] for j in range(G)],
                                     device=seq_lens.device)
                        for order in orders for s in range(0, n, per_minibatch)]
-        micro = [budget.plan(rows, seq_lens, world)[rank] for rows in minibatches]
+        micro = [budget.rank_micro_batches(rows, seq_lens, world)[rank] for rows in minibatches]
         return cls(minibatches, micro, math.ceil(n / per_minibatch), n * G)
 
     def local(self, i: int) -> torch.Tensor:

@@ -41,7 +41,7 @@ from armor.anchors import (ANCHOR_FILTERS, FilterContext, anchor_keep, assemble_
                            dynamic_sampling_keep, filter_dropped)
 from armor.config import RunConfig, needs_reference_logprobs
 from armor.data import PromptStream, draw_size, load_prompts, load_validation_sets
-from armor.microbatch import RowPlan
+from armor.microbatch import UpdateRows
 from armor.models import Models, check_paths
 from armor.objectives import (ADDITIVE_METRICS, LossConfig, kl_forward_tokens, kl_reverse_tokens,
                               logprob_gap_tokens, logprob_mismatch, mopd_token_advantages,
@@ -371,11 +371,11 @@ class Trainer:
         returns the update's metrics (mini-batch means, token means over the step)."""
         with timed(tm, "logprob"):
             ub = self._update_batch(groups)
-            plan = self._row_plan(ub)
-            frozen = self._frozen_logprobs(ub, plan)
+            urows = self._update_rows(ub)
+            frozen = self._frozen_logprobs(ub, urows)
         with timed(tm, "update"):
-            means, frozen = self._optimize(ub, plan, frozen)    # θold complete: the first mini-batch's added
-            return {**self._token_metrics(ub, plan, frozen), **means}
+            means, frozen = self._optimize(ub, urows, frozen)    # θold complete: the first mini-batch's added
+            return {**self._token_metrics(ub, urows, frozen), **means}
 
     def _update_batch(self, groups: list[Group]) -> UpdateBatch:
         """The kept groups as one padded token batch with their shaped rewards' group advantages."""
@@ -389,18 +389,18 @@ class Trainer:
         engine_lp = [x for g in groups for x in g.engine_logprobs]
         return UpdateBatch(batch, batch.response_mask.float(), is_anchor, adv, G, engine_lp)
 
-    def _row_plan(self, ub: UpdateBatch) -> RowPlan:
-        """The update's rows on this rank (armor.microbatch.RowPlan): each epoch shuffles the kept prompts
+    def _update_rows(self, ub: UpdateBatch) -> UpdateRows:
+        """The update's rows on this rank (armor.microbatch.UpdateRows): each epoch shuffles the kept prompts
         (seeded by the step) into mini-batches of batch.mini_batch_prompts whole groups, each cut into this
         rank's micro-batches by the models' budget."""
         cfg, n = self.cfg, ub.mask.shape[0] // ub.group_size
         orders = [torch.randperm(n, generator=torch.Generator().manual_seed(
             step_seed(cfg.seed, self.step, SeedPhase.MINIBATCH_ORDER, epoch))).tolist()
             for epoch in range(cfg.batch.epochs)]
-        return RowPlan.of(orders, ub.group_size, cfg.batch.mini_batch_prompts, ub.batch.seq_lens,
+        return UpdateRows.of(orders, ub.group_size, cfg.batch.mini_batch_prompts, ub.batch.seq_lens,
                           self.models.budget, self.dist.world_size, self.dist.rank)
 
-    def _frozen_logprobs(self, ub: UpdateBatch, plan: RowPlan) -> FrozenLogprobs:
+    def _frozen_logprobs(self, ub: UpdateBatch, urows: UpdateRows) -> FrozenLogprobs:
         """Step 3: θold's log-probs (and entropy) of this rank's rows, πref's when a step reads them, the
         teacher's for OPD/MOPD, and the token advantages; [N, R], 0 on rows this rank does not touch. θold = θ
         until the first optimizer step, so the first mini-batch's θold log-probs are its own update forward
@@ -418,8 +418,8 @@ class Trainer:
             if ent is not None:
                 full_ent[rows] = ent
             return full_lp, full_ent
-        old_logp, entropy = logprobs("policy", plan.rows(skip_first=first_from_update), with_entropy=True)
-        rows = plan.rows()
+        old_logp, entropy = logprobs("policy", urows.rows(skip_first=first_from_update), with_entropy=True)
+        rows = urows.rows()
         ref_logp = logprobs("reference", rows)[0] if needs_reference_logprobs(self.cfg) else None
         tok_adv = ub.adv[:, None].expand_as(mask)
         if a.distill.mode != "none":
@@ -431,7 +431,7 @@ class Trainer:
         return FrozenLogprobs(old_logp, entropy, ref_logp, tok_adv, first_from_update, rollout_logp,
                               mask * (~ub.is_anchor)[:, None].float() * has_lp)
 
-    def _optimize(self, ub: UpdateBatch, plan: RowPlan,
+    def _optimize(self, ub: UpdateBatch, urows: UpdateRows,
                   frozen: FrozenLogprobs) -> tuple[dict, FrozenLogprobs]:
         """Step 4: one optimizer step per mini-batch, its micro-batches' gradients accumulated
         (`_forward_backward`), clipped, AdamW. The loss is normalised by the whole mini-batch's token count
@@ -440,12 +440,12 @@ class Trainer:
         mini-batch's own."""
         frozen = dataclasses.replace(frozen, old_logp=frozen.old_logp.clone(), entropy=frozen.entropy.clone())
         sums: dict[str, float] = {}
-        for i, rows in enumerate(plan.minibatches):
+        for i, rows in enumerate(urows.minibatches):
             tokens = ub.mask[rows].sum()       # the whole mini-batch's tokens: the normaliser is global
             normalizer = tokens if self.loss.loss_agg == "token-mean" else torch.tensor(float(len(rows)))
             self.optimizer.zero_grad(set_to_none=True)
             mstats: dict[str, float] = {}
-            for r in plan.micro[i]:
+            for r in urows.micro[i]:
                 # a rank short of rows joins the collective with a zero-weight row
                 weight, r = (1.0, r) if len(r) else (0.0, rows[:1])
                 own_pass = i == 0 and weight > 0 and frozen.first_from_update
@@ -465,7 +465,7 @@ class Trainer:
             for k, v in mstats.items():
                 sums[k] = sums.get(k, 0.0) + v
         self.optimizer.zero_grad(set_to_none=True)
-        n_updates = len(plan.minibatches)
+        n_updates = len(urows.minibatches)
         out = {k: v / max(1, n_updates) for k, v in sums.items()}
         out["updates"] = n_updates
         return out, frozen
@@ -491,12 +491,12 @@ class Trainer:
         out["loss"] = weight * float(loss.detach())
         return out
 
-    def _token_metrics(self, ub: UpdateBatch, plan: RowPlan, frozen: FrozenLogprobs) -> dict:
+    def _token_metrics(self, ub: UpdateBatch, urows: UpdateRows, frozen: FrozenLogprobs) -> dict:
         """Token means over the step's on-policy tokens: entropy, |advantage|, the KL monitors (when πref's
         log-probs exist), the training/inference mismatch (when the engine gave log-probs) and, with a rollout
         correction, its ρ's mean/max/min, the weight's mean and the shares truncated / masked. Each rank holds
         its own rows' values: a mean is taken over all ranks (armor.spmd.global_masked_mean)."""
-        mask, own = ub.mask, plan.own
+        mask, own = ub.mask, urows.own
         on_mask = mask * (~ub.is_anchor)[:, None].float()
 
         def mean(x, m):

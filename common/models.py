@@ -8,18 +8,22 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from common.weight_files import check_weights
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 MODEL_FILES = ("config.json",)
 
 
 def check_model_path(path: str, key: str) -> None:
-    """Fail early, naming the config key, when a local model folder lacks HF files.
+    """Fail early, naming the config key, when a local model folder lacks HF files or has a damaged weight
+    file (`check_weights`).
 
     A string that is not an existing path and looks like `org/name` is taken as a hub id."""
     p = Path(path)
     if p.exists():
         if not (p / "config.json").is_file():
             raise FileNotFoundError(f"{key}: {path!r} has no config.json (not a Hugging Face model folder)")
+        check_weights(p, key)
         return
     if path.count("/") == 1 and not path.startswith((".", "/")) and not path.endswith("/"):
         return  # a hub id; resolved by transformers (needs network or the HF cache)

@@ -16,6 +16,7 @@ from common.benchmarks import (ALIASES, BENCHMARKS, BenchmarkData, BenchmarkErro
                                load_benchmark, register_jsonl)
 from common.jsonl import read_json
 from common.layout import STEP_RE
+from common.weight_files import ModelFileError, check_weights
 from eval.metadata import run_metadata
 from eval.protocols import DEFAULT_MAX_NEW_TOKENS, BenchSetting, Protocol, resolve_setting
 from eval.settings import REPO_ROOT, EvalError, EvalSettings, split_list
@@ -52,6 +53,10 @@ def check_checkpoint(path: str | os.PathLike) -> Path:
     if not any((p / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
         raise EvalError(f"checkpoint {str(path)!r} has no tokenizer files (tokenizer.json / "
                         f"tokenizer_config.json)")
+    try:
+        check_weights(p, "checkpoint")
+    except ModelFileError as e:
+        raise EvalError(str(e)) from None
     return p
 
 

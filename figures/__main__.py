@@ -12,12 +12,20 @@ import sys
 from pathlib import Path
 
 from .build import ITEMS, draw_all, parse_only
-from .data import load_context, load_contexts, load_results
+from .data import ResultsError, load_context, load_contexts, load_results
 from .report import _seeds, write_report
 from .world_checks import applies as world_applies
 
 
 def main(argv=None) -> int:
+    try:
+        return _main(argv)
+    except ResultsError as e:       # a damaged results file: one line naming it
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m figures", description=__doc__.split("\n")[0])
     ap.add_argument("--results", required=True, nargs="+", help="results.parquet file(s)")
     ap.add_argument("--out", required=True, help="output folder")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .claims import FOREST, write_checklist
-from .data import Context
+from .data import Context, ResultsError
 from .plots import FIGURES, fig_steps, save
 from .tables import TABLES
 from .world_checks import applies as world_applies, write_world_checks
@@ -71,6 +71,8 @@ def draw_all(ctx: Context, out_dir, only=None, table_ctxs: Optional[Sequence[Con
                 write_checklist(ctx, out)
                 produced[name] = [out / "checklist.md", out / "checklist.json", out / f"{FOREST}.png",
                                   out / f"{FOREST}.pdf"]
+        except ResultsError:    # a damaged input file is no item's failure: every item would read it
+            raise
         except Exception as e:  # noqa: BLE001 - a broken item must not stop the others
             err = f"{type(e).__name__}: {e}"
             print(f"[figures] {name} failed: {err}\n{traceback.format_exc()}", file=sys.stderr)

@@ -49,6 +49,34 @@ PAPER_PRESETS = ("qwen25-math-7b", "qwen3-8b-base")
 PAPER_YAML = Path(__file__).with_name("paper_numbers.yaml")
 PREFERRED_VALIDATION = ("aime24",)
 
+class ResultsError(ValueError):
+    """A results file (the table, steps.parquet, results.meta.json, noise_floor.json) that cannot be read:
+    the message names it."""
+
+
+def _damaged(path, e: Exception) -> ResultsError:
+    said = str(e).strip().splitlines()
+    return ResultsError(f"{path}: cannot be read ({said[0] if said else type(e).__name__}): damaged or "
+                        f"truncated; rerun the driver (its collect job writes it) or copy it again")
+
+
+def read_table(path, **kw) -> pd.DataFrame:
+    """A parquet file of the driver's (results.parquet, steps.parquet); ResultsError naming it if damaged."""
+    try:
+        return pd.read_parquet(path, **kw)
+    except (OSError, ValueError) as e:      # pyarrow's ArrowInvalid is a ValueError
+        raise _damaged(path, e) from None
+
+
+def read_json_file(path) -> object:
+    """A JSON file of the driver's (results.meta.json, noise_floor.json); ResultsError naming it if
+    damaged."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise _damaged(path, e) from None
+
+
 @lru_cache(maxsize=1)
 def paper_numbers() -> dict:
     """The paper's numbers (figures/paper_numbers.yaml), parsed once."""
@@ -71,11 +99,11 @@ def load_results(paths: str | Path | Sequence[str | Path] | pd.DataFrame) -> pd.
     else:
         if isinstance(paths, (str, Path)):
             paths = [paths]
-        frames = [pd.read_parquet(p) for p in paths]
+        frames = [read_table(p) for p in paths]
         df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=RESULT_COLUMNS)
     missing = [c for c in RESULT_COLUMNS if c not in df.columns]
     if missing:
-        raise ValueError(f"results table lacks columns {missing} (docs/CONTRACTS.md)")
+        raise ResultsError(f"results table lacks columns {missing} (docs/CONTRACTS.md)")
     df = df[RESULT_COLUMNS + [c for c in df.columns if c not in RESULT_COLUMNS]].copy()
     df["seed"] = pd.to_numeric(df["seed"], errors="coerce").fillna(0).astype(int)
     df["step"] = pd.to_numeric(df["step"], errors="coerce")
@@ -211,7 +239,7 @@ class Context:
         the driver): the figure arms and the validation benchmark are read from there, not decided again."""
         if "driver_meta" not in self._cache:
             meta = self.results_path.with_name(META_NAME) if self.results_path is not None else None
-            data = json.loads(meta.read_text()) if meta is not None and meta.is_file() else {}
+            data = read_json_file(meta) if meta is not None and meta.is_file() else {}
             self._cache["driver_meta"] = data if isinstance(data, dict) else {}
         return self._cache["driver_meta"]
 
@@ -357,7 +385,7 @@ class Context:
         metric}), or None when the floor was not measured (then no verdict is decided)."""
         if "noise_floor" not in self._cache:
             p = self._sibling(NOISE_NAME)
-            data = json.loads(p.read_text()) if p is not None else None
+            data = read_json_file(p) if p is not None else None
             ok = (isinstance(data, dict) and isinstance(data.get("sd"), (int, float))
                   and len(data.get("values", [])) > 1)
             self._cache["noise_floor"] = data if ok else None
@@ -368,7 +396,7 @@ class Context:
         """steps.parquet beside the table (this view's seed only), or an empty frame."""
         if "steps" not in self._cache:
             p = self._sibling(STEPS_NAME)
-            df = (pd.read_parquet(p) if p is not None
+            df = (read_table(p) if p is not None
                   else pd.DataFrame(columns=["arm", "seed", "step", "local_step"]))
             if self.only_seed is not None and len(df):
                 df = df[df["seed"] == self.only_seed].reset_index(drop=True)
@@ -509,7 +537,7 @@ def load_contexts(results, runs_dir=None) -> list[Context]:
         path = None
         for p in paths:  # the file that holds this preset, for its runs folder / metadata
             try:
-                if preset in set(pd.read_parquet(p, columns=["preset"])["preset"].astype(str)):
+                if preset in set(read_table(p, columns=["preset"])["preset"].astype(str)):
                     path = Path(p)
                     break
             except Exception:  # noqa: BLE001

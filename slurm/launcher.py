@@ -35,8 +35,8 @@ job itself (`--requeue`); the wrapper forwards SIGTERM to the command and marks 
 `interrupted`. Either way the batch script runs again and the rerun command resumes from its last
 checkpoint. Locally, an interrupted job is simply rerun by the next driver invocation.
 
-About 750 lines on purpose: the job registry, both backends and the wait loop read and write one state file
-under one lock; kept in one module, that protocol is visible in one place (the job wrapper and the resource
+One module on purpose: the job registry, both backends and the wait loop read and write one state file
+under one lock; kept together, that protocol is visible in one place (the job wrapper and the resource
 sizes, which need no lock, are slurm/jobwrap.py and slurm/resources.py).
 """
 from __future__ import annotations
@@ -113,19 +113,30 @@ class Job:
             return False
 
 
+def slurm_error() -> Optional[str]:
+    """Why no SLURM scheduler answers here (sbatch or sinfo not on PATH, `sinfo` failing or silent for 10 s),
+    or None when one does."""
+    missing = [c for c in ("sbatch", "sinfo") if not shutil.which(c)]
+    if missing:
+        return f"{' and '.join(missing)} not on PATH"
+    try:
+        r = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return "sinfo did not answer in 10 s"
+    except OSError as e:
+        return f"sinfo: {e}"
+    if r.returncode != 0:
+        said = (r.stderr or r.stdout).strip().splitlines()
+        return f"sinfo exited {r.returncode}" + (f": {said[-1]}" if said else "")
+    return None
+
+
 def detect_cluster(cluster: str = "auto") -> str:
     if cluster in ("local", "slurm"):
         return cluster
     if cluster != "auto":
         raise LauncherError(f"cluster must be local, slurm or auto, got {cluster!r}")
-    if shutil.which("sbatch") and shutil.which("sinfo"):
-        try:
-            r = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, timeout=10)
-            if r.returncode == 0:
-                return "slurm"
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    return "local"
+    return "slurm" if slurm_error() is None else "local"
 
 
 def topo_order(jobs: list[Job]) -> list[Job]:
@@ -451,6 +462,11 @@ class Launcher:
                       f"({self.cluster})")
             if self.cluster == "local":
                 return self._run_local(order, states, jobs)
+            why = slurm_error()
+            if why is not None:     # before any submission: one line, not sbatch's traceback
+                raise LauncherError(f"cluster slurm: no SLURM scheduler answers here ({why}): nothing "
+                                    f"submitted; run on a node of the cluster, or with the local backend "
+                                    f"(--cluster local)")
             return self._run_slurm(order, states, wait)
 
     def _write_spec(self, job: Job) -> str:
@@ -524,6 +540,7 @@ class Launcher:
             old = None
         try:
             while True:
+                settled = len(final)
                 for key in list(procs):  # reap
                     p = procs[key]
                     if p is not None and p.poll() is None:
@@ -583,6 +600,8 @@ class Launcher:
                     states[j.key] = (RUNNING, f"local pid {procs[j.key].pid}")
                     self._emit(f"[start] {j.key}")
                 if not procs:
+                    if len(final) > settled:   # a pass that only settled jobs (outputs, gates) readies others
+                        continue
                     break
                 now = time.time()      # cores idle since the last pass, while jobs remain
                 idle += (now - t_last) * max(0, self.workers - len(procs)) * self.threads

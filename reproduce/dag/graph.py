@@ -5,9 +5,9 @@ gated on that checkpoint (slurm.launcher.Gate: held on SLURM, released when the 
 reproduce/jobs/wait.py), so what starts there does not wait for the rest of the run, nor runs out of a time
 limit while the run gets there.
 
-    jobs = build_jobs(load_preset("tiny"), "runs")        # keys: stage, world, stage1/dapo/seed0,
+    jobs = build_jobs(load_preset("tiny"), "runs")        # keys: world, stage1/dapo/seed0,
                                                          # peak/dapo/seed0, stage2/armor/seed0,
-                                                         eval/armor/seed0, # collect, figures
+                                                         # eval/armor/seed0, collect, figures
 
 Every job is a `python -m reproduce.jobs <subcommand>` command that resolves its late-bound inputs (θ*,
 the checkpoints to evaluate) when it runs, and has a `done` check on its outputs, so reruns skip finished
@@ -37,13 +37,13 @@ from reproduce.jobs import noise
 from reproduce.jobs.collect import collect_done, figures_done
 from reproduce.jobs.evaluate import EVAL_RANKS_ENV, eval_benchmarks, eval_done
 from reproduce.jobs.peaks import peak_done, peak_file, restart_done, restart_file, start_point
-from reproduce.jobs.train import run_done
 from reproduce.jobs.wait import gate_path
 from reproduce.matrix.arms import (HEADLINE, RESTART_FROM, RESTART_START, TABLES, Arm, arm_seeds, build_arms,
                                    selection_seeds)
-from reproduce.matrix.branching import CONTINUATION, SIBLING, Branch, plan_branches, start_step
+from reproduce.matrix.branching import CONTINUATION, SIBLING, Branch, choose_branches, start_step
 from reproduce.matrix.overrides import continuation_overrides, train_overrides
-from reproduce.matrix.presets import Preset, ckpt_dir, fixed_peak, preset_root, repo_path, run_dir
+from reproduce.matrix.presets import (Preset, ckpt_dir, fixed_peak, preset_root, repo_path, run_dir,
+                                      run_done)
 from reproduce.matrix.retention import check_retention
 from slurm.launcher import Gate, Job
 
@@ -92,7 +92,7 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
     arms = build_arms(preset, only)
     g = _Inputs(preset, root, list(seeds if seeds is not None else p.seeds),
                 resources or preset_resources(preset), sd, hub.items(preset, sd), arms=arms, only=only,
-                branches=plan_branches(preset, arms))
+                branches=choose_branches(preset, arms))
     # schedule.keep_last deletes nothing θ* or an evaluation needs
     check_retention(preset, arms, g.seeds)
     jobs = _setup_jobs(g)
@@ -238,6 +238,9 @@ def _train_jobs(g: _Inputs, arms: dict[str, Arm], arm: Arm, s: int, first: list[
                 done=lambda run=run, steps=steps: run_done(run, steps), info=_train_info(g, arm, s, br),
                 description=f"train {arm.name} seed {s}" + (f" from {br.source}" if br else ""))]
     late_rule = arm.name == "dapo" and preset.protocol.late_start_fraction is not None
+    # the late start by rule: only when the plan runs a late arm, from finished stage-1 runs (their ends)
+    late = late_rule and any(a.start == "late" and a.stage == 2 and a.baseline == arm.name
+                             for a in arms.values())
     starts_others = any(a.baseline == arm.name and a.stage == 2 and (a.start == "peak" or late_rule)
                         for a in arms.values())
     if arm.stage == 1 and (starts_others or arm.evaluate):
@@ -247,15 +250,17 @@ def _train_jobs(g: _Inputs, arms: dict[str, Arm], arm: Arm, s: int, first: list[
         how = (f"step {fixed} (protocol)" if fixed is not None else
                f"argmax of validation (window {preset.protocol.peak_selection_window}"
                + (f", mean of seeds {','.join(map(str, over))})" if len(over) > 1 else ")"))
-        if late_rule:
-            how += f"; late start at fraction {preset.protocol.late_start_fraction} of the fall"
+        if late:
+            how += (f"; late start at fraction {preset.protocol.late_start_fraction} of the fall, once "
+                    f"stage 1 has finished")
         jobs.append(Job(f"peak/{arm.name}/seed{s}",
                         g.command("select-peak", "--arm", arm.name, "--seed", str(s),
-                                     "--seeds", ",".join(map(str, over))),
+                                  "--seeds", ",".join(map(str, over)), *(["--late"] if late else [])),
                         kind="select_peak",
-                        deps=[_ready_key(g, arm, x, fixed) for x in _with(over, s)],
+                        deps=[f"stage1/{arm.name}/seed{x}" if late else _ready_key(g, arm, x, fixed)
+                              for x in _with(over, s)],
                         resources=g.res["select_peak"], env=g.env,
-                        done=lambda pf=pf, fixed=fixed: peak_done(pf, fixed, late_rule),
+                        done=lambda pf=pf, fixed=fixed: peak_done(pf, fixed, late),
                         info={"peak": how}, description=f"choose θ* of {arm.name} seed {s}"))
     if _restart_source(arms, arm):
         over = selection_seeds(preset.protocol, g.arm_seeds(arm))   # the restart point: their mean curve
@@ -339,7 +344,7 @@ def _display_start(g: _Inputs, arm: Arm, s: int) -> Optional[dict]:
 
 def _train_info(g: _Inputs, arm: Arm, s: int, br: Optional[Branch]) -> dict:
     """What the dry run shows of a train job: its figures, memory (GPU presets), the resolved overrides, the
-    steps it runs and where it branches (reproduce/sizing.py reads `steps` and `trained_from`)."""
+    steps it runs and where it branches (reproduce/sizing/estimates.py reads `steps` and `trained_from`)."""
     preset, root = g.preset, g.root
     start = _display_start(g, arm, s) if arm.stage == 2 else None
     steps, keep = _run_steps(g, arm), branch_points(g, arm, s)

@@ -82,9 +82,11 @@ def main(argv=None) -> int:
                                                        "(reproduce/matrix/branching.py)")
     tr.add_argument("--branch-step", default=None, help="the source's step (or `end`: its last, a "
                                                        "continuation)")
-    common(sub.add_parser("select-peak", help="write peak.json of a stage-1 baseline (θ* from the mean curve "
-                                              "over --seeds; default: the arm's seeds)"), arm=True,
-           seeds=True)
+    sp = sub.add_parser("select-peak", help="write peak.json of a stage-1 baseline (θ* from the mean curve "
+                                            "over --seeds; default: the arm's seeds)")
+    common(sp, arm=True, seeds=True)
+    sp.add_argument("--late", action="store_true", help="choose the late start by rule too "
+                                                        "(protocol.late_start_fraction; finished runs only)")
     sr = sub.add_parser("select-restart", help="write restart.json of armor_reset_never (armor_restart's "
                                                "start, from the mean curve over --seeds; default: the arm's "
                                                "selection seeds), or of --arm")
@@ -130,7 +132,7 @@ def main(argv=None) -> int:
             keep = parse_seeds(a.keep_steps, "--keep-steps") or []
             return cmd_train(preset, root, a.arm, a.seed, sd, a.steps, keep, a.branch_from, a.branch_step)
         if a.cmd == "select-peak":
-            return cmd_select_peak(preset, root, a.arm, a.seed, parse_seeds(a.seeds))
+            return cmd_select_peak(preset, root, a.arm, a.seed, parse_seeds(a.seeds), a.late)
         if a.cmd == "select-restart":
             return cmd_select_restart(preset, root, a.seed, parse_seeds(a.seeds), a.arm)
         if a.cmd == "evaluate":

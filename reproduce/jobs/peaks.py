@@ -10,7 +10,10 @@ noise of one evaluation. protocol.selection_seeds fixes the seeds of that curve:
 choice (tiny: seeds 0-2 choose, 3-4 follow, so adding seeds changes no earlier run). A stage-2 arm starts from
 it (`start_point`). armor_late/dapo_late start from the DAPO checkpoint at late_start_step, or, with
 late_start_fraction f, from the first checkpoint after θ* whose smoothed validation is ≤ peak − f·(peak −
-floor), floor = the lowest smoothed value after θ* (`choose_late`, peak.json's "late").
+floor), floor = the lowest smoothed value after θ* (`choose_late`, peak.json's "late"): chosen only when the
+plan runs a late arm (`select-peak --late`), and only from stage-1 runs that have finished, so the choice
+never depends on how far a run had got when the job ran (a fixed θ* is chosen as soon as its checkpoint
+exists).
 
 The authors' reset (armor_restart, protocol.restart_within = w): the restart point is chosen as θ* is, on
 armor_reset_never's stage-2 curve: the argmax of its seed-mean validation smoothed over peak_selection_window,
@@ -33,7 +36,7 @@ from common.layout import list_checkpoints
 from reproduce.matrix.arms import (RESTART_FROM, RESTART_START, Arm, arm_definitions, arm_seeds,
                                    selection_seeds)
 from reproduce.matrix.presets import (STATE_JSON, ExperimentError, Preset, ckpt_dir, fixed_peak, run_dir,
-                                      stage_steps)
+                                      run_done, stage_steps)
 
 
 def validation_benchmark(preset: Preset) -> Optional[str]:
@@ -128,10 +131,11 @@ def choose_late(curve: list[tuple[int, float]], checkpoints: list[int], peak_ste
 
 
 def select_peak(preset: Preset, root: Path, baseline: str, seed: int,
-                seeds: Optional[list[int]] = None) -> dict:
+                seeds: Optional[list[int]] = None, late: bool = False) -> dict:
     """peak.json of one baseline and seed: θ* from the mean curve over `seeds` (default: this seed alone; with
-    protocol.selection_seeds a seed outside them takes their choice), and for DAPO with
-    protocol.late_start_fraction the late start of this seed's run (an {"error": ...} if none)."""
+    protocol.selection_seeds a seed outside them takes their choice), and with `late` (DAPO, protocol.
+    late_start_fraction) the late start of this seed's run (an {"error": ...} if none) from finished stage-1
+    runs only: an ExperimentError names a run that has not finished."""
     p = preset.protocol
     seeds = sorted(set(seeds or [seed]))
     run = run_dir(root, preset, baseline, seed)
@@ -150,7 +154,12 @@ def select_peak(preset: Preset, root: Path, baseline: str, seed: int,
     info = choose_peak(curve, ckpts, p.peak_selection_window, fixed)
     if len(seeds) > 1:
         info["seeds"] = seeds
-    if baseline == "dapo" and p.late_start_fraction is not None:
+    if late and baseline == "dapo" and p.late_start_fraction is not None:
+        s1 = stage_steps(preset)[0]
+        running = [str(r) for r in dict.fromkeys(runs + [run]) if not run_done(r, s1)]
+        if running:
+            raise ExperimentError(f"the late start of {baseline} seed {seed} is chosen from finished stage-1 "
+                                  f"runs; not finished ({s1} steps): {', '.join(running)}")
         try:
             late = choose_late(curve, ckpts, info["step"], p.late_start_fraction, p.peak_selection_window)
             late["checkpoint"] = str(ckpt_dir(run, late["step"]))
@@ -278,16 +287,16 @@ def peak_done(pf: Path, fixed: Optional[int], late: bool = False) -> bool:
 
 
 def cmd_select_peak(preset: Preset, root: Path, arm: str, seed: int,
-                    seeds: Optional[list[int]] = None) -> int:
+                    seeds: Optional[list[int]] = None, late: bool = False) -> int:
     """peak.json of `arm` seed `seed`; θ* from the mean curve over `seeds` (default: the arm's seeds in the
-    protocol)."""
+    protocol); with `late` the late start by rule too."""
     arms = arm_definitions(preset.protocol)
     if arm not in arms or arms[arm].stage != 1:
         raise ExperimentError(f"select-peak --arm {arm!r}: not a stage-1 baseline of preset {preset.name} "
                               f"(those: {', '.join(a for a in arms if arms[a].stage == 1)})")
     seeds = seeds if seeds is not None else selection_seeds(
         preset.protocol, arm_seeds(preset.protocol, arms[arm], preset.protocol.seeds))
-    info = select_peak(preset, root, arm, seed, seeds)
+    info = select_peak(preset, root, arm, seed, seeds, late)
     write_json_atomic(peak_file(root, preset, arm, seed), info, **STATE_JSON)
     over = f" (mean of seeds {info['seeds']})" if "seeds" in info else ""
     print(f"θ* of {arm} seed {seed}: step {info['step']} ({info['method']}{over}) -> {info['checkpoint']}")

@@ -7,8 +7,8 @@ A stage-2 arm's start (θ*, the late start, the restart point) is read when the 
 run's arm.json records the arm, its start and the override list. `--steps`: the steps the plan needs of the
 run; a finished run with fewer is extended from its last checkpoint (its DONE is removed). A branch
 (reproduce/matrix/branching.py) first fills its empty run folder from its source's checkpoint
-(reproduce/jobs/branch.py): a sibling from step k of the source, a continuation from its baseline's end (or,
-when the baseline ran as far as the control needs, from its rows alone).
+(reproduce/jobs/branch_folder.py): a sibling from step k of the source, a continuation from its baseline's end
+(or, when the baseline ran as far as the control needs, from its rows alone).
 """
 from __future__ import annotations
 
@@ -17,32 +17,15 @@ import shlex
 from pathlib import Path
 from typing import Optional, Sequence
 
-from common.jsonl import read_json, write_json_atomic
+from common.jsonl import write_json_atomic
 from common.layout import list_checkpoints
 from reproduce.entrypoints import entry
-from reproduce.jobs import branch as branching_files
+from reproduce.jobs import branch_folder
 from reproduce.jobs.peaks import late_error, peak_file, restart_file, start_point
 from reproduce.matrix.arms import arm_definitions
 from reproduce.matrix.overrides import continuation_overrides, train_overrides
-from reproduce.matrix.presets import STATE_JSON, ExperimentError, Preset, run_dir, stage_steps
+from reproduce.matrix.presets import STATE_JSON, ExperimentError, Preset, done_steps, run_dir, stage_steps
 from slurm import warm
-
-
-def done_steps(run: Path) -> Optional[int]:
-    """The steps a finished run (DONE) ran, or None (not finished; a DONE without the count: unknown, -1)."""
-    d = read_json(Path(run) / "DONE")
-    if d is None:
-        return None
-    try:
-        return int(d["steps"])
-    except (TypeError, KeyError, ValueError):
-        return -1
-
-
-def run_done(run: Path, steps: Optional[int] = None) -> bool:
-    """A run is done when it finished at least `steps` steps (or finished at all, without `steps`)."""
-    n = done_steps(run)
-    return n is not None and (steps is None or n < 0 or n >= steps)
 
 
 def _check_start(preset: Preset, root: Path, arm, seed: int, continuation: bool = False) -> dict:
@@ -117,16 +100,16 @@ def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: O
                                   f"finished")
         if end <= last:
             if main:
-                branching_files.slice_run(src, end, run)
+                branch_folder.slice_run(src, end, run)
                 print(f"{run}: the rows of {src} up to step {end}; no step to train")
             return 0
         if main and not list_checkpoints(run):
-            branching_files.seed_run(src, last, run, only_last=True)
+            branch_folder.seed_run(src, last, run, only_last=True)
         overrides = continuation_overrides(preset, root, arm, arms[branch_from], seed, end, stage_dir)
     else:
         if branch_step is not None and main and not list_checkpoints(run) and not (run / "DONE").exists():
             src = run_dir(root, preset, branch_from, seed)
-            linked = branching_files.seed_run(src, int(branch_step), run)
+            linked = branch_folder.seed_run(src, int(branch_step), run)
             print(f"{run}: starts from {src} at step {branch_step} (checkpoints {linked} linked)", flush=True)
         overrides = train_overrides(preset, root, arm, seed, start, stage_dir, steps=steps, keep=keep)
     run.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Branch, don't repeat: which runs start from another run's checkpoint instead of repeating its steps (the
 authors' way with their checkpoints), and at which step.
 
-    plan_branches(preset, arms)     # {arm: Branch(arm, source, step, kind)} for the arms of a plan
+    choose_branches(preset, arms)     # {arm: Branch(arm, source, step, kind)} for the arms of a plan
     shared_steps(preset, a, b)      # stage-2 steps through which the runs of arms a and b are the same
     monitor_reset(protocol, base)   # the step at which a stage-1 baseline's πref becomes its policy
 
@@ -115,7 +115,7 @@ def monitor_reset(p: ProtocolConfig, arms: dict[str, Arm], base: str) -> Optiona
     return min(steps) if steps else None
 
 
-def plan_branches(preset: Preset, arms: dict[str, Arm]) -> dict[str, Branch]:
+def choose_branches(preset: Preset, arms: dict[str, Arm]) -> dict[str, Branch]:
     """{arm: Branch} for the canonical arms of a plan (`arms`, build_arms' output) that start from another
     run of the plan; none without protocol.branch. Per seed the graph applies a branch only where the
     source runs that seed."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from armor.config import RunConfig, load_config
+from common.jsonl import read_json
 from reproduce.matrix.protocol import SECTION, ProtocolConfig, load_protocol
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -167,6 +168,23 @@ def run_dir(root: Path, preset: Preset, arm: str, seed: int) -> Path:
 
 def ckpt_dir(run: Path, step: int) -> Path:
     return Path(run) / "checkpoints" / f"step_{step:06d}"
+
+
+def done_steps(run: Path) -> Optional[int]:
+    """The steps a finished run (DONE) ran, or None (not finished; a DONE without the count: unknown, -1)."""
+    d = read_json(Path(run) / "DONE")
+    if d is None:
+        return None
+    try:
+        return int(d["steps"])
+    except (TypeError, KeyError, ValueError):
+        return -1
+
+
+def run_done(run: Path, steps: Optional[int] = None) -> bool:
+    """A run is done when it finished at least `steps` steps (or finished at all, without `steps`)."""
+    n = done_steps(run)
+    return n is not None and (steps is None or n < 0 or n >= steps)
 
 
 def stage_steps(preset: Preset) -> tuple[int, int]:

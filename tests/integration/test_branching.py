@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from common.jsonl import read_jsonl
 from reproduce import run_all
-from reproduce.jobs.branch import seed_run
+from reproduce.jobs.branch_folder import seed_run
 from toy_runs import run, train_cmd
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -390,6 +390,15 @@ def test_bad_inputs(ckpt, toy, tmp_path, capsys, no_model):
     assert "has no config.json" in _err(capsys, ["--checkpoint", str(empty), "--benchmarks", toy])
     shutil.copy(ckpt / "config.json", empty / "config.json")
     assert "no model weights" in _err(capsys, ["--checkpoint", str(empty), "--benchmarks", toy])
+    cut = tmp_path / "truncated_ckpt"          # a copy cut short: one line naming the file, no model loaded
+    shutil.copytree(ckpt, cut)
+    w = cut / "model.safetensors"
+    size = w.stat().st_size
+    with open(w, "r+b") as f:
+        f.truncate(size // 2)
+    err = _err(capsys, ["--checkpoint", str(cut), "--benchmarks", toy])
+    assert err == (f"error: checkpoint: {w} has {size // 2:,} bytes, its header describes {size:,}: "
+                   f"truncated or damaged, copy it again\n")
     assert "does not exist" in _err(capsys, ["--checkpoint", str(tmp_path / "nope"), "--benchmarks", toy])
     assert "samples (k) must be an integer >= 1" in _err(capsys, c + ["--benchmarks", toy, "--samples", "0"])
     assert "pass@4 needs at least 4" in _err(capsys, c + ["--benchmarks", toy, "--protocol", "toy",

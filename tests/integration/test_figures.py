@@ -115,6 +115,26 @@ def test_only_subset(tiny, tmp_path):
     assert figures_main(["--results", str(tiny), "--out", str(tmp_path), "--only", "fig9"]) == 2
 
 
+def test_a_damaged_results_file_is_one_error_naming_it(tiny, tmp_path, capsys):
+    """A truncated results.parquet, or a results.meta.json cut short beside a whole one: exit 2 and one line
+    naming the file, not pyarrow's or json's traceback."""
+    import shutil
+    d = tmp_path / "runs"
+    shutil.copytree(tiny.parent, d)
+    table, meta = d / tiny.name, d / "results.meta.json"
+    whole = table.read_bytes()
+    table.write_bytes(whole[: len(whole) // 2])
+    assert figures_main(["--results", str(table), "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {table}: cannot be read (") and err.count("\n") == 1
+    assert "damaged or truncated" in err
+    table.write_bytes(whole)
+    meta.write_text(meta.read_text()[:100])
+    assert figures_main(["--results", str(table), "--out", str(tmp_path / "b"), "--only", "fig4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {meta}: cannot be read (") and err.count("\n") == 1
+
+
 def test_figures_have_expected_panels_and_series(ctx):
     expect = {
         ("fig1", "reward"): ["dapo"], ("fig1", "length"): ["dapo"],

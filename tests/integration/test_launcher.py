@@ -169,6 +169,41 @@ def test_detect_cluster(monkeypatch):
         detect_cluster("k8s")
 
 
+def _no_slurm(tmp_path, monkeypatch):
+    """sinfo and sbatch on PATH that cannot reach their controller (a login node with SLURM down)."""
+    d = tmp_path / "bin"
+    d.mkdir()
+    for c in ("sinfo", "sbatch", "squeue"):
+        (d / c).write_text(f"#!/bin/sh\necho '{c}: error: Unable to contact slurm controller (connect "
+                           f"failure)' >&2\nexit 1\n")
+        (d / c).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{d}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_slurm_that_does_not_answer_is_one_error_before_any_submission(tmp_path, monkeypatch, capsys):
+    """`--cluster slurm` where no scheduler answers: a LauncherError naming why, nothing submitted; the driver
+    prints it as one line (exit 2), not submitit's traceback."""
+    _no_slurm(tmp_path, monkeypatch)
+    assert detect_cluster("auto") == "local"
+    la = Launcher(tmp_path / "runs", cluster="slurm", progress=False, log=lambda s: None)
+    with pytest.raises(LauncherError, match=r"no SLURM scheduler answers here \(sinfo exited 1: sinfo: "
+                                            r"error: Unable to contact slurm controller"):
+        la.run([Job("a", [PY, "-c", "pass"])])
+    assert not (la.job_dir("a") / "spec.json").exists()
+    with monkeypatch.context() as m:
+        m.setenv("PATH", str(tmp_path / "empty"))
+        with pytest.raises(LauncherError, match=r"\(sbatch and sinfo not on PATH\)"):
+            la.run([Job("a", [PY, "-c", "pass"])])
+    from reproduce import run_all
+    from test_experiments import _mini_preset
+    rc = run_all.main(["--preset", str(_mini_preset(tmp_path)), "--root", str(tmp_path / "runs"),
+                       "--cluster", "slurm", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    assert [x for x in err.splitlines() if x.startswith("error:")] == [x for x in err.splitlines() if x]
+    assert "error: cluster slurm: no SLURM scheduler answers here (sinfo exited 1" in err
+
+
 # ------------------------------------------------------------------------------------------ local backend
 def stamp_job(root, key, deps=(), sleep=0.3, fail=False):
     """A job that records (start, end, ARMOR_THREADS, OMP_NUM_THREADS) in out/<key>.json; done when that
@@ -238,6 +273,20 @@ def test_local_workers_start_ready_jobs_in_the_callers_order(tmp_path):
     assert all(s == DONE for s, _ in quiet(tmp_path, workers=1).run(jobs).values())
     st = {k: read_stamp(tmp_path, k) for k in ("a", "b", "c")}
     assert st["a"][1] <= st["b"][0] and st["b"][1] <= st["c"][0]
+
+
+def test_one_worker_runs_a_job_its_gate_readied_without_stopping(tmp_path):
+    """One worker; `next` waits for a gated job (the driver's checkpoint-ready job) that the caller lists
+    after it: once `a` has made the gate's path, a pass marks the gated job done by its outputs and starts
+    nothing; the driver goes on to start `next` in the same invocation instead of ending with it waiting."""
+    (tmp_path / "out").mkdir()
+    path = tmp_path / "out" / "a.json"          # what `a` writes: the gate's path
+    gated = Job("ckpt/a", [PY, "-c", "pass"], kind="wait_checkpoint", gate=Gate(str(path), "a"),
+                done=lambda: path.exists())
+    jobs = [stamp_job(tmp_path, "a", sleep=0), stamp_job(tmp_path, "next", ["ckpt/a"], sleep=0), gated]
+    states = quiet(tmp_path, workers=1).run(jobs)
+    assert {k: s for k, (s, _) in states.items()} == {"a": DONE, "ckpt/a": DONE, "next": DONE}
+    assert read_stamp(tmp_path, "next")
 
 
 def test_local_failure_blocks_dependents_and_rerun_retries(tmp_path):

@@ -12,14 +12,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _preset(tmp: Path, world: Path) -> Path:
+def _preset(tmp: Path, world: Path, protocol: str = "") -> Path:
     p = tmp / "smoke.yaml"   # named smoke: the driver builds (or finds) a --quick world
     p.write_text(
         f"base: {ROOT / 'reproduce' / 'presets' / 'smoke.yaml'}\n"
         f"model: {{path: {world / 'base_model'}}}\n"
         f"data: {{train: {world / 'data' / 'train.jsonl'}}}\n"
         f"validation: {{benchmarks: ['toy_val={world / 'data' / 'validation.jsonl'}']}}\n"
-        f"protocol: {{eval_benchmarks: ['toy_test={world / 'data' / 'test.jsonl'}']}}\n")
+        f"protocol: {{eval_benchmarks: ['toy_test={world / 'data' / 'test.jsonl'}']{protocol}}}\n")
     return p
 
 
@@ -82,6 +82,22 @@ def test_slurm_and_local_runs_give_the_same_table(slurm_smoke, full_smoke):
     for root in (slurm_smoke["root"], full_smoke["results"].parent.parent):
         meta = json.loads((root / "smoke" / "results.meta.json").read_text())
         assert [(n["cpu_capability"], n["threads"]) for n in meta["cpu_numerics"]] == [("AVX2", 1)], meta
+
+
+def test_one_worker_runs_to_the_end_in_one_invocation(world, tmp_path):
+    """`--workers 1` with a fixed θ* before stage 1's end: θ*'s checkpoint-ready job is settled by its
+    checkpoint in a pass that starts nothing, after the job choosing θ* (which waits for it) was passed over;
+    the driver goes on and runs everything in one invocation, not stopping with the rest still to do."""
+    from reproduce.dag.graph import build_jobs
+    from reproduce.matrix.presets import load_preset
+    pre, root = _preset(tmp_path, world, ", peak_step: 2"), tmp_path / "runs"
+    jobs = {j.key: j for j in build_jobs(load_preset(str(pre)), root, only=["fig1"])}
+    assert jobs["ckpt/dapo/seed0/step2"].gate is not None       # the case: θ* before the run's end
+    assert "ckpt/dapo/seed0/step2" in jobs["peak/dapo/seed0"].deps
+    out = _run(["--preset", str(pre), "--cluster", "local", "--root", str(root), "--only", "fig1",
+                "--workers", "1", "--no-progress", "--poll", "0.2"], timeout=600)
+    assert f"all {len(jobs)} jobs done" in out and "did not finish" not in out
+    assert json.loads((root / "smoke" / "dapo" / "seed0" / "peak.json").read_text())["step"] == 2
 
 
 # ------------------------------------------------------------ the full smoke matrix, then python -m figures

@@ -22,8 +22,11 @@ def _preset(tmp_path, text=TWO_SEEDS):
     return _mini_preset(tmp_path, "two", text)
 
 
-def _fake_run(run, curve, checkpoints):
+def _fake_run(run, curve, checkpoints, done=True):
+    """A run folder with a validation curve and checkpoints; `done`: it finished (DONE, the last step's)."""
     run.mkdir(parents=True, exist_ok=True)
+    if done:
+        (run / "DONE").write_text(json.dumps({"steps": max(s for s, _ in curve)}))
     with open(run / "validation.jsonl", "w") as f:
         for s, v in curve:
             f.write(json.dumps({"step": s, "benchmark": "toy_val", "metric": "avg@2", "k": 2, "value": v})
@@ -68,7 +71,7 @@ def test_one_peak_from_the_seed_mean_and_the_late_start_in_peak_json(tmp_path, c
     # seed 1 alone peaks at 4; the mean (.3, .5, .6, .25) peaks at 4 too, seed 0 alone at 2
     for s in (0, 1):
         assert cli.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
-                                 "--seed", str(s)]) == 0
+                         "--seed", str(s), "--late"]) == 0
     out = capsys.readouterr().out
     assert "mean of seeds [0, 1]" in out and "late start of dapo seed 0: step 6" in out
     for s in (0, 1):
@@ -92,7 +95,7 @@ def test_a_run_that_never_degrades_has_no_late_start_and_the_late_arm_says_so(tm
         _fake_run(run_dir(root, p, "dapo", s), [(0, 0.3), (2, 0.5), (4, 0.6), (6, 0.6)], [2, 4, 6])
     for s in (0, 1):
         assert cli.main(["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo",
-                                 "--seed", str(s)]) == 0
+                         "--seed", str(s), "--late"]) == 0
     assert "late start of dapo seed 1: none" in capsys.readouterr().out
     rc = cli.main(["train", "--preset", str(f), "--root", str(root), "--arm", "armor_late",
                            "--seed", "0"])
@@ -122,9 +125,44 @@ def test_jobs_run_single_seed_arms_once_and_wait_for_every_seed_before_the_peak(
     assert "--seeds" in jobs["peak/dapo/seed1"].argv and "0,1" in jobs["peak/dapo/seed1"].argv
     assert jobs["peak/qae/seed0"].deps == ["stage1/qae/seed0"]
     assert jobs["stage2/armor_late/seed1"].deps == ["peak/dapo/seed1"]   # the rule's step is in peak.json
+    assert "--late" in jobs["peak/dapo/seed1"].argv
     arms = build_arms(p)
     assert arm_seeds(p.protocol, arms["qae_cont"], [0, 1]) == [0]
     assert arm_seeds(p.protocol, arms["armor"], [0, 1]) == [0, 1]
+
+
+FIXED = TWO_SEEDS.replace("  late_start_fraction: 0.5\n", "  late_start_fraction: 0.5\n  peak_step: 2\n")
+
+
+def test_a_fixed_theta_star_waits_for_its_checkpoint_the_late_start_for_finished_runs(tmp_path):
+    """A fixed θ* before stage 1's end: θ* is chosen as soon as its checkpoint exists; the late start by rule
+    (read from the curves after θ*) only from finished stage-1 runs, and only when the plan runs a late arm,
+    so it never depends on how far a run had got when the job ran."""
+    p = load_preset(_preset(tmp_path, FIXED))
+    jobs = {j.key: j for j in build_jobs(p, tmp_path / "runs")}
+    assert set(jobs["peak/dapo/seed1"].deps) == {"stage1/dapo/seed0", "stage1/dapo/seed1"}
+    assert "--late" in jobs["peak/dapo/seed1"].argv
+    jobs = {j.key: j for j in build_jobs(p, tmp_path / "runs", only=["fig4"])}     # no late arm
+    assert "stage2/armor_late/seed0" not in jobs and "--late" not in jobs["peak/dapo/seed1"].argv
+    assert set(jobs["peak/dapo/seed1"].deps) == {"ckpt/dapo/seed0/step2", "ckpt/dapo/seed1/step2"}
+
+
+def test_the_late_start_is_never_chosen_from_an_unfinished_run(tmp_path, capsys):
+    f = _preset(tmp_path, FIXED)
+    p, root = load_preset(f), tmp_path / "runs"
+    _fake_run(run_dir(root, p, "dapo", 0), [(0, 0.3), (2, 0.6), (4, 0.5), (6, 0.2)], [2, 4, 6])
+    _fake_run(run_dir(root, p, "dapo", 1), [(0, 0.3), (2, 0.6), (4, 0.5)], [2, 4], done=False)
+    argv = ["select-peak", "--preset", str(f), "--root", str(root), "--arm", "dapo", "--seed", "0"]
+    assert cli.main(argv) == 0                     # θ* alone: fixed, its checkpoints exist
+    pk = json.loads((run_dir(root, p, "dapo", 0) / "peak.json").read_text())
+    assert pk["step"] == 2 and "late" not in pk
+    assert cli.main(argv + ["--late"]) == 2
+    assert ("chosen from finished stage-1 runs; not finished (6 steps): " + str(run_dir(root, p, "dapo", 1))
+            in capsys.readouterr().err)
+    _fake_run(run_dir(root, p, "dapo", 1), [(0, 0.3), (2, 0.6), (4, 0.5), (6, 0.4)], [2, 4, 6])
+    assert cli.main(argv + ["--late"]) == 0
+    # mean curve .3, .6, .5, .3: floor .3, threshold .45 at f = .5 -> step 6
+    assert json.loads((run_dir(root, p, "dapo", 0) / "peak.json").read_text())["late"]["step"] == 6
 
 
 @pytest.mark.parametrize("edit,message", [

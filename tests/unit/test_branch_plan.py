@@ -3,7 +3,7 @@ siblings share, the spanning tree of a group, the continued controls and their m
 import dataclasses
 
 from reproduce.matrix.arms import build_arms
-from reproduce.matrix.branching import (CONTINUATION, SIBLING, Branch, monitor_reset, plan_branches,
+from reproduce.matrix.branching import (CONTINUATION, SIBLING, Branch, monitor_reset, choose_branches,
                                         reset_steps, shared_steps)
 from reproduce.matrix.presets import load_preset
 
@@ -27,9 +27,9 @@ def test_shared_steps_end_before_the_first_differing_reset():
     assert shared_steps(p, a["dapo"], a["qae"]) == 0        # stage 1 never branches
 
 
-def test_7b_plan_branches_reset_arms_from_never_and_continues_the_controls():
+def test_7b_choose_branches_reset_arms_from_never_and_continues_the_controls():
     p = load_preset("qwen25-math-7b")
-    got = plan_branches(p, build_arms(p))
+    got = choose_branches(p, build_arms(p))
     assert got["armor_reset_80"] == Branch("armor_reset_80", "armor_reset_never", 79, SIBLING)
     assert got["armor_reset_120"].step == 119 and got["armor"].step == 159
     assert got["qae_armor_reset_150"] == Branch("qae_armor_reset_150", "qae_armor_reset_never", 149, SIBLING)
@@ -42,24 +42,24 @@ def test_7b_plan_branches_reset_arms_from_never_and_continues_the_controls():
     assert monitor_reset(p.protocol, build_arms(p), "dapo") == 140
     assert monitor_reset(p.protocol, build_arms(p), "qae") == 230
     off = dataclasses.replace(p, protocol=dataclasses.replace(p.protocol, branch=False))
-    assert plan_branches(off, build_arms(off)) == {}
+    assert choose_branches(off, build_arms(off)) == {}
 
 
-def test_8b_tau1_schedules_branch_from_the_headline_and_a_plan_branches_within_itself():
+def test_8b_tau1_schedules_branch_from_the_headline_and_a_choose_branches_within_itself():
     p = load_preset("qwen3-8b-base")
-    got = plan_branches(p, build_arms(p))
+    got = choose_branches(p, build_arms(p))
     # armor (τ = 1 until 180) shares 180 steps with τ = 1 throughout and 110 with until 110; it resets less
     assert got["armor_tau1"] == Branch("armor_tau1", "armor", 180, SIBLING)
     assert got["armor_tau1_until110"] == Branch("armor_tau1_until110", "armor", 110, SIBLING)
     assert got["dapo_cont"].kind == CONTINUATION
-    assert plan_branches(p, build_arms(p, ["table1"])) == {}     # armor alone: nothing to share
+    assert choose_branches(p, build_arms(p, ["table1"])) == {}     # armor alone: nothing to share
 
 
 def test_tiny_branches_its_reset_arms_but_continues_no_control():
     """The tiny world chooses θ* and the late start from the curves: unknown when stage 1 starts, so its
     stage-1 run cannot carry the controls' monitor reset, and no control is continued."""
     p = load_preset("tiny")
-    got = plan_branches(p, build_arms(p))
+    got = choose_branches(p, build_arms(p))
     assert got == {"armor": Branch("armor", "armor_reset_never", 39, SIBLING),
                    "armor_reset_20": Branch("armor_reset_20", "armor_reset_never", 19, SIBLING)}
     assert monitor_reset(p.protocol, build_arms(p), "dapo") is None

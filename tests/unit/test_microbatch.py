@@ -1,4 +1,4 @@
-"""Micro-batch plans (armor.microbatch): by rows they are the contiguous parts and chunks the trainer always
+"""Micro-batches (armor.microbatch): by rows they are the contiguous parts and chunks the trainer always
 used; by tokens every row lands exactly once, no micro-batch exceeds the budget, ranks are balanced and get
 equal counts. Values through the trainer: tests/integration/test_trainer.py and
 tests/integration/test_distributed.py."""
@@ -9,17 +9,17 @@ from armor import microbatch
 from armor.policy import make_token_batch
 
 
-def _rows(plan):
-    return sorted(int(x) for rank in plan for m in rank for x in m)
+def _rows(parts):
+    return sorted(int(x) for rank in parts for m in rank for x in m)
 
 
 def test_by_rows_is_contiguous_parts_cut_in_chunks():
     rows, lens = torch.arange(10), torch.ones(10, dtype=torch.long)
     assert [m.tolist() for m in microbatch.split(rows, lens, 4)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
-    plan = microbatch.plan(rows, lens, world=2, max_rows=4)
-    assert [[m.tolist() for m in r] for r in plan] == [[[0, 1, 2, 3], [4]], [[5, 6, 7, 8], [9]]]
-    plan = microbatch.plan(torch.arange(3), lens, world=2, max_rows=4)
-    assert [[m.tolist() for m in r] for r in plan] == [[[0, 1]], [[2]]]
+    parts = microbatch.rank_micro_batches(rows, lens, world=2, max_rows=4)
+    assert [[m.tolist() for m in r] for r in parts] == [[[0, 1, 2, 3], [4]], [[5, 6, 7, 8], [9]]]
+    parts = microbatch.rank_micro_batches(torch.arange(3), lens, world=2, max_rows=4)
+    assert [[m.tolist() for m in r] for r in parts] == [[[0, 1]], [[2]]]
 
 
 def test_by_tokens_packs_longest_first_under_the_budget():
@@ -37,12 +37,12 @@ def test_by_tokens_balances_ranks_and_equalises_counts():
     torch.manual_seed(0)
     lens = torch.randint(3, 40, (37,))
     rows = torch.randperm(37)[:30]
-    plan = microbatch.plan(rows, lens, world=3, max_rows=99, max_tokens=64)
-    assert _rows(plan) == sorted(rows.tolist())
-    assert len({len(r) for r in plan}) == 1
-    loads = [int(lens[torch.cat(r)].sum()) for r in plan]
+    parts = microbatch.rank_micro_batches(rows, lens, world=3, max_rows=99, max_tokens=64)
+    assert _rows(parts) == sorted(rows.tolist())
+    assert len({len(r) for r in parts}) == 1
+    loads = [int(lens[torch.cat(r)].sum()) for r in parts]
     assert max(loads) - min(loads) <= int(lens.max())     # greedy longest-first: within one row's length
-    for r in plan:
+    for r in parts:
         for m in r:
             assert len(m) == 0 or len(m) * int(lens[m].max()) <= 64
 
@@ -73,28 +73,28 @@ def test_budget_is_read_from_the_batch_config_once():
     by_tokens = microbatch.Budget.of(SimpleNamespace(micro_batch_responses=4, micro_batch_tokens=20))
     assert by_tokens.by_tokens
     assert [m.tolist() for m in by_tokens.split(rows, lens)] == [[1, 3], [0, 5, 4, 2]]
-    assert [[m.tolist() for m in r] for r in by_tokens.plan(rows, lens, 2)] == \
-        [[m.tolist() for m in r] for r in microbatch.plan(rows, lens, 2, 4, 20)]
+    assert [[m.tolist() for m in r] for r in by_tokens.rank_micro_batches(rows, lens, 2)] == \
+        [[m.tolist() for m in r] for r in microbatch.rank_micro_batches(rows, lens, 2, 4, 20)]
 
 
-def test_row_plan_indexes_an_update_once_and_derives_every_row_set():
+def test_update_rows_indexes_an_update_once_and_derives_every_row_set():
     """3 prompts of G = 2 rows, 2 epochs in the orders [1, 0, 2] and [2, 1, 0], 2 prompts a mini-batch, 1 row
     a micro-batch, 2 ranks: mini-batches [2, 3, 0, 1], [4, 5] | [4, 5, 2, 3], [0, 1]; each rank takes its
     contiguous half of each."""
     lens = torch.ones(6, dtype=torch.long)
-    plans = [microbatch.RowPlan.of([[1, 0, 2], [2, 1, 0]], 2, 2, lens, microbatch.Budget(1), 2, rank)
+    updates = [microbatch.UpdateRows.of([[1, 0, 2], [2, 1, 0]], 2, 2, lens, microbatch.Budget(1), 2, rank)
              for rank in (0, 1)]
-    assert [m.tolist() for m in plans[0].minibatches] == [[2, 3, 0, 1], [4, 5], [4, 5, 2, 3], [0, 1]]
-    assert plans[0].per_epoch == 2 and plans[0].n_rows == 6
-    assert [[m.tolist() for m in mb] for mb in plans[0].micro] == [[[2], [3]], [[4]], [[4], [5]], [[0]]]
-    assert [[m.tolist() for m in mb] for mb in plans[1].micro] == [[[0], [1]], [[5]], [[2], [3]], [[1]]]
-    assert [len(mb) for mb in plans[0].micro] == [len(mb) for mb in plans[1].micro]   # equal counts
-    assert plans[0].local(0).tolist() == [2, 3] and plans[1].local(2).tolist() == [2, 3]
-    assert plans[0].rows().tolist() == [0, 2, 3, 4, 5] and plans[1].rows().tolist() == [0, 1, 2, 3, 5]
+    assert [m.tolist() for m in updates[0].minibatches] == [[2, 3, 0, 1], [4, 5], [4, 5, 2, 3], [0, 1]]
+    assert updates[0].per_epoch == 2 and updates[0].n_rows == 6
+    assert [[m.tolist() for m in mb] for mb in updates[0].micro] == [[[2], [3]], [[4]], [[4], [5]], [[0]]]
+    assert [[m.tolist() for m in mb] for mb in updates[1].micro] == [[[0], [1]], [[5]], [[2], [3]], [[1]]]
+    assert [len(mb) for mb in updates[0].micro] == [len(mb) for mb in updates[1].micro]   # equal counts
+    assert updates[0].local(0).tolist() == [2, 3] and updates[1].local(2).tolist() == [2, 3]
+    assert updates[0].rows().tolist() == [0, 2, 3, 4, 5] and updates[1].rows().tolist() == [0, 1, 2, 3, 5]
     # less the first mini-batch's rows (θold from its own pass), even where a later epoch reads them again
-    assert plans[0].rows(skip_first=True).tolist() == [0, 4, 5]
-    assert plans[1].rows(skip_first=True).tolist() == [2, 3, 5]
+    assert updates[0].rows(skip_first=True).tolist() == [0, 4, 5]
+    assert updates[1].rows(skip_first=True).tolist() == [2, 3, 5]
     # the token metrics' rows: the first epoch's parts, every row on exactly one rank
-    assert plans[0].own.tolist() == [2, 3, 4] and plans[1].own.tolist() == [0, 1, 5]
-    one = microbatch.RowPlan.of([[1, 0]], 2, 1, lens[:4], microbatch.Budget(4), 1, 0)
+    assert updates[0].own.tolist() == [2, 3, 4] and updates[1].own.tolist() == [0, 1, 5]
+    one = microbatch.UpdateRows.of([[1, 0]], 2, 1, lens[:4], microbatch.Budget(4), 1, 0)
     assert [m.tolist() for m in one.minibatches] == [[2, 3], [0, 1]] and one.own.tolist() == [2, 3, 0, 1]

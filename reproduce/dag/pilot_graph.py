@@ -15,9 +15,8 @@ from reproduce.dag.graph import JOB_ENV, _Inputs, _setup_jobs
 from reproduce.dag.resources import preset_resources
 from reproduce.jobs.evaluate import EVAL_RANKS_ENV
 from reproduce.jobs.pilot import ARMOR_STEPS, DAPO_STEPS, pilot_dir
-from reproduce.jobs.train import run_done
-from reproduce.matrix.presets import Preset
-from reproduce.sizing import PILOT_FILE, read_pilot
+from reproduce.matrix.presets import Preset, run_done
+from reproduce.sizing.throughput import PILOT_FILE, read_pilot
 from slurm.launcher import Job
 
 # a CPU preset's pilot asks for its stop through the wrapper's stop file too (the GPU train jobs' way)
