@@ -45,7 +45,7 @@ from common.yaml_config import ConfigError  # noqa: E402
 from figures.checklist import read_verdicts, verdict_lines  # noqa: E402
 from common.jsonl import read_json  # noqa: E402
 from reproduce import hub, preflight, sizing  # noqa: E402
-from reproduce.dag.pilot import pilot_jobs  # noqa: E402
+from reproduce.dag.pilot import pilot_disk_bytes, pilot_jobs  # noqa: E402
 from reproduce.jobs.pilot import summary_lines as pilot_summary  # noqa: E402
 from reproduce.dag.budget import budget_lines, item_costs  # noqa: E402
 from reproduce.dag.graph import WARM_PRELOAD, build_jobs  # noqa: E402
@@ -82,6 +82,9 @@ def parse_args(argv=None):
                          "ARMOR steps, a stop by the time-limit signal and its resume, saves, an evaluation "
                          "slice; it writes runs/<preset>/pilot/pilot.json, which later dry runs size the "
                          "plan from")
+    ap.add_argument("--net-floor-gbps", type=float, default=None,
+                    help="--pilot: the two-node network probe fails below this all-gather bus bandwidth "
+                         "(GB/s; default reproduce/jobs/netprobe.py FLOOR_GBPS)")
     ap.add_argument("--status", action="store_true", help="print each job's state and exit")
     ap.add_argument("--no-wait", action="store_true", help="slurm: submit and exit (rerun later to follow)")
     ap.add_argument("--workers", type=int, default=None, help="local: jobs at once (default: CPU cores)")
@@ -330,7 +333,11 @@ def main(argv=None) -> int:
             raise ExperimentError("--pilot: runs the pilot of the whole preset (no --only, --seeds or "
                                   "--status)")
         stage_dir = Path(a.stage_dir).resolve() if a.stage_dir else hub.default_stage_dir(root)
-        jobs = (pilot_jobs(preset, root, res, stage_dir) if a.pilot else
+        if a.net_floor_gbps is not None and (not a.pilot or not a.net_floor_gbps >= 0):
+            raise ExperimentError(f"--net-floor-gbps: {a.net_floor_gbps!r} goes with --pilot and must be "
+                                  ">= 0")
+        floor = {} if a.net_floor_gbps is None else {"net_floor_gbps": a.net_floor_gbps}
+        jobs = (pilot_jobs(preset, root, res, stage_dir, **floor) if a.pilot else
                 build_jobs(preset, root, seeds, only, res, stage_dir=stage_dir))
         la = Launcher(out, cluster=a.cluster, workers=a.workers, poll_s=a.poll,
                       progress=False if a.no_progress else None, preload=WARM_PRELOAD)
@@ -351,7 +358,9 @@ def main(argv=None) -> int:
                 branched = sizing.branch_lines(jobs)
                 totals += [""] + branched if branched else []
             if a.dry_run and (sized or a.pilot):
-                checks = preflight.run_checks(preset, res, jobs, est, facts, out)
+                checks = preflight.run_checks(preset, res, jobs, est, facts, out,
+                                              hub.items(preset, stage_dir),
+                                              pilot_disk_bytes(preset) if a.pilot else None)
                 totals += [""] + preflight.check_lines(checks, facts)
             print_plan(preset, jobs, states, la.cluster, root, seeds, only, show_commands=a.dry_run,
                        stage_dir=stage_dir, launcher=la if a.dry_run and gpu else None, est=est,
@@ -361,7 +370,8 @@ def main(argv=None) -> int:
         # the pre-flight stops a submission that would fail on the cluster (a GPU preset, or a sized one)
         if sized:
             est = sizing.estimate_jobs(preset, jobs, tp) if not a.pilot else None
-            checks = preflight.run_checks(preset, res, jobs, est, facts, out)
+            checks = preflight.run_checks(preset, res, jobs, est, facts, out, hub.items(preset, stage_dir),
+                                          pilot_disk_bytes(preset) if a.pilot else None)
             bad = preflight.failures(checks)
             if bad:
                 print("\n".join(preflight.check_lines(checks, facts)), file=sys.stderr)

@@ -49,6 +49,7 @@ import contextlib
 import json
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -66,8 +67,10 @@ def _import_vllm():
     try:
         import vllm
     except ImportError as e:
-        raise ImportError("rollout.engine: 'vllm' needs vLLM: pip install -e '.[gpu]' -c constraints/gpu.txt "
-                          "(README, GPU set-up)") from e
+        old = (f" on Python >= 3.11 (this is {sys.version.split()[0]}: the `gpu` extra installs no vLLM "
+               "below 3.11)" if sys.version_info < (3, 11) else "")
+        raise ImportError("rollout.engine: 'vllm' needs vLLM: pip install -e '.[gpu]' -c constraints/gpu.txt"
+                          f"{old} (README, GPU set-up)") from e
     return vllm
 
 

@@ -1,6 +1,8 @@
 """The pilot's job graph (`python reproduce/run_all.py --preset P --pilot`): stage | world -> pilot/dapo ->
 pilot/armor -> pilot/eval -> pilot/report, on one node of the preset's training shape (reproduce/jobs/pilot.py
-says what each measures). Its keys live beside the matrix's in runs/<preset>/_jobs (the staging is shared).
+says what each measures), and, for a plan whose training spans nodes, pilot/net beside them: the two-node
+network probe (reproduce/jobs/netprobe.py), which fails below its floor (`--net-floor-gbps`). Its keys live
+beside the matrix's in runs/<preset>/_jobs (the staging is shared).
 
     jobs = pilot_jobs(load_preset("qwen25-math-7b"), "runs")
 """
@@ -10,11 +12,13 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-from reproduce import hub
+from common.jsonl import read_json
+from reproduce import hub, sizing
 from reproduce.dag.graph import JOB_ENV, _Inputs, _setup_jobs
 from reproduce.dag.resources import preset_resources
 from reproduce.jobs.evaluate import EVAL_RANKS_ENV
-from reproduce.jobs.pilot import ARMOR_STEPS, DAPO_STEPS, pilot_dir
+from reproduce.jobs.netprobe import FLOOR_GBPS, NET_FILE
+from reproduce.jobs.pilot import ARMOR_STEPS, DAPO_STEPS, STOP_AT, pilot_dir
 from reproduce.jobs.train import run_done
 from reproduce.matrix.presets import Preset
 from reproduce.sizing import PILOT_FILE, read_pilot
@@ -22,10 +26,11 @@ from slurm.launcher import Job
 
 # a CPU preset's pilot asks for its stop through the wrapper's stop file too (the GPU train jobs' way)
 CPU_STOP_GRACE_S = 120.0
+NET_TIME_MIN = 15         # the network probe's time limit (it runs for seconds; start-up on two nodes)
 
 
 def pilot_jobs(preset: Preset, root: str | Path, resources: Optional[dict] = None,
-               stage_dir: Optional[str | Path] = None) -> list[Job]:
+               stage_dir: Optional[str | Path] = None, net_floor_gbps: float = FLOOR_GBPS) -> list[Job]:
     root = Path(root).resolve()
     res = resources or preset_resources(preset)
     sd = Path(stage_dir).resolve() if stage_dir else hub.default_stage_dir(root)
@@ -53,9 +58,33 @@ def pilot_jobs(preset: Preset, root: str | Path, resources: Optional[dict] = Non
                     deps=["pilot/armor"] + staged, resources=ev, env=env,
                     done=lambda: (d / "eval" / "times.json").is_file(),
                     description="pilot: an evaluation slice on every GPU of a node"))
+    report = ["pilot/dapo", "pilot/armor", "pilot/eval"]
+    if train.nodes > 1:                 # the plan's training spans nodes: probe the network between two
+        net = dataclasses.replace(train, nodes=2, time_min=NET_TIME_MIN, stop_grace_s=None)
+        jobs.append(Job("pilot/net", g.command("net-probe", "--floor-gbps", f"{net_floor_gbps:g}"),
+                        kind="pilot", resources=net, launch="torchrun", env=g.env,
+                        done=lambda: (read_json(d / NET_FILE) or {}).get("ok") is True,
+                        description=f"pilot: an all-gather across two nodes (floor {net_floor_gbps:g} GB/s)"))
+        report.append("pilot/net")
     jobs.append(Job("pilot/report", g.command("pilot-report"), kind="collect",
-                    deps=["pilot/dapo", "pilot/armor", "pilot/eval"], resources=res["collect"], env=g.env,
+                    deps=report, resources=res["collect"], env=g.env,
                     done=lambda: read_pilot(d / PILOT_FILE) is not None,
                     description=f"pilot: what it measured -> {d / PILOT_FILE}"))
     return jobs
 
+
+
+def pilot_disk_bytes(preset: Preset) -> Optional[int]:
+    """Bytes the pilot's checkpoints take under its run folder (all kept): the DAPO phase's stop save
+    (step STOP_AT) and last save, and the ARMOR phase's last save, which holds πref's shards too (it resets
+    πref); None when the model's size is unknown (armor/memory.py KNOWN)."""
+    from armor import memory
+    n = sizing._n_params(preset)
+    if n is None:
+        return None
+    cfg = preset.cfg
+    kw = dict(export_bytes=sizing._export_bytes(cfg), master_bytes=memory.BYTES[cfg.model.dtype])
+    dapo = sizing.checkpoint_volume(n, len({STOP_AT, DAPO_STEPS}), **kw)["bytes"]
+    armor = sizing.checkpoint_volume(n, 1, reference_bytes=memory.BYTES[cfg.parallel.compute_dtype],
+                                     **kw)["bytes"]
+    return dapo + armor

@@ -31,6 +31,7 @@ from common.jsonl import append_jsonl, read_json, read_jsonl, write_json_atomic
 from common.layout import list_checkpoints
 from reproduce import hub, preflight
 from reproduce.jobs.evaluate import eval_command
+from reproduce.jobs.netprobe import NET_FILE
 from reproduce.matrix.arms import _val, arm_definitions
 from reproduce.matrix.presets import STATE_JSON, ExperimentError, Preset, preset_root
 from reproduce.sizing import PILOT_DIR, PILOT_FILE, PROBLEMS, UNKNOWN_PROBLEMS
@@ -307,7 +308,8 @@ def pilot_report(preset: Preset, root: Path) -> dict:
                     "resumed_from": resumes[0]["resumed_from"] if resumes else None,
                     "resume_load_s": resumes[0]["load_s"] if resumes else None,
                     "exercised": bool(stops and resumes and stops[0]["stopped"] is not None)},
-           "node_checks": dapo["attempts"][0].get("node_checks", [])}
+           "node_checks": dapo["attempts"][0].get("node_checks", []),
+           "network": read_json(d / NET_FILE)}          # the two-node probe's (None: one-node plan)
     for key in ("push_s", "save_s", "validation_sample_s"):
         if rep[key] is None:
             raise ExperimentError(f"{d}: the pilot measured no {key} (its phases saved, pushed and "
@@ -327,7 +329,7 @@ def summary_lines(rep: dict, path: Path) -> list[str]:
     """What the pilot measured, for the driver's output."""
     st = rep["stop"]
     ev = rep["eval"]
-    return [f"pilot of {rep['preset']} on 1 node ({rep['gpus']} GPUs; batch {rep['batch']}): {path}",
+    out = [f"pilot of {rep['preset']} on 1 node ({rep['gpus']} GPUs; batch {rep['batch']}): {path}",
             f"  DAPO step {rep['dapo']['step_s']:.2f} s (generate {rep['dapo']['generate_s']:.2f}, update "
             f"{rep['dapo']['update_s']:.2f}), ARMOR step {rep['armor']['step_s']:.2f} s, anchor share "
             + (f"{rep['armor']['anchor_share']:.2f}" if rep['armor']['anchor_share'] is not None else "-"),
@@ -339,3 +341,8 @@ def summary_lines(rep: dict, path: Path) -> list[str]:
                 f"{st['saved_step']}, resumed from step {st['resumed_from']} ({st['resume_load_s']:.1f} s to "
                 f"load)" if st["exercised"] else "not exercised (the local backend cannot requeue several "
                                                  "ranks: run --pilot under SLURM)")]
+    net = rep.get("network")
+    if net:
+        out.append(f"  network across {len(net['hosts'])} nodes ({'; '.join(net['transport'])}): "
+                   f"{net['verdict']}")
+    return out
