@@ -131,8 +131,8 @@ def test_paper_dry_runs_print_the_preflight_a_cost_range_and_what_branching_save
     assert "  stage2/dapo_cont/seed0 " in out                     # continues stage-1 DAPO from its end
     i = lines.index("pre-flight (on the submission host):")
     checks = {x.split("] ")[1].split(":")[0]: x.split("]")[0].strip(" [") for x in lines[i + 1:i + 9]}
-    assert set(checks) == {"driver", "python", "alloc_conf", "compile_cache", "disk", "vllm_share", "hf_token",
-                           "hub_access"}
+    assert set(checks) == {"driver", "python", "alloc_conf", "compile_cache", "disk", "vllm_share",
+                           "hf_token", "hub_access"}
     assert checks["driver"] == "not checked here"                 # no GPU here: the first GPU job checks it
     # the hub: a gated benchmark (gpqa_diamond) with no token, and compute-node access this host cannot test
     assert checks["hub_access"] == "not checked here" and checks["hf_token"] in ("ok", "FAIL")
