@@ -49,6 +49,7 @@ from armor.memory import KNOWN, ModelShape
 from armor.objectives import policy_loss
 from armor.policy import forward_logprobs, make_token_batch
 from common.distributed import Dist
+from reproduce.sizing.throughput import PEAK_TFLOPS
 
 # head width 32: vLLM's CPU attention takes 32..512 (the --vllm-cpu phase)
 TINY = ModelShape(hidden=64, intermediate=128, layers=2, heads=2, kv_heads=1, head_dim=32, vocab=1000,
@@ -306,8 +307,8 @@ def main(argv=None) -> int:
     ap.add_argument("--response", type=int, default=8192)
     ap.add_argument("--chunk", type=int, default=1024, help="batch.logprob_chunk_tokens")
     ap.add_argument("--steps", type=int, default=3, help="timed warm updates (after one untimed first one)")
-    ap.add_argument("--peak-tflops", type=float, default=989.0,
-                    help="the GPU's dense bf16 peak (H100/H200: 989)")
+    ap.add_argument("--peak-tflops", type=float, default=PEAK_TFLOPS,
+                    help=f"the GPU's dense bf16 peak (H100/H200: {PEAK_TFLOPS:g}; the plan's reference)")
     ap.add_argument("--vllm-cpu", action="store_true",
                     help="run the vLLM part without a GPU, in its CPU form (vLLM's CPU build, fp32, eager)")
     a = ap.parse_args(argv)

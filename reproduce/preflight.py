@@ -15,8 +15,8 @@ The checks (status "ok", "FAIL", or "not checked here" with the reason):
                  segments are not compatible with memory pool")
   compile_cache  vLLM's, Triton's, FlashInfer's and torch's extension caches not on a network file system
                  (a shared $HOME over NFS, Lustre, GPFS ...): every rank compiles into them at once
-  disk           free space under the run folder for the checkpoints the plan keeps (reproduce/sizing.py's
-                 volume of the jobs still to run)
+  disk           free space under the run folder for the checkpoints the plan keeps
+                 (reproduce/sizing/estimates.py's volume of the jobs still to run)
   vllm_share     the training state a rank holds while vLLM generates (its shards of the fp32 masters,
                  AdamW's moments and πref: armor/memory.py at the run's world size) plus
                  rollout.gpu_memory_utilization of a GPU fit in a GPU (a run shrunk to fewer nodes, or the
@@ -221,7 +221,7 @@ def check_disk(f: Facts, need_bytes: Optional[int], root: Path) -> Check:
         return Check("disk", NOT_CHECKED, "no checkpoint volume estimate for this preset")
     if f.free_bytes is None:
         return Check("disk", NOT_CHECKED, f"free space under {root} unknown")
-    from reproduce.sizing import fmt_bytes
+    from reproduce.sizing.estimates import fmt_bytes
     if f.free_bytes < need_bytes:
         return Check("disk", FAIL, f"{fmt_bytes(f.free_bytes)} free under {root}, the plan keeps "
                                    f"{fmt_bytes(need_bytes)} of checkpoints: free space, put --root on a "

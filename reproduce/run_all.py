@@ -44,7 +44,12 @@ cpu_numerics.pin()   # a process starts here: its CPU numerics, before torch loa
 from common.yaml_config import ConfigError  # noqa: E402
 from figures.checklist import read_verdicts, verdict_lines  # noqa: E402
 from common.jsonl import read_json  # noqa: E402
-from reproduce import hub, preflight, sizing  # noqa: E402
+from reproduce import hub, preflight  # noqa: E402
+from reproduce.sizing.checks import check_plan  # noqa: E402
+from reproduce.sizing.estimates import estimate_jobs, fmt_bytes, fmt_h  # noqa: E402
+from reproduce.sizing.report import branch_lines, total_lines  # noqa: E402
+from reproduce.sizing.throughput import (PILOT_DIR, PILOT_FILE, SizingError, Throughput,  # noqa: E402
+                                         read_pilot, scenarios, throughput)
 from reproduce.dag.pilot import pilot_disk_bytes, pilot_jobs  # noqa: E402
 from reproduce.jobs.pilot import summary_lines as pilot_summary  # noqa: E402
 from reproduce.dag.budget import budget_lines, item_costs  # noqa: E402
@@ -102,12 +107,12 @@ def parse_args(argv=None):
     g.add_argument("--time-min", type=int,
                    help="training time limit per job, minutes (jobs requeue and resume)")
     g.add_argument("--mem-gb", type=float,
-                   help="training host memory per node, GB (default: reproduce/sizing.py's "
+                   help="training host memory per node, GB (default: reproduce/sizing/footprint.py's "
                         "estimate on GPU presets)")
     g.add_argument("--cpus-per-node", type=int,
                    help="training CPU cores per node (default: protocol.cpus_per_node "
                         "or 8 per GPU); each rank runs cores / ranks threads")
-    s = ap.add_argument_group("sizing (GPU presets; reproduce/sizing.py): the dry run's hours, GPU-hours "
+    s = ap.add_argument_group("sizing (GPU presets; reproduce/sizing/): the dry run's hours, GPU-hours "
                               "and disk")
     s.add_argument("--cluster-nodes", type=int,
                    help="nodes the plan may use at once (default: one train job's)")
@@ -138,7 +143,7 @@ def parse_args(argv=None):
 
 def _check_fraction(flag: str, v) -> None:
     if v is not None and not 0 < v <= 1:
-        raise sizing.PlanError(f"{flag}: {v!r} must be in (0, 1]")
+        raise SizingError(f"{flag}: {v!r} must be in (0, 1]")
 
 
 def _short_deps(deps: list[str]) -> str:
@@ -176,7 +181,7 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
         model = preset.cfg.model.display_name or preset.cfg.model.path
         print(f"  the pilot: one node, {model}, a few steps of stage-1 DAPO and of ARMOR, a stop by the "
               f"time-limit signal and its resume, saves, an evaluation slice -> "
-              f"{preset_root(root, preset) / sizing.PILOT_DIR / sizing.PILOT_FILE}")
+              f"{preset_root(root, preset) / PILOT_DIR / PILOT_FILE}")
     print(f"  items: {', '.join(chosen)}"
           + (f"   (preset also has: {', '.join(f for f in figs if f not in chosen)})"
              if only and len(chosen) < len(figs) else ""))
@@ -232,8 +237,8 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
             if e is not None and (e.gpus or e.watch or j.kind in ("train", "evaluate")):
                 on = f"{e.gpu_hours:,.0f} GPU-hours on {e.gpus} GPUs" if e.gpus else "on CPU"
                 print(f"{'':<{w}}    estimate: " + (e.detail if e.watch else
-                      f"{sizing.fmt_h(e.hours)}, {on} ({e.detail})"
-                      + (f"; checkpoints {sizing.fmt_bytes(e.ckpt_bytes)}" if e.ckpt_bytes else "")
+                      f"{fmt_h(e.hours)}, {on} ({e.detail})"
+                      + (f"; checkpoints {fmt_bytes(e.ckpt_bytes)}" if e.ckpt_bytes else "")
                       + (" [measured]" if est_measured else "")))
             if launcher is not None and j.resources is not None and j.resources.gpus_per_node:
                 for name, line in launcher.command_lines(j).items():
@@ -299,7 +304,7 @@ def cores_line(la, cpu0: tuple[float, float]) -> str:
 def local_priorities(preset, jobs) -> None:
     """Local starts go longest remaining path first (slurm.launcher.critical_path_order): each train and
     evaluate job's cost is sizing's token model of its work (only its ratio to the others' matters)."""
-    est = sizing.estimate_jobs(preset, jobs, sizing.Throughput())
+    est = estimate_jobs(preset, jobs, Throughput())
     for j in jobs:
         j.cost = est[j.key].hours if j.kind in ("train", "evaluate") else 0.0
 
@@ -317,18 +322,18 @@ def main(argv=None) -> int:
         res = preset_resources(preset, a.resources, flags)
         gpu = bool(res["train"].gpus_per_node)
         out = preset_root(root, preset)
-        measured = sizing.read_pilot(out / sizing.PILOT_DIR / sizing.PILOT_FILE)
+        measured = read_pilot(out / PILOT_DIR / PILOT_FILE)
         sized = gpu or measured is not None          # a CPU preset is sized once its pilot measured it
         _check_fraction("--anchor-share", a.anchor_share)
-        tp = (sizing.throughput(preset, a.rollout_tokens_per_s, a.update_tokens_per_s, a.response_fill,
+        tp = (throughput(preset, a.rollout_tokens_per_s, a.update_tokens_per_s, a.response_fill,
                                 a.save_s, a.gpu_check, a.decode_tokens_per_s, a.push_s, a.anchor_share,
                                 pilot=measured) if sized else None)
         if gpu:
-            sizing.check_plan(preset, res, tp, "--mem-gb" if a.mem_gb is not None else
+            check_plan(preset, res, tp, "--mem-gb" if a.mem_gb is not None else
                               f"train.mem_gb ({a.resources})" if a.resources else "train.mem_gb")
         for flag, v in (("--gpu-mem-gb", a.gpu_mem_gb), ("--budget-gpu-hours", a.budget_gpu_hours)):
             if v is not None and not v > 0:
-                raise sizing.PlanError(f"{flag}: {v!r} must be > 0")
+                raise SizingError(f"{flag}: {v!r} must be > 0")
         if a.pilot and (a.only or a.seeds or a.status):
             raise ExperimentError("--pilot: runs the pilot of the whole preset (no --only, --seeds or "
                                   "--status)")
@@ -346,16 +351,16 @@ def main(argv=None) -> int:
             states = la.states(jobs)
             est, totals = None, []
             if sized and a.dry_run and not a.pilot:
-                est = sizing.estimate_jobs(preset, jobs, tp)
+                est = estimate_jobs(preset, jobs, tp)
                 nodes = a.cluster_nodes or res["train"].nodes
-                ranges = [(x, est if x is tp else sizing.estimate_jobs(preset, jobs, x))
-                          for x in sizing.scenarios(preset, tp)]
-                totals = [""] + sizing.summary_lines(preset, jobs, est, tp, nodes, ranges)
+                ranges = [(x, est if x is tp else estimate_jobs(preset, jobs, x))
+                          for x in scenarios(preset, tp)]
+                totals = [""] + total_lines(preset, jobs, est, tp, nodes, ranges)
                 if a.budget_gpu_hours is not None:
                     rows = item_costs(preset, root, seeds, res, stage_dir, tp)
                     totals += budget_lines(rows, a.budget_gpu_hours)
             if a.dry_run and not sized and not a.pilot:     # what sharing saves, in steps
-                branched = sizing.branch_lines(jobs)
+                branched = branch_lines(jobs)
                 totals += [""] + branched if branched else []
             if a.dry_run and (sized or a.pilot):
                 checks = preflight.run_checks(preset, res, jobs, est, facts, out,
@@ -369,7 +374,7 @@ def main(argv=None) -> int:
         hub.check_ready(hub.items(preset, stage_dir))   # a gated dataset without a token fails here
         # the pre-flight stops a submission that would fail on the cluster (a GPU preset, or a sized one)
         if sized:
-            est = sizing.estimate_jobs(preset, jobs, tp) if not a.pilot else None
+            est = estimate_jobs(preset, jobs, tp) if not a.pilot else None
             checks = preflight.run_checks(preset, res, jobs, est, facts, out, hub.items(preset, stage_dir),
                                           pilot_disk_bytes(preset) if a.pilot else None)
             bad = preflight.failures(checks)
@@ -407,9 +412,9 @@ def main(argv=None) -> int:
             print(cores_line(la, cpu0))
             return 1
         if a.pilot and all(s == DONE for s, _ in states.values()):
-            rep = read_json(out / sizing.PILOT_DIR / sizing.PILOT_FILE)
+            rep = read_json(out / PILOT_DIR / PILOT_FILE)
             print()
-            print("\n".join(pilot_summary(rep, out / sizing.PILOT_DIR / sizing.PILOT_FILE)))
+            print("\n".join(pilot_summary(rep, out / PILOT_DIR / PILOT_FILE)))
             print(f"the dry run sizes the plan from it now: python reproduce/run_all.py --preset "
                   f"{preset.cli_arg} --dry-run")
             print(wall_time_line(out, t0, t1))
@@ -428,7 +433,7 @@ def main(argv=None) -> int:
                   "rerun this command (or add --status) to follow")
         return 0
     except (ExperimentError, ConfigError, LauncherError, ResourceError, hub.StageError,
-            sizing.PlanError) as e:
+            SizingError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -1,6 +1,6 @@
 """What a budget of GPU-hours buys, by the paper's importance: each `--only` item's cost (the plan of that
 item alone) and the items a budget covers, taken in IMPORTANCE order (the dry run's `--budget-gpu-hours`; the
-per-job estimates are reproduce/sizing.py's).
+per-job estimates are reproduce/sizing/estimates.py's).
 
     rows = item_costs(preset, root, seeds, res, stage_dir, throughput(preset))
     print("\n".join(budget_lines(rows, 10_000)))
@@ -15,7 +15,8 @@ from typing import Callable
 
 from reproduce.dag.graph import build_jobs
 from reproduce.matrix.arms import figure_arms
-from reproduce.sizing import Throughput, estimate_jobs
+from reproduce.sizing.estimates import estimate_jobs
+from reproduce.sizing.throughput import Throughput
 
 # the paper's items, most important first: the headline (Table 1: DAPO to θ*, then +ARMOR), Fig. 1 (the
 # collapse and ARMOR's answer), Fig. 4 (the reset behind the headline), the rest of Tables 1 and 2 (QAE,

@@ -332,7 +332,7 @@ def _display_start(g: _Inputs, arm: Arm, s: int) -> Optional[dict]:
 
 def _train_info(g: _Inputs, arm: Arm, s: int, br: Optional[Branch]) -> dict:
     """What the dry run shows of a train job: its figures, memory (GPU presets), the resolved overrides, the
-    steps it runs and where it branches (reproduce/sizing.py reads `steps` and `trained_from`)."""
+    steps it runs and where it branches (reproduce/sizing/estimates.py reads `steps` and `trained_from`)."""
     preset, root = g.preset, g.root
     start = _display_start(g, arm, s) if arm.stage == 2 else None
     steps, keep = _run_steps(g, arm), branch_points(g, arm, s)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from common.jsonl import read_json
-from reproduce import hub, sizing
+from reproduce import hub
 from reproduce.dag.graph import JOB_ENV, _Inputs, _setup_jobs
 from reproduce.dag.resources import preset_resources
 from reproduce.jobs.evaluate import EVAL_RANKS_ENV
@@ -21,7 +21,9 @@ from reproduce.jobs.netprobe import FLOOR_GBPS, NET_FILE
 from reproduce.jobs.pilot import ARMOR_STEPS, DAPO_STEPS, STOP_AT, pilot_dir
 from reproduce.jobs.train import run_done
 from reproduce.matrix.presets import Preset
-from reproduce.sizing import PILOT_FILE, read_pilot
+from reproduce.sizing.footprint import checkpoint_volume
+from reproduce.sizing.step_model import export_bytes_per_param
+from reproduce.sizing.throughput import PILOT_FILE, model_params, read_pilot
 from slurm.launcher import Job
 
 # a CPU preset's pilot asks for its stop through the wrapper's stop file too (the GPU train jobs' way)
@@ -79,12 +81,12 @@ def pilot_disk_bytes(preset: Preset) -> Optional[int]:
     (step STOP_AT) and last save, and the ARMOR phase's last save, which holds πref's shards too (it resets
     πref); None when the model's size is unknown (armor/memory.py KNOWN)."""
     from armor import memory
-    n = sizing._n_params(preset)
+    n = model_params(preset)
     if n is None:
         return None
     cfg = preset.cfg
-    kw = dict(export_bytes=sizing._export_bytes(cfg), master_bytes=memory.BYTES[cfg.model.dtype])
-    dapo = sizing.checkpoint_volume(n, len({STOP_AT, DAPO_STEPS}), **kw)["bytes"]
-    armor = sizing.checkpoint_volume(n, 1, reference_bytes=memory.BYTES[cfg.parallel.compute_dtype],
+    kw = dict(export_bytes=export_bytes_per_param(cfg), master_bytes=memory.BYTES[cfg.model.dtype])
+    dapo = checkpoint_volume(n, len({STOP_AT, DAPO_STEPS}), **kw)["bytes"]
+    armor = checkpoint_volume(n, 1, reference_bytes=memory.BYTES[cfg.parallel.compute_dtype],
                                      **kw)["bytes"]
     return dapo + armor

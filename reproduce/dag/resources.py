@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from reproduce.sizing import default_host_memory
+from reproduce.sizing.footprint import default_host_memory
 from slurm.resources import Resources, resolve_resources
 
 KINDS = ("stage", "world", "train", "select_peak", "evaluate", "collect", "figures")
@@ -33,8 +33,8 @@ def default_resources(nodes: int = 1, gpus_per_node: int = 0, procs_per_node: in
     """Defaults for every kind. CPU presets (gpus_per_node == 0) get one-core jobs (the tiny world), or one
     core per rank when `procs_per_node` asks for several CPU ranks; GPU presets get full nodes for training
     and one full node per evaluation (its ranks split the checkpoint's benchmarks), with `cpus_per_node` cores
-    (0: 8 per GPU) and the host memory `host_mem_gb` gives per kind (reproduce/sizing.py's estimate; none: the
-    cluster's default)."""
+    (0: 8 per GPU) and the host memory `host_mem_gb` gives per kind (reproduce/sizing/footprint.py's estimate;
+    none: the cluster's default)."""
     if gpus_per_node <= 0:
         return {
             "stage": Resources(cpus_per_task=1, mem_gb=2, time_min=60),
@@ -52,7 +52,7 @@ def default_resources(nodes: int = 1, gpus_per_node: int = 0, procs_per_node: in
     return {
         "stage": Resources(cpus_per_task=4, mem_gb=32, time_min=4 * 60),   # downloads tens of GB once
         "world": Resources(cpus_per_task=4, mem_gb=16, time_min=60),
-        # stop_grace_s: a step and its save after the time-limit warning (reproduce/sizing.py checks it)
+        # stop_grace_s: a step and its save after the time-limit warning (reproduce/sizing/checks.py checks)
         "train": Resources(nodes=nodes, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,
                            cpus_per_task=cpus, mem_gb=mem.get("train"), time_min=24 * 60,
                            stop_grace_s=1800.0),
@@ -77,8 +77,8 @@ def load_resources(nodes: int = 1, gpus_per_node: int = 0, user_file: str | Path
 
 def preset_resources(preset, user_file: str | Path | None = None,
                      flags: dict[str, Any] | None = None) -> dict[str, Resources]:
-    """Resources per kind of a preset: its protocol's sizes, the host memory reproduce/sizing.py estimates for
-    its model (GPU presets), a user YAML file and flags."""
+    """Resources per kind of a preset: its protocol's sizes, the host memory reproduce/sizing/footprint.py
+    estimates for its model (GPU presets), a user YAML file and flags."""
     p = preset.protocol
     return load_resources(p.nodes, p.gpus_per_node, user_file, flags, procs_per_node=p.procs_per_node,
                           cpus_per_node=p.cpus_per_node, host_mem_gb=default_host_memory(preset))

@@ -1,7 +1,8 @@
 """The pilot's jobs (`python reproduce/run_all.py --preset P --pilot`; the graph: reproduce/dag/pilot.py): one
 node, the preset's real model, a few steps of stage-1 DAPO and of ARMOR, a stop by the time-limit signal and
 its resume, saves, and an evaluation slice on every GPU of the node; what they measure goes into
-runs/<preset>/pilot/pilot.json, which the dry run's sizing reads (reproduce/sizing.py `read_pilot`).
+runs/<preset>/pilot/pilot.json, which the dry run's sizing reads (reproduce/sizing/throughput.py
+`read_pilot`).
 
     python -m reproduce.jobs pilot-train  --preset P --root R --phase dapo|armor [--stage-dir D]
     python -m reproduce.jobs pilot-eval   --preset P --root R [--stage-dir D]
@@ -34,7 +35,8 @@ from reproduce.jobs.evaluate import eval_command
 from reproduce.jobs.netprobe import NET_FILE
 from reproduce.matrix.arms import _val, arm_definitions
 from reproduce.matrix.presets import STATE_JSON, ExperimentError, Preset, preset_root
-from reproduce.sizing import PILOT_DIR, PILOT_FILE, PROBLEMS, UNKNOWN_PROBLEMS
+from reproduce.sizing.step_model import benchmark_problems
+from reproduce.sizing.throughput import PILOT_DIR, PILOT_FILE
 from slurm import warm
 
 DAPO_STEPS, STOP_AT, ARMOR_STEPS = 3, 1, 2
@@ -249,7 +251,7 @@ def eval_samples(preset: Preset) -> int:
         name = b.split("=", 1)[0]
         k = preset.protocol.eval_samples or proto.setting(name).samples
         lim = min(EVAL_PROBLEMS, preset.protocol.eval_limit or EVAL_PROBLEMS)
-        n += min(lim, PROBLEMS.get(name, UNKNOWN_PROBLEMS)) * k
+        n += min(lim, benchmark_problems(b)) * k
     return n
 
 
@@ -281,7 +283,7 @@ def _phase(d: Path) -> dict:
 
 
 def pilot_report(preset: Preset, root: Path) -> dict:
-    """pilot.json from the phases' rows and timings (reproduce/sizing.py Measured reads it)."""
+    """pilot.json from the phases' rows and timings (reproduce/sizing/throughput.py Measured reads it)."""
     d = pilot_dir(root, preset)
     dapo, armor = _phase(d / "dapo"), _phase(d / "armor")
     ref_n = preset.protocol.armor_ref_n

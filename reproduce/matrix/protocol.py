@@ -133,8 +133,8 @@ class ProtocolConfig:
     cpus_per_node: int = _f(0, "CPU cores of a GPU node the jobs ask for (0 = 8 per GPU); each rank runs "
                                "cpus_per_node / ranks threads")
     rollout_tokens_per_s: Optional[float] = _f(None, "plan's throughput assumption: generated tokens/s per "
-                                                     "GPU (null = reproduce/sizing.py's default; the dry run "
-                                                     "names it)")
+                                                     "GPU (null = reproduce/sizing/throughput.py's default; "
+                                                     "the dry run names it)")
     update_tokens_per_s: Optional[float] = _f(None, "plan's throughput assumption: trained tokens/s per GPU "
                                                     "of the update (null = from an assumed MFU)")
     response_fill: Optional[float] = _f(None,
@@ -143,7 +143,7 @@ class ProtocolConfig:
     paper_response_tokens: list[float] = _f(factory=list,
                                             help="mean response lengths (tokens) the paper reports for "
                                                  "this model during training, low and high: the plan's "
-                                                 "response fill (reproduce/sizing.py) when "
+                                                 "response fill (reproduce/sizing/throughput.py) when "
                                                  "response_fill is null; empty = not reported (an assumed "
                                                  "range)")
     paper_response_source: str = _f("", "where paper_response_tokens come from (figure, table), printed "

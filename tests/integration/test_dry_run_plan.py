@@ -1,4 +1,4 @@
-"""The sized plan of the paper presets (reproduce/sizing.py via `run_all.py --dry-run`), the job shape SLURM
+"""The sized plan of the paper presets (reproduce/sizing/ via `run_all.py --dry-run`), the job shape SLURM
 is asked for, plan-time errors, and the checkpoint-ready gate on the local backend."""
 import io
 import json
@@ -47,7 +47,7 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     assert rc == 0
     lines = out.splitlines()
     train = _block(lines, "stage2/anchor_only/seed0")
-    assert "16x8gpu 64cpu 240GB" in train[0]          # host memory from the estimate (reproduce/sizing.py)
+    assert "16x8gpu 64cpu 240GB" in train[0]          # host memory from the estimate (sizing/footprint.py)
     assert any(x.startswith("128 ranks (16 node(s) x 8); update memory/rank ~") for x in train)
     est = next(x for x in train if x.startswith("estimate: "))
     assert " h" in est and "GPU-hours on 128 GPUs" in est and re.search(r"checkpoints [0-9.]+ [GT]B", est)
@@ -89,7 +89,7 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     assert "GPUs busy of 8 (chunks of 32 problems): aime24 1, aime25 1, amc 3, gpqa_diamond 7" in ev_est
     assert "over the 8.0 h limit (evaluate.time_min): 2 attempts" in ev_est
     # totals: the assumption named, GPU-hours, disk, the critical path and the time on the cluster
-    assert ("[assumed (reproduce/sizing.py defaults), not measured]" in out
+    assert ("[assumed (reproduce/sizing/throughput.py defaults), not measured]" in out
             and "throughput (expected): rollout 2,500" in out)
     assert "responses 0.14 of max_response on average (the paper's 900-1150 tokens of 8192" in out
     assert next(x for x in lines if x.startswith("total: ")).endswith("evaluation) [expected]")

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from common.jsonl import read_jsonl
-from reproduce import run_all, sizing
+from reproduce import run_all
+from reproduce.sizing.estimates import estimate_jobs
+from reproduce.sizing.throughput import read_pilot, throughput
 from reproduce.dag.graph import build_jobs
 from reproduce.matrix.presets import load_preset
 
@@ -56,9 +58,9 @@ def _check_pilot(preset: Path, root: Path, out: str, cluster: str) -> dict:
     assert f"throughput: measured by the pilot ({pj}" in dry and "[measured]" in dry
     assert "cost range" not in dry                          # measured: no assumed range
     p = load_preset(preset)
-    m = sizing.read_pilot(pj)
+    m = read_pilot(pj)
     jobs = {j.key: j for j in build_jobs(p, root)}
-    est = sizing.estimate_jobs(p, [jobs["stage1/dapo/seed0"]], sizing.throughput(p, pilot=m))
+    est = estimate_jobs(p, [jobs["stage1/dapo/seed0"]], throughput(p, pilot=m))
     # 4 DAPO steps, 3 validations (steps 0, 2, 4) of 16 problems x 2 samples, 2 saves, at the pilot's seconds
     want = 4 * m.dapo_step_s + 3 * 32 * m.validation_sample_s + 2 * m.save_s
     assert est["stage1/dapo/seed0"].hours * 3600 == pytest.approx(want)

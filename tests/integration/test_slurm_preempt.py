@@ -1,7 +1,7 @@
 """A preempted train job under torchrun on the real local SLURM (bash slurm/cluster_up.sh): `scontrol requeue`
 sends SIGTERM and, the cluster's grace later (KillWait), SIGKILL; no save fits in between. The run saves its
 training state in the background every step (schedule.state_every), so the requeue resumes from the last
-saved state and loses no more completed steps than the plan prints (reproduce.sizing.preemption_steps); the
+saved state and loses no more completed steps than the plan prints (step_model.preemption_steps); the
 result equals an uninterrupted run's. The job is held at a moment the test chooses (ARMOR_HOLD,
 armor/faults.py): in step 4, after its first optimizer update, once the state of step 3 is complete."""
 import json
@@ -13,7 +13,7 @@ import pytest
 from armor import checkpoint as ckpt
 from armor.config import load_config
 from common.jsonl import read_jsonl
-from reproduce.sizing import preemption_steps
+from reproduce.sizing.step_model import preemption_steps
 from slurm import jobwrap
 from slurm.launcher import DONE, Job, Launcher
 from slurm.resources import Resources

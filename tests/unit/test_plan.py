@@ -1,4 +1,4 @@
-"""The plan's arithmetic (reproduce/sizing.py): checkpoint volume, host memory, the step model (tails, the
+"""The plan's arithmetic (reproduce/sizing/): checkpoint volume, host memory, the step model (tails, the
 anchors' extra inference, the paper's response lengths, the range), the schedule on a cluster of a given size,
 the budget's choice of items by importance; the pre-flight's checks on injected facts
 (reproduce/preflight.py); the job shape's threads (slurm/resources.py, slurm/jobwrap.py)."""
@@ -9,12 +9,16 @@ import pytest
 
 from armor import memory
 from armor.config import load_config
-from reproduce import preflight, sizing
+from reproduce import preflight
 from reproduce.dag.budget import IMPORTANCE, choose_items
 from reproduce.matrix.presets import load_preset
-from reproduce.sizing import (ROLLOUT_BYTES_PER_TOKEN, Estimate, Measured, Throughput, checkpoint_volume,
-                              fill_range, host_memory_gb, preemption_steps, scenarios, simulate, step_parts,
-                              throughput)
+from reproduce.sizing.estimates import Estimate, eval_estimate
+from reproduce.sizing.footprint import (ROLLOUT_BYTES_PER_TOKEN, checkpoint_volume, host_memory_gb,
+                                        max_rollout_tokens, rollout_tokens)
+from reproduce.sizing.step_model import benchmark_problems, preemption_steps, step_parts
+from reproduce.sizing.throughput import (ANCHOR_CHUNK_MARGIN, Measured, Throughput, fill_range, scenarios,
+                                         throughput)
+from reproduce.sizing.timeline import simulate
 from slurm import jobwrap
 from slurm.launcher import Job
 from slurm.resources import Resources
@@ -136,10 +140,10 @@ def test_a_step_waits_for_its_longest_response_and_armor_samples_the_reference_t
 def test_a_steps_rollouts_in_host_memory_count_the_reference_samples_at_the_high_end():
     armor = load_config(P7.path, ["algo.anchor.enabled=true", "algo.anchor.ref_n=4"])
     # 2048 drawn x 15 on-policy + 768 (1.5 B) x 4 reference samples, 1024 tokens each
-    assert sizing.rollout_tokens(armor, _t()) == pytest.approx((2048 * 15 + 768 * 4) * 1024)
+    assert rollout_tokens(armor, _t()) == pytest.approx((2048 * 15 + 768 * 4) * 1024)
     # the memory request: the range's high end (2 x the paper's 1150 tokens, every drawn prompt's reference
     # samples): ARMOR's 2048 x (15 + 4) samples of 2300 tokens
-    assert sizing._max_rollout_tokens(P7) == pytest.approx(2048 * 19 * 2300)
+    assert max_rollout_tokens(P7) == pytest.approx(2048 * 19 * 2300)
 
 
 def test_evaluation_by_chunks_round_the_gpus_each_with_a_tail():
@@ -150,15 +154,15 @@ def test_evaluation_by_chunks_round_the_gpus_each_with_a_tail():
               info={"stage": 1})
     # aime24: 30 problems, one chunk on one GPU: 30 x 4 samples; math500: 16 chunks, 2 rounds of 8 GPUs:
     # 2 x 32 x 4; 376 samples x 1024 tokens at 2048 tok/s = 188 s, + 3 rounds' tails of (8192 - 1024) / 128
-    e = sizing.eval_estimate(pre, job, _t())
+    e = eval_estimate(pre, job, _t())
     assert e.hours * 3600 == pytest.approx(188.0 + 3 * 56.0) and e.gpus == 8
     assert "GPUs busy of 8 (chunks of 32 problems): aime24 1" in e.detail and "attempts" not in e.detail
     short = dataclasses.replace(job, resources=Resources(gpus_per_node=8, time_min=5))     # 356 s > 300 s
-    assert "2 attempts" in sizing.eval_estimate(pre, short, _t()).detail
+    assert "2 attempts" in eval_estimate(pre, short, _t()).detail
     # measured: the pilot's slice is one chunk a benchmark on one rank, so its seconds per sample are a
     # rank's: 376 x 0.02 s
     m = Measured("p.json", 300.0, 420.0, 25.0, 60.0, 5.0, 0.01, 0.02, 1000.0, 0.3, 1, 8)
-    assert sizing.eval_estimate(pre, job, _t(measured=m)).hours * 3600 == pytest.approx(376 * 0.02)
+    assert eval_estimate(pre, job, _t(measured=m)).hours * 3600 == pytest.approx(376 * 0.02)
 
 
 def test_the_fill_comes_from_the_papers_lengths_and_the_range_spans_the_knobs():
@@ -270,3 +274,15 @@ def test_python_for_vllm_and_the_hub_token_and_access(monkeypatch, tmp_path):
     (tmp_path / "datasets" / "a" / "gated").mkdir(parents=True)
     assert preflight.check_hub([Item("a/gated", True)], "here")[1].status == preflight.OK
     assert [c.status for c in preflight.check_hub([], "here")] == [preflight.OK, preflight.OK]
+
+
+def test_the_plans_copies_of_the_trainers_and_registrys_facts():
+    """The anchors' chunk margin is the trainer's (pinned: armor.trainer imports torch); a benchmark's
+    problems are the registry's full size, aliases resolved, and an unregistered local file counts
+    UNKNOWN_PROBLEMS."""
+    from armor.trainer import ANCHOR_CHUNK_MARGIN as trainers
+    from reproduce.sizing.step_model import UNKNOWN_PROBLEMS
+    assert ANCHOR_CHUNK_MARGIN == trainers
+    assert benchmark_problems("aime24") == 30 and benchmark_problems("minerva") == 272
+    assert benchmark_problems("mmlu_pro") == 12032 and benchmark_problems("amc") == 83
+    assert benchmark_problems("toy_val=runs/tiny/world/data/validation.jsonl") == UNKNOWN_PROBLEMS

@@ -59,7 +59,31 @@ def test_dummy_start_then_push_gives_the_models_logprobs(setup):
                                                for r, lp in zip(ro.response_ids, ro.logprobs))
     assert max_gap(policy, ro) < 1e-5
     again = eng.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=40, seed=1))
-    assert again.response_ids == ro.response_ids                  # per-prompt seeds: the same samples
+    assert again.response_ids == ro.response_ids                  # the call's seed: the same samples
+
+
+def test_one_seed_a_call_reaches_vllms_sampler_and_seed_each_prompt_replays_a_prompt(setup):
+    """The default: requests without seeds, the call's seed on this process's RNG, which the in-process
+    engine's sampler draws from (the same call and seed: the same samples; another seed: others; the
+    caller's RNG untouched). rollout.seed_each_prompt: a prompt's samples whatever else shares its call."""
+    eng, policy, _, prompts = setup
+    eng.sync_weights(policy, ("policy", 0))
+    p = SamplingParams(n=2, temperature=1.0, max_new_tokens=40, seed=7)
+    torch.manual_seed(99)
+    before = torch.get_rng_state()
+    a, b = eng.generate(prompts, p), eng.generate(prompts, p)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert a.response_ids == b.response_ids and len(set(map(tuple, a.response_ids))) > len(prompts)
+    other = eng.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=40, seed=8))
+    assert other.response_ids != a.response_ids
+    assert max_gap(policy, a) < 1e-5
+    eng.seed_each_prompt = True
+    try:
+        alone = eng.generate(prompts[:1], p)
+        shared = eng.generate(prompts, p)
+    finally:
+        eng.seed_each_prompt = False
+    assert shared.response_ids[:2] == alone.response_ids
 
 
 def test_top_p_logprobs_are_the_renormalised_nucleus(setup):
