@@ -50,7 +50,7 @@ from reproduce.sizing.estimates import estimate_jobs, fmt_bytes, fmt_h  # noqa: 
 from reproduce.sizing.report import branch_lines, total_lines  # noqa: E402
 from reproduce.sizing.throughput import (PILOT_DIR, PILOT_FILE, SizingError, Throughput,  # noqa: E402
                                          read_pilot, scenarios, throughput)
-from reproduce.dag.pilot import pilot_disk_bytes, pilot_jobs  # noqa: E402
+from reproduce.dag.pilot import pilot_disk_bytes, pilot_jobs, pilot_train  # noqa: E402
 from reproduce.jobs.pilot import summary_lines as pilot_summary  # noqa: E402
 from reproduce.dag.budget import budget_lines, item_costs  # noqa: E402
 from reproduce.dag.graph import WARM_PRELOAD, build_jobs  # noqa: E402
@@ -87,6 +87,9 @@ def parse_args(argv=None):
                          "ARMOR steps, a stop by the time-limit signal and its resume, saves, an evaluation "
                          "slice; it writes runs/<preset>/pilot/pilot.json, which later dry runs size the "
                          "plan from")
+    ap.add_argument("--without-pilot", action="store_true",
+                    help="submit a GPU preset's matrix to SLURM before its pilot measured it "
+                         "(runs/<preset>/pilot/pilot.json): the plan's hours and resources stay assumed")
     ap.add_argument("--net-floor-gbps", type=float, default=None,
                     help="--pilot: the two-node network probe fails below this all-gather bus bandwidth "
                          "(GB/s; default reproduce/jobs/netprobe.py FLOOR_GBPS)")
@@ -328,7 +331,10 @@ def main(argv=None) -> int:
         tp = (throughput(preset, a.rollout_tokens_per_s, a.update_tokens_per_s, a.response_fill,
                                 a.save_s, a.gpu_check, a.decode_tokens_per_s, a.push_s, a.anchor_share,
                                 pilot=measured) if sized else None)
-        if gpu:
+        if gpu and a.pilot:             # the pilot's own shape: one node, its one-node host memory
+            check_plan(preset, {**res, "train": pilot_train(preset, res["train"], a.mem_gb)}, tp,
+                       "--mem-gb" if a.mem_gb is not None else "the pilot's train.mem_gb", pilot=True)
+        elif gpu:
             check_plan(preset, res, tp, "--mem-gb" if a.mem_gb is not None else
                               f"train.mem_gb ({a.resources})" if a.resources else "train.mem_gb")
         for flag, v in (("--gpu-mem-gb", a.gpu_mem_gb), ("--budget-gpu-hours", a.budget_gpu_hours)):
@@ -342,7 +348,7 @@ def main(argv=None) -> int:
             raise ExperimentError(f"--net-floor-gbps: {a.net_floor_gbps!r} goes with --pilot and must be "
                                   ">= 0")
         floor = {} if a.net_floor_gbps is None else {"net_floor_gbps": a.net_floor_gbps}
-        jobs = (pilot_jobs(preset, root, res, stage_dir, **floor) if a.pilot else
+        jobs = (pilot_jobs(preset, root, res, stage_dir, mem_gb=a.mem_gb, **floor) if a.pilot else
                 build_jobs(preset, root, seeds, only, res, stage_dir=stage_dir))
         la = Launcher(out, cluster=a.cluster, workers=a.workers, poll_s=a.poll,
                       progress=False if a.no_progress else None, preload=WARM_PRELOAD)
@@ -371,6 +377,13 @@ def main(argv=None) -> int:
                        stage_dir=stage_dir, launcher=la if a.dry_run and gpu else None, est=est,
                        totals=totals, est_measured=measured is not None, pilot=a.pilot)
             return 0
+        if gpu and la.cluster == "slurm" and not a.pilot and measured is None and not a.without_pilot:
+            raise ExperimentError(
+                f"{preset.name}: no pilot has measured this plan ({out / PILOT_DIR / PILOT_FILE} is missing): "
+                f"run it first, one node, a few steps: python reproduce/run_all.py --preset {preset.cli_arg} "
+                f"--pilot; or submit on the assumed figures with --without-pilot")
+        if a.without_pilot and a.pilot:
+            raise ExperimentError("--without-pilot: not with --pilot")
         hub.check_ready(hub.items(preset, stage_dir))   # a gated dataset without a token fails here
         # the pre-flight stops a submission that would fail on the cluster (a GPU preset, or a sized one)
         if sized:

@@ -72,7 +72,8 @@ def scaled_batch(preset: Preset) -> dict[str, int]:
 def pilot_overrides(preset: Preset, root: Path, phase: str, stage_dir: Optional[Path] = None) -> list[str]:
     """The pilot's armor.train overrides of one phase: the preset's stage-1 DAPO (or ARMOR from the DAPO
     pilot's last checkpoint, with a reset every step: anchors, swaps, the mixed ratio and the reset), the
-    scaled batch, a save and a validation of VAL_PROBLEMS problems at its last step only."""
+    scaled batch, a save and a validation of VAL_PROBLEMS problems at its last step only, and no background
+    state saves (schedule.state_every: what the pilot does not measure, nor its one-node memory holds)."""
     d = pilot_dir(root, preset)
     steps = DAPO_STEPS if phase == "dapo" else ARMOR_STEPS
     cfg = preset.cfg
@@ -86,7 +87,8 @@ def pilot_overrides(preset: Preset, root: Path, phase: str, stage_dir: Optional[
     out += [f"{k}={v}" for k, v in scaled_batch(preset).items()]
     out += [f"schedule.total_steps={steps}", f"schedule.save_every={steps}",
             f"schedule.validate_every={steps}", "schedule.keep_last=null", "schedule.keep_steps=[]",
-            "validation.at_start=false", f"validation.max_problems={VAL_PROBLEMS}"]
+            "validation.at_start=false", f"validation.max_problems={VAL_PROBLEMS}",
+            "schedule.state_every=null"]      # background state saves: not measured (and not in its memory)
     if phase == "armor":
         last = list_checkpoints(d / "dapo")
         if not last:

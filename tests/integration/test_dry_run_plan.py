@@ -173,7 +173,7 @@ def test_a_failed_preflight_stops_the_submission(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ARMOR_PREFLIGHT_FACTS", str(facts))
     monkeypatch.setenv("HF_TOKEN", "hf_test")          # the gated dataset's check passes first
     rc = run_all.main(["--preset", "qwen25-math-7b", "--cluster", "slurm", "--root", str(tmp_path),
-                       "--no-wait"])
+                       "--no-wait", "--without-pilot"])
     err = capsys.readouterr().err
     assert rc == 2 and "the pre-flight failed (driver, alloc_conf, disk): nothing submitted" in err
     assert "[FAIL] driver: NVIDIA driver 550.54.15 is older than the 580.65.06" in err
@@ -182,6 +182,45 @@ def test_a_failed_preflight_stops_the_submission(tmp_path, monkeypatch, capsys):
     rc = run_all.main(["--preset", "qwen25-math-7b", "--root", str(tmp_path), "--dry-run"])
     out = capsys.readouterr().out
     assert rc == 0 and "[FAIL] alloc_conf: PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True'" in out
+
+
+@pytest.mark.parametrize("preset", ["qwen25-math-7b", "qwen3-8b-base"])
+def test_a_paper_submission_without_a_pilot_stops_naming_it_and_the_override(tmp_path, capsys, preset):
+    rc = run_all.main(["--preset", preset, "--cluster", "slurm", "--root", str(tmp_path), "--no-wait"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no pilot has measured this plan" in err
+    assert f"run_all.py --preset {preset} --pilot" in err and "--without-pilot" in err
+    assert not (tmp_path / preset / "_jobs" / "state.json").exists()
+
+
+@pytest.mark.parametrize("preset", ["qwen25-math-7b", "qwen3-8b-base"])
+def test_the_pilots_dry_run_asks_for_one_node_sized_by_the_plans_own_estimate(tmp_path, capsys, preset):
+    """The pilot's training jobs: one node, the host memory of the plan's one-node estimate for the pilot
+    (its batch / protocol.nodes, no background state saves: it turns state_every off), which passes the
+    plan's checks; a smaller --mem-gb fails them, naming the flag."""
+    from reproduce.dag.resources import preset_resources
+    from reproduce.jobs.pilot import pilot_overrides
+    from reproduce.matrix.presets import load_preset
+    from reproduce.sizing.checks import check_plan
+    from reproduce.sizing.footprint import train_host_memory_gb
+    from reproduce.sizing.throughput import throughput
+    rc, out = _dry("--preset", preset, "--root", str(tmp_path), "--pilot")
+    assert rc == 0
+    p = load_preset(preset)
+    need = train_host_memory_gb(p, 8, 1, pilot=True)
+    for key in ("pilot/dapo", "pilot/armor"):
+        row = next(x for x in out.splitlines() if x.startswith(key + " "))
+        mem = float(re.search(r"1x8gpu \d+cpu (\d+)GB", row).group(1))
+        assert need <= mem < need + 10
+    res = preset_resources(p)
+    # the plan's own memory formula with the pilot's overrides off would ask more (16 x the state shards)
+    assert train_host_memory_gb(p, 8, 1) > need + 50 and res["train"].nodes == 16
+    assert "schedule.state_every=null" in pilot_overrides(p, tmp_path, "dapo")
+    from reproduce.dag.pilot import pilot_train
+    check_plan(p, {**res, "train": pilot_train(p, res["train"])}, throughput(p), pilot=True)
+    assert run_all.main(["--preset", preset, "--dry-run", "--root", str(tmp_path), "--pilot", "--mem-gb",
+                         str(int(need) - 20)]) == 2
+    assert f"--mem-gb: {int(need) - 20} is below the host-memory estimate" in capsys.readouterr().err
 
 
 def test_a_gpu_job_checks_its_node_first(tmp_path, monkeypatch):
