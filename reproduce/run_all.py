@@ -379,7 +379,8 @@ def main(argv=None) -> int:
             return 0
         if gpu and la.cluster == "slurm" and not a.pilot and measured is None and not a.without_pilot:
             raise ExperimentError(
-                f"{preset.name}: no pilot has measured this plan ({out / PILOT_DIR / PILOT_FILE} is missing): "
+                f"{preset.name}: no pilot has measured this plan ({out / PILOT_DIR / PILOT_FILE} is "
+                f"missing): "
                 f"run it first, one node, a few steps: python reproduce/run_all.py --preset {preset.cli_arg} "
                 f"--pilot; or submit on the assumed figures with --without-pilot")
         if a.without_pilot and a.pilot:

@@ -90,7 +90,8 @@ def pilot_train(preset: Preset, train: Resources, mem_gb: Optional[float] = None
     need = (train_host_memory_gb(preset, train.ranks_per_node, 1, pilot=True)
             if train.gpus_per_node else None)
     mem = mem_gb if mem_gb is not None else (round_up_gb(need) if need is not None else train.mem_gb)
-    return dataclasses.replace(train, nodes=1, mem_gb=mem, stop_grace_s=train.stop_grace_s or CPU_STOP_GRACE_S)
+    return dataclasses.replace(train, nodes=1, mem_gb=mem,
+                               stop_grace_s=train.stop_grace_s or CPU_STOP_GRACE_S)
 
 
 def pilot_disk_bytes(preset: Preset) -> Optional[int]:
