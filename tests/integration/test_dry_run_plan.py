@@ -223,6 +223,27 @@ def test_the_pilots_dry_run_asks_for_one_node_sized_by_the_plans_own_estimate(tm
     assert f"--mem-gb: {int(need) - 20} is below the host-memory estimate" in capsys.readouterr().err
 
 
+def test_the_dry_run_after_a_recorded_gpu_pilot_prints_a_range_and_the_pilot_beside_the_assumed(tmp_path):
+    pj = tmp_path / "qwen25-math-7b" / "pilot" / "pilot.json"
+    pj.parent.mkdir(parents=True)
+    pj.write_text(json.dumps({"complete": True, "nodes": 1, "gpus": 8, "save_s": 120.0, "push_s": 8.0,
+                              "dapo": {"step_s": 400.0, "logprob_s": 40.0, "response_tokens": 575.0},
+                              "armor": {"step_s": 480.0, "logprob_s": 60.0, "anchor_share": 0.4},
+                              "validation_sample_s": 0.02, "eval": {"sample_s": 0.01}}))
+    rc, out = _dry("--preset", "qwen25-math-7b", "--root", str(tmp_path))
+    assert rc == 0 and "[measured]" in out
+    rng = next(x for x in out.splitlines() if x.startswith("cost range (measured by the pilot"))
+    mid, hi = (float(v.replace(",", "")) for v in re.findall(r"(?:measured|high) ([0-9,]+)", rng))
+    assert mid == total(out) and hi > 1.5 * mid          # responses 2 x the pilot's: the steps 2 x
+    assert "responses 2.00 x longer (the paper's 1150 tokens" in out
+    i = out.splitlines().index(next(x for x in out.splitlines() if x.startswith("the pilot beside")))
+    rows = out.splitlines()[i + 1:i + 7]
+    assert [r.split("pilot")[0].strip() for r in rows] == ["DAPO step (s)", "ARMOR step (s)", "save (s)",
+                                                           "push (s)", "validation (s)",
+                                                           "mean response (tokens)"]
+    assert "pilot      480.0" in rows[1] and "pilot      575.0   assumed    1,150.0" in rows[5]
+
+
 def test_a_gpu_job_checks_its_node_first(tmp_path, monkeypatch):
     """Without a GPU on the submission host, each GPU job runs the node's checks before any model loads."""
     facts = tmp_path / "facts.json"

@@ -177,8 +177,33 @@ def test_the_fill_comes_from_the_papers_lengths_and_the_range_spans_the_knobs():
     assert lo.push_s < mid.push_s < hi.push_s and hi.anchor_share == 1.0
     fixed = scenarios(P7, throughput(P7, fill=0.3))           # a flag fixes its knob in every scenario
     assert {x.fill for x in fixed} == {0.3}
-    m = dataclasses.replace(t, measured=Measured("p", 1, 1, 0, 1, 1, 1, None, 1, None, 1, 8))
-    assert scenarios(P7, m) == [m]                            # measured: no range
+    m = dataclasses.replace(t, measured=Measured("p", 1, 1, 0, 1, 1, 1, None, 1, None, 1, 0))
+    assert scenarios(P7, m) == [m]                            # a CPU pilot's measurement: no range
+
+
+def test_after_a_gpu_pilot_the_plan_stays_a_range_with_longer_responses_and_tail_bound_validation():
+    """A GPU pilot's figures are the expected end; the high end grows its responses to the paper's longer
+    length at 7B (1150 tokens over the pilot's 575: 2 x every step, validation and evaluation second) and by
+    PILOT_GROWTH_ASSUMED at 8B (labelled assumed); validation on many GPUs costs at least its tail."""
+    from reproduce.sizing.step_model import tail_seconds, validation_seconds
+    from reproduce.sizing.throughput import PILOT_GROWTH_ASSUMED
+    m = Measured("p", 300.0, 400.0, 20.0, 100.0, 8.0, 0.02, 0.01, 575.0, 0.4, 1, 8)
+    t = throughput(P7, pilot=m)
+    assert t.fill == pytest.approx(575 / 8192)               # the pilot's mean response prices the tail
+    mid, high = scenarios(P7, t)
+    assert mid is t and high.label == "high" and "the paper's 1150 tokens" in high.source
+    assert (high.measured.dapo_step_s, high.measured.armor_step_s, high.measured.validation_sample_s,
+            high.measured.eval_sample_s) == pytest.approx((600.0, 800.0, 0.04, 0.02))
+    assert high.measured.save_s == 100.0 and high.fill == pytest.approx(2 * 575 / 8192)
+    p8 = load_preset("qwen3-8b-base")
+    _, high8 = scenarios(p8, throughput(p8, pilot=m))
+    assert high8.measured.dapo_step_s == 300.0 * PILOT_GROWTH_ASSUMED and "assumed" in high8.source
+    cfg = P7.cfg
+    linear = sum(min(30, cfg.validation.max_problems or 10 ** 9) for _ in cfg.validation.benchmarks) \
+        * cfg.validation.samples * 0.02 * 8 / 128
+    tail = len(cfg.validation.benchmarks) * tail_seconds(cfg, t)
+    assert tail > linear and validation_seconds(cfg, t, 128) == pytest.approx(tail)
+    assert validation_seconds(cfg, t, 8) >= tail
 
 
 # ------------------------------------------------------------------------------------------- pre-flight
