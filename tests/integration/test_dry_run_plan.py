@@ -166,6 +166,18 @@ def test_a_budget_of_10000_gpu_hours_takes_each_models_headline_first(tmp_path, 
                                                     if x.startswith("armor.train"))
 
 
+def test_the_authors_restarts_of_fig4_run_without_the_in_run_reset_arms(tmp_path):
+    keys = {}
+    for item in ("fig4_restarts", "fig4"):
+        rc, out = _dry("--preset", "qwen25-math-7b", "--root", str(tmp_path), "--only", item)
+        assert rc == 0
+        keys[item] = {x.split()[0] for x in out.splitlines() if x.startswith("stage2/")}
+    inrun = {k for k in keys["fig4"] if k.startswith("stage2/armor_reset_") and "never" not in k}
+    assert inrun and not inrun & keys["fig4_restarts"]
+    assert "stage2/armor_reset_never/seed0" in keys["fig4_restarts"]
+    assert any(k.startswith("stage2/armor_restart") for k in keys["fig4_restarts"])
+
+
 def test_a_failed_preflight_stops_the_submission(tmp_path, monkeypatch, capsys):
     facts = tmp_path / "facts.json"
     facts.write_text(json.dumps({"driver": "550.54.15", "env": {"PYTORCH_CUDA_ALLOC_CONF":
