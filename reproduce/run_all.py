@@ -46,7 +46,7 @@ from figures.checklist import read_verdicts, verdict_lines  # noqa: E402
 from common.jsonl import read_json  # noqa: E402
 from reproduce import hub, preflight  # noqa: E402
 from reproduce.sizing.checks import check_plan  # noqa: E402
-from reproduce.sizing.estimates import estimate_jobs, fmt_bytes, fmt_h  # noqa: E402
+from reproduce.sizing.estimates import estimate_jobs, fit_eval_limits, fmt_bytes, fmt_h  # noqa: E402
 from reproduce.sizing.report import branch_lines, total_lines  # noqa: E402
 from reproduce.sizing.throughput import (PILOT_DIR, PILOT_FILE, SizingError, Throughput,  # noqa: E402
                                          read_pilot, scenarios, throughput)
@@ -54,7 +54,7 @@ from reproduce.dag.pilot import pilot_disk_bytes, pilot_jobs, pilot_train  # noq
 from reproduce.jobs.pilot import summary_lines as pilot_summary  # noqa: E402
 from reproduce.dag.budget import budget_lines, item_costs  # noqa: E402
 from reproduce.dag.graph import WARM_PRELOAD, build_jobs  # noqa: E402
-from reproduce.dag.resources import preset_resources  # noqa: E402
+from reproduce.dag.resources import EVAL_TIME_MIN, preset_resources  # noqa: E402
 from reproduce.entrypoints import missing_entry_points  # noqa: E402
 from reproduce.jobs.figures import DRIVER_START_ENV, driver_wall_time, record_driver_run  # noqa: E402
 from reproduce.jobs.peaks import read_peak  # noqa: E402
@@ -350,6 +350,8 @@ def main(argv=None) -> int:
         floor = {} if a.net_floor_gbps is None else {"net_floor_gbps": a.net_floor_gbps}
         jobs = (pilot_jobs(preset, root, res, stage_dir, mem_gb=a.mem_gb, **floor) if a.pilot else
                 build_jobs(preset, root, seeds, only, res, stage_dir=stage_dir))
+        if gpu and not a.pilot:     # each evaluation's limit fits its estimate: one attempt, no requeue
+            fit_eval_limits(preset, jobs, tp, EVAL_TIME_MIN)
         la = Launcher(out, cluster=a.cluster, workers=a.workers, poll_s=a.poll,
                       progress=False if a.no_progress else None, preload=WARM_PRELOAD)
         facts = preflight.gather_facts(out, {**os.environ, **(res["train"].env or {})}, a.gpu_mem_gb)

@@ -3,6 +3,7 @@ anchors' extra inference, the paper's response lengths, the range), the schedule
 the budget's choice of items by importance; the pre-flight's checks on injected facts
 (reproduce/preflight.py); the job shape's threads (slurm/resources.py, slurm/jobwrap.py)."""
 import dataclasses
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -153,17 +154,31 @@ def test_evaluation_by_chunks_round_the_gpus_each_with_a_tail():
                                                                eval_benchmarks=["aime24", "math500"]))
     job = Job("eval/a/seed0", ["x"], kind="evaluate", resources=Resources(gpus_per_node=8, time_min=60),
               info={"stage": 1})
-    # aime24: 30 problems, one chunk on one GPU: 30 x 4 samples; math500: 16 chunks, 2 rounds of 8 GPUs:
-    # 2 x 32 x 4; 376 samples x 1024 tokens at 2048 tok/s = 188 s, + 3 rounds' tails of (8192 - 1024) / 128
+    # aime24: 30 problems in chunks of 4 (eval.units.chunk_problems: every GPU one), one round: 4 x 4
+    # samples; math500: 16 chunks of 32, 2 rounds of 8 GPUs: 2 x 32 x 4; 272 samples x 1024 tokens at 2048
+    # tok/s = 136 s, + 3 rounds' tails of (8192 - 1024) / 128
     e = eval_estimate(pre, job, _t())
-    assert e.hours * 3600 == pytest.approx(188.0 + 3 * 56.0) and e.gpus == 8
-    assert "GPUs busy of 8 (chunks of 32 problems): aime24 1" in e.detail and "attempts" not in e.detail
-    short = dataclasses.replace(job, resources=Resources(gpus_per_node=8, time_min=5))     # 356 s > 300 s
+    assert e.hours * 3600 == pytest.approx(136.0 + 3 * 56.0) and e.gpus == 8
+    assert "GPUs busy" not in e.detail and "attempts" not in e.detail
+    short = dataclasses.replace(job, resources=Resources(gpus_per_node=8, time_min=5))     # 304 s > 300 s
     assert "2 attempts" in eval_estimate(pre, short, _t()).detail
     # measured: the pilot's slice is one chunk a benchmark on one rank, so its seconds per sample are a
-    # rank's: 376 x 0.02 s
+    # rank's: 272 x 0.02 s
     m = Measured("p.json", 300.0, 420.0, 25.0, 60.0, 5.0, 0.01, 0.02, 1000.0, 0.3, 1, 8)
-    assert eval_estimate(pre, job, _t(measured=m)).hours * 3600 == pytest.approx(376 * 0.02)
+    assert eval_estimate(pre, job, _t(measured=m)).hours * 3600 == pytest.approx(272 * 0.02)
+    # the driver fits each GPU evaluation's limit still at its default to 1.5 x its estimate, whole hours
+    from reproduce.sizing.estimates import EVAL_TIME_MARGIN, fit_eval_limits
+    long = dataclasses.replace(job, resources=Resources(gpus_per_node=8, time_min=1), key="eval/b/seed0")
+    assert fit_eval_limits(pre, [job, long], _t(), default_min=1) == ["eval/b/seed0"]
+    assert long.resources.time_min == 60 * math.ceil(304 / 3600 * EVAL_TIME_MARGIN)
+    assert job.resources.time_min == 60
+
+
+def test_chunks_are_sized_to_the_ranks_so_none_idles():
+    from eval.units import chunk_problems
+    assert chunk_problems(30, 32, 8) == 4 and chunk_problems(83, 32, 8) == 11     # AIME, AMC on 8 GPUs
+    assert chunk_problems(500, 32, 8) == 32 and chunk_problems(5, 32, 8) == 1
+    assert chunk_problems(30, 32) == 30                                              # one rank: as before
 
 
 def test_the_fill_comes_from_the_papers_lengths_and_the_range_spans_the_knobs():
