@@ -19,15 +19,15 @@ after its source's own branch point, so the source saves it itself).
 Continuations (kind "continuation"): a control whose configuration is its stage-1 baseline's (dapo_cont,
 dapo_late, qae_cont; Arm.continues) is that baseline's run past θ* or the late start: its run folder takes
 the baseline's rows up to the baseline's last step, and trains from the baseline's last checkpoint the steps
-it needs beyond (none when the baseline ran that far). Several controls of one baseline form a chain by
-their end step: each continues the run of the one ending before it (dapo_late, ending at 440, from
-dapo_cont's 380, which continues dapo's 360), the same run, so no step is trained twice; collect reads it
-from its start on. DAPO's update does not read πref, but its KL monitor does: the baseline therefore resets
-πref to its policy once, at the earliest fixed start of its controls (`monitor_reset`, θ*), so the control's KLs are measured against its
-start as a stage-2 run's are. A control is continued only when its start is a fixed step (protocol.peak_step,
-qae_peak_step, late_start_step): a start chosen from the curve (the tiny world's θ*) is not known when
-stage 1 begins. A continued control whose start is not the monitor's reset step (dapo_late, from step 200
-while πref = θ*) reports no KLs (reproduce/jobs/collect.py drops them).
+it needs beyond (none when the baseline ran that far). Several controls of one baseline form a chain by their
+end step: each continues the run of the one ending before it (dapo_late, ending at 440, from dapo_cont's 380,
+which continues dapo's 360), the same run, so no step is trained twice; collect reads it from its start on.
+DAPO's update does not read πref, but its KL monitor does: the baseline therefore resets πref to its policy
+once, at the earliest fixed start of its controls (`monitor_reset`, θ*), so the control's KLs are measured
+against its start as a stage-2 run's are. A control is continued only when its start is a fixed step
+(protocol.peak_step, qae_peak_step, late_start_step): a start chosen from the curve (the tiny world's θ*) is
+not known when stage 1 begins. A continued control whose start is not the monitor's reset step (dapo_late,
+from step 200 while πref = θ*) reports no KLs (reproduce/jobs/collect.py drops them).
 """
 from __future__ import annotations
 
