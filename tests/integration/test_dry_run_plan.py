@@ -84,10 +84,12 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
                                                                          if x.startswith("sbatch"))
     ev_est = next(x for x in ev if x.startswith("estimate"))
     assert "GPU-hours on 8 GPUs" in ev_est
-    # AIME's 30 problems are one chunk of 32: one GPU of the node's 8 generates it; over the 8 h limit, the
-    # job is requeued and resumes
-    assert "GPUs busy of 8 (chunks of 32 problems): aime24 1, aime25 1, amc 3, gpqa_diamond 7" in ev_est
-    assert "over the 8.0 h limit (evaluate.time_min): 2 attempts" in ev_est
+    # AIME's 30 problems in chunks of 4 (--chunk-ranks 8): every GPU of the node generates; the job's limit
+    # fits 1.5 x its estimate (one attempt, no requeue)
+    assert "GPUs busy" not in ev_est and "attempts" not in ev_est
+    hours = float(re.search(r"estimate: ([0-9.]+) h", ev_est).group(1))
+    limit = re.search(r"1x8gpu \d+cpu \d+GB (\d+)h(\d+)", ev[0])
+    assert int(limit.group(1)) + int(limit.group(2)) / 60 >= 1.5 * hours > 8
     # totals: the assumption named, GPU-hours, disk, the critical path and the time on the cluster
     assert ("[assumed (reproduce/sizing/throughput.py defaults), not measured]" in out
             and "throughput (expected): rollout 2,500" in out)
@@ -176,6 +178,17 @@ def test_the_authors_restarts_of_fig4_run_without_the_in_run_reset_arms(tmp_path
     assert inrun and not inrun & keys["fig4_restarts"]
     assert "stage2/armor_reset_never/seed0" in keys["fig4_restarts"]
     assert any(k.startswith("stage2/armor_restart") for k in keys["fig4_restarts"])
+
+
+def test_a_split_evaluation_sizes_its_chunks_to_its_ranks(tmp_path, monkeypatch):
+    from reproduce.jobs.evaluate import EVAL_RANKS_ENV, eval_command
+    from reproduce.matrix.presets import load_preset
+    p = load_preset("qwen25-math-7b")
+    monkeypatch.setenv(EVAL_RANKS_ENV, "8")
+    argv = eval_command(p, tmp_path / "ckpt", tmp_path / "out")
+    assert "--nproc_per_node=8" in argv and argv[argv.index("--chunk-ranks") + 1] == "8"
+    monkeypatch.setenv(EVAL_RANKS_ENV, "1")
+    assert "--chunk-ranks" not in eval_command(p, tmp_path / "ckpt", tmp_path / "out")
 
 
 def test_a_failed_preflight_stops_the_submission(tmp_path, monkeypatch, capsys):
