@@ -51,6 +51,12 @@ def message_sizes(preset: Preset) -> list[int]:
     return sorted({shape.layer_params * b, shape.vocab * shape.hidden * b})
 
 
+def node_name() -> str:
+    """This rank's node: SLURM's name for it (SLURMD_NODENAME; nodes that share a host name, as network
+    namespaces do, stay apart), else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 def nccl_transport(text: str) -> Optional[str]:
     """The network NCCL used, from its NCCL_DEBUG=INFO output (IB, Socket, OFI, ...), or None when the
     output names none (one node: NVLink/shared memory only)."""
@@ -122,7 +128,8 @@ def cmd_net_probe(preset: Preset, root: Path, floor_gbps: float = FLOOR_GBPS,
     out_dir = preset_root(root, preset) / "pilot" / "net"
     out_dir.mkdir(parents=True, exist_ok=True)
     gpu = torch.cuda.is_available()
-    log = out_dir / f"nccl.{socket.gethostname()}.{os.getpid()}.log"
+    host = node_name()
+    log = out_dir / f"nccl.{host}.{os.getpid()}.log"
     if gpu:
         os.environ.setdefault("NCCL_DEBUG", "INFO")
         os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
@@ -139,7 +146,7 @@ def cmd_net_probe(preset: Preset, root: Path, floor_gbps: float = FLOOR_GBPS,
         else:
             mine = "gloo: TCP"
         every: list = [None] * dist.get_world_size()
-        dist.all_gather_object(every, [socket.gethostname(), mine])
+        dist.all_gather_object(every, [host, mine])
     finally:
         world = dist.get_world_size()
         rank = dist.get_rank()
