@@ -105,8 +105,8 @@ def test_7b_arms_and_figures():
     assert arms["armor_reset_160"].alias_of == "armor"  # τ=160 is the preset's ARMOR schedule
     assert sum(1 for a in arms.values() if not a.alias_of) == len(CONTRACT_7B) - 1
     figs = figure_arms(p.protocol)
-    assert list(figs) == ["headline", "fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "table1", "table2",
-                          "table3"]
+    assert list(figs) == ["headline", "fig1", "fig2", "fig3", "fig4", "fig4_restarts", "fig5", "fig6",
+                          "table1", "table2", "table3"]
     assert figs["fig2"][2:] == ["kl_k3_b1e-3", "kl_k3_b1e-2", "kl_k3_b1e-1", "kl_k3_b1"]
     assert {"armor_late", "dapo_late", "mix_a0.7"} <= set(figs["fig3"])
     # the authors' reset: restarts from armor_reset_never's checkpoints, the headline at τ = 160
@@ -216,10 +216,13 @@ def test_dag_structure(name, tmp_path):
         branch = j.info.get("branch") or {}
         if arm.stage == 1:
             assert j.deps == staging + world
-        elif branch.get("kind") == "continuation":   # the baseline's run continued: after its end (and θ*)
-            assert j.deps == [f"stage1/{arm.baseline}/seed{s0}"] + ([f"peak/{arm.baseline}/seed{s0}"]
-                                                                  if arm.start == "peak" else [])
-            assert j.argv[-4:] == ["--branch-from", arm.baseline, "--branch-step", "end"]
+        elif branch.get("kind") == "continuation":   # the baseline's run continued: after its end (and θ*),
+            # or after the end of an earlier control continuing it (dapo_late from dapo_cont's end)
+            src = branch["source"]
+            assert src == arm.baseline or arms[src].continues == arm.baseline
+            assert j.deps == [f"stage{arms[src].stage}/{src}/seed{s0}"] + ([f"peak/{arm.baseline}/seed{s0}"]
+                                                                           if arm.start == "peak" else [])
+            assert j.argv[-4:] == ["--branch-from", src, "--branch-step", "end"]
         elif branch:                 # a sibling: from its source's checkpoint, beside the source's job
             src = by[f"stage2/{branch['source']}/seed{s0}"]
             assert j.deps == [f"ckpt/{branch['source']}/seed{s0}/step{branch['step']}"]
