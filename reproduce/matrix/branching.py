@@ -126,18 +126,20 @@ def plan_branches(preset: Preset, arms: dict[str, Arm]) -> dict[str, Branch]:
         return {}
     canon = [a for a in arms.values() if not a.alias_of]
     out: dict[str, Branch] = {}
-    # the controls continuing one baseline, by their end: each continues the one ending before it (dapo_late
-    # from dapo_cont's step 380, not dapo's 360), so no step is trained twice
+    # the controls continuing one baseline, by their end: each continues the last one before it that trains
+    # (ends past its own source: dapo_late from dapo_cont's step 380, not dapo's 360), so no step is trained
+    # twice; a control ending within its source's run is a slice of it (no checkpoint to continue from)
     chains: dict[str, list[Arm]] = {}
     for a in canon:
         if a.continues in arms and continued(p, a):
             chains.setdefault(a.continues, []).append(a)
-    s2 = stage_steps(preset)[1]
+    s1, s2 = stage_steps(preset)
     for base, ctl in chains.items():
-        prev = base
+        prev, prev_end = base, s1
         for a in sorted(ctl, key=lambda a: (start_step(p, a) + s2, canon.index(a))):
             out[a.name] = Branch(a.name, prev, None, CONTINUATION)
-            prev = a.name
+            if start_step(p, a) + s2 > prev_end:
+                prev, prev_end = a.name, start_step(p, a) + s2
     groups: dict[tuple, list[Arm]] = {}
     for a in canon:
         if a.stage == 2 and a.name not in out:

@@ -608,6 +608,25 @@ def test_pipeline_with_fake_jobs_is_idempotent(tmp_path, monkeypatch):
 DRIVER_ARGS = ["--cluster", "local", "--workers", "2", "--no-progress"]
 
 
+def test_pipeline_continues_dapo_late_from_dapo_conts_run(tmp_path, monkeypatch):
+    """With a fixed θ* (step 4) both DAPO controls are continuations, chained by their end: dapo_cont
+    continues dapo (to step 8), dapo_late continues dapo_cont's folder from its last checkpoint (to 10)."""
+    _fakes(tmp_path, monkeypatch)
+    preset = _mini_preset(tmp_path, "chain", MINI.replace("  stage2_steps: 4\n",
+                                                           "  stage2_steps: 4\n  peak_step: 4\n"
+                                                           "  kl_betas: [0.01]\n"))
+    root = tmp_path / "runs"
+    rc, out = _dry(["--preset", str(preset), "--cluster", "local", "--root", str(root), "--workers", "2",
+                    "--no-progress", "--only", "fig2,fig3"])
+    assert rc == 0, out
+    late = root / "chain" / "dapo_late" / "seed0"
+    info = json.loads((late / "branch.json").read_text())
+    assert info["source"].endswith("dapo_cont/seed0") and info["checkpoints"] == [8]
+    assert "schedule.total_steps=10" in (late / "invocations.log").read_text()
+    cont = json.loads((root / "chain" / "dapo_cont" / "seed0" / "branch.json").read_text())
+    assert cont["source"].endswith("dapo/seed0") and cont["checkpoints"] == [6]
+
+
 def test_pipeline_killed_driver_resumes(tmp_path, monkeypatch, wait_until):
     _fakes(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_STEP_S", "0.3")

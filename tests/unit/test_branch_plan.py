@@ -39,6 +39,10 @@ def test_7b_plan_branches_reset_arms_from_never_and_continues_the_controls():
     assert got["dapo_cont"].source == "dapo" and got["dapo_late"].source == "dapo_cont"
     only_late = {k: v for k, v in build_arms(p).items() if k != "dapo_cont"}
     assert plan_branches(p, only_late)["dapo_late"].source == "dapo"     # alone: from dapo itself
+    # a control that ends within dapo's run is a slice (no checkpoint): the next continues dapo itself
+    short = dataclasses.replace(p, protocol=dataclasses.replace(p.protocol, peak_step=100))   # ends at 340
+    got = plan_branches(short, build_arms(short))
+    assert got["dapo_cont"].source == "dapo" and got["dapo_late"].source == "dapo"
     # the restarts start from never's checkpoints with a fresh optimizer: no branch of their own
     assert not any(k.startswith("armor_restart") for k in got)
     assert "armor_reset_never" not in got and "dapo" not in got
