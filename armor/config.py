@@ -107,6 +107,11 @@ class RolloutConfig:
            "ranks per node and the world size")
     enforce_eager: bool = _f(False, "vllm only: no CUDA graphs or torch.compile (start-up in seconds, slower "
                                     "decoding; the real-vLLM tests set it)")
+    seed_each_prompt: bool = _f(
+        False, "vllm only: give every prompt of a generate call its own seed (bitwise replay of a prompt "
+               "whatever else shares its call), which puts vLLM's sampler on its per-request generator "
+               "loop; false = one seed a call, vLLM drawing every request from it "
+               "(common/rollout/vllm_engine.py, Seeds)")
     max_logprob_mismatch: Optional[float] = _f(
         None, "stop the run when logprob_mismatch (mean |log p_engine - log p_trainer| over a step's "
               "on-policy tokens) exceeds this: the engine is not sampling the weights being trained. null = "

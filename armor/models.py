@@ -95,6 +95,7 @@ class Models:
                                    gpu_memory_utilization=r.gpu_memory_utilization,
                                    tensor_parallel_size=r.tensor_parallel_size, seed=cfg.seed,
                                    enforce_eager=r.enforce_eager, fast=self.fast,
+                                   seed_each_prompt=r.seed_each_prompt,
                                    max_model_len=cfg.lengths.max_prompt + cfg.lengths.max_response)
         return self
 

@@ -341,7 +341,8 @@ class Trainer:
     # ---------------------------------------------------------------------------------------- update
     def train_step(self) -> dict:
         tm, stats = PhaseTimes(), RolloutStats()
-        groups = self.collect(tm, stats)
+        with self.models.engine.awake_through():     # vLLM: one wake and one sleep a collection
+            groups = self.collect(tm, stats)
         row = {"step": self.step + 1, **stats.metrics(), "prompts_kept": len(groups), "rounds": stats.rounds,
                "anchors": sum(sum(g.is_anchor) for g in groups), "ref_samples": stats.ref_samples,
                "shortfall": stats.shortfall}
@@ -562,6 +563,10 @@ class Trainer:
         """avg@k of the policy on each validation set: shard s of the problems seeded on its own, gathered
         (armor.spmd; one shard: one call with the step's validation seed, or `seed` when given: the noise
         floor's re-validations of fixed weights)."""
+        with self.models.engine.awake_through():     # vLLM: one wake and one sleep a validation
+            return self._validate(seed)
+
+    def _validate(self, seed: int | None) -> list[dict]:
         v = self.cfg.validation
         rows = []
         for name, problems in self.val_sets.items():

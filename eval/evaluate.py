@@ -257,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--step", type=int, help="--checkpoint only: the step to file it under (default: from "
                                              "the folder name step_NNNNNN, else 0)")
     ap.add_argument("--chunk-size", type=int, default=32, help="problems per generation chunk (default 32)")
+    ap.add_argument("--chunk-ranks", type=int, default=1,
+                    help="size each benchmark's chunks for this many ranks: min(--chunk-size, "
+                         "ceil(problems / N)), so every rank of a split evaluation gets one (default 1)")
     ap.add_argument("--max-batch", type=int, default=256, help="hf engine: sequences per forward batch")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda")
     ap.add_argument("--fast", choices=["auto", "off", "native"],
@@ -293,8 +296,9 @@ def _cli_options(a: argparse.Namespace) -> dict:
     return dict(samples=a.samples, limit=a.limit, template=a.template, scorers=a.scorers, engine=a.engine,
                 seed=a.seed,
                 out=a.out, results=a.results, max_new_tokens=a.max_new_tokens, preset=a.preset,
-                pass_ks=a.pass_k, chunk_size=a.chunk_size, max_batch=a.max_batch, meta=meta, device=a.device,
-                dtype=a.dtype, fast=a.fast, grader_workers=a.grader_workers, overwrite=a.overwrite,
+                pass_ks=a.pass_k, chunk_size=a.chunk_size, chunk_ranks=a.chunk_ranks, max_batch=a.max_batch,
+                meta=meta, device=a.device, dtype=a.dtype, fast=a.fast, grader_workers=a.grader_workers,
+                overwrite=a.overwrite,
                 progress=False if a.no_progress else None, engine_kwargs=ek)
 
 

@@ -90,6 +90,9 @@ class EvalSettings:
     engine: str = "hf"                      # hf | vllm
     seed: int = 0                           # chunk seeds derive from it (eval.units.chunk_seed)
     chunk_size: int = 32                    # problems per generation chunk (the unit of resume)
+    # ranks the chunks are sized for: a benchmark's chunks hold min(chunk_size, ceil(problems / chunk_ranks))
+    # problems, so a small benchmark (AIME's 30) still gives every rank a chunk (eval.units.chunk_problems)
+    chunk_ranks: int = 1
     max_batch: int = 256                    # hf engine: sequences per forward batch
     max_new_tokens: int | None = None       # None: preset > protocol > run config > default
     preset: dict | None = None              # a preset's path or dict: lengths.max_response is the budget
@@ -149,7 +152,7 @@ class EvalSettings:
     def _check_engine_and_counts(self) -> None:
         if self.engine not in ("hf", "vllm"):
             raise EvalError(f"unknown engine {self.engine!r} (known: hf, vllm)")
-        for name, lo in (("seed", 0), ("chunk_size", 1), ("max_batch", 1)):
+        for name, lo in (("seed", 0), ("chunk_size", 1), ("chunk_ranks", 1), ("max_batch", 1)):
             v = getattr(self, name)
             if not _is_int(v, lo):
                 raise EvalError(f"{name} must be an integer >= {lo}, got {v!r}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -275,6 +276,13 @@ def _classify(unit: Unit, overwrite: bool) -> None:
         unit.state = "resume"
 
 
+def chunk_problems(n_problems: int, chunk_size: int, ranks: int = 1) -> int:
+    """Problems per chunk of a benchmark of `n_problems` evaluated on `ranks` ranks: chunk_size, or fewer
+    where the benchmark has fewer than chunk_size x ranks problems, so every rank gets a chunk (rank r draws
+    chunks r, r + N, ...: eval.execute). chunk_problems(30, 32, 8) = 4; (500, 32, 8) = 32."""
+    return max(1, min(chunk_size, math.ceil(n_problems / max(1, ranks))))
+
+
 def _unit_settings(bp: BenchInput, s: EvalSettings, budget: tuple[int, str]) -> dict:
     """What a unit's summary and settings file record (the key order is the files' byte order)."""
     p, k = s.protocol, bp.setting.samples
@@ -284,7 +292,7 @@ def _unit_settings(bp: BenchInput, s: EvalSettings, budget: tuple[int, str]) -> 
         "samples": k, "pass_ks": list(bp.setting.pass_ks),
         "temperature": p.temperature, "top_p": p.top_p, "max_new_tokens": budget[0],
         "max_new_tokens_source": budget[1], "seed": s.seed, "seed_rule": SEED_RULE,
-        "chunk_size": s.chunk_size, "engine": s.engine,
+        "chunk_size": chunk_problems(len(bp.data), s.chunk_size, s.chunk_ranks), "engine": s.engine,
         "max_batch": s.max_batch if s.engine == "hf" else None,
         "limit": s.limit, "n_problems": len(bp.data), "data_sha": bp.data_sha,
     }

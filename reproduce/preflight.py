@@ -19,8 +19,14 @@ The checks (status "ok", "FAIL", or "not checked here" with the reason):
                  (reproduce/sizing/estimates.py's volume of the jobs still to run)
   vllm_share     the training state a rank holds while vLLM generates (its shards of the fp32 masters,
                  AdamW's moments and πref: armor/memory.py at the run's world size) plus
-                 rollout.gpu_memory_utilization of a GPU fit in a GPU (a run shrunk to fewer nodes holds
-                 larger shards); needs the GPU's memory: nvidia-smi, or --gpu-mem-gb
+                 rollout.gpu_memory_utilization of a GPU fit in a GPU (a run shrunk to fewer nodes, or the
+                 one-node pilot, holds larger shards); needs the GPU's memory: nvidia-smi, or --gpu-mem-gb.
+                 The margin left is printed; under SHARE_SLACK_GIB it warns with the largest
+                 gpu_memory_utilization that leaves SHARE_SLACK_GIB
+  python         vLLM 0.33 needs Python >= 3.11 (pyproject's `gpu` extra installs it only there)
+  hf_token       a token ($HF_TOKEN or `huggingface-cli login`) where a hub item still to stage is gated
+  hub_access     where the `stage` job fetches from: the mirror (ARMOR_HUB_MIRROR, checked here), or the
+                 hub from a compute node (not checked here: stage on a host with access first, or mirror)
 
 `ARMOR_PREFLIGHT_FACTS` (a JSON file of Facts fields) replaces what gather_facts found: the tests inject
 facts through it, so each check's logic runs on CPU.
@@ -28,7 +34,9 @@ facts through it, so each check's logic runs on CPU.
 from __future__ import annotations
 
 import json
+import math
 import os
+import platform
 import shutil
 import socket
 import subprocess
@@ -37,7 +45,7 @@ from pathlib import Path
 from typing import Optional
 
 FACTS_ENV = "ARMOR_PREFLIGHT_FACTS"
-OK, FAIL, NOT_CHECKED = "ok", "FAIL", "not checked here"
+OK, FAIL, NOT_CHECKED, WARN = "ok", "FAIL", "not checked here", "warn"     # WARN does not stop a submission
 # the CUDA of the GPU wheels (constraints/gpu.txt: torch 2.14.0's default wheels are CUDA 13 builds) when the
 # interpreter here is a CPU build
 GPU_WHEEL_CUDA = "13.0"
@@ -47,6 +55,8 @@ NETWORK_FS = {"nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "smbfs"
               "glusterfs", "fuse.glusterfs", "fuse.sshfs", "wekafs", "orangefs", "panfs", "pvfs2", "afs",
               "9p", "fuse.juicefs", "fuse.s3fs"}
 GPU_MARGIN_GIB = 2.0     # the CUDA context, NCCL buffers and the allocator's slack beside the two shares
+SHARE_SLACK_GIB = 4.0    # vllm_share warns below this margin left (activation peaks, fragmentation)
+MIN_PYTHON_VLLM = (3, 11)
 
 
 @dataclass
@@ -59,6 +69,7 @@ class Facts:
     driver: Optional[str] = None                     # nvidia-smi's driver version; None: no GPU here
     gpu_memory_gib: Optional[float] = None           # one GPU's memory (nvidia-smi or --gpu-mem-gb)
     cuda: Optional[str] = None                       # the CUDA the GPU wheels are built for
+    python: str = ""                                 # the interpreter's version (the jobs run the same one)
     where: str = "the submission host"
 
 
@@ -122,6 +133,7 @@ def gather_facts(root: Path, env: Optional[dict] = None, gpu_mem_gb: Optional[fl
               free_bytes=_free_under(root), driver=drv,
               gpu_memory_gib=gpu_mem_gb * 1e9 / 2 ** 30 if gpu_mem_gb else mem,
               cuda=_cuda_here() if drv is not None else GPU_WHEEL_CUDA,     # torch loads only on a GPU host
+              python=platform.python_version(),
               where=where if drv is None else f"{where} ({socket.gethostname()}, a GPU)")
     inject = os.environ.get(FACTS_ENV)
     if inject:
@@ -236,31 +248,98 @@ def check_vllm_share(f: Facts, cfg, world_size: int, shape, key: str = "train") 
     util = cfg.rollout.gpu_memory_utilization
     held = resident_gib(cfg, world_size, shape)
     need = held + util * f.gpu_memory_gib + GPU_MARGIN_GIB
+    margin = f.gpu_memory_gib - need
     what = (f"{held:.1f} GiB of training state a rank at {world_size} ranks + {util:g} x "
             f"{f.gpu_memory_gib:.0f} GiB for vLLM + {GPU_MARGIN_GIB:g} GiB")
-    if need > f.gpu_memory_gib:
+    suggest = suggested_utilization(held, f.gpu_memory_gib)
+    hint = (f"rollout.gpu_memory_utilization={suggest:.2f} leaves {SHARE_SLACK_GIB:g} GiB" if suggest > 0
+            else f"no vLLM share leaves {SHARE_SLACK_GIB:g} GiB: run on more nodes (--nodes; {key}.nodes)")
+    if margin < 0:
         return Check("vllm_share", FAIL, f"{what} = {need:.1f} GiB > a GPU's {f.gpu_memory_gib:.0f} GiB: "
-                                         f"lower rollout.gpu_memory_utilization, or run on more nodes "
-                                         f"(--nodes; {key}.nodes)")
-    return Check("vllm_share", OK, f"{what} = {need:.1f} GiB <= {f.gpu_memory_gib:.0f} GiB")
+                                         f"{hint}, or run on more nodes (--nodes; {key}.nodes)")
+    if margin < SHARE_SLACK_GIB:
+        return Check("vllm_share", WARN, f"{what} = {need:.1f} GiB <= {f.gpu_memory_gib:.0f} GiB, margin "
+                                         f"{margin:.1f} GiB (< {SHARE_SLACK_GIB:g}): {hint}")
+    return Check("vllm_share", OK, f"{what} = {need:.1f} GiB <= {f.gpu_memory_gib:.0f} GiB, margin "
+                                   f"{margin:.1f} GiB")
 
 
-def run_checks(preset, res: dict, jobs, est: Optional[dict], facts: Facts, root: Path) -> list[Check]:
-    """Every check of a plan (GPU presets; a CPU preset's plan: the disk only, when sized)."""
+def suggested_utilization(held_gib: float, gpu_gib: float) -> float:
+    """The largest rollout.gpu_memory_utilization (two decimals, rounded down) that leaves SHARE_SLACK_GIB
+    beside `held_gib` of training state and GPU_MARGIN_GIB on a GPU of `gpu_gib`; <= 0 when none does."""
+    return math.floor(100 * (gpu_gib - held_gib - GPU_MARGIN_GIB - SHARE_SLACK_GIB) / gpu_gib) / 100
+
+
+def check_python(f: Facts, engine: str) -> Check:
+    """vLLM 0.33 (the `gpu` extra) needs Python >= 3.11; pyproject's marker installs no vLLM below it."""
+    if engine != "vllm":
+        return Check("python", OK, f"rollout.engine {engine}: no vLLM")
+    if not f.python:
+        return Check("python", NOT_CHECKED, "the interpreter's version unknown")
+    need = ".".join(map(str, MIN_PYTHON_VLLM))
+    if _version(f.python)[:2] < MIN_PYTHON_VLLM:
+        return Check("python", FAIL, f"Python {f.python} on {f.where}: vLLM 0.33 needs >= {need} (the `gpu` "
+                                     f"extra installs no vLLM below it): make the GPU venv with Python "
+                                     f">= {need} (README, GPU set-up)")
+    return Check("python", OK, f"Python {f.python} >= {need}")
+
+
+def check_hub(items: list, where: str) -> list[Check]:
+    """hf_token and hub_access of the hub items the `stage` job still has to copy (reproduce.hub.Item)."""
+    from reproduce import hub
+    todo = [it for it in items if not it.done()]
+    if not todo:
+        line = "nothing to stage" if not items else f"all {len(items)} hub item(s) staged"
+        return [Check("hf_token", OK, line), Check("hub_access", OK, line)]
+    gated = [it.label() for it in todo if it.gated]
+    m = hub.mirror()
+    have = "set" if hub.token() else "not set"
+    if m is not None:
+        token = Check("hf_token", OK, f"{hub.TOKEN_ENV} {have}; the mirror {m} serves every item")
+    elif gated and not hub.token():
+        token = Check("hf_token", FAIL, f"{', '.join(gated)} gated and no token: set {hub.TOKEN_ENV} (an "
+                                        f"account that accepted its terms), `huggingface-cli login`, or "
+                                        f"{hub.MIRROR_ENV}")
+    else:
+        token = Check("hf_token", OK, f"{hub.TOKEN_ENV} {have}" + (f" (gated: {', '.join(gated)})" if gated
+                                                                   else " (no gated item)"))
+    try:
+        if m is not None:
+            hub.check_ready(todo)        # the mirror holds every item (the token is hf_token's)
+    except hub.StageError as e:
+        access = Check("hub_access", FAIL, str(e))
+    else:
+        access = (Check("hub_access", OK, f"{hub.MIRROR_ENV}={m} holds the {len(todo)} item(s) to stage")
+                  if m is not None else
+                  Check("hub_access", NOT_CHECKED,
+                        f"the `stage` job fetches {len(todo)} item(s) from the hub on a compute node, which "
+                        f"{where} cannot test: where compute nodes have no internet, run the stage job "
+                        f"here first (python -m reproduce.jobs stage --preset P --root R --stage-dir D), "
+                        f"or set {hub.MIRROR_ENV} to a folder holding them"))
+    return [token, access]
+
+
+def run_checks(preset, res: dict, jobs, est: Optional[dict], facts: Facts, root: Path,
+               items: Optional[list] = None, pilot_bytes: Optional[int] = None) -> list[Check]:
+    """Every check of a plan (GPU presets; a CPU preset's plan: the disk only, when sized). items: the hub
+    items of the plan (reproduce.hub.items). pilot_bytes: a pilot's plan, whose checkpoints these are
+    (reproduce.dag.pilot_graph.pilot_disk_bytes) and whose ranks are one node's."""
     from armor import memory
     cfg = preset.cfg
     train = res["train"]
-    need = None
-    if est:
+    need = pilot_bytes
+    if est and pilot_bytes is None:
         need = sum(est[j.key].ckpt_bytes for j in jobs if j.kind == "train" and j.key in est
                    and not j.is_done()) or None
     out = [check_disk(facts, need, root)]
+    hub_checks = check_hub(items, facts.where) if items is not None else []
     if not train.gpus_per_node:
-        return out
+        return out + hub_checks
     shape = memory.model_shape(cfg.model.path)
-    return [check_driver(facts), check_alloc_conf(facts, cfg.rollout.engine),
-            check_compile_cache(facts, cfg.rollout.engine), *out,
-            check_vllm_share(facts, cfg, train.world_size, shape)]
+    world = train.ranks_per_node if pilot_bytes is not None else train.world_size
+    return [check_driver(facts), check_python(facts, cfg.rollout.engine),
+            check_alloc_conf(facts, cfg.rollout.engine), check_compile_cache(facts, cfg.rollout.engine),
+            *out, check_vllm_share(facts, cfg, world, shape), *hub_checks]
 
 
 def check_lines(checks: list[Check], facts: Facts) -> list[str]:

@@ -46,15 +46,15 @@ from figures.checklist import read_verdicts, verdict_lines  # noqa: E402
 from common.jsonl import read_json  # noqa: E402
 from reproduce import hub, preflight  # noqa: E402
 from reproduce.sizing.checks import check_plan  # noqa: E402
-from reproduce.sizing.estimates import estimate_jobs, fmt_bytes, fmt_h  # noqa: E402
+from reproduce.sizing.estimates import estimate_jobs, fit_eval_limits, fmt_bytes, fmt_h  # noqa: E402
 from reproduce.sizing.report import branch_lines, total_lines  # noqa: E402
 from reproduce.sizing.throughput import (PILOT_DIR, PILOT_FILE, SizingError, Throughput,  # noqa: E402
                                          read_pilot, scenarios, throughput)
-from reproduce.dag.pilot_graph import pilot_jobs  # noqa: E402
+from reproduce.dag.pilot_graph import pilot_disk_bytes, pilot_jobs, pilot_train  # noqa: E402
 from reproduce.jobs.pilot import report_lines as pilot_report_lines  # noqa: E402
 from reproduce.dag.budget import budget_lines, item_costs  # noqa: E402
 from reproduce.dag.graph import WARM_PRELOAD, build_jobs  # noqa: E402
-from reproduce.dag.resources import preset_resources  # noqa: E402
+from reproduce.dag.resources import EVAL_TIME_MIN, preset_resources  # noqa: E402
 from reproduce.entrypoints import missing_entry_points  # noqa: E402
 from reproduce.jobs.collect import protocol_card_text  # noqa: E402
 from reproduce.jobs.figures import DRIVER_START_ENV, driver_wall_time, record_driver_run  # noqa: E402
@@ -88,6 +88,12 @@ def parse_args(argv=None):
                          "ARMOR steps, a stop by the time-limit signal and its resume, saves, an evaluation "
                          "slice; it writes runs/<preset>/pilot/pilot.json, which later dry runs size the "
                          "plan from")
+    ap.add_argument("--without-pilot", action="store_true",
+                    help="submit a GPU preset's matrix to SLURM before its pilot measured it "
+                         "(runs/<preset>/pilot/pilot.json): the plan's hours and resources stay assumed")
+    ap.add_argument("--net-floor-gbps", type=float, default=None,
+                    help="--pilot: the two-node network probe fails below this all-gather bus bandwidth "
+                         "(GB/s; default reproduce/jobs/netprobe.py FLOOR_GBPS)")
     ap.add_argument("--status", action="store_true", help="print each job's state and exit")
     ap.add_argument("--no-wait", action="store_true", help="slurm: submit and exit (rerun later to follow)")
     ap.add_argument("--workers", type=int, default=None, help="local: jobs at once (default: CPU cores)")
@@ -326,7 +332,10 @@ def main(argv=None) -> int:
         tp = (throughput(preset, a.rollout_tokens_per_s, a.update_tokens_per_s, a.response_fill,
                                 a.save_s, a.gpu_check, a.decode_tokens_per_s, a.push_s, a.anchor_share,
                                 pilot=measured) if sized else None)
-        if gpu:
+        if gpu and a.pilot:             # the pilot's own shape: one node, its one-node host memory
+            check_plan(preset, {**res, "train": pilot_train(preset, res["train"], a.mem_gb)}, tp,
+                       "--mem-gb" if a.mem_gb is not None else "the pilot's train.mem_gb", pilot=True)
+        elif gpu:
             check_plan(preset, res, tp, "--mem-gb" if a.mem_gb is not None else
                               f"train.mem_gb ({a.resources})" if a.resources else "train.mem_gb")
         for flag, v in (("--gpu-mem-gb", a.gpu_mem_gb), ("--budget-gpu-hours", a.budget_gpu_hours)):
@@ -336,8 +345,14 @@ def main(argv=None) -> int:
             raise ExperimentError("--pilot: runs the pilot of the whole preset (no --only, --seeds or "
                                   "--status)")
         stage_dir = Path(a.stage_dir).resolve() if a.stage_dir else hub.default_stage_dir(root)
-        jobs = (pilot_jobs(preset, root, res, stage_dir) if a.pilot else
+        if a.net_floor_gbps is not None and (not a.pilot or not a.net_floor_gbps >= 0):
+            raise ExperimentError(f"--net-floor-gbps: {a.net_floor_gbps!r} goes with --pilot and must be "
+                                  ">= 0")
+        floor = {} if a.net_floor_gbps is None else {"net_floor_gbps": a.net_floor_gbps}
+        jobs = (pilot_jobs(preset, root, res, stage_dir, mem_gb=a.mem_gb, **floor) if a.pilot else
                 build_jobs(preset, root, seeds, only, res, stage_dir=stage_dir))
+        if gpu and not a.pilot:     # each evaluation's limit fits its estimate: one attempt, no requeue
+            fit_eval_limits(preset, jobs, tp, EVAL_TIME_MIN)
         la = Launcher(out, cluster=a.cluster, workers=a.workers, poll_s=a.poll,
                       progress=False if a.no_progress else None, preload=WARM_PRELOAD)
         facts = preflight.gather_facts(out, {**os.environ, **(res["train"].env or {})}, a.gpu_mem_gb)
@@ -357,7 +372,9 @@ def main(argv=None) -> int:
                 branched = branch_lines(jobs)
                 totals += [""] + branched if branched else []
             if a.dry_run and (sized or a.pilot):
-                checks = preflight.run_checks(preset, res, jobs, est, facts, out)
+                checks = preflight.run_checks(preset, res, jobs, est, facts, out,
+                                              hub.items(preset, stage_dir),
+                                              pilot_disk_bytes(preset) if a.pilot else None)
                 totals += [""] + preflight.check_lines(checks, facts)
             print_plan(preset, jobs, states, la.cluster, root, seeds, only, show_commands=a.dry_run,
                        stage_dir=stage_dir, launcher=la if a.dry_run and gpu else None, est=est,
@@ -369,11 +386,20 @@ def main(argv=None) -> int:
                       f"prompt template {preset.cfg.data.prompt_template}; final evaluation below):\n")
                 print(card)
             return 0
+        if gpu and la.cluster == "slurm" and not a.pilot and measured is None and not a.without_pilot:
+            raise ExperimentError(
+                f"{preset.name}: no pilot has measured this plan ({out / PILOT_DIR / PILOT_FILE} is "
+                f"missing): "
+                f"run it first, one node, a few steps: python reproduce/run_all.py --preset {preset.cli_arg} "
+                f"--pilot; or submit on the assumed figures with --without-pilot")
+        if a.without_pilot and a.pilot:
+            raise ExperimentError("--without-pilot: not with --pilot")
         hub.check_ready(hub.items(preset, stage_dir))   # a gated dataset without a token fails here
         # the pre-flight stops a submission that would fail on the cluster (a GPU preset, or a sized one)
         if sized:
             est = estimate_jobs(preset, jobs, tp) if not a.pilot else None
-            checks = preflight.run_checks(preset, res, jobs, est, facts, out)
+            checks = preflight.run_checks(preset, res, jobs, est, facts, out, hub.items(preset, stage_dir),
+                                          pilot_disk_bytes(preset) if a.pilot else None)
             bad = preflight.failures(checks)
             if bad:
                 print("\n".join(preflight.check_lines(checks, facts)), file=sys.stderr)

@@ -692,12 +692,14 @@ class Launcher:
     def slurm_params(self, job: Job, dependency_ids: list[str], n_array: int = 0) -> dict:
         """The submitit SlurmExecutor parameters of one job (or of an array of n_array tasks like it):
         sbatch's options and srun's. srun gets `--cpus-per-task` itself: since SLURM 22.05 a step does not
-        inherit the allocation's, and its one task per node would otherwise run every rank on one core."""
+        inherit the allocation's, and its one task per node would otherwise run every rank on one core; and
+        `--kill-on-bad-exit=1`: a node whose task fails (a rank the watchdog ended) ends the step's other
+        tasks, instead of leaving them waiting on a collective until the NCCL timeout."""
         res = job.resources or Resources()
         name = job.key.replace("/", ".") if not n_array else f"{job.array}[{n_array}]"
         params = dict(job_name=name[:120], time=int(res.time_min), nodes=res.nodes, ntasks_per_node=1,
                       cpus_per_task=res.cpus_per_task, signal_delay_s=self.warning_s(job),
-                      srun_args=[f"--cpus-per-task={res.cpus_per_task}"],
+                      srun_args=[f"--cpus-per-task={res.cpus_per_task}", "--kill-on-bad-exit=1"],
                       setup=[f"export PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}}",
                              "export ARMOR_LAUNCHER=slurm"],
                       additional_parameters={"requeue": True, "chdir": str(job.cwd or REPO_ROOT),

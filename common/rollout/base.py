@@ -7,6 +7,7 @@ every generate call is free, and a round with anchors costs at most one policy -
 from __future__ import annotations
 
 import abc
+import contextlib
 import hashlib
 from dataclasses import dataclass, field
 from typing import Hashable
@@ -88,6 +89,12 @@ class RolloutEngine(abc.ABC):
         self.version = version
         self.pushes += 1
         return True
+
+    def awake_through(self):
+        """A context in which the engine stays ready between generate calls (a collection phase: rounds,
+        anchors, swaps; a validation): an engine that frees its GPU memory between calls (vLLM's sleep
+        mode) frees it once, when the context ends. Nothing for an engine that never frees it (HF)."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def _push(self, model: torch.nn.Module) -> None:

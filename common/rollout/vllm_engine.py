@@ -24,24 +24,40 @@ vocabulary, Qwen3's q/k norms); sleep mode, NCCL and CUDA memory are checked aga
   cache would serve the other model's keys and values. Each FSDP2 shard is cast to the engine's dtype before
   it is gathered (bf16: half the traffic of the fp32 masters). Every state-dict entry is pushed, tied ones
   included: the reload is layer-wise, and a layer that receives nothing keeps the dummy start's random weights
-  (vLLM says nothing). Outside a generate call the engine sleeps (level 1: weights to CPU, KV cache freed), so
-  training gets the GPU back:
-      sync_weights: wake_up(["weights"]) -> push -> reset_prefix_cache -> sleep (when the version changed)
-      generate:     wake_up(["weights", "kv_cache"]) -> generate -> sleep(level=1)
+  (vLLM says nothing). The trainer holds the engine awake through each collection phase and validation
+  (`awake_through`: every round, anchor chunk and policy/reference swap of a step), then it sleeps at level
+  2 (weights and KV cache discarded, nothing copied to the host; vLLM keeps the model's buffers, rotary
+  tables, on the CPU) and forgets its version, so the next sync pushes again: after an update the policy
+  changed anyway, and level 1's pinned host copy of the weights (2 N bytes a rank) and its two copies per
+  generate call are gone. vLLM recommends level 2 for engines whose weights are updated. Outside such a
+  phase a call sleeps at level 1 after itself (weights to CPU, KV cache freed), so training gets the GPU
+  back:
+      awake_through: ... (pushes and generates, nothing sleeps) ... -> sleep(level=2), version None
+      sync_weights:  wake_up(["weights"]) -> push -> reset_prefix_cache -> sleep(level=1) (version changed)
+      generate:      wake_up(["weights", "kv_cache"]) -> generate -> sleep(level=1)
   A push no generate follows on this rank (an anchor chunk or validation shard drawn by other ranks) so leaves
-  nothing awake. vLLM's executor ignores sleep() while any part sleeps (v1/executor/abstract.py: "Executor is
-  already sleeping"), so `sleep` first wakes what still sleeps (the KV cache: mapping memory, no copy). The
-  price: one more copy of the weights to the host and back per push. Sleep mode exists only on the platforms
-  vLLM says have it (CUDA, ROCm, XPU); elsewhere (its CPU build) the engine stays awake and the rest is the
-  same.
+  nothing awake after the phase. vLLM's executor ignores sleep() while any part sleeps
+  (v1/executor/abstract.py: "Executor is already sleeping"), so `sleep` first wakes what still sleeps (the KV
+  cache: mapping memory, no copy). Sleep mode exists only on the platforms vLLM says have it (CUDA, ROCm,
+  XPU); elsewhere (its CPU build) the engine stays awake and the rest is the same.
 * standalone (evaluation): the checkpoint's own weights are loaded from its folder, vLLM's default executor,
   no sleep and no push.
 
 The context length is the config's (`max_model_len` = lengths.max_prompt + lengths.max_response, eval: longest
 prompt + max_new_tokens); when the model's `max_position_embeddings` is smaller (4096 for Qwen2.5-Math-7B)
-vLLM would refuse it, so it is raised with `hf_overrides`, as verl's DAPO-7B scripts do. Each prompt gets its
-own seed (`prompt_seed`), and the log-probs returned are the sampling distribution's (`logprobs_mode=
-"processed_logprobs"`: after temperature and top_p), the ones the training/inference mismatch metric compares.
+vLLM would refuse it, so it is raised with `hf_overrides`, as verl's DAPO-7B scripts do. The log-probs
+returned are the sampling distribution's (`logprobs_mode="processed_logprobs"`: after temperature and top_p),
+the ones the training/inference mismatch metric compares.
+
+Seeds. The colocated engine draws a whole generate call from one seed: its requests carry none, and the
+call runs with this process's torch RNG (the one vLLM's sampler draws from in-process) seeded from the
+call's seed, the trainer's RNG restored after it (`call_rng`); vLLM derives every request's and child's draws
+from it. A seeded request would put vLLM's sampler on its per-request generator loop
+(v1/sample/ops/topk_topp_sampler.py random_sample: one exponential_ per seeded row). The call's samples are
+then a function of the call (its prompts and their order, which armor.spmd fixes per shard), not of each
+prompt alone. `rollout.seed_each_prompt` (bitwise replay of a prompt whatever shares its call) gives each
+prompt its own seed (`prompt_seed`), as the standalone engine (evaluation) always does: its worker is
+another process, whose RNG a call cannot seed.
 """
 from __future__ import annotations
 
@@ -49,6 +65,7 @@ import contextlib
 import json
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -58,16 +75,20 @@ import torch
 from common.rollout.base import Rollout, RolloutEngine, SamplingParams, prompt_seed
 
 LOGPROBS_MODE = "processed_logprobs"   # vLLM's default, raw_logprobs, is before temperature and top_p
-# level 1 keeps a CPU copy of the weights: an unchanged version costs nothing
+# level 1 keeps a CPU copy of the weights: an unchanged version costs nothing (a call outside a phase)
 SLEEP_LEVEL = 1
+# the end of a phase held awake: weights discarded, pushed again by the next sync
+PHASE_SLEEP_LEVEL = 2
 
 
 def _import_vllm():
     try:
         import vllm
     except ImportError as e:
-        raise ImportError("rollout.engine: 'vllm' needs vLLM: pip install -e '.[gpu]' -c constraints/gpu.txt "
-                          "(README, GPU set-up)") from e
+        old = (f" on Python >= 3.11 (this is {sys.version.split()[0]}: the `gpu` extra installs no vLLM "
+               "below 3.11)" if sys.version_info < (3, 11) else "")
+        raise ImportError("rollout.engine: 'vllm' needs vLLM: pip install -e '.[gpu]' -c constraints/gpu.txt"
+                          f"{old} (README, GPU set-up)") from e
     return vllm
 
 
@@ -201,7 +222,7 @@ class VLLMEngine(RolloutEngine):
 
     def __init__(self, model_path: str, tokenizer, *, max_model_len: int, dtype: str = "bfloat16",
                  gpu_memory_utilization: float | None = None, tensor_parallel_size: int = 1, seed: int = 0,
-                 colocate: bool = True, enforce_eager: bool = False):
+                 colocate: bool = True, enforce_eager: bool = False, seed_each_prompt: bool = False):
         if not isinstance(max_model_len, int) or max_model_len < 2:
             raise ValueError(f"rollout.engine=vllm: max_model_len {max_model_len!r} must be an int >= 2 "
                              "(lengths.max_prompt + lengths.max_response)")
@@ -216,6 +237,10 @@ class VLLMEngine(RolloutEngine):
                             "float32": torch.float32}.get(dtype)
         self.stop_ids = stop_token_ids(tokenizer, self.model_path)
         self._asleep: set[str] = set()     # the sleeping parts: {"weights", "kv_cache"} after sleep()
+        self._held = 0                      # awake_through depth: no sleep while > 0
+        self._discarded = False             # a level-2 sleep discarded the weights: a push must come first
+        # one seed a call (the in-process engine's RNG), or each prompt's own (module docstring, Seeds)
+        self.seed_each_prompt = seed_each_prompt or not colocate
         # token ids in and out: vLLM loads no tokenizer (ours decodes, and stop_ids end responses)
         kw = dict(dtype=dtype, seed=seed, tensor_parallel_size=tensor_parallel_size,
                   max_model_len=max_model_len, hf_overrides=model_overrides(self.model_path, max_model_len),
@@ -253,6 +278,7 @@ class VLLMEngine(RolloutEngine):
             self.llm.collective_rpc("reload_weights",
                                     kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
             self.llm.reset_prefix_cache()
+            self._discarded = False
         finally:
             self.sleep()
         self.push_seconds += time.perf_counter() - t0
@@ -263,16 +289,32 @@ class VLLMEngine(RolloutEngine):
             self.llm.wake_up(tags=todo)
             self._asleep -= set(todo)
 
-    def sleep(self) -> None:
-        """Free the GPU for training: weights to CPU memory, KV cache discarded (level 1); nothing without
-        sleep mode or when all of it sleeps already. Partly awake (weights woken for a push), the rest is
-        woken
-        first: vLLM's executor ignores sleep() while any part sleeps."""
-        if not self.sleep_mode or self._asleep == {"weights", "kv_cache"}:
+    def sleep(self, level: int = SLEEP_LEVEL) -> None:
+        """Free the GPU for training: level 1: weights to CPU memory, KV cache discarded; level 2: both
+        discarded, and the version forgotten (the next sync pushes). Nothing without sleep mode, inside
+        awake_through, or when all of it sleeps already. Partly awake (weights woken for a push), the rest is
+        woken first: vLLM's executor ignores sleep() while any part sleeps."""
+        if not self.sleep_mode or self._held or self._asleep == {"weights", "kv_cache"}:
             return
         self._wake(sorted(self._asleep))
-        self.llm.sleep(level=SLEEP_LEVEL)
+        if level == 2:
+            self.version = None                 # before the call: a failed sleep leaves no stale version
+            self._discarded = True
+        self.llm.sleep(level=level)
         self._asleep = {"weights", "kv_cache"}
+
+    @contextlib.contextmanager
+    def awake_through(self):
+        """Stay awake between the calls inside (a collection phase, a validation), then sleep at
+        PHASE_SLEEP_LEVEL: one wake and one sleep a phase instead of one per generate call, and no host copy
+        of the weights (module docstring)."""
+        self._held += 1
+        try:
+            yield self
+        finally:
+            self._held -= 1
+            if not self._held:
+                self.sleep(PHASE_SLEEP_LEVEL)
 
     @property
     def awake(self) -> set[str]:
@@ -282,13 +324,29 @@ class VLLMEngine(RolloutEngine):
 
     # ------------------------------------------------------------------------------------------- generate
     def sampling_params(self, n_prompts: int, params: SamplingParams) -> list:
-        """One vLLM SamplingParams per prompt: the same settings, each prompt's own seed (prompt_seed); the n
-        samples of a prompt get seed + j from vLLM. logprobs=0: the sampled token's log-prob only."""
+        """One vLLM SamplingParams per prompt: the same settings; with seed_each_prompt each prompt's own
+        seed (prompt_seed: the n samples of a prompt get seed + j from vLLM), else none (the call's RNG,
+        `call_rng`). logprobs=0: the sampled token's log-prob only."""
         from vllm import SamplingParams as VSP
+        own = self.seed_each_prompt and params.seed is not None
         return [VSP(n=params.n, temperature=params.temperature, top_p=params.top_p,
                     max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=self.stop_ids,
-                    seed=None if params.seed is None else prompt_seed(params.seed, i), detokenize=False)
+                    seed=prompt_seed(params.seed, i) if own else None, detokenize=False)
                 for i in range(n_prompts)]
+
+    @contextlib.contextmanager
+    def call_rng(self, seed: int | None):
+        """This process's torch RNG (CPU and this rank's GPU: what vLLM's in-process sampler draws from)
+        seeded from a call's `seed` inside, the caller's RNG state restored after; nothing with
+        seed_each_prompt or no seed. The ranks of a tensor-parallel engine make the same call with the same
+        seed, so they draw the same tokens."""
+        if self.seed_each_prompt or seed is None:
+            yield
+            return
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(prompt_seed(seed, -1))     # a 62-bit hash of the call's seed
+            yield
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         from vllm.inputs import TokensPrompt
@@ -298,10 +356,14 @@ class VLLMEngine(RolloutEngine):
                              f"{params.max_new_tokens} exceeds the engine's max_model_len "
                              f"{self.max_model_len} "
                              "(lengths.max_prompt + lengths.max_response)")
+        if self._discarded:
+            raise RuntimeError("VLLMEngine.generate: the weights were discarded by a level-2 sleep (the end "
+                               "of awake_through) and not pushed since: sync_weights first")
         self._wake(["weights", "kv_cache"])
         try:
-            outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-                                     self.sampling_params(len(prompts), params), use_tqdm=False)
+            with self.call_rng(params.seed):
+                outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+                                         self.sampling_params(len(prompts), params), use_tqdm=False)
         finally:
             self.sleep()
         return self._rollout(prompts, outs)

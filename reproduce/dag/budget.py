@@ -19,12 +19,13 @@ from reproduce.sizing.estimates import estimate_jobs
 from reproduce.sizing.throughput import Throughput
 
 # the paper's items, most important first: the headline (Table 1: DAPO to θ*, then +ARMOR), Fig. 1 (the
-# collapse and ARMOR's answer), Fig. 4 (the reset behind the headline), the rest of Tables 1 and 2 (QAE,
+# collapse and ARMOR's answer), Fig. 4's authors' restarts (the reset behind the headline), then its in-run
+# reset sweep (fig4 adds armor_reset_<τ>), the rest of Tables 1 and 2 (QAE,
 # pass@k of the same runs), Fig. 3 (which part of ARMOR does the work), Fig. 2 (the KL baselines), Fig. 7
 # (Qwen3's reset schedule), Fig. 6 (QAE's curves), Fig. 5 (the appendix's k2), Table 3 (teacher-guided
 # baselines), the toy world's own checks
-IMPORTANCE = ("headline", "fig1", "fig4", "table1", "table2", "fig3", "fig2", "fig7", "fig6", "fig5",
-              "table3", "world")
+IMPORTANCE = ("headline", "fig1", "fig4_restarts", "fig4", "table1", "table2", "fig3", "fig2", "fig7", "fig6",
+              "fig5", "table3", "world")
 
 
 def plan_cost(preset, root, seeds, res, stage_dir, t: Throughput, items: list[str]) -> float:
@@ -69,7 +70,7 @@ def budget_lines(rows: list[dict], budget: float) -> list[str]:
            f"alone; added to the items taken before, shared runs counted once):"]
     chosen = choose_items(rows, budget)
     for r in chosen:
-        out.append(f"  {'covered' if r['covered'] else 'over   '}  {r['item']:<8} {r['gpu_hours']:>10,.0f} "
+        out.append(f"  {'covered' if r['covered'] else 'over   '}  {r['item']:<13} {r['gpu_hours']:>10,.0f} "
                    f"alone {r['extra']:>10,.0f} added" + (f" -> {r['total']:,.0f} in all" if r["covered"]
                                                           else ""))
     covered = [r["item"] for r in chosen if r["covered"]]

@@ -211,9 +211,9 @@ def _train_jobs(g: _Inputs, arms: dict[str, Arm], arm: Arm, s: int, first: list[
     br = branch_of(g, arm, s)
     if arm.stage == 1:
         deps = list(first)
-    elif br is not None and br.kind == CONTINUATION:
-        deps = [f"stage1/{br.source}/seed{s}"] + ([f"peak/{arm.baseline}/seed{s}"] if arm.start == "peak"
-                                                   else [])
+    elif br is not None and br.kind == CONTINUATION:     # the baseline's run, or an earlier control's
+        deps = ([f"stage{arms[br.source].stage}/{br.source}/seed{s}"]
+                + ([f"peak/{arm.baseline}/seed{s}"] if arm.start == "peak" else []))
     elif br is not None:
         deps = [_ready_key(g, arms[br.source], s, br.step)]
     elif arm.start == "late" and preset.protocol.late_start_step is not None:
@@ -360,7 +360,8 @@ def _train_info(g: _Inputs, arm: Arm, s: int, br: Optional[Branch]) -> dict:
         info["start_step"] = start_step(preset.protocol, arm)
         info["steps_saved"] = max(0, min(src_end, steps) - info["start_step"])
         info["branch"] = {"kind": br.kind, "source": br.source, "step": src_end}
-        ov = continuation_overrides(preset, root, arm, base, s, steps, g.stage_dir if g.items else None)
+        ov = continuation_overrides(preset, root, arm, g.arms[arm.continues], s, steps,
+                                    g.stage_dir if g.items else None)
         info["branch_note"] = (f"continues {br.source} seed {s}: its rows to step {src_end}"
                                + (f", then from its step-{src_end} checkpoint (full state) to step {steps}"
                                   if steps > src_end else f" (no step to train: it ends at {steps})"))

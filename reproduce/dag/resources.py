@@ -23,6 +23,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from reproduce.sizing.footprint import default_host_memory
+
+# a GPU evaluate job's default time limit; the driver raises it to the job's estimate
+# (reproduce/sizing/estimates.py fit_eval_limits)
+EVAL_TIME_MIN = 8 * 60
 from slurm.resources import Resources, resolve_resources
 
 KINDS = ("stage", "world", "train", "select_peak", "evaluate", "collect", "figures")
@@ -58,7 +62,7 @@ def default_resources(nodes: int = 1, gpus_per_node: int = 0, procs_per_node: in
                            stop_grace_s=1800.0),
         "select_peak": Resources(cpus_per_task=1, mem_gb=2, time_min=10),
         "evaluate": Resources(nodes=1, gpus_per_node=gpus_per_node, cpus_per_task=cpus,
-                              mem_gb=mem.get("evaluate", 64), time_min=8 * 60),
+                              mem_gb=mem.get("evaluate", 64), time_min=EVAL_TIME_MIN),
         "collect": Resources(cpus_per_task=2, mem_gb=8, time_min=30),
         "figures": Resources(cpus_per_task=2, mem_gb=8, time_min=30),
     }

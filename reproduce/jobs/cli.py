@@ -14,6 +14,7 @@
     python -m reproduce.jobs pilot-train    --preset P --root R --phase dapo|armor   (the pilot; pilot.py)
     python -m reproduce.jobs pilot-eval     --preset P --root R            (the pilot's evaluation slice)
     python -m reproduce.jobs pilot-report   --preset P --root R            (runs/<preset>/pilot/pilot.json)
+    python -m reproduce.jobs net-probe      --preset P --root R [--floor-gbps X]  (two nodes; netprobe.py)
     python -m reproduce.jobs show           --preset P                     (the matrix)
 
 Every job resolves its late-bound inputs (θ*, the checkpoints to evaluate) when it runs. Errors of the
@@ -31,6 +32,7 @@ from reproduce import hub
 from reproduce.jobs import wait
 from reproduce.jobs.collect import cmd_collect
 from reproduce.jobs.evaluate import cmd_evaluate
+from reproduce.jobs.netprobe import FLOOR_GBPS, cmd_net_probe
 from reproduce.jobs.figures import cmd_figures
 from reproduce.jobs.noise import cmd_noise_floor
 from reproduce.jobs.peaks import cmd_select_peak, cmd_select_restart
@@ -109,6 +111,12 @@ def main(argv=None) -> int:
            staged=True)
     common(sub.add_parser("pilot-report",
                           help="write runs/<preset>/pilot/pilot.json from the pilot's phases"))
+    npr = sub.add_parser("net-probe", help="the pilot's all-gather across two nodes (bandwidth, transport)")
+    common(npr)
+    npr.add_argument("--floor-gbps", type=float, default=FLOOR_GBPS,
+                     help=f"fail below this busbw of the largest message (GB/s; default {FLOOR_GBPS:g})")
+    npr.add_argument("--sizes-mb", default=None, help="comma-separated message sizes in MiB (default: a "
+                                                      "decoder layer's and the embedding's)")
     wait.add_parser(sub)
     a = ap.parse_args(argv)
     if a.cmd == "wait-checkpoint":
@@ -149,6 +157,9 @@ def main(argv=None) -> int:
             return cmd_pilot_eval(preset, root, sd)
         if a.cmd == "pilot-report":
             return cmd_pilot_report(preset, root)
+        if a.cmd == "net-probe":
+            sizes = [int(float(x) * 2 ** 20) for x in a.sizes_mb.split(",")] if a.sizes_mb else None
+            return cmd_net_probe(preset, root, a.floor_gbps, sizes)
     except (ExperimentError, ConfigError, hub.StageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

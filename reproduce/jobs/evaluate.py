@@ -87,9 +87,9 @@ def eval_command(preset: Preset, ckpt: Path, out: Path, stage_dir: Optional[Path
         argv += ["--threads", str(threads)]
     ranks = int(os.environ.get(EVAL_RANKS_ENV) or 1)
     # README "Evaluation at scale": one engine per GPU, the benchmarks' chunks split over ranks
-    if ranks > 1:
+    if ranks > 1:    # the chunks sized so that no rank idles on a small benchmark (eval.units.chunk_problems)
         argv = [argv[0], "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
-                *argv[1:]]
+                *argv[1:], "--chunk-ranks", str(ranks)]
     return argv
 
 

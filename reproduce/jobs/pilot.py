@@ -33,6 +33,7 @@ from common.jsonl import append_jsonl, read_json, read_jsonl, write_json_atomic
 from common.layout import list_checkpoints
 from reproduce import hub, preflight
 from reproduce.jobs.evaluate import eval_command
+from reproduce.jobs.netprobe import NET_FILE
 from reproduce.matrix.arms import _val, arm_definitions
 from reproduce.matrix.presets import STATE_JSON, ExperimentError, Preset, preset_root
 from reproduce.sizing.step_model import benchmark_problems
@@ -72,7 +73,8 @@ def scaled_batch(preset: Preset) -> dict[str, int]:
 def pilot_overrides(preset: Preset, root: Path, phase: str, stage_dir: Optional[Path] = None) -> list[str]:
     """The pilot's armor.train overrides of one phase: the preset's stage-1 DAPO (or ARMOR from the DAPO
     pilot's last checkpoint, with a reset every step: anchors, swaps, the mixed ratio and the reset), the
-    scaled batch, a save and a validation of VAL_PROBLEMS problems at its last step only."""
+    scaled batch, a save and a validation of VAL_PROBLEMS problems at its last step only, and no background
+    state saves (schedule.state_every: what the pilot does not measure, nor its one-node memory holds)."""
     d = pilot_dir(root, preset)
     steps = DAPO_STEPS if phase == "dapo" else ARMOR_STEPS
     cfg = preset.cfg
@@ -86,7 +88,8 @@ def pilot_overrides(preset: Preset, root: Path, phase: str, stage_dir: Optional[
     out += [f"{k}={v}" for k, v in scaled_batch(preset).items()]
     out += [f"schedule.total_steps={steps}", f"schedule.save_every={steps}",
             f"schedule.validate_every={steps}", "schedule.keep_last=null", "schedule.keep_steps=[]",
-            "validation.at_start=false", f"validation.max_problems={VAL_PROBLEMS}"]
+            "validation.at_start=false", f"validation.max_problems={VAL_PROBLEMS}",
+            "schedule.state_every=null"]      # background state saves: not measured (and not in its memory)
     if phase == "armor":
         last = list_checkpoints(d / "dapo")
         if not last:
@@ -310,7 +313,8 @@ def pilot_report(preset: Preset, root: Path) -> dict:
                     "resumed_from": resumes[0]["resumed_from"] if resumes else None,
                     "resume_load_s": resumes[0]["load_s"] if resumes else None,
                     "exercised": bool(stops and resumes and stops[0]["stopped"] is not None)},
-           "node_checks": dapo["attempts"][0].get("node_checks", [])}
+           "node_checks": dapo["attempts"][0].get("node_checks", []),
+           "network": read_json(d / NET_FILE)}          # the two-node probe's (None: one-node plan)
     for key in ("push_s", "save_s", "validation_sample_s"):
         if rep[key] is None:
             raise ExperimentError(f"{d}: the pilot measured no {key} (its phases saved, pushed and "
@@ -330,7 +334,7 @@ def report_lines(rep: dict, path: Path) -> list[str]:
     """What the pilot measured, for the driver's output."""
     st = rep["stop"]
     ev = rep["eval"]
-    return [f"pilot of {rep['preset']} on 1 node ({rep['gpus']} GPUs; batch {rep['batch']}): {path}",
+    out = [f"pilot of {rep['preset']} on 1 node ({rep['gpus']} GPUs; batch {rep['batch']}): {path}",
             f"  DAPO step {rep['dapo']['step_s']:.2f} s (generate {rep['dapo']['generate_s']:.2f}, update "
             f"{rep['dapo']['update_s']:.2f}), ARMOR step {rep['armor']['step_s']:.2f} s, anchor share "
             + (f"{rep['armor']['anchor_share']:.2f}" if rep['armor']['anchor_share'] is not None else "-"),
@@ -342,3 +346,8 @@ def report_lines(rep: dict, path: Path) -> list[str]:
                 f"{st['saved_step']}, resumed from step {st['resumed_from']} ({st['resume_load_s']:.1f} s to "
                 f"load)" if st["exercised"] else "not exercised (the local backend cannot requeue several "
                                                  "ranks: run --pilot under SLURM)")]
+    net = rep.get("network")
+    if net:
+        out.append(f"  network across {len(net['hosts'])} nodes ({'; '.join(net['transport'])}): "
+                   f"{net['verdict']}")
+    return out

@@ -89,7 +89,7 @@ def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: O
     start = _check_start(preset, root, arm, seed, branch_step == "end") if arm.stage == 2 else None
     _node_checks(preset)
     if branch_step == "end":
-        if branch_from != arm.continues:
+        if arm.continues not in (branch_from, arms[branch_from].continues):     # its baseline's run
             raise ExperimentError(f"--branch-step end: {arm.name} continues {arm.continues!r}, not "
                                   f"{branch_from!r}")
         end = int(start["step"]) + stage_steps(preset)[1]
@@ -105,7 +105,7 @@ def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: O
             return 0
         if main and not list_checkpoints(run):
             branch_folder.seed_run(src, last, run, only_last=True)
-        overrides = continuation_overrides(preset, root, arm, arms[branch_from], seed, end, stage_dir)
+        overrides = continuation_overrides(preset, root, arm, arms[arm.continues], seed, end, stage_dir)
     else:
         if branch_step is not None and main and not list_checkpoints(run) and not (run / "DONE").exists():
             src = run_dir(root, preset, branch_from, seed)

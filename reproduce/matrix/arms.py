@@ -21,6 +21,8 @@ in the protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rule
            restart_within; reproduce/jobs/peaks.py choose_restart)
          + armor_restart_<τ> for τ in restart_sweep: the authors' reset at a fixed point, a new run from
            armor_reset_never's checkpoint at stage-2 step τ
+  fig4_restarts  Fig. 4 without the in-run reset arms (armor_reset_<τ>): dapo, armor, armor_reset_never and
+         the authors' restarts only, drawn as Fig. 4 (needs reset_sweep and a restart arm)
   fig5   dapo_cont + kl_k2_b<β>                                 (needs kl_betas and kl_k2_sweep)
   fig6   qae (stage 1), qae_cont, qae_armor_reset_never, qae_armor_reset_<τ> (needs qae_reset_sweep)
   fig7   dapo_cont, armor_tau1, armor_tau1_until<S>, clip_expand        (needs qwen3_tau1_until)
@@ -69,7 +71,9 @@ TABLES = ("table1", "table2", "table3")
 WORLD = "world"
 # Table 1's headline pair: DAPO to θ*, then +ARMOR (protocol.headline_arm)
 HEADLINE = "headline"
-ITEMS = (HEADLINE,) + FIGURES + TABLES + (WORLD,)
+# Fig. 4's authors' restarts without its in-run reset sweep: an item a plan or budget can take alone
+RESTARTS_ITEM = "fig4_restarts"
+ITEMS = (HEADLINE,) + FIGURES + (RESTARTS_ITEM,) + TABLES + (WORLD,)
 BASELINES = ("dapo", "qae")
 RESTART_ARM, RESTART_FROM, RESTART_START = "armor_restart", "armor_reset_never", "restart"
 
@@ -271,6 +275,9 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
         f["fig4"] = (["dapo", "armor", "armor_reset_never"] + [f"armor_reset_{int(t)}" for t in p.reset_sweep]
                      + ([RESTART_ARM] if RESTART_ARM in arms else [])
                      + [f"{RESTART_ARM}_{int(t)}" for t in p.restart_sweep])
+        restarts = [x for x in f["fig4"] if x == RESTART_ARM or x.startswith(RESTART_ARM + "_")]
+        if restarts:
+            f[RESTARTS_ITEM] = ["dapo", "armor", "armor_reset_never"] + restarts
     if p.kl_betas and p.kl_k2_sweep:
         f["fig5"] = ["dapo", "dapo_cont"] + [f"kl_k2_b{fmt_beta(b)}" for b in p.kl_betas]
     if p.qae_reset_sweep:

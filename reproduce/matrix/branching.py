@@ -19,13 +19,15 @@ after its source's own branch point, so the source saves it itself).
 Continuations (kind "continuation"): a control whose configuration is its stage-1 baseline's (dapo_cont,
 dapo_late, qae_cont; Arm.continues) is that baseline's run past θ* or the late start: its run folder takes
 the baseline's rows up to the baseline's last step, and trains from the baseline's last checkpoint the steps
-it needs beyond (none when the baseline ran that far); collect reads it from its start on. DAPO's update does
-not read πref, but its KL monitor does: the baseline therefore resets πref to its policy once, at the
-earliest fixed start of its controls (`monitor_reset`, θ*), so the control's KLs are measured against its
-start as a stage-2 run's are. A control is continued only when its start is a fixed step (protocol.peak_step,
-qae_peak_step, late_start_step): a start chosen from the curve (the tiny world's θ*) is not known when
-stage 1 begins. A continued control whose start is not the monitor's reset step (dapo_late, from step 200
-while πref = θ*) reports no KLs (reproduce/jobs/collect.py drops them).
+it needs beyond (none when the baseline ran that far). Several controls of one baseline form a chain by their
+end step: each continues the run of the one ending before it (dapo_late, ending at 440, from dapo_cont's 380,
+which continues dapo's 360), the same run, so no step is trained twice; collect reads it from its start on.
+DAPO's update does not read πref, but its KL monitor does: the baseline therefore resets πref to its policy
+once, at the earliest fixed start of its controls (`monitor_reset`, θ*), so the control's KLs are measured
+against its start as a stage-2 run's are. A control is continued only when its start is a fixed step
+(protocol.peak_step, qae_peak_step, late_start_step): a start chosen from the curve (the tiny world's θ*) is
+not known when stage 1 begins. A continued control whose start is not the monitor's reset step (dapo_late,
+from step 200 while πref = θ*) reports no KLs (reproduce/jobs/collect.py drops them).
 """
 from __future__ import annotations
 
@@ -124,9 +126,20 @@ def choose_branches(preset: Preset, arms: dict[str, Arm]) -> dict[str, Branch]:
         return {}
     canon = [a for a in arms.values() if not a.alias_of]
     out: dict[str, Branch] = {}
+    # the controls continuing one baseline, by their end: each continues the last one before it that trains
+    # (ends past its own source: dapo_late from dapo_cont's step 380, not dapo's 360), so no step is trained
+    # twice; a control ending within its source's run is a slice of it (no checkpoint to continue from)
+    chains: dict[str, list[Arm]] = {}
     for a in canon:
         if a.continues in arms and continued(p, a):
-            out[a.name] = Branch(a.name, a.continues, None, CONTINUATION)
+            chains.setdefault(a.continues, []).append(a)
+    s1, s2 = stage_steps(preset)
+    for base, ctl in chains.items():
+        prev, prev_end = base, s1
+        for a in sorted(ctl, key=lambda a: (start_step(p, a) + s2, canon.index(a))):
+            out[a.name] = Branch(a.name, prev, None, CONTINUATION)
+            if start_step(p, a) + s2 > prev_end:
+                prev, prev_end = a.name, start_step(p, a) + s2
     groups: dict[tuple, list[Arm]] = {}
     for a in canon:
         if a.stage == 2 and a.name not in out:

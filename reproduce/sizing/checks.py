@@ -2,16 +2,18 @@
 job is submitted."""
 from __future__ import annotations
 
-from reproduce.sizing.footprint import HOST_RANK_OVERHEAD_GB, host_memory_gb, max_rollout_tokens
-from reproduce.sizing.step_model import export_bytes_per_param, tail_seconds, train_step_seconds
+from reproduce.sizing.footprint import HOST_RANK_OVERHEAD_GB, train_host_memory_gb
+from reproduce.sizing.step_model import tail_seconds, train_step_seconds
 from reproduce.sizing.throughput import SizingError, Throughput, model_params
 
 
-def check_plan(preset, res: dict, t: Throughput, mem_key: str = "train.mem_gb") -> None:
+def check_plan(preset, res: dict, t: Throughput, mem_key: str = "train.mem_gb", pilot: bool = False) -> None:
     """Plan-time errors of a GPU preset, each naming its key and value: a host-memory request below the
     estimate, a collective timeout below one generation round's expected time, a tensor-parallel size that
     does not divide the GPUs per node, a stop grace below one step, a watchdog floor (parallel.stall_steps x
-    stall_min_s, what it waits before the first step) below one step."""
+    stall_min_s, what it waits before the first step) below one step. pilot: `res` is the pilot's (train on
+    one node): its host memory is the pilot's estimate (footprint.train_host_memory_gb), its rounds and
+    steps the plan's (each of its GPUs does what one of the full run's does)."""
     cfg = preset.cfg
     train = res["train"]
     if not train.gpus_per_node:
@@ -22,15 +24,13 @@ def check_plan(preset, res: dict, t: Throughput, mem_key: str = "train.mem_gb") 
                           f"GPUs per node (train.gpus_per_node)")
     n = model_params(preset)
     if n is not None and train.mem_gb is not None:
-        need = host_memory_gb(n, train.ranks_per_node, train.nodes, cfg.rollout.engine,
-                              cfg.reward.grader_workers, export_bytes_per_param(cfg),
-                              max_rollout_tokens(preset), bool(cfg.schedule.state_every))
+        need = train_host_memory_gb(preset, train.ranks_per_node, train.nodes, pilot)
         if train.mem_gb < need:
             raise SizingError(f"{mem_key}: {train.mem_gb:g} is below the host-memory estimate of {need:.0f} "
                               f"GB per node ({train.ranks_per_node} ranks x (vLLM weight backup 2N + "
                               f"{HOST_RANK_OVERHEAD_GB:g} GB + a step's rollouts) + the node's share of the "
                               f"HF export; reproduce/sizing/footprint.py)")
-    gpus = train.nodes * train.gpus_per_node
+    gpus = (max(1, preset.protocol.nodes) if pilot else train.nodes) * train.gpus_per_node
     b, L = cfg.batch, cfg.lengths
     round_tokens = (cfg.rollout.gen_batch_prompts
                     or b.prompts_per_step) * b.group_size * t.fill * L.max_response

@@ -133,13 +133,15 @@ def eval_checkpoints(preset, stage: int, steps: int) -> int:
 
 
 def eval_estimate(preset, job, t: Throughput) -> Estimate:
-    """One arm's evaluation: each benchmark's chunks (EVAL_CHUNK_PROBLEMS problems, one rank's generation
-    call each; eval.evaluate: rank r draws chunks r, r + N, ...) go round the GPUs, so a benchmark takes
+    """One arm's evaluation: each benchmark's chunks (EVAL_CHUNK_PROBLEMS problems, fewer where the
+    benchmark has fewer than that per GPU: eval.units.chunk_problems; one rank's generation call each;
+    eval.evaluate: rank r draws chunks r, r + N, ...) go round the GPUs, so a benchmark takes
     ceil(chunks / GPUs) chunk times, each its tokens / R and a tail, and one of fewer chunks than GPUs
     leaves the others idle. Measured, a chunk time is its samples x the pilot's seconds per sample (its
     slice, EVAL_PROBLEMS problems a benchmark, is one chunk each: one rank's). A job past its time limit is
     requeued and resumes (eval.evaluate keeps finished chunks): the detail names its attempts."""
     from eval.protocols import get_protocol
+    from eval.units import chunk_problems
     res = job.resources
     gpus = res.nodes * res.gpus_per_node
     g = max(1, gpus)
@@ -153,10 +155,11 @@ def eval_estimate(preset, job, t: Throughput) -> Estimate:
         n = benchmark_problems(b)
         if preset.protocol.eval_limit:
             n = min(n, preset.protocol.eval_limit)
-        chunks = math.ceil(n / EVAL_CHUNK_PROBLEMS)
+        per = chunk_problems(n, EVAL_CHUNK_PROBLEMS, g)        # the job passes --chunk-ranks: its GPUs
+        chunks = math.ceil(n / per)
         tokens += n * k * t.fill * max_new
         samples += n * k
-        wall_samples += math.ceil(chunks / g) * min(n, EVAL_CHUNK_PROBLEMS) * k
+        wall_samples += math.ceil(chunks / g) * per * k
         rounds += math.ceil(chunks / g)
         if chunks < g:
             few.append(f"{name} {chunks}")
@@ -169,7 +172,7 @@ def eval_estimate(preset, job, t: Throughput) -> Estimate:
         sec = ck * (wall_samples * t.fill * max_new / t.rollout_tokens_per_s + rounds * tail)
         detail = f"{ck} checkpoint(s) x {tokens / 1e6:.0f}M generated tokens"
     if few and gpus > 1:
-        detail += f"; GPUs busy of {gpus} (chunks of {EVAL_CHUNK_PROBLEMS} problems): {', '.join(few)}"
+        detail += f"; GPUs busy of {gpus} (chunks of <= {EVAL_CHUNK_PROBLEMS} problems): {', '.join(few)}"
     limit_h = res.time_min / 60
     if sec / 3600 > limit_h:
         attempts = math.ceil(sec / 3600 / limit_h)
@@ -193,3 +196,24 @@ def estimate_jobs(preset, jobs, t: Throughput) -> dict[str, Estimate]:
         else:
             out[j.key] = Estimate(CPU_JOB_H.get(j.kind, 0.1))
     return out
+
+
+# an evaluate job's time limit over its expected hours: the driver fits the limit so one attempt finishes
+EVAL_TIME_MARGIN = 1.5
+
+
+def fit_eval_limits(preset, jobs, t: Throughput, default_min: int) -> list[str]:
+    """Raise each GPU evaluate job's time limit that is still `default_min` (none set by a resources file)
+    to its estimate at `t` x EVAL_TIME_MARGIN, in whole hours, so that it finishes in one attempt instead of
+    being requeued at the limit; returns the keys changed."""
+    import dataclasses
+    changed = []
+    for j in jobs:
+        res = j.resources
+        if j.kind != "evaluate" or res is None or not res.gpus_per_node or res.time_min != default_min:
+            continue
+        need = 60 * math.ceil(eval_estimate(preset, j, t).hours * EVAL_TIME_MARGIN)
+        if need > res.time_min:
+            j.resources = dataclasses.replace(res, time_min=need)
+            changed.append(j.key)
+    return changed

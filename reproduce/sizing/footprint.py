@@ -54,6 +54,21 @@ def rollout_tokens(cfg, t: Optional[Throughput] = None) -> float:
     return on + ref
 
 
+def train_host_memory_gb(preset, ranks_per_node: int, nodes: int, pilot: bool = False) -> Optional[float]:
+    """Host memory (GB) a training node of the preset needs on `nodes` nodes (host_memory_gb of its model,
+    engine, graders, export, a step's rollouts at the high end and its background state saves); None when
+    the model's size is unknown. pilot: the one-node pilot (reproduce/dag/pilot_graph.py), whose batch is the
+    plan's / protocol.nodes (its rollouts too) and which saves no background state (schedule.state_every
+    off: it does not measure it)."""
+    n = model_params(preset)
+    if n is None:
+        return None
+    cfg = preset.cfg
+    tokens = max_rollout_tokens(preset) / (max(1, preset.protocol.nodes) if pilot else 1)
+    return host_memory_gb(n, ranks_per_node, nodes, cfg.rollout.engine, cfg.reward.grader_workers,
+                          export_bytes_per_param(cfg), tokens, bool(cfg.schedule.state_every) and not pilot)
+
+
 def default_host_memory(preset) -> dict[str, float]:
     """{kind: GB} a GPU preset's train and evaluate jobs request per node (rounded up to 10 GB)."""
     p = preset.protocol
@@ -61,12 +76,14 @@ def default_host_memory(preset) -> dict[str, float]:
     if not p.gpus_per_node or n is None:
         return {}
     ranks = p.procs_per_node or p.gpus_per_node
-    cfg = preset.cfg
-    train = host_memory_gb(n, ranks, p.nodes, cfg.rollout.engine, cfg.reward.grader_workers,
-                           export_bytes_per_param(cfg), max_rollout_tokens(preset),
-                           bool(cfg.schedule.state_every))
+    train = train_host_memory_gb(preset, ranks, p.nodes)
     evaluate = p.gpus_per_node * (2 * n / 1e9 + HOST_RANK_OVERHEAD_GB)
-    return {"train": 10 * math.ceil(train / 10), "evaluate": 10 * math.ceil(evaluate / 10)}
+    return {"train": round_up_gb(train), "evaluate": round_up_gb(evaluate)}
+
+
+def round_up_gb(gb: float) -> int:
+    """A memory request: GB rounded up to 10."""
+    return 10 * math.ceil(gb / 10)
 
 
 def max_rollout_tokens(preset) -> float:

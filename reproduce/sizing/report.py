@@ -60,7 +60,13 @@ def total_lines(preset, jobs, est: dict[str, Estimate], t: Throughput, cluster_n
     else:
         hours = sum(e.hours for e in est.values())
         out.append(f"total: {hours:,.2f} job-hours on CPU (no GPU)" + (" [measured]" if t.measured else ""))
-    if ranges and len(ranges) > 1:
+    if ranges and len(ranges) > 1 and t.measured is not None:
+        tot = [(x.label, _total(e)[0]) for x, e in ranges]
+        out.append("cost range (measured by the pilot; its high end with longer responses): " + ", ".join(
+            f"{label} {v:,.0f}" for label, v in tot) + " GPU-hours")
+        out += [f"  {x.label}: {x.source}; tails at {x.decode_tokens_per_s:g} tok/s" for x, _ in ranges[1:]]
+        out += pilot_beside_assumed(preset, t, train_gpus(jobs))
+    elif ranges and len(ranges) > 1:
         tot = [(x.label, _total(e)[0]) for x, e in ranges]
         out.append("cost range (not measured; a pilot measures it: --pilot): " + ", ".join(
             f"{label} {v:,.0f}" for label, v in tot) + " GPU-hours")
@@ -84,6 +90,38 @@ def total_lines(preset, jobs, est: dict[str, Estimate], t: Throughput, cluster_n
     if train is not None and train.resources is not None and train.resources.gpus_per_node:
         out += failure_lines(preset, train.resources, t, n)
     return out
+
+
+def train_gpus(jobs) -> int:
+    """GPUs of the plan's training jobs (its first train job's shape), 1 when none has GPUs."""
+    train = next((j for j in jobs if j.kind == "train" and j.resources is not None), None)
+    return max(1, train.resources.nodes * train.resources.gpus_per_node) if train else 1
+
+
+def pilot_beside_assumed(preset, t: Throughput, gpus: int) -> list[str]:
+    """The pilot's figures beside the assumed expected ones they replace, on the plan's `gpus`: a DAPO and
+    an ARMOR step, a save, a push, one validation, the mean response."""
+    from reproduce.matrix.arms import build_arms
+    from reproduce.sizing.step_model import model_config, step_parts, validation_seconds
+    from reproduce.sizing.throughput import throughput
+    m, n = t.measured, model_params(preset)
+    a = throughput(preset)
+    arms = build_arms(preset)
+    cfgs = {name: model_config(str(preset.path), tuple(arms[name].overrides)) if arms[name].overrides
+            else preset.cfg for name in ("dapo", "armor") if name in arms}
+
+    def step(cfg, x):
+        return sum(v for k, v in step_parts(cfg, x, gpus, n).items())
+    rows = [(f"{name.upper()} step (s)", step(c, t), step(c, a)) for name, c in cfgs.items()]
+    rows += [("save (s)", m.save_s, a.save_s), ("push (s)", m.push_s, a.push_s),
+             ("validation (s)", validation_seconds(preset.cfg, t, gpus),
+              validation_seconds(preset.cfg, a, gpus)),
+             ("mean response (tokens)", m.response_tokens, a.fill * preset.cfg.lengths.max_response)]
+    return ([f"the pilot beside the assumption it replaces (on {gpus} GPUs; assumed: {DEFAULTS_NOTE}):"]
+            + [f"  {what:<24} pilot {got:>10,.1f}   assumed {want:>10,.1f}" for what, got, want in rows])
+
+
+DEFAULTS_NOTE = "reproduce/sizing/throughput.py's expected figures, the paper's lengths"
 
 
 def failure_lines(preset, res, t: Throughput, n_params: Optional[int]) -> list[str]:

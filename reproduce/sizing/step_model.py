@@ -88,7 +88,10 @@ def validation_seconds(cfg, t: Throughput, gpus: int) -> float:
     samples = sum(min(benchmark_problems(x), v.max_problems or 10 ** 9)
                   for x in v.benchmarks) * v.samples
     if t.measured is not None:
-        return samples * t.measured.validation_sample_s * max(1, t.measured.gpus) / max(1, gpus)
+        linear = samples * t.measured.validation_sample_s * max(1, t.measured.gpus) / max(1, gpus)
+        # a GPU run's validation is tail-bound on many GPUs: no faster than each set's longest response
+        # decoded alone (the pilot's mean fill, the throughput's decode speed); a CPU pilot's: linear
+        return max(linear, len(v.benchmarks) * tail_seconds(cfg, t)) if t.measured.gpus else linear
     return (samples * t.fill * cfg.lengths.max_response / (t.rollout_tokens_per_s * max(1, gpus))
             + len(v.benchmarks) * tail_seconds(cfg, t))
 

@@ -22,6 +22,9 @@ PUSH_S = {"low": 5.0, "expected": 10.0, "high": 30.0}
 ASSUMED_FILL = {"low": 0.1, "expected": 0.25, "high": 0.5}
 # the high end of a paper-length fill: lengths may grow in stage 2 (an allowance, no source)
 PAPER_FILL_HIGH_FACTOR = 2.0
+# after a GPU pilot, the high end's growth of the mean response over training beyond the pilot's (its first
+# DAPO steps) where the paper reports no length for the model: assumed
+PILOT_GROWTH_ASSUMED = 2.0
 # armor.trainer.ANCHOR_CHUNK_MARGIN (pinned by tests/unit/test_plan.py; the trainer's module imports torch):
 # the reference samples ~1.5 x the prompts still needed
 ANCHOR_CHUNK_MARGIN = 1.5
@@ -203,14 +206,45 @@ def throughput(preset, rollout_tps: Optional[float] = None, update_tps: Optional
         t.measured = pilot
         t.source = pilot.describe()
         t.label = "measured"
+        if "fill" not in fixed:         # the pilot's mean response: what a call's tail is priced from
+            t.fill = min(1.0, max(pilot.response_tokens, 1.0) / preset.cfg.lengths.max_response)
+            t.fill_source = "the pilot's"
     return t
+
+
+def pilot_growth(preset, m: Measured) -> tuple[float, str]:
+    """How much longer than the pilot's (its first DAPO steps, from the base model) the mean response of a
+    long run gets at the high end, and where that comes from: the paper's longer reported length
+    (protocol.paper_response_tokens, Fig. 1 at 7B) over the pilot's mean, or PILOT_GROWTH_ASSUMED."""
+    p = preset.protocol
+    if p.paper_response_tokens:
+        late = float(max(p.paper_response_tokens))
+        return (max(1.0, late / max(m.response_tokens, 1.0)),
+                f"the paper's {late:g} tokens ({p.paper_response_source or 'protocol.paper_response_tokens'})"
+                f" over the pilot's {m.response_tokens:,.0f}")
+    return PILOT_GROWTH_ASSUMED, (f"assumed {PILOT_GROWTH_ASSUMED:g} x the pilot's {m.response_tokens:,.0f} "
+                                  f"tokens: the paper reports no length for this model")
 
 
 def scenarios(preset, t: Throughput) -> list[Throughput]:
     """[low, expected, high]: the assumption's range, each knob no flag, key or report fixed at its low /
-    high end (fill, the tail's decode speed, the push, the anchor share); [t] when the pilot measured."""
+    high end (fill, the tail's decode speed, the push, the anchor share). After a GPU pilot: [measured,
+    high]: the pilot's seconds, and the same with responses grown (`pilot_growth`: its step, validation and
+    evaluation seconds x the growth, tails at the slow end); [t] after a CPU preset's pilot."""
     if t.measured is not None:
-        return [t]
+        m = t.measured
+        if not m.gpus:
+            return [t]
+        g, why = pilot_growth(preset, m)
+        grown = dataclasses.replace(m, dapo_step_s=m.dapo_step_s * g, armor_step_s=m.armor_step_s * g,
+                                    reference_logprob_s=m.reference_logprob_s * g,
+                                    validation_sample_s=m.validation_sample_s * g,
+                                    eval_sample_s=m.eval_sample_s * g if m.eval_sample_s else None,
+                                    response_tokens=m.response_tokens * g)
+        high = dataclasses.replace(t, label="high", measured=grown, fill=min(1.0, t.fill * g),
+                                   decode_tokens_per_s=DECODE_TPS["high"], fill_source=why,
+                                   source=f"the pilot's, responses {g:.2f} x longer ({why})")
+        return [t, high]
     fills, _ = fill_range(preset)
     out = []
     for label in ("low", "expected", "high"):

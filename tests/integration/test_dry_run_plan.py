@@ -84,11 +84,12 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
                                                                          if x.startswith("sbatch"))
     ev_est = next(x for x in ev if x.startswith("estimate"))
     assert "GPU-hours on 8 GPUs" in ev_est
-    # AIME's 30 problems are one chunk of 32: one GPU of the node's 8 generates it; over the 8 h limit, the
-    # job is requeued and resumes
-    assert "GPUs busy of 8 (chunks of 32 problems): aime24 1, aime25 1, amc23 2, amc 3, gpqa_diamond 7" \
-        in ev_est                                     # AMC 2023 (the paper protocol's AMC) beside AI-MO's amc
-    assert "over the 8.0 h limit (evaluate.time_min): 2 attempts" in ev_est
+    # AIME's 30 problems in chunks of 4 (--chunk-ranks 8): every GPU of the node generates; the job's limit
+    # fits 1.5 x its estimate (one attempt, no requeue)
+    assert "GPUs busy" not in ev_est and "attempts" not in ev_est
+    hours = float(re.search(r"estimate: ([0-9.]+) h", ev_est).group(1))
+    limit = re.search(r"1x8gpu \d+cpu \d+GB (\d+)h(\d+)", ev[0])
+    assert int(limit.group(1)) + int(limit.group(2)) / 60 >= 1.5 * hours > 8
     # totals: the assumption named, GPU-hours, disk, the critical path and the time on the cluster
     assert ("[assumed (reproduce/sizing/throughput.py defaults), not measured]" in out
             and "throughput (expected): rollout 2,500" in out)
@@ -137,9 +138,12 @@ def test_paper_dry_runs_print_the_preflight_a_cost_range_and_what_branching_save
     assert card.count("| dapo (answer_line) | math_dapo, math_verify | 32 | 16 |") == 4
     assert "[user] Solve the following math problem step by step." in card and "best@j: verl's" in card
     i = lines.index("pre-flight (on the submission host):")
-    checks = {x.split("] ")[1].split(":")[0]: x.split("]")[0].strip(" [") for x in lines[i + 1:i + 6]}
-    assert set(checks) == {"driver", "alloc_conf", "compile_cache", "disk", "vllm_share"}
+    checks = {x.split("] ")[1].split(":")[0]: x.split("]")[0].strip(" [") for x in lines[i + 1:i + 9]}
+    assert set(checks) == {"driver", "python", "alloc_conf", "compile_cache", "disk", "vllm_share",
+                           "hf_token", "hub_access"}
     assert checks["driver"] == "not checked here"                 # no GPU here: the first GPU job checks it
+    # the hub: a gated benchmark (gpqa_diamond) with no token, and compute-node access this host cannot test
+    assert checks["hub_access"] == "not checked here" and checks["hf_token"] in ("ok", "FAIL")
     # without branching the same plan costs the saving more
     f = tmp_path / "nobranch.yaml"
     f.write_text(f"base: {REPO / 'reproduce/presets' / (preset + '.yaml')}\nname: {preset}\n"
@@ -170,6 +174,29 @@ def test_a_budget_of_10000_gpu_hours_takes_each_models_headline_first(tmp_path, 
                                                     if x.startswith("armor.train"))
 
 
+def test_the_authors_restarts_of_fig4_run_without_the_in_run_reset_arms(tmp_path):
+    keys = {}
+    for item in ("fig4_restarts", "fig4"):
+        rc, out = _dry("--preset", "qwen25-math-7b", "--root", str(tmp_path), "--only", item)
+        assert rc == 0
+        keys[item] = {x.split()[0] for x in out.splitlines() if x.startswith("stage2/")}
+    inrun = {k for k in keys["fig4"] if k.startswith("stage2/armor_reset_") and "never" not in k}
+    assert inrun and not inrun & keys["fig4_restarts"]
+    assert "stage2/armor_reset_never/seed0" in keys["fig4_restarts"]
+    assert any(k.startswith("stage2/armor_restart") for k in keys["fig4_restarts"])
+
+
+def test_a_split_evaluation_sizes_its_chunks_to_its_ranks(tmp_path, monkeypatch):
+    from reproduce.jobs.evaluate import EVAL_RANKS_ENV, eval_command
+    from reproduce.matrix.presets import load_preset
+    p = load_preset("qwen25-math-7b")
+    monkeypatch.setenv(EVAL_RANKS_ENV, "8")
+    argv = eval_command(p, tmp_path / "ckpt", tmp_path / "out")
+    assert "--nproc_per_node=8" in argv and argv[argv.index("--chunk-ranks") + 1] == "8"
+    monkeypatch.setenv(EVAL_RANKS_ENV, "1")
+    assert "--chunk-ranks" not in eval_command(p, tmp_path / "ckpt", tmp_path / "out")
+
+
 def test_a_failed_preflight_stops_the_submission(tmp_path, monkeypatch, capsys):
     facts = tmp_path / "facts.json"
     facts.write_text(json.dumps({"driver": "550.54.15", "env": {"PYTORCH_CUDA_ALLOC_CONF":
@@ -177,7 +204,7 @@ def test_a_failed_preflight_stops_the_submission(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ARMOR_PREFLIGHT_FACTS", str(facts))
     monkeypatch.setenv("HF_TOKEN", "hf_test")          # the gated dataset's check passes first
     rc = run_all.main(["--preset", "qwen25-math-7b", "--cluster", "slurm", "--root", str(tmp_path),
-                       "--no-wait"])
+                       "--no-wait", "--without-pilot"])
     err = capsys.readouterr().err
     assert rc == 2 and "the pre-flight failed (driver, alloc_conf, disk): nothing submitted" in err
     assert "[FAIL] driver: NVIDIA driver 550.54.15 is older than the 580.65.06" in err
@@ -186,6 +213,66 @@ def test_a_failed_preflight_stops_the_submission(tmp_path, monkeypatch, capsys):
     rc = run_all.main(["--preset", "qwen25-math-7b", "--root", str(tmp_path), "--dry-run"])
     out = capsys.readouterr().out
     assert rc == 0 and "[FAIL] alloc_conf: PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True'" in out
+
+
+@pytest.mark.parametrize("preset", ["qwen25-math-7b", "qwen3-8b-base"])
+def test_a_paper_submission_without_a_pilot_stops_naming_it_and_the_override(tmp_path, capsys, preset):
+    rc = run_all.main(["--preset", preset, "--cluster", "slurm", "--root", str(tmp_path), "--no-wait"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no pilot has measured this plan" in err
+    assert f"run_all.py --preset {preset} --pilot" in err and "--without-pilot" in err
+    assert not (tmp_path / preset / "_jobs" / "state.json").exists()
+
+
+@pytest.mark.parametrize("preset", ["qwen25-math-7b", "qwen3-8b-base"])
+def test_the_pilots_dry_run_asks_for_one_node_sized_by_the_plans_own_estimate(tmp_path, capsys, preset):
+    """The pilot's training jobs: one node, the host memory of the plan's one-node estimate for the pilot
+    (its batch / protocol.nodes, no background state saves: it turns state_every off), which passes the
+    plan's checks; a smaller --mem-gb fails them, naming the flag."""
+    from reproduce.dag.resources import preset_resources
+    from reproduce.jobs.pilot import pilot_overrides
+    from reproduce.matrix.presets import load_preset
+    from reproduce.sizing.checks import check_plan
+    from reproduce.sizing.footprint import train_host_memory_gb
+    from reproduce.sizing.throughput import throughput
+    rc, out = _dry("--preset", preset, "--root", str(tmp_path), "--pilot")
+    assert rc == 0
+    p = load_preset(preset)
+    need = train_host_memory_gb(p, 8, 1, pilot=True)
+    for key in ("pilot/dapo", "pilot/armor"):
+        row = next(x for x in out.splitlines() if x.startswith(key + " "))
+        mem = float(re.search(r"1x8gpu \d+cpu (\d+)GB", row).group(1))
+        assert need <= mem < need + 10
+    res = preset_resources(p)
+    # the plan's own memory formula with the pilot's overrides off would ask more (16 x the state shards)
+    assert train_host_memory_gb(p, 8, 1) > need + 50 and res["train"].nodes == 16
+    assert "schedule.state_every=null" in pilot_overrides(p, tmp_path, "dapo")
+    from reproduce.dag.pilot_graph import pilot_train
+    check_plan(p, {**res, "train": pilot_train(p, res["train"])}, throughput(p), pilot=True)
+    assert run_all.main(["--preset", preset, "--dry-run", "--root", str(tmp_path), "--pilot", "--mem-gb",
+                         str(int(need) - 20)]) == 2
+    assert f"--mem-gb: {int(need) - 20} is below the host-memory estimate" in capsys.readouterr().err
+
+
+def test_the_dry_run_after_a_recorded_gpu_pilot_prints_a_range_and_the_pilot_beside_the_assumed(tmp_path):
+    pj = tmp_path / "qwen25-math-7b" / "pilot" / "pilot.json"
+    pj.parent.mkdir(parents=True)
+    pj.write_text(json.dumps({"complete": True, "nodes": 1, "gpus": 8, "save_s": 120.0, "push_s": 8.0,
+                              "dapo": {"step_s": 400.0, "logprob_s": 40.0, "response_tokens": 575.0},
+                              "armor": {"step_s": 480.0, "logprob_s": 60.0, "anchor_share": 0.4},
+                              "validation_sample_s": 0.02, "eval": {"sample_s": 0.01}}))
+    rc, out = _dry("--preset", "qwen25-math-7b", "--root", str(tmp_path))
+    assert rc == 0 and "[measured]" in out
+    rng = next(x for x in out.splitlines() if x.startswith("cost range (measured by the pilot"))
+    mid, hi = (float(v.replace(",", "")) for v in re.findall(r"(?:measured|high) ([0-9,]+)", rng))
+    assert mid == total(out) and hi > 1.5 * mid          # responses 2 x the pilot's: the steps 2 x
+    assert "responses 2.00 x longer (the paper's 1150 tokens" in out
+    i = out.splitlines().index(next(x for x in out.splitlines() if x.startswith("the pilot beside")))
+    rows = out.splitlines()[i + 1:i + 7]
+    assert [r.split("pilot")[0].strip() for r in rows] == ["DAPO step (s)", "ARMOR step (s)", "save (s)",
+                                                           "push (s)", "validation (s)",
+                                                           "mean response (tokens)"]
+    assert "pilot      480.0" in rows[1] and "pilot      575.0   assumed    1,150.0" in rows[5]
 
 
 def test_a_gpu_job_checks_its_node_first(tmp_path, monkeypatch):

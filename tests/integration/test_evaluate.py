@@ -133,6 +133,17 @@ def test_chunk_seed_depends_only_on_seed_and_index():
 
 
 # --------------------------------------------------------------------------------------- end to end
+def test_chunks_sized_to_the_ranks(ckpt, toy, tmp_path):
+    """chunk_ranks=4: 8 problems in chunks of 2 (eval.units.chunk_problems), so 4 ranks each get one; the
+    unit records the chunk size it drew with (a resume must match it)."""
+    calls = []
+    out = E.evaluate_checkpoint(ckpt, toy, "toy", limit=8, chunk_size=4, chunk_ranks=4, out=tmp_path / "o",
+                                after_chunk=lambda unit, i: calls.append(i), **FAST)
+    assert out[0]["settings"]["chunk_size"] == 2 and calls == [0, 1, 2, 3]
+    with pytest.raises(E.EvalError, match="chunk_ranks must be an integer >= 1"):
+        E.EvalSettings(benchmarks=toy, chunk_ranks=0)
+
+
 def test_checkpoint_end_to_end(ckpt, toy, tmp_path):
     out = E.evaluate_checkpoint(ckpt, toy, "toy", limit=8, chunk_size=4, **FAST)
     assert len(out) == 1

@@ -105,8 +105,8 @@ def test_7b_arms_and_figures():
     assert arms["armor_reset_160"].alias_of == "armor"  # τ=160 is the preset's ARMOR schedule
     assert sum(1 for a in arms.values() if not a.alias_of) == len(CONTRACT_7B) - 1
     figs = figure_arms(p.protocol)
-    assert list(figs) == ["headline", "fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "table1", "table2",
-                          "table3"]
+    assert list(figs) == ["headline", "fig1", "fig2", "fig3", "fig4", "fig4_restarts", "fig5", "fig6",
+                          "table1", "table2", "table3"]
     assert figs["fig2"][2:] == ["kl_k3_b1e-3", "kl_k3_b1e-2", "kl_k3_b1e-1", "kl_k3_b1"]
     assert {"armor_late", "dapo_late", "mix_a0.7"} <= set(figs["fig3"])
     # the authors' reset: restarts from armor_reset_never's checkpoints, the headline at τ = 160
@@ -216,10 +216,13 @@ def test_dag_structure(name, tmp_path):
         branch = j.info.get("branch") or {}
         if arm.stage == 1:
             assert j.deps == staging + world
-        elif branch.get("kind") == "continuation":   # the baseline's run continued: after its end (and θ*)
-            assert j.deps == [f"stage1/{arm.baseline}/seed{s0}"] + ([f"peak/{arm.baseline}/seed{s0}"]
-                                                                  if arm.start == "peak" else [])
-            assert j.argv[-4:] == ["--branch-from", arm.baseline, "--branch-step", "end"]
+        elif branch.get("kind") == "continuation":   # the baseline's run continued: after its end (and θ*),
+            # or after the end of an earlier control continuing it (dapo_late from dapo_cont's end)
+            src = branch["source"]
+            assert src == arm.baseline or arms[src].continues == arm.baseline
+            assert j.deps == [f"stage{arms[src].stage}/{src}/seed{s0}"] + ([f"peak/{arm.baseline}/seed{s0}"]
+                                                                           if arm.start == "peak" else [])
+            assert j.argv[-4:] == ["--branch-from", src, "--branch-step", "end"]
         elif branch:                 # a sibling: from its source's checkpoint, beside the source's job
             src = by[f"stage2/{branch['source']}/seed{s0}"]
             assert j.deps == [f"ckpt/{branch['source']}/seed{s0}/step{branch['step']}"]
@@ -603,6 +606,25 @@ def test_pipeline_with_fake_jobs_is_idempotent(tmp_path, monkeypatch):
 
 
 DRIVER_ARGS = ["--cluster", "local", "--workers", "2", "--no-progress"]
+
+
+def test_pipeline_continues_dapo_late_from_dapo_conts_run(tmp_path, monkeypatch):
+    """With a fixed θ* (step 4) both DAPO controls are continuations, chained by their end: dapo_cont
+    continues dapo (to step 8), dapo_late continues dapo_cont's folder from its last checkpoint (to 10)."""
+    _fakes(tmp_path, monkeypatch)
+    preset = _mini_preset(tmp_path, "chain", MINI.replace("  stage2_steps: 4\n",
+                                                           "  stage2_steps: 4\n  peak_step: 4\n"
+                                                           "  kl_betas: [0.01]\n"))
+    root = tmp_path / "runs"
+    rc, out = _dry(["--preset", str(preset), "--cluster", "local", "--root", str(root), "--workers", "2",
+                    "--no-progress", "--only", "fig2,fig3"])
+    assert rc == 0, out
+    late = root / "chain" / "dapo_late" / "seed0"
+    info = json.loads((late / "branch.json").read_text())
+    assert info["source"].endswith("dapo_cont/seed0") and info["checkpoints"] == [8]
+    assert "schedule.total_steps=10" in (late / "invocations.log").read_text()
+    cont = json.loads((root / "chain" / "dapo_cont" / "seed0" / "branch.json").read_text())
+    assert cont["source"].endswith("dapo/seed0") and cont["checkpoints"] == [6]
 
 
 def test_pipeline_killed_driver_resumes(tmp_path, monkeypatch, wait_until):

@@ -97,6 +97,9 @@ def test_sbatch_script_from_resources(tmp_path, monkeypatch):
                  "--reservation=armor", f"--chdir={REPO}", "--job-name=stage1.dapo.seed0"):
         assert f"#SBATCH {line}" in text, line
     assert "srun" in text and f"export PYTHONPATH={REPO}" in text
+    # one node's failed task ends the step's others (no 15 nodes left waiting on NCCL)
+    srun = next(x for x in text.splitlines() if x.startswith("srun "))
+    assert "--kill-on-bad-exit=1" in srun and "--cpus-per-task=64" in srun
 
 
 def test_gated_job_is_submitted_held_until_its_path_exists(tmp_path, monkeypatch):

@@ -131,3 +131,30 @@ def test_two_node_torchrun_job_requeued_resumes_and_equals_one_process(netns_clu
     _ok(_run(world, one, 1))
     _same(one, out)
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == list(range(1, STEPS + 1))
+
+
+@pytest.mark.timeout(900)
+def test_the_network_probe_across_the_two_nodes(netns_cluster, tmp_path, wait_until):
+    """The pilot's network probe (reproduce/jobs/netprobe.py) as a 2-node x 1-rank torchrun job through the
+    launcher: an all-gather between armor-n1 and armor-n2 over gloo (the veth pairs), its bandwidth and
+    transport recorded in net.json; a floor no network reaches fails the job."""
+    from common.jsonl import read_json
+
+    def probe(floor, name):
+        root = tmp_path / name
+        argv = [sys.executable, "-m", "reproduce.jobs", "net-probe", "--preset", "tiny", "--root", str(root),
+                "--floor-gbps", str(floor), "--sizes-mb", "1,4"]
+        net = root / "tiny" / "pilot" / "net.json"
+        job = Job(f"pilot/net_{name}", argv, kind="pilot", env={"GLOO_SOCKET_IFNAME": "armor0"},
+                  launch="torchrun", resources=Resources(nodes=2, procs_per_node=1, cpus_per_task=1,
+                                                         time_min=15),
+                  done=lambda: (read_json(net) or {}).get("ok") is True)
+        state = Launcher(tmp_path / "jobs", cluster="slurm", progress=False, poll_s=0.5,
+                         log=lambda s: None).run([job])[job.key][0]
+        return state, read_json(net)
+    state, net = probe(0, "open")
+    assert state == DONE
+    assert net["ok"] and net["world"] == 2 and net["hosts"] == NODES and net["transport"] == ["gloo: TCP"]
+    assert all(r["busbw_gbps"] > 0 for r in net["sizes"])
+    state, net = probe(1e6, "floor")
+    assert state != DONE and net["ok"] is False and net["hosts"] == NODES

@@ -76,7 +76,7 @@ def test_llm_arguments_of_the_colocated_engine(vllm, world, tmp_path, monkeypatc
     L = load_config(ROOT / "reproduce" / "presets" / "qwen25-math-7b.yaml").lengths
     path = folder_with(world, tmp_path, max_position_embeddings=4096)
     eng = engine(path, max_model_len=L.max_prompt + L.max_response, dtype="bfloat16",
-                 gpu_memory_utilization=0.6, tensor_parallel_size=1, seed=7, max_batch=256, static_cache=True)
+                 gpu_memory_utilization=0.6, tensor_parallel_size=1, seed=7, max_batch=256, fast=None)
     (name, args), = vllm.CALLS
     assert name == "LLM" and args == dict(
         model=str(path), skip_tokenizer_init=True, tensor_parallel_size=1, dtype="bfloat16", seed=7,
@@ -287,7 +287,7 @@ print("ok")
 
 # --------------------------------------------------------------------------------- sampling and mapping
 def test_per_prompt_seeds_and_outputs_mapped_back_to_prompts(vllm, world, monkeypatch):
-    eng = engine(world / "base_model")
+    eng = engine(world / "base_model", seed_each_prompt=True)
     tok = eng.tokenizer
 
     def generate(self, prompts, sampling_params=None, **kw):
@@ -318,12 +318,61 @@ def test_per_prompt_seeds_and_outputs_mapped_back_to_prompts(vllm, world, monkey
     assert ro.texts == tok.batch_decode(ro.response_ids, skip_special_tokens=True)
     eng.generate([[5]], SamplingParams(n=1, max_new_tokens=4, seed=None))
     assert [sp.seed for sp in vllm.CALLS[-2][1]["params"]] == [None]
+    engine(world / "base_model").generate([[5], [6]], SamplingParams(n=2, max_new_tokens=4, seed=11))
+    assert [sp.seed for sp in vllm.CALLS[-2][1]["params"]] == [None, None]     # by default: the call's RNG
+
+
+def test_one_seed_a_call_drawn_from_the_engines_rng_and_the_trainers_restored(vllm, world):
+    """By default a call's requests carry no seed (vLLM's batched sampler, not its per-request generator
+    loop): the call runs with this process's RNG seeded from the call's seed, so the same call and seed give
+    the same samples, another seed others, and the caller's RNG is as it was. The standalone engine
+    (evaluation: another process's RNG) seeds each prompt."""
+    eng = engine(world / "base_model")
+    eng.sync_weights(load_model(str(world / "base_model")), ("policy", 0))
+    p = SamplingParams(n=3, max_new_tokens=16, seed=5)
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    a, b = eng.generate([[5, 6], [7]], p), eng.generate([[5, 6], [7]], p)
+    assert torch.equal(torch.get_rng_state(), before)                  # the trainer's RNG untouched
+    assert a.response_ids == b.response_ids and len(set(map(tuple, a.response_ids))) > 2
+    other = eng.generate([[5, 6], [7]], SamplingParams(n=3, max_new_tokens=16, seed=6))
+    assert other.response_ids != a.response_ids
+    assert all(s is None for s in vllm.CALLS[-2][1]["seeds"])
+    standalone = engine(world / "base_model", colocate=False)
+    standalone.generate([[5, 6], [7]], p)
+    assert vllm.CALLS[-1][1]["seeds"] == [prompt_seed(5, 0), prompt_seed(5, 1)]
+
+
+def test_awake_through_a_phase_then_level_2_and_a_push_before_the_next_generate(vllm, world):
+    """Inside awake_through nothing sleeps (pushes, swaps and generates of a collection phase); at its end
+    one sleep at level 2 discards the weights and the version, so the next sync pushes the same version again
+    and a generate before it is refused (the fake: vLLM would sample gibberish, vllm#29341)."""
+    eng = engine(world / "base_model")
+    policy, reference = load_model(str(world / "base_model")), _perturbed(world / "base_model")
+    p = SamplingParams(n=1, max_new_tokens=4, seed=1)
+    eng.sync_weights(policy, ("policy", 0))
+    n = len(vllm.CALLS)
+    with eng.awake_through():
+        eng.generate([[5, 6]], p)
+        eng.sync_weights(reference, ("reference", 0))
+        eng.generate([[5, 6]], p)
+        eng.sync_weights(policy, ("policy", 0))
+        eng.generate([[5, 6]], p)
+        assert eng.awake == {"weights", "kv_cache"}
+    assert calls(vllm, n) == ["wake_up", "generate", "reload_weights", "reset_prefix_cache", "generate",
+                              "reload_weights", "reset_prefix_cache", "generate", "sleep"]
+    assert vllm.CALLS[-1][1] == {"level": 2} and eng.awake == set() and eng.version is None
+    with pytest.raises(RuntimeError, match="level-2 sleep"):
+        eng.generate([[5, 6]], p)
+    assert eng.sync_weights(policy, ("policy", 0)) is True            # the same version, pushed again
+    eng.generate([[5, 6]], p)
+    assert not [c for _, c in vllm.CALLS if c.get("ignored")]
 
 
 def test_fake_outputs_follow_the_request_seeds(vllm, world):
     """With the fake's generator: a prompt's samples depend on its own seed, not on the other prompts of the
-    call."""
-    eng = engine(world / "base_model")
+    call (rollout.seed_each_prompt)."""
+    eng = engine(world / "base_model", seed_each_prompt=True)
     eng.sync_weights(load_model(str(world / "base_model")), ("policy", 0))
     p = SamplingParams(n=3, max_new_tokens=16, seed=5)
     both = eng.generate([[5, 6], [7]], p)

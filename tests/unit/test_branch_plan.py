@@ -35,6 +35,14 @@ def test_7b_choose_branches_reset_arms_from_never_and_continues_the_controls():
     assert got["qae_armor_reset_150"] == Branch("qae_armor_reset_150", "qae_armor_reset_never", 149, SIBLING)
     assert {k for k, b in got.items() if b.kind == CONTINUATION} == {"dapo_cont", "dapo_late", "qae_cont"}
     assert got["qae_cont"].source == "qae" and got["dapo_late"].step is None
+    # dapo's two controls form a chain by their end (380, 440): dapo_late continues dapo_cont's run
+    assert got["dapo_cont"].source == "dapo" and got["dapo_late"].source == "dapo_cont"
+    only_late = {k: v for k, v in build_arms(p).items() if k != "dapo_cont"}
+    assert choose_branches(p, only_late)["dapo_late"].source == "dapo"     # alone: from dapo itself
+    # a control that ends within dapo's run is a slice (no checkpoint): the next continues dapo itself
+    short = dataclasses.replace(p, protocol=dataclasses.replace(p.protocol, peak_step=100))   # ends at 340
+    got = choose_branches(short, build_arms(short))
+    assert got["dapo_cont"].source == "dapo" and got["dapo_late"].source == "dapo"
     # the restarts start from never's checkpoints with a fresh optimizer: no branch of their own
     assert not any(k.startswith("armor_restart") for k in got)
     assert "armor_reset_never" not in got and "dapo" not in got

@@ -33,6 +33,11 @@ def test_the_restart_arm_is_armor_without_in_run_resets():
     never = dict(o.split("=", 1) for o in a["armor_reset_never"].overrides)
     assert dict(o.split("=", 1) for o in r.overrides) == never      # its warm-up is every stage-2 run's
     assert figure_arms(P)["fig4"][-1] == RESTART_ARM
+    # the authors' restarts selectable without the in-run reset sweep (--only fig4_restarts, the budget)
+    rest = figure_arms(P)["fig4_restarts"]
+    assert RESTART_ARM in rest and not any(x.startswith("armor_reset_") and x != "armor_reset_never"
+                                           for x in rest)
+    assert set(rest) < set(figure_arms(P)["fig4"])
     assert RESTART_ARM not in arm_definitions(dataclasses.replace(P, restart_within=None))
 
 

@@ -3,6 +3,7 @@ anchors' extra inference, the paper's response lengths, the range), the schedule
 the budget's choice of items by importance; the pre-flight's checks on injected facts
 (reproduce/preflight.py); the job shape's threads (slurm/resources.py, slurm/jobwrap.py)."""
 import dataclasses
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -103,7 +104,8 @@ def test_budget_takes_items_by_importance_passing_over_those_that_do_not_fit():
         ("table1", True, 30.0, 100.0)]                      # fig4 passed over, table1 still fits
     assert [r["covered"] for r in choose_items(rows, 80, plan)] == [True, True, False, False]
     assert not any(r["covered"] for r in choose_items(rows, 10, plan))
-    assert IMPORTANCE[:3] == ("headline", "fig1", "fig4")     # each model's headline first
+    # each model's headline first; Fig. 4's authors' restarts before its in-run reset sweep
+    assert IMPORTANCE[:4] == ("headline", "fig1", "fig4_restarts", "fig4")
 
 
 # ------------------------------------------------------------------------------------------- step model
@@ -152,17 +154,31 @@ def test_evaluation_by_chunks_round_the_gpus_each_with_a_tail():
                                                                eval_benchmarks=["aime24", "math500"]))
     job = Job("eval/a/seed0", ["x"], kind="evaluate", resources=Resources(gpus_per_node=8, time_min=60),
               info={"stage": 1})
-    # aime24: 30 problems, one chunk on one GPU: 30 x 4 samples; math500: 16 chunks, 2 rounds of 8 GPUs:
-    # 2 x 32 x 4; 376 samples x 1024 tokens at 2048 tok/s = 188 s, + 3 rounds' tails of (8192 - 1024) / 128
+    # aime24: 30 problems in chunks of 4 (eval.units.chunk_problems: every GPU one), one round: 4 x 4
+    # samples; math500: 16 chunks of 32, 2 rounds of 8 GPUs: 2 x 32 x 4; 272 samples x 1024 tokens at 2048
+    # tok/s = 136 s, + 3 rounds' tails of (8192 - 1024) / 128
     e = eval_estimate(pre, job, _t())
-    assert e.hours * 3600 == pytest.approx(188.0 + 3 * 56.0) and e.gpus == 8
-    assert "GPUs busy of 8 (chunks of 32 problems): aime24 1" in e.detail and "attempts" not in e.detail
-    short = dataclasses.replace(job, resources=Resources(gpus_per_node=8, time_min=5))     # 356 s > 300 s
+    assert e.hours * 3600 == pytest.approx(136.0 + 3 * 56.0) and e.gpus == 8
+    assert "GPUs busy" not in e.detail and "attempts" not in e.detail
+    short = dataclasses.replace(job, resources=Resources(gpus_per_node=8, time_min=5))     # 304 s > 300 s
     assert "2 attempts" in eval_estimate(pre, short, _t()).detail
     # measured: the pilot's slice is one chunk a benchmark on one rank, so its seconds per sample are a
-    # rank's: 376 x 0.02 s
+    # rank's: 272 x 0.02 s
     m = Measured("p.json", 300.0, 420.0, 25.0, 60.0, 5.0, 0.01, 0.02, 1000.0, 0.3, 1, 8)
-    assert eval_estimate(pre, job, _t(measured=m)).hours * 3600 == pytest.approx(376 * 0.02)
+    assert eval_estimate(pre, job, _t(measured=m)).hours * 3600 == pytest.approx(272 * 0.02)
+    # the driver fits each GPU evaluation's limit still at its default to 1.5 x its estimate, whole hours
+    from reproduce.sizing.estimates import EVAL_TIME_MARGIN, fit_eval_limits
+    long = dataclasses.replace(job, resources=Resources(gpus_per_node=8, time_min=1), key="eval/b/seed0")
+    assert fit_eval_limits(pre, [job, long], _t(), default_min=1) == ["eval/b/seed0"]
+    assert long.resources.time_min == 60 * math.ceil(304 / 3600 * EVAL_TIME_MARGIN)
+    assert job.resources.time_min == 60
+
+
+def test_chunks_are_sized_to_the_ranks_so_none_idles():
+    from eval.units import chunk_problems
+    assert chunk_problems(30, 32, 8) == 4 and chunk_problems(83, 32, 8) == 11     # AIME, AMC on 8 GPUs
+    assert chunk_problems(500, 32, 8) == 32 and chunk_problems(5, 32, 8) == 1
+    assert chunk_problems(30, 32) == 30                                              # one rank: as before
 
 
 def test_the_fill_comes_from_the_papers_lengths_and_the_range_spans_the_knobs():
@@ -177,8 +193,33 @@ def test_the_fill_comes_from_the_papers_lengths_and_the_range_spans_the_knobs():
     assert lo.push_s < mid.push_s < hi.push_s and hi.anchor_share == 1.0
     fixed = scenarios(P7, throughput(P7, fill=0.3))           # a flag fixes its knob in every scenario
     assert {x.fill for x in fixed} == {0.3}
-    m = dataclasses.replace(t, measured=Measured("p", 1, 1, 0, 1, 1, 1, None, 1, None, 1, 8))
-    assert scenarios(P7, m) == [m]                            # measured: no range
+    m = dataclasses.replace(t, measured=Measured("p", 1, 1, 0, 1, 1, 1, None, 1, None, 1, 0))
+    assert scenarios(P7, m) == [m]                            # a CPU pilot's measurement: no range
+
+
+def test_after_a_gpu_pilot_the_plan_stays_a_range_with_longer_responses_and_tail_bound_validation():
+    """A GPU pilot's figures are the expected end; the high end grows its responses to the paper's longer
+    length at 7B (1150 tokens over the pilot's 575: 2 x every step, validation and evaluation second) and by
+    PILOT_GROWTH_ASSUMED at 8B (labelled assumed); validation on many GPUs costs at least its tail."""
+    from reproduce.sizing.step_model import tail_seconds, validation_seconds
+    from reproduce.sizing.throughput import PILOT_GROWTH_ASSUMED
+    m = Measured("p", 300.0, 400.0, 20.0, 100.0, 8.0, 0.02, 0.01, 575.0, 0.4, 1, 8)
+    t = throughput(P7, pilot=m)
+    assert t.fill == pytest.approx(575 / 8192)               # the pilot's mean response prices the tail
+    mid, high = scenarios(P7, t)
+    assert mid is t and high.label == "high" and "the paper's 1150 tokens" in high.source
+    assert (high.measured.dapo_step_s, high.measured.armor_step_s, high.measured.validation_sample_s,
+            high.measured.eval_sample_s) == pytest.approx((600.0, 800.0, 0.04, 0.02))
+    assert high.measured.save_s == 100.0 and high.fill == pytest.approx(2 * 575 / 8192)
+    p8 = load_preset("qwen3-8b-base")
+    _, high8 = scenarios(p8, throughput(p8, pilot=m))
+    assert high8.measured.dapo_step_s == 300.0 * PILOT_GROWTH_ASSUMED and "assumed" in high8.source
+    cfg = P7.cfg
+    linear = sum(min(30, cfg.validation.max_problems or 10 ** 9) for _ in cfg.validation.benchmarks) \
+        * cfg.validation.samples * 0.02 * 8 / 128
+    tail = len(cfg.validation.benchmarks) * tail_seconds(cfg, t)
+    assert tail > linear and validation_seconds(cfg, t, 128) == pytest.approx(tail)
+    assert validation_seconds(cfg, t, 8) >= tail
 
 
 # ------------------------------------------------------------------------------------------- pre-flight
@@ -225,6 +266,55 @@ def test_disk_and_the_vllm_share_of_a_run_shrunk_to_one_node():
     assert preflight.check_vllm_share(_facts(), cfg, 128, shape).status == preflight.OK
     assert preflight.check_vllm_share(_facts(gpu_memory_gib=None), cfg, 8, shape).status == \
         preflight.NOT_CHECKED
+
+
+def test_the_vllm_share_prints_its_margin_and_warns_with_a_setting_when_thin():
+    cfg = load_config(P7.path, ["rollout.gpu_memory_utilization=0.8"])
+    shape = memory.KNOWN[cfg.model.path]
+    held = preflight.resident_gib(cfg, 8, shape)
+    # a GPU whose margin beside 0.8 of it is 1 GiB: warned, with the largest share leaving SHARE_SLACK_GIB
+    gib = (held + preflight.GPU_MARGIN_GIB + 1.0) / 0.2
+    thin = preflight.check_vllm_share(_facts(gpu_memory_gib=gib), cfg, 8, shape)
+    u = preflight.suggested_utilization(held, gib)
+    assert thin.status == preflight.WARN and "margin 1.0 GiB" in thin.detail
+    assert f"rollout.gpu_memory_utilization={u:.2f} leaves" in thin.detail
+    assert held + u * gib + preflight.GPU_MARGIN_GIB + preflight.SHARE_SLACK_GIB <= gib
+    assert held + (u + 0.01) * gib + preflight.GPU_MARGIN_GIB + preflight.SHARE_SLACK_GIB > gib
+    roomy = preflight.check_vllm_share(_facts(gpu_memory_gib=gib * 2), cfg, 8, shape)
+    assert roomy.status == preflight.OK and "margin" in roomy.detail
+    assert preflight.failures([thin, roomy]) == []                  # a warning does not stop a submission
+
+
+def test_python_for_vllm_and_the_hub_token_and_access(monkeypatch, tmp_path):
+    assert preflight.check_python(_facts(python="3.10.14"), "vllm").status == preflight.FAIL
+    assert ">= 3.11" in preflight.check_python(_facts(python="3.10.14"), "vllm").detail
+    assert preflight.check_python(_facts(python="3.11.7"), "vllm").status == preflight.OK
+    assert preflight.check_python(_facts(python="3.10.14"), "hf").status == preflight.OK
+
+    class Item:                                   # reproduce.hub.Item's surface the checks read
+        def __init__(self, name, gated, kind="dataset"):
+            self.repo_id, self.gated, self.kind, self.benchmark = name, gated, kind, name.split("/")[-1]
+
+        def done(self):
+            return False
+
+        def label(self):
+            return self.repo_id
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("ARMOR_HUB_MIRROR", raising=False)
+    monkeypatch.setattr("reproduce.hub.token", lambda: None)
+    token, access = preflight.check_hub([Item("a/gated", True), Item("b/open", False)], "here")
+    assert token.status == preflight.FAIL and "a/gated" in token.detail and "HF_TOKEN" in token.detail
+    assert access.status == preflight.NOT_CHECKED and "ARMOR_HUB_MIRROR" in access.detail
+    token, _ = preflight.check_hub([Item("b/open", False)], "here")
+    assert token.status == preflight.OK and "not set" in token.detail
+    monkeypatch.setenv("ARMOR_HUB_MIRROR", str(tmp_path))            # a mirror without the items
+    token, access = preflight.check_hub([Item("a/gated", True)], "here")
+    assert token.status == preflight.OK and access.status == preflight.FAIL and "not in the mirror" in \
+        access.detail
+    (tmp_path / "datasets" / "a" / "gated").mkdir(parents=True)
+    assert preflight.check_hub([Item("a/gated", True)], "here")[1].status == preflight.OK
+    assert [c.status for c in preflight.check_hub([], "here")] == [preflight.OK, preflight.OK]
 
 
 def test_the_plans_copies_of_the_trainers_and_registrys_facts():

@@ -6,7 +6,10 @@ exists, the device is cuda:LOCAL_RANK). It has the signatures common.rollout.vll
 the released vllm-0.33.0 wheel (file:line of that source in each docstring), enforces the rules the adapter
 depends on, and logs every call to `CALLS`. A weight push that leaves a layer without weights leaves that
 layer's old weights in place, as vLLM's layer-wise reload does: the weights held then read "partly stale".
-Generation is a deterministic function of (prompt, request seed, weights held), not a model.
+Generation is a deterministic function of (prompt, request seed, weights held), not a model; a request
+without a seed draws its seed from this process's torch RNG (the in-process engine's sampler draws from the
+default generator: v1/sample/ops/topk_topp_sampler.py random_sample). Generating from weights a level-2 sleep
+discarded raises (the real engine samples gibberish: vllm#29341).
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 from vllm import platforms
 
@@ -191,6 +196,8 @@ class LLM:
         (v1/engine/parallel_sampling.py:81)."""
         if self.sleeping:
             raise RuntimeError(f"generate while {sorted(self.sleeping)} asleep")
+        if self.weights == "discarded":
+            raise RuntimeError("generate from weights a level-2 sleep discarded (no push since): gibberish")
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         if self.skip_tokenizer_init and any(sp.detokenize for sp in params):
             raise ValueError("detokenize=True needs a tokenizer (skip_tokenizer_init=True)")
@@ -206,7 +213,7 @@ class LLM:
         return outs
 
     def _complete(self, ids: list[int], sp: SamplingParams, j: int) -> CompletionOutput:
-        seed = None if sp.seed is None else sp.seed + j
+        seed = int(torch.randint(2 ** 31, (1,))) if sp.seed is None else sp.seed + j
         h = zlib.crc32(repr((ids, seed, self.weights)).encode())
         length = 1 + h % sp.max_tokens
         stops = set(sp.stop_token_ids or [])
