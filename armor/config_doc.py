@@ -130,7 +130,7 @@ def _md(s: str, code: bool = False) -> str:
 def markdown() -> str:
     """docs/config.md: one table per section."""
     out = ["<!-- GENERATED FILE: python -m armor.train --help-markdown > docs/config.md "
-           "(from the dataclasses of armor/config.py; tests/unit/test_config_help.py checks it is "
+           "(from the dataclasses of armor/config.py; tests/unit/test_config_doc.py checks it is "
            "up to date) -->",
            "", "# Config reference", "",
            "Every key of a run config, with its type, default and meaning. Presets (YAML files: the driver's "

@@ -88,7 +88,7 @@ def world() -> Path:
         return Path(build_world(out, seed=0, quick=True, log=lambda *a, **k: None))
 
 
-# ---- the fake GPU vLLM (tests/fake_vllm; why a fake: tests/integration/test_vllm_contract.py's docstring) --
+# ---- the fake GPU vLLM (tests/fake_vllm; why a fake: tests/integration/test_vllm_engine.py's docstring) --
 @pytest.fixture()
 def vllm(monkeypatch):
     """The fake vllm on sys.path, its call log empty, torchrun's variables set (as one rank of a job)."""

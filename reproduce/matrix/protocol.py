@@ -278,10 +278,10 @@ def reference_fields() -> list[config_doc.FieldDoc]:
 
 
 def markdown() -> str:
-    """docs/protocol.md: the protocol's keys (tests/unit/test_config_help.py checks it is up to date)."""
+    """docs/protocol.md: the protocol's keys (tests/unit/test_config_doc.py checks it is up to date)."""
     return "\n".join([
         "<!-- GENERATED FILE: python -m reproduce.matrix.protocol --markdown > docs/protocol.md (from "
-        "ProtocolConfig in reproduce/matrix/protocol.py; tests/unit/test_config_help.py checks it is up to "
+        "ProtocolConfig in reproduce/matrix/protocol.py; tests/unit/test_config_doc.py checks it is up to "
         "date) "
         "-->", "",
         "# Protocol reference", "",

@@ -25,7 +25,7 @@ PAPER_FILL_HIGH_FACTOR = 2.0
 # after a GPU pilot, the high end's growth of the mean response over training beyond the pilot's (its first
 # DAPO steps) where the paper reports no length for the model: assumed
 PILOT_GROWTH_ASSUMED = 2.0
-# armor.trainer.ANCHOR_CHUNK_MARGIN (pinned by tests/unit/test_plan.py; the trainer's module imports torch):
+# armor.trainer.ANCHOR_CHUNK_MARGIN (pinned by tests/unit/test_sizing.py; the trainer's module imports torch):
 # the reference samples ~1.5 x the prompts still needed
 ANCHOR_CHUNK_MARGIN = 1.5
 PILOT_DIR, PILOT_FILE = "pilot", "pilot.json"   # runs/<preset>/pilot/pilot.json: what the pilot measured

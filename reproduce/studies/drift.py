@@ -9,10 +9,10 @@ steps), the drift per step (end KL / steps) against the paper's (`PAPER_KL` = 0.
 steps of DAPO from θ*, Fig. 2b), and the validation curve's start, peak and end (mean of its last 3 points)
 with the fall from peak to end. Reads the run folders only.
 
-The rule that chose tiny-slow (docs/toy_world.md, "A second regime"), applied to DAPO's curves only: among the
-candidate clocks, the one whose drift per step is nearest the paper's (least |log(ratio)|) while its
-validation still falls by at least COLLAPSE_DROP (figures.checklist: 0.03) from its peak to its end within the
-stage-2 budget (stage 1 is the tiny preset's, whose DAPO collapses on every seed).
+The rule that chose tiny-slow (records/toy_world_probes.md, "A second regime"), applied to DAPO's curves
+only: among the candidate clocks, the one whose drift per step is nearest the paper's (least |log(ratio)|)
+while its validation still falls by at least COLLAPSE_DROP (figures.checklist: 0.03) from its peak to its end
+within the stage-2 budget (stage 1 is the tiny preset's, whose DAPO collapses on every seed).
 """
 from __future__ import annotations
 

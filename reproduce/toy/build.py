@@ -68,8 +68,9 @@ CHECKS = {
 
 
 # World v2 (TASK.p_correct_borrow > 0): the base borrows right on a share of its chains' borrow steps inside
-# this band (measured on train_natural[:1024] x 2 samples at T = 1). The race it decides (docs/toy_world.md,
-# "World v2"): at .28 DAPO learned to borrow and never over-optimized; at .10 the shortcut won on every seed.
+# this band (measured on train_natural[:1024] x 2 samples at T = 1). The race it decides
+# (records/toy_world_probes.md, "World v2"): at .28 DAPO learned to borrow and never over-optimized; at .10
+# the shortcut won on every seed.
 BORROW_CHECK = {"borrow_rate_T1": (0.06, 0.16)}
 
 

@@ -90,6 +90,7 @@ def test_two_ranks_with_token_micro_batches_and_chunked_logprobs(runs, world):
     _same(runs["one"], out, weight_tol=1e-5)
 
 
+@pytest.mark.slow      # two more runs for MOPD's monitors; two ranks equal one process: the tests above
 def test_mopd_token_metrics_on_two_ranks_equal_one_process(runs, world):
     """MOPD's token advantages (outcome + teacher signal) exist only for each rank's own rows: its
     advantage_abs_mean, entropy and KL monitors are means over all ranks' rows, as one process computes them
@@ -130,6 +131,7 @@ def test_two_rank_resume_after_a_reset_loads_the_reset_reference(runs, world):
     _same(ref, out, steps=6)
 
 
+@pytest.mark.slow      # a kill on 2 ranks resumed on 1; on 2 resumed on 2: the default suite's test above
 def test_two_rank_checkpoint_resumes_on_one_rank(runs, world):
     out = runs["tmp"] / "to_one"
     r = _run(world, out, 2, "metrics@3")
@@ -146,6 +148,8 @@ def test_bf16_masters_are_refused_with_several_ranks(world, tmp_path):
 
 
 @pytest.mark.slurm
+@pytest.mark.slow      # the fig4 DAG's trainings, 2 ranks each, through SLURM (the launcher on SLURM in the
+# default suite: test_slurm.py; torchrun in a SLURM job also in test_slurm_preempt.py and test_multinode.py)
 def test_two_rank_cpu_train_jobs_through_the_real_slurm(world, tmp_path, slurm_cluster):
     """`run_all.py --cluster slurm` on a smoke preset with protocol.procs_per_node=2: each train job is one
     SLURM job whose wrapper starts torchrun with 2 CPU ranks; every run ends with one metrics file and one

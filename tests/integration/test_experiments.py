@@ -627,6 +627,7 @@ def test_pipeline_continues_dapo_late_from_dapo_conts_run(tmp_path, monkeypatch)
     assert cont["source"].endswith("dapo/seed0") and cont["checkpoints"] == [6]
 
 
+@pytest.mark.slow      # a SIGKILLed driver; a second invocation submitting nothing: ..._is_idempotent
 def test_pipeline_killed_driver_resumes(tmp_path, monkeypatch, wait_until):
     _fakes(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_STEP_S", "0.3")
@@ -655,6 +656,7 @@ def test_pipeline_killed_driver_resumes(tmp_path, monkeypatch, wait_until):
 
 
 @pytest.mark.slurm
+@pytest.mark.slow      # the driver's DAG through the real SLURM runs for real: test_run_all_smoke.py
 def test_pipeline_with_fake_jobs_on_slurm(slurm_cluster, tmp_path, monkeypatch):
     _fakes(tmp_path, monkeypatch)
     preset = _mini_preset(tmp_path)

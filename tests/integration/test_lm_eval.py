@@ -131,6 +131,7 @@ def test_process_results(utils):
         utils.process_results(doc, ["\\boxed{8}"])        # what lm-eval's default take_first filter passes
 
 
+@pytest.mark.slow      # lm_eval's whole command line; every task loads in lm-eval by default (above)
 def test_lm_eval_cli_matches_evaluate(world, tmp_path):
     """The real `lm_eval` CLI (hf backend, chat template, greedy) and eval.evaluate's greedy protocol give the
     same prompts, responses, extracted answers and accuracy on the same 8 problems."""

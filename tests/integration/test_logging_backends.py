@@ -57,6 +57,7 @@ def test_tiny_preset_writes_tensorboard_events_equal_to_its_metrics(world, tmp_p
     _assert_tb_equals_jsonl(out)
 
 
+@pytest.mark.slow      # a logger's kill and resume: the W&B test below; TensorBoard's events: the tiny one
 def test_tensorboard_after_kill_and_resume_has_each_step_once(world, tmp_path):
     """Killed while writing the step-4 checkpoint (steps 3-4 already logged), resumed from step 2: the event
     files hold steps 1..6 once each, with the values of the final metrics.jsonl (the recomputed rows)."""

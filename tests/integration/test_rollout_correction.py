@@ -120,7 +120,9 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("mode", ["tis", "mis"])
+# "mis" behind -m slow: both modes log through the same all-rank reductions; each mode's arithmetic on one
+# process: the known-amount test above
+@pytest.mark.parametrize("mode", ["tis", pytest.param("mis", marks=pytest.mark.slow)])
 def test_two_ranks_log_the_correction_of_one_process(mode, world, tmp_path, monkeypatch):
     """Each rank holds its own rows' θold log-probs: the weight means are over all ranks' tokens and the max /
     min over all ranks' rows, as one process (rollout.shards=2, half-mini-batch micro-batches: the same

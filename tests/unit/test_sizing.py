@@ -1,17 +1,14 @@
 """The plan's arithmetic (reproduce/sizing/): checkpoint volume, host memory, the step model (tails, the
-anchors' extra inference, the paper's response lengths, the range), the schedule on a cluster of a given size,
-the budget's choice of items by importance; the pre-flight's checks on injected facts
-(reproduce/preflight.py); the job shape's threads (slurm/resources.py, slurm/jobwrap.py)."""
+anchors' extra inference, the paper's response lengths, the range), the schedule on a cluster of a given size.
+The budget's choice of items: test_budget.py; the pre-flight: test_preflight.py; the job shape's threads:
+test_resources.py."""
 import dataclasses
 import math
 from types import SimpleNamespace
 
 import pytest
 
-from armor import memory
 from armor.config import load_config
-from reproduce import preflight
-from reproduce.dag.budget import IMPORTANCE, choose_items
 from reproduce.matrix.presets import load_preset
 from reproduce.sizing.estimates import Estimate, eval_estimate
 from reproduce.sizing.footprint import (ROLLOUT_BYTES_PER_TOKEN, checkpoint_volume, host_memory_gb,
@@ -20,7 +17,6 @@ from reproduce.sizing.step_model import benchmark_problems, preemption_steps, st
 from reproduce.sizing.throughput import (ANCHOR_CHUNK_MARGIN, Measured, Throughput, fill_range, scenarios,
                                          throughput)
 from reproduce.sizing.timeline import simulate
-from slurm import jobwrap
 from slurm.launcher import Job
 from slurm.resources import Resources
 
@@ -57,17 +53,6 @@ def test_preemption_costs_the_steps_since_the_last_saved_state():
     assert preemption_steps(sched(5)) == 5 and preemption_steps(sched(50)) == 20   # a checkpoint comes first
 
 
-def test_threads_per_rank_from_the_nodes_cores():
-    assert Resources(gpus_per_node=8, cpus_per_task=64).threads_per_rank == 8
-    assert Resources(gpus_per_node=8, cpus_per_task=4).threads_per_rank == 1
-    assert Resources(cpus_per_task=6).threads_per_rank == 6
-    env = jobwrap._thread_env({"SLURM_CPUS_PER_TASK": "64"}, ranks=8)
-    assert env["ARMOR_THREADS"] == env["OMP_NUM_THREADS"] == "8"
-    assert jobwrap._thread_env({"SLURM_CPUS_PER_TASK": "64"})["OMP_NUM_THREADS"] == "64"
-    assert jobwrap._thread_env({"SLURM_CPUS_PER_TASK": "64", "ARMOR_THREADS": "3"},
-                               8)["OMP_NUM_THREADS"] == "3"
-
-
 def _j(key, deps=()):
     return Job(key, ["x"], deps=list(deps))
 
@@ -89,23 +74,6 @@ def test_schedule_side_by_side_and_checkpoint_ready_jobs():
     assert two["start"]["s2b"] == pytest.approx(9.0) and two["makespan"] == pytest.approx(14.0)
     three = simulate(jobs, est, 48)      # all three train jobs at once
     assert three["makespan"] == pytest.approx(10.0) and three["end"]["eval"] == pytest.approx(10.0)
-
-
-def test_budget_takes_items_by_importance_passing_over_those_that_do_not_fit():
-    runs = {"a": 40.0, "b": 30.0, "c": 300.0, "d": 30.0}        # GPU-hours of a plan's runs
-    needs = {"headline": "a", "fig1": "ab", "fig4": "c", "table1": "ad"}
-
-    def plan(items):     # the plan of these items: the runs they need, shared ones once
-        return sum(runs[r] for r in set("".join(needs[i] for i in items)))
-    rows = [{"item": i, "gpu_hours": plan([i])} for i in needs]
-    got = choose_items(rows, 110, plan)
-    assert [(r["item"], r["covered"], r["extra"], r["total"]) for r in got] == [
-        ("headline", True, 40.0, 40.0), ("fig1", True, 30.0, 70.0), ("fig4", False, 300.0, 70.0),
-        ("table1", True, 30.0, 100.0)]                      # fig4 passed over, table1 still fits
-    assert [r["covered"] for r in choose_items(rows, 80, plan)] == [True, True, False, False]
-    assert not any(r["covered"] for r in choose_items(rows, 10, plan))
-    # each model's headline first; Fig. 4's authors' restarts before its in-run reset sweep
-    assert IMPORTANCE[:4] == ("headline", "fig1", "fig4_restarts", "fig4")
 
 
 # ------------------------------------------------------------------------------------------- step model
@@ -223,100 +191,6 @@ def test_after_a_gpu_pilot_the_plan_stays_a_range_with_longer_responses_and_tail
 
 
 # ------------------------------------------------------------------------------------------- pre-flight
-def _facts(**kw):
-    return preflight.Facts(**{"env": {}, "home": "/home/u", "mounts": [["/", "ext4"]], "free_bytes": 10 ** 13,
-                              "driver": "580.65.06", "gpu_memory_gib": 80.0, "cuda": "13.0", **kw})
-
-
-def test_driver_check_against_the_cuda_of_the_wheels():
-    assert preflight.check_driver(_facts()).status == preflight.OK
-    bad = preflight.check_driver(_facts(driver="575.57.08"))
-    assert bad.status == preflight.FAIL and "older than the 580.65.06" in bad.detail
-    assert "update the driver" in bad.detail
-    assert preflight.check_driver(_facts(driver="535.1", cuda="12.4")).status == preflight.OK
-    assert preflight.check_driver(_facts(driver=None)).status == preflight.NOT_CHECKED
-
-
-def test_expandable_segments_and_compile_caches_on_a_shared_home_fail_with_their_fix():
-    expandable = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-    bad = preflight.check_alloc_conf(_facts(env=expandable), "vllm")
-    assert bad.status == preflight.FAIL and "unset it" in bad.detail
-    assert preflight.check_alloc_conf(_facts(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}),
-                                      "vllm").status == preflight.OK
-    assert preflight.check_alloc_conf(_facts(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
-                                      "hf").status == preflight.OK          # no vLLM: no sleep mode
-    nfs = [["/", "ext4"], ["/home", "nfs4"], ["/tmp", "tmpfs"]]
-    bad = preflight.check_compile_cache(_facts(mounts=nfs), "vllm")
-    assert bad.status == preflight.FAIL and "VLLM_CACHE_ROOT=/home/u/.cache/vllm (nfs4)" in bad.detail
-    assert "TORCHINDUCTOR_CACHE_DIR" not in bad.detail                      # /tmp: node-local already
-    local = {"VLLM_CACHE_ROOT": "/tmp/v", "TRITON_CACHE_DIR": "/tmp/t", "FLASHINFER_WORKSPACE_BASE": "/tmp/f",
-             "TORCH_EXTENSIONS_DIR": "/tmp/e"}
-    assert preflight.check_compile_cache(_facts(mounts=nfs, env=local), "vllm").status == preflight.OK
-
-
-def test_disk_and_the_vllm_share_of_a_run_shrunk_to_one_node():
-    assert preflight.check_disk(_facts(free_bytes=10 ** 12), 2 * 10 ** 12, "runs").status == preflight.FAIL
-    assert preflight.check_disk(_facts(), 2 * 10 ** 12, "runs").status == preflight.OK
-    cfg = load_config(P7.path, ["rollout.gpu_memory_utilization=0.9"])
-    shape = memory.KNOWN[cfg.model.path]
-    per_rank = lambda w: shape.params / w * (4 + 8 + 2) / 2 ** 30     # fp32 masters, AdamW, a bf16 πref
-    one = preflight.check_vllm_share(_facts(), cfg, 8, shape)
-    assert one.status == preflight.FAIL and f"{per_rank(8):.1f} GiB of training state" in one.detail
-    assert per_rank(8) + 0.9 * 80 + 2 > 80 > per_rank(128) + 0.9 * 80 + 2
-    assert preflight.check_vllm_share(_facts(), cfg, 128, shape).status == preflight.OK
-    assert preflight.check_vllm_share(_facts(gpu_memory_gib=None), cfg, 8, shape).status == \
-        preflight.NOT_CHECKED
-
-
-def test_the_vllm_share_prints_its_margin_and_warns_with_a_setting_when_thin():
-    cfg = load_config(P7.path, ["rollout.gpu_memory_utilization=0.8"])
-    shape = memory.KNOWN[cfg.model.path]
-    held = preflight.resident_gib(cfg, 8, shape)
-    # a GPU whose margin beside 0.8 of it is 1 GiB: warned, with the largest share leaving SHARE_SLACK_GIB
-    gib = (held + preflight.GPU_MARGIN_GIB + 1.0) / 0.2
-    thin = preflight.check_vllm_share(_facts(gpu_memory_gib=gib), cfg, 8, shape)
-    u = preflight.suggested_utilization(held, gib)
-    assert thin.status == preflight.WARN and "margin 1.0 GiB" in thin.detail
-    assert f"rollout.gpu_memory_utilization={u:.2f} leaves" in thin.detail
-    assert held + u * gib + preflight.GPU_MARGIN_GIB + preflight.SHARE_SLACK_GIB <= gib
-    assert held + (u + 0.01) * gib + preflight.GPU_MARGIN_GIB + preflight.SHARE_SLACK_GIB > gib
-    roomy = preflight.check_vllm_share(_facts(gpu_memory_gib=gib * 2), cfg, 8, shape)
-    assert roomy.status == preflight.OK and "margin" in roomy.detail
-    assert preflight.failures([thin, roomy]) == []                  # a warning does not stop a submission
-
-
-def test_python_for_vllm_and_the_hub_token_and_access(monkeypatch, tmp_path):
-    assert preflight.check_python(_facts(python="3.10.14"), "vllm").status == preflight.FAIL
-    assert ">= 3.11" in preflight.check_python(_facts(python="3.10.14"), "vllm").detail
-    assert preflight.check_python(_facts(python="3.11.7"), "vllm").status == preflight.OK
-    assert preflight.check_python(_facts(python="3.10.14"), "hf").status == preflight.OK
-
-    class Item:                                   # reproduce.hub.Item's surface the checks read
-        def __init__(self, name, gated, kind="dataset"):
-            self.repo_id, self.gated, self.kind, self.benchmark = name, gated, kind, name.split("/")[-1]
-
-        def done(self):
-            return False
-
-        def label(self):
-            return self.repo_id
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv("ARMOR_HUB_MIRROR", raising=False)
-    monkeypatch.setattr("reproduce.hub.token", lambda: None)
-    token, access = preflight.check_hub([Item("a/gated", True), Item("b/open", False)], "here")
-    assert token.status == preflight.FAIL and "a/gated" in token.detail and "HF_TOKEN" in token.detail
-    assert access.status == preflight.NOT_CHECKED and "ARMOR_HUB_MIRROR" in access.detail
-    token, _ = preflight.check_hub([Item("b/open", False)], "here")
-    assert token.status == preflight.OK and "not set" in token.detail
-    monkeypatch.setenv("ARMOR_HUB_MIRROR", str(tmp_path))            # a mirror without the items
-    token, access = preflight.check_hub([Item("a/gated", True)], "here")
-    assert token.status == preflight.OK and access.status == preflight.FAIL and "not in the mirror" in \
-        access.detail
-    (tmp_path / "datasets" / "a" / "gated").mkdir(parents=True)
-    assert preflight.check_hub([Item("a/gated", True)], "here")[1].status == preflight.OK
-    assert [c.status for c in preflight.check_hub([], "here")] == [preflight.OK, preflight.OK]
-
-
 def test_the_plans_copies_of_the_trainers_and_registrys_facts():
     """The anchors' chunk margin is the trainer's (pinned: armor.trainer imports torch); a benchmark's
     problems are the registry's full size, aliases resolved, and an unregistered local file counts
