@@ -166,7 +166,7 @@ def _request_stop(main: bool) -> str:
 def cmd_pilot_train(preset: Preset, root: Path, phase: str, stage_dir: Optional[Path] = None) -> int:
     """One pilot phase in this process: the node's checks, the trainer timed, the stop and its resume
     (dapo)."""
-    from armor.config import load_config
+    from armor.config import load_config, needs_reference_logprobs
     from armor.trainer import Trainer
     if phase not in ("dapo", "armor"):
         raise ExperimentError(f"--phase: {phase!r} is not dapo or armor")
@@ -203,6 +203,7 @@ def cmd_pilot_train(preset: Preset, root: Path, phase: str, stage_dir: Optional[
     rec = {"phase": phase, "attempt_start": t_process, "resumed_from": resumed_from or None,
            "load_s": load_s, "pushes": timers.pushes, "saves": timers.saves,
            "validations": timers.validations, "steps_done": trainer.step, "world_size": world,
+           "reference_logprobs": needs_reference_logprobs(cfg),      # its steps' time holds πref's forward
            "stopped": trainer.stopped, "stop": asked or None, "end": time.time(),
            "node_checks": [c.__dict__ for c in checks],
            "local_stop_not_exercised": bool(local_many)}
@@ -278,6 +279,7 @@ def _phase(d: Path) -> dict:
     drawn = sum(int(r.get("prompts_drawn") or 0) for r in rows)
     ref = sum(int(r.get("ref_samples") or 0) for r in rows)
     out["ref_samples"], out["prompts_drawn"] = ref, drawn
+    out["reference_logprobs"] = any(bool(t.get("reference_logprobs")) for t in times)
     out["pushes"] = [x for t in times for x in t["pushes"]]
     out["saves"] = [x for t in times for x in t["saves"]]
     out["validations"] = [x for t in times for x in t["validations"]]

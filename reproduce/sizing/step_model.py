@@ -61,14 +61,17 @@ def tail_seconds(cfg, t: Throughput) -> float:
 
 def step_parts(cfg, t: Throughput, gpus: int, n_params: Optional[int]) -> dict[str, float]:
     """Seconds of one training step on `gpus` GPUs by part: generate (tokens and tails), update, push; a
-    pilot's measurement gives the step whole (DAPO's, ARMOR's with anchors, DAPO's plus πref's forward for
-    an arm that reads πref without anchors)."""
+    pilot's measurement gives the step whole (DAPO's, ARMOR's with anchors). An arm without anchors that
+    reads πref: DAPO's step, which holds πref's forward when the pilot's DAPO phase computed it (the KL
+    monitor, on by default), else DAPO's plus πref's forward (ARMOR's log-prob phase minus DAPO's). One that
+    does not read πref: DAPO's step as measured (at most one forward high)."""
     m = t.measured
     if m is not None:
         if cfg.algo.anchor.enabled:
             return {"step": m.armor_step_s}
         from armor.config import needs_reference_logprobs
-        return {"step": m.dapo_step_s + (m.reference_logprob_s if needs_reference_logprobs(cfg) else 0.0)}
+        extra = needs_reference_logprobs(cfg) and not m.dapo_reads_reference
+        return {"step": m.dapo_step_s + (m.reference_logprob_s if extra else 0.0)}
     on, ref, trained = step_tokens(cfg, t)
     g = max(1, gpus)
     anchors = cfg.algo.anchor.enabled

@@ -56,6 +56,8 @@ class Measured:
     nodes: int
     gpus: int
     when: str = ""
+    # the DAPO phase computed πref's log-probs (the preset's KL monitor): its step holds πref's forward
+    dapo_reads_reference: bool = False
 
     def describe(self) -> str:
         ev = f", evaluation {self.eval_sample_s:.3g} s a sample" if self.eval_sample_s else ""
@@ -84,7 +86,8 @@ def read_pilot(path: str | Path) -> Optional[Measured]:
                                        else None),
                         response_tokens=float(d["dapo"]["response_tokens"]),
                         anchor_share=d["armor"].get("anchor_share"), nodes=int(d["nodes"]),
-                        gpus=int(d["gpus"]), when=str(d.get("when", "")))
+                        gpus=int(d["gpus"]), when=str(d.get("when", "")),
+                        dapo_reads_reference=bool(d["dapo"].get("reference_logprobs", False)))
     except (KeyError, TypeError, ValueError) as e:
         raise SizingError(f"{path}: not a complete pilot report ({e!r}); rerun --pilot") from None
 

@@ -61,7 +61,10 @@ def _check_pilot(preset: Path, root: Path, out: str, cluster: str) -> dict:
     m = read_pilot(pj)
     jobs = {j.key: j for j in build_jobs(p, root)}
     est = estimate_jobs(p, [jobs["stage1/dapo/seed0"]], throughput(p, pilot=m))
-    # 4 DAPO steps, 3 validations (steps 0, 2, 4) of 16 problems x 2 samples, 2 saves, at the pilot's seconds
+    # 4 DAPO steps, 3 validations (steps 0, 2, 4) of 16 problems x 2 samples, 2 saves, at the pilot's seconds;
+    # the pilot's DAPO step holds πref's forward (the KL monitor, as the arm's), so whatever ARMOR's log-prob
+    # phase took adds nothing (two timings taken at different moments: not a figure to compare exactly)
+    assert rep["dapo"]["reference_logprobs"] and m.dapo_reads_reference
     want = 4 * m.dapo_step_s + 3 * 32 * m.validation_sample_s + 2 * m.save_s
     assert est["stage1/dapo/seed0"].hours * 3600 == pytest.approx(want)
     rc, again = _main("--preset", str(preset), "--root", str(root), "--cluster", cluster, "--pilot",

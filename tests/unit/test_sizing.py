@@ -104,7 +104,12 @@ def test_a_step_waits_for_its_longest_response_and_armor_samples_the_reference_t
         pytest.approx((on + 2048 * 4 * 1024) / 262144 + 112.0)
     m = Measured("p.json", 300.0, 420.0, 25.0, 60.0, 5.0, 0.01, 0.02, 1000.0, 0.3, 1, 8)
     assert step_parts(armor, _t(measured=m), 128, None) == {"step": 420.0}
-    assert step_parts(dapo, _t(measured=m), 128, None) == {"step": 300.0 + 25.0}   # the monitor reads πref
+    # the monitor reads πref: a pilot's DAPO phase without it, + πref's forward; with it, its step holds it
+    assert step_parts(dapo, _t(measured=m), 128, None) == {"step": 300.0 + 25.0}
+    with_ref = dataclasses.replace(m, dapo_reads_reference=True)
+    assert step_parts(dapo, _t(measured=with_ref), 128, None) == {"step": 300.0}
+    no_monitor = load_config(P7.path, ["algo.reference.kl_monitor=false"])
+    assert step_parts(no_monitor, _t(measured=m), 128, None) == {"step": 300.0}
 
 
 def test_a_steps_rollouts_in_host_memory_count_the_reference_samples_at_the_high_end():
