@@ -18,8 +18,8 @@ from reproduce.dag.graph import build_jobs
 from reproduce.jobs.collect import collect, link_aliases
 from reproduce.jobs.figures import DRIVER_START_ENV, driver_wall_time, record_driver_run
 from reproduce.jobs.peaks import choose_peak, smooth, start_point
-from reproduce.matrix.arms import (arm_definitions, arm_seeds, build_arms, figure_arms, parse_only,
-                                   selection_seeds)
+from reproduce.matrix.arms import (arm_definitions, arm_seeds, build_arms, figure_arms, figure_panels,
+                                   parse_only, selection_seeds)
 from reproduce.matrix.overrides import train_overrides
 from reproduce.matrix.presets import (ExperimentError, PRESETS_DIR, ckpt_dir, fixed_peak, load_preset,
                                       run_dir, stage_steps)
@@ -585,6 +585,7 @@ def test_pipeline_with_fake_jobs_is_idempotent(tmp_path, monkeypatch):
     meta = json.loads((pr / "results.meta.json").read_text())
     assert meta["peaks"]["dapo"]["0"] == 4 and meta["aliases"]["armor_reset_2"] == "armor"
     assert meta["figure_arms"] == figure_arms(load_preset(preset).protocol)   # what figures/ reads back
+    assert meta["figure_panels"] == figure_panels(load_preset(preset).protocol)
     # every stage-2 arm started from θ* with πref = θ*
     cfg = load_config(pr / "armor" / "seed0" / "config.yaml")
     assert cfg.model.path == cfg.algo.reference.path == peak["checkpoint"] and cfg.step_offset == 4
