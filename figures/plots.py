@@ -33,6 +33,7 @@ CONTEXT_COLOR = "0.7"
 MISSING_COLOR = "tab:red"
 DPI = 110
 LEGEND_INSIDE_MAX = 7
+NO_PANELS = "(results.meta.json lists no figure_panels: collect again)"
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -145,7 +146,7 @@ def val_panel(fig: Figure, ax, ctx: Context, name: str, panel: str, title: str,
         paper_mod.draw_marks(ax, ctx.preset, name, panel)
     _missing_note(fig, ax, panel, missing, plotted)
     if listed is None:
-        _missing_note(fig, ax, panel, ["(results.meta.json lists no figure_panels: collect again)"], 0)
+        _missing_note(fig, ax, panel, [NO_PANELS], 0)
     elif not arms:
         _missing_note(fig, ax, panel, ["(no arms of this sweep in the preset)"], 0)
     _finish(ax, ctx.val_label, title)
@@ -175,7 +176,10 @@ def fig1(ctx: Context, out_dir=None) -> Figure:
     for ax, key, panel, ylabel in ((a_rew, "reward_mean", "reward", "training reward (mean, -1..1)"),
                                    (a_len, "response_length", "length", "response length (tokens)")):
         _register(fig, ax, "fig1", panel)
-        for arm in panel_arms(ctx, "fig1", panel) or []:      # the baseline
+        baseline = panel_arms(ctx, "fig1", panel)
+        if baseline is None:
+            _missing_note(fig, ax, panel, [NO_PANELS], 0)
+        for arm in baseline or []:
             c = ctx.metric_curve(arm, key)
             if c.empty:
                 _missing_note(fig, ax, panel, [arm], 0, "(no metrics.jsonl)")

@@ -387,6 +387,8 @@ def test_the_drivers_panels_decide_what_a_figure_draws(tmp_path):
     meta_path.write_text(json.dumps(meta))
     ax = _axes(plots.fig2(load_context(path)))["a"]
     assert any("lists no figure_panels" in t for t in _not_run_texts(ax))
+    reward = _axes(plots.fig1(load_context(path)))["reward"]
+    assert any("lists no figure_panels" in t for t in _not_run_texts(reward))
 
 
 def test_the_validation_benchmark_is_the_drivers(tmp_path):
