@@ -497,14 +497,23 @@ def _coerce(value: Any, tp, key: str) -> Any:
     raise TypeError(f"unsupported config type {tp} at {key}")
 
 
+# keys a config no longer has -> what replaced them (a run folder's config.yaml written before keeps them)
+RETIRED_KEYS = {"rollout.static_kv_cache": "compute.fast (auto: the static-KV decoder where it applies; off: "
+                                           "HF's generate)"}
+
+
 def from_mapping(cls, data: dict, prefix: str = ""):
     """A config dataclass from a mapping, typed field by field; unknown keys and bad values raise ConfigError
-    naming the dotted key (prefix: the section's own key). Fields marked "foreign" are not keys."""
+    naming the dotted key (prefix: the section's own key), a retired key (RETIRED_KEYS) with what replaced
+    it. Fields marked "foreign" are not keys."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("foreign")}
     for k in data:
         if k not in names:
             full = f"{prefix}.{k}" if prefix else k
+            if full in RETIRED_KEYS:
+                raise ConfigError(f"{full}: retired, replaced by {RETIRED_KEYS[full]}; delete it (from a run "
+                                  f"folder's config.yaml written before, then resume)")
             others = f"; sections of other tools: {', '.join(FOREIGN_SECTIONS)}" if cls is RunConfig else ""
             raise ConfigError(f"{full}: unknown key (known: {', '.join(sorted(names))}{others})")
     kwargs = {}

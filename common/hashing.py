@@ -1,4 +1,4 @@
-"""File checksums (checkpoint manifests, staged hub files)."""
+"""File checksums (checkpoint manifests, fetched hub files)."""
 from __future__ import annotations
 
 import hashlib

@@ -96,7 +96,7 @@ def card_with_tokenizer(unit, tokenizer) -> dict:
 
 
 def _planned(name: str, p, s: EvalSettings) -> dict:
-    """A benchmark's card entry from its registry spec, without loading it (a hub benchmark is staged by the
+    """A benchmark's card entry from its registry spec, without loading it (a hub benchmark is fetched by the
     run; its rows and hash are on the evaluation's own card)."""
     spec = get_spec(ALIASES.get(name, name))
     math = spec.answer_type == "math"
@@ -111,7 +111,7 @@ def _planned(name: str, p, s: EvalSettings) -> dict:
         rec.update(rows=sum(1 for line in path.open(encoding="utf-8") if line.strip()), source="local",
                    file=path.name, sha256=sha256_file(path))
     else:
-        rec.update(rows="hub", source=f"hub ({spec.hf_id or '?'}), staged by the run")
+        rec.update(rows="hub", source=f"hub ({spec.hf_id or '?'}), fetched by the run")
     return rec
 
 

@@ -7,10 +7,10 @@
     ctx.noise_floor                 # noise_floor.json beside the table (reproduce/jobs/noise.py), or None
     ctx.steps                       # steps.parquet beside the table: every run's per-step metrics (or empty)
 
-Every experiment fact (protocol, arms, sweeps, starts, θ*, the world) comes from the driver's files beside the
-table: results.meta.json (reproduce/jobs/collect.py writes it; common/results.py META_NAME), steps.parquet
-(every run's per-step metrics) and noise_floor.json. Nothing here reads a preset or a run folder, and no arm
-name is parsed: `Context` is the one reader of the driver's files.
+Every experiment fact (protocol, arms, sweeps, each panel's arms, starts, θ*, the world) comes from the
+driver's files beside the table: results.meta.json (reproduce/jobs/collect.py writes it; common/results.py
+META_NAME), steps.parquet (every run's per-step metrics) and noise_floor.json. Nothing here reads a preset
+or a run folder, and no arm name is parsed: `Context` is the one reader of the driver's files.
 
 Conventions
 - Scores are fractions in [0, 1] inside this package. A (benchmark, metric) group of the results table whose
@@ -274,6 +274,13 @@ class Context:
         """{figure: [arms]} as the driver listed them (reproduce.matrix.arms.figure_arms), or None."""
         fa = self.driver_meta.get("figure_arms")
         return fa if isinstance(fa, dict) else None
+
+    def panel_arms(self, figure: str, panel: str) -> Optional[list[str]]:
+        """The arms a figure's panel draws, in plot order, as the driver listed them (results.meta.json
+        `figure_panels`, reproduce.matrix.arms.figure_panels), or None for results collected without them."""
+        fp = self.driver_meta.get("figure_panels")
+        arms = (fp.get(figure) or {}).get(panel) if isinstance(fp, dict) else None
+        return [str(a) for a in arms] if isinstance(arms, list) else None
 
     def expected_arms(self, family: str) -> list[str]:
         """The arms of a sweep (results.meta.json arms' `sweep`: kl_k3, kl_k2, mix, reset, qae_armor,

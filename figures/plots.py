@@ -3,6 +3,8 @@
 Each `figN(ctx, out_dir=None)` returns the matplotlib Figure (Agg, no pyplot state) and, given out_dir, writes
 figN.png and figN.pdf there. Curves are the seed mean with a shaded min-max band over seeds; the x axis is
 total RL steps since the base model; the y axis names the validation benchmark and metric found in the data.
+Each panel draws the arms the driver lists for it (results.meta.json `figure_panels`, owned by
+reproduce/matrix/arms.py figure_panels); the titles, colours and line styles are this module's.
 An arm that is not in the data leaves a red "not run: <arm>" note on its panel (a panel with nothing to draw
 says so in its middle); nothing raises for missing inputs. The paper presets also get the paper's read-offs
 as grey "paper: ..." marks (figures/paper.py).
@@ -31,6 +33,7 @@ CONTEXT_COLOR = "0.7"
 MISSING_COLOR = "tab:red"
 DPI = 110
 LEGEND_INSIDE_MAX = 7
+NO_PANELS = "(results.meta.json lists no figure_panels: collect again)"
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -104,12 +107,27 @@ def _color(arm: str, i: int):
     return FIXED_COLORS.get(arm, PALETTE[i % len(PALETTE)])
 
 
-def val_panel(fig: Figure, ax, ctx: Context, name: str, panel: str, arms: Sequence[str], title: str,
+def panel_arms(ctx: Context, name: str, panel: str, armor_role: bool = False) -> Optional[list[str]]:
+    """The arms a panel draws (results.meta.json `figure_panels`, the driver's): with `armor_role`, the
+    claims register's ARMOR in place of `armor` where it has a curve; the authors' restarts (start
+    "restart") only where run. None for results collected without the panels."""
+    arms = ctx.panel_arms(name, panel)
+    if arms is None:
+        return None
+    role = ctx.role_curve_arms("ARMOR") if armor_role else []
+    arms = [x for a in arms for x in (role if a == "armor" and role else [a])]
+    return [a for a in arms if ctx.arm_facts(a).get("start") != "restart" or not ctx.val_curve(a).empty]
+
+
+def val_panel(fig: Figure, ax, ctx: Context, name: str, panel: str, title: str,
               context: Optional[str] = "dapo", starts: Sequence[tuple[Optional[int], str]] = (),
-              styles: Optional[dict] = None) -> None:
-    """Validation curves of `arms` vs total steps; `context` is a stage-1 arm drawn in grey behind them."""
+              styles: Optional[dict] = None, armor_role: bool = False) -> None:
+    """Validation curves of the panel's arms (`panel_arms`) vs total steps; `context` is a stage-1 arm drawn
+    in grey behind them."""
     _register(fig, ax, name, panel)
     styles = styles or {}
+    listed = panel_arms(ctx, name, panel, armor_role)
+    arms = listed or []
     plotted, missing = 0, []
     if context and not ctx.val_curve(context).empty:
         plot_curve(ax, ctx.val_curve(context), f"{context} (stage 1)", color=CONTEXT_COLOR, lw=1.2)
@@ -127,7 +145,9 @@ def val_panel(fig: Figure, ax, ctx: Context, name: str, panel: str, arms: Sequen
     if ctx.is_paper:
         paper_mod.draw_marks(ax, ctx.preset, name, panel)
     _missing_note(fig, ax, panel, missing, plotted)
-    if not arms:
+    if listed is None:
+        _missing_note(fig, ax, panel, [NO_PANELS], 0)
+    elif not arms:
         _missing_note(fig, ax, panel, ["(no arms of this sweep in the preset)"], 0)
     _finish(ax, ctx.val_label, title)
 
@@ -156,19 +176,22 @@ def fig1(ctx: Context, out_dir=None) -> Figure:
     for ax, key, panel, ylabel in ((a_rew, "reward_mean", "reward", "training reward (mean, -1..1)"),
                                    (a_len, "response_length", "length", "response length (tokens)")):
         _register(fig, ax, "fig1", panel)
-        c = ctx.metric_curve("dapo", key)
-        if c.empty:
-            _missing_note(fig, ax, panel, ["dapo"], 0, "(no metrics.jsonl)")
-        else:
-            plot_curve(ax, c, "dapo", color=FIXED_COLORS["dapo"])
-            fig.armor_info["series"][panel].append("dapo")
+        baseline = panel_arms(ctx, "fig1", panel)
+        if baseline is None:
+            _missing_note(fig, ax, panel, [NO_PANELS], 0)
+        for arm in baseline or []:
+            c = ctx.metric_curve(arm, key)
+            if c.empty:
+                _missing_note(fig, ax, panel, [arm], 0, "(no metrics.jsonl)")
+            else:
+                plot_curve(ax, c, arm, color=_color(arm, 0))
+                fig.armor_info["series"][panel].append(arm)
         _vline(ax, *_theta(ctx))
         if ctx.is_paper:
             paper_mod.draw_marks(ax, ctx.preset, "fig1", panel)
         _finish(ax, ylabel, f"baseline (dapo) {key}")
-    armor = ctx.role_curve_arms("ARMOR") or ["armor"]      # the claims register's ARMOR, else the arm
-    val_panel(fig, a_val, ctx, "fig1", "validation", ["dapo", "dapo_cont", "anchor_only", *armor],
-              "validation: DAPO (stage 1 → dapo_cont), anchor_only, ARMOR", context=None,
+    val_panel(fig, a_val, ctx, "fig1", "validation",
+              "validation: DAPO (stage 1 → dapo_cont), anchor_only, ARMOR", context=None, armor_role=True,
               starts=[_theta(ctx)], styles={"dapo_cont": "--"})
     save(fig, out_dir, "fig1")
     return fig
@@ -209,10 +232,8 @@ def kl_readoff(ctx: Context, arms: Sequence[str], n: Optional[int] = None) -> tu
 def fig2(ctx: Context, out_dir=None, n: Optional[int] = None) -> Figure:
     """(a) k3 KL-penalty sweep + dapo_cont; (b) reverse vs forward KL after N stage-2 steps, per arm."""
     fig, (a, b) = _figure(2, "Fig. 2 — KL penalty (k3) from θ*", ctx, width=5.6)
-    kl_arms = ctx.expected_arms("kl_k3")
-    val_panel(fig, a, ctx, "fig2", "a", ["dapo_cont"] + kl_arms, "(a) KL penalty β sweep, k3",
-              starts=[_theta(ctx)])
-    _kl_bars(fig, b, ctx, "fig2", "b", ["dapo_cont"] + kl_arms, n)
+    val_panel(fig, a, ctx, "fig2", "a", "(a) KL penalty β sweep, k3", starts=[_theta(ctx)])
+    _kl_bars(fig, b, ctx, "fig2", "b", panel_arms(ctx, "fig2", "b") or [], n)
     save(fig, out_dir, "fig2")
     return fig
 
@@ -265,13 +286,12 @@ def fig3(ctx: Context, out_dir=None) -> Figure:
     """(a) Mixed Optimization alone, α sweep; (b) anchor variants; (c) start-point ablation."""
     fig, (a, b, c) = _figure(3, "Fig. 3 — ARMOR ablations", ctx, width=4.6)
     th = _theta(ctx)
-    val_panel(fig, a, ctx, "fig3", "a", ["dapo_cont"] + ctx.expected_arms("mix"),
-              "(a) Mixed Optimization only (α sweep)", starts=[th])
-    val_panel(fig, b, ctx, "fig3", "b", ["anchor_only", "anchor_static_clip", "anchor_offpolicy"],
-              "(b) Anchor Rollout variants", starts=[th])
-    late = ctx.start_of(["armor_late", "dapo_late"], "late_start_step")
-    val_panel(fig, c, ctx, "fig3", "c", ["armor", "dapo_cont", "armor_late", "dapo_late"],
-              "(c) start point: θ* vs a later checkpoint", starts=[th, (late, f"late start (step {late})")],
+    val_panel(fig, a, ctx, "fig3", "a", "(a) Mixed Optimization only (α sweep)", starts=[th])
+    val_panel(fig, b, ctx, "fig3", "b", "(b) Anchor Rollout variants", starts=[th])
+    late_arms = [x for x in panel_arms(ctx, "fig3", "c") or [] if ctx.arm_facts(x).get("start") == "late"]
+    late = ctx.start_of(late_arms, "late_start_step")
+    val_panel(fig, c, ctx, "fig3", "c", "(c) start point: θ* vs a later checkpoint",
+              starts=[th, (late, f"late start (step {late})")],
               styles={"dapo_cont": "--", "dapo_late": "--"})
     save(fig, out_dir, "fig3")
     return fig
@@ -282,10 +302,10 @@ def fig4(ctx: Context, out_dir=None) -> Figure:
     authors' restart from never's best checkpoint (armor_restart), when run."""
     fig, (a,) = _figure(1, "Fig. 4 — reference reset: every τ steps, and the authors' restart", ctx,
                         width=6.0)
-    # the restarts: from never's best checkpoint, and (armor_restart_<τ>) from its checkpoint at τ
-    restart = [x for x in ["armor_restart"] + ctx.expected_arms("restart") if not ctx.val_curve(x).empty]
-    val_panel(fig, a, ctx, "fig4", "a", ctx.expected_arms("reset") + restart, "(a) reset sweep and restart",
-              starts=[_theta(ctx)], styles={x: ":" for x in restart})
+    # the restarts (dotted): from never's best checkpoint, and (armor_restart_<τ>) from its checkpoint at τ
+    restart = [x for x in panel_arms(ctx, "fig4", "a") or [] if ctx.arm_facts(x).get("start") == "restart"]
+    val_panel(fig, a, ctx, "fig4", "a", "(a) reset sweep and restart", starts=[_theta(ctx)],
+              styles={x: ":" for x in restart})
     save(fig, out_dir, "fig4")
     return fig
 
@@ -293,8 +313,7 @@ def fig4(ctx: Context, out_dir=None) -> Figure:
 def fig5(ctx: Context, out_dir=None) -> Figure:
     """Fig. 2a with the k2 KL estimator."""
     fig, (a,) = _figure(1, "Fig. 5 — KL penalty (k2) from θ*", ctx, width=6.0)
-    val_panel(fig, a, ctx, "fig5", "a", ["dapo_cont"] + ctx.expected_arms("kl_k2"),
-              "(a) KL penalty β sweep, k2", starts=[_theta(ctx)])
+    val_panel(fig, a, ctx, "fig5", "a", "(a) KL penalty β sweep, k2", starts=[_theta(ctx)])
     save(fig, out_dir, "fig5")
     return fig
 
@@ -302,9 +321,9 @@ def fig5(ctx: Context, out_dir=None) -> Figure:
 def fig6(ctx: Context, out_dir=None) -> Figure:
     """QAE baseline: stage 1 `qae`, `qae_cont` and the `qae_armor_*` variants from the QAE peak."""
     fig, (a,) = _figure(1, "Fig. 6 — QAE baseline and ARMOR from the QAE peak", ctx, width=6.0)
-    qa = ctx.expected_arms("qae_armor")
-    start = ctx.start_of(["qae_cont"] + qa, "qae_peak_step")
-    val_panel(fig, a, ctx, "fig6", "a", ["qae", "qae_cont"] + qa, "(a) QAE from its peak",
+    stage2 = [x for x in panel_arms(ctx, "fig6", "a") or [] if ctx.arm_facts(x).get("stage") == 2]
+    start = ctx.start_of(stage2, "qae_peak_step")
+    val_panel(fig, a, ctx, "fig6", "a", "(a) QAE from its peak",
               context=None, starts=[(start, f"θ*_QAE (step {start})")], styles={"qae_cont": "--"})
     save(fig, out_dir, "fig6")
     return fig
@@ -313,9 +332,8 @@ def fig6(ctx: Context, out_dir=None) -> Figure:
 def fig7(ctx: Context, out_dir=None) -> Figure:
     """Qwen3 reset schedules: armor_tau1, armor_tau1_until*, clip_expand, dapo_cont."""
     fig, (a,) = _figure(1, "Fig. 7 — reset schedules (τ = 1, then frozen)", ctx, width=6.0)
-    val_panel(fig, a, ctx, "fig7", "a",
-              ["dapo_cont", "armor_tau1"] + ctx.expected_arms("tau1_until") + ["clip_expand"],
-              "(a) τ = 1 throughout / until N steps / clip expansion only", starts=[_theta(ctx)])
+    val_panel(fig, a, ctx, "fig7", "a", "(a) τ = 1 throughout / until N steps / clip expansion only",
+              starts=[_theta(ctx)])
     save(fig, out_dir, "fig7")
     return fig
 

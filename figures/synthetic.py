@@ -54,6 +54,20 @@ ARM_FACTS = {
     "armor_tau1": (2, "dapo", "peak", None), "armor_tau1_until40": (2, "dapo", "peak", ("tau1_until", 40.0)),
     "clip_expand": (2, "dapo", "peak", None),
 }
+# what the driver's results.meta.json lists each panel of Figs. 1-7 drawing (reproduce/matrix/arms.py
+# figure_panels of the synthetic protocol; tests/unit/test_matrix.py holds the two equal)
+FIGURE_PANELS = {
+    "fig1": {"reward": ["dapo"], "length": ["dapo"],
+             "validation": ["dapo", "dapo_cont", "anchor_only", "armor"]},
+    "fig2": {"a": ["dapo_cont", "kl_k3_b1e-2", "kl_k3_b1"], "b": ["dapo_cont", "kl_k3_b1e-2", "kl_k3_b1"]},
+    "fig3": {"a": ["dapo_cont", "mix_a0.9", "mix_a0.8"],
+             "b": ["anchor_only", "anchor_static_clip", "anchor_offpolicy"],
+             "c": ["armor", "dapo_cont", "armor_late", "dapo_late"]},
+    "fig4": {"a": ["armor_reset_never", "armor_reset_20", "armor_reset_40", "armor_restart"]},
+    "fig5": {"a": ["dapo_cont", "kl_k2_b1e-2", "kl_k2_b1"]},
+    "fig6": {"a": ["qae", "qae_cont", "qae_armor_reset_never", "qae_armor_reset_20"]},
+    "fig7": {"a": ["dapo_cont", "armor_tau1", "armor_tau1_until40", "clip_expand"]},
+}
 KL_BETA = {"kl_k3_b1e-2": 1e-2, "kl_k3_b1": 1.0, "kl_k2_b1e-2": 1e-2, "kl_k2_b1": 1.0}
 
 
@@ -174,7 +188,8 @@ def make_synthetic(root, preset: str = "tiny", model: str = "tiny-lm", arms: Opt
     if step_rows:
         pd.DataFrame(step_rows).to_parquet(root / STEPS_NAME, index=False)
     meta = {"preset": preset, "model": model, "protocol": protocol, "seeds": list(seeds),
-            "validation_benchmark": val_bench, "arms": facts, "world": {}, "live_logs": []}
+            "validation_benchmark": val_bench, "arms": facts, "figure_panels": FIGURE_PANELS, "world": {},
+            "live_logs": []}
     if claims is not None:
         meta["claims"] = claims
     (root / META_NAME).write_text(json.dumps(meta, indent=1))

@@ -1,20 +1,20 @@
-"""Stage the hub models and datasets a plan needs into one shared folder, once, before any job reads them.
+"""Fetch the hub models and datasets a plan needs into one shared folder, once, before any job reads them.
 
 At 16 nodes x 8 ranks every rank of every job would otherwise read the hub at once. The driver's first job
-(`python -m reproduce.jobs stage --preset P --root R`, added by build_jobs for presets that name hub
+(`python -m reproduce.jobs fetch --preset P --root R`, added by build_jobs for presets that name hub
 ids; none for the toy presets, whose models are built locally) copies them here; the train and evaluate jobs
-then read the local copies (their overrides name the staged paths).
+then read the local copies (their overrides name the fetched paths).
 
-What is staged: model.path / algo.reference.path / algo.distill.teacher_path when they are hub ids (org/name,
+What is fetched: model.path / algo.reference.path / algo.distill.teacher_path when they are hub ids (org/name,
 no such local path), and each benchmark of validation.benchmarks / protocol.eval_benchmarks given by name
 whose registry entry has a hub dataset and no full local copy (common/benchmarks.py: gpqa_diamond, gated;
 mmlu_pro, whose shipped file is a 300-question sample).
 
-Layout of the stage folder (`--stage-dir`, else $ARMOR_STAGE_DIR, else <root>/_stage; shared by presets):
+Layout of the fetch folder (`--fetch-dir`, else $ARMOR_FETCH_DIR, else <root>/_fetch; shared by presets):
     models/<org>/<name>/              the model repository's files (huggingface_hub.snapshot_download)
     datasets/<benchmark>.jsonl        the benchmark's rows (datasets.load_dataset of the repository's files)
     hub/                              huggingface_hub / datasets caches
-    ....staged.json                   beside each item, written last: the item is complete (staging is cached)
+    ....fetched.json                  beside each item, written last: the item is whole (fetches are cached)
 
 Source: the hub (gated datasets need a token: $HF_TOKEN or `huggingface-cli login`), or with
 $ARMOR_HUB_MIRROR=DIR a local folder laid out like the hub: DIR/<org>/<name>/ for models and
@@ -32,22 +32,22 @@ from typing import Optional
 
 from common.hashing import sha256_file
 
-STAGE_ENV = "ARMOR_STAGE_DIR"
+FETCH_ENV = "ARMOR_FETCH_DIR"
 MIRROR_ENV = "ARMOR_HUB_MIRROR"
 TOKEN_ENV = "HF_TOKEN"
-MARK = ".staged.json"
+MARK = ".fetched.json"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_KEYS = ("model.path", "algo.reference.path", "algo.distill.teacher_path")
 
 
-class StageError(RuntimeError):
+class FetchError(RuntimeError):
     pass
 
 
 @dataclass
 class Item:
-    """One thing to stage: a hub model or a hub dataset split (one benchmark)."""
+    """One thing to fetch: a hub model or a hub dataset split (one benchmark)."""
     kind: str                      # "model" | "dataset"
     repo_id: str
     dest: Path                     # models/<org>/<name> or datasets/<benchmark>.jsonl
@@ -70,8 +70,8 @@ class Item:
         return f"{self.repo_id} ({', '.join(x for x in (self.config, self.split) if x)})"
 
 
-def default_stage_dir(root: str | Path) -> Path:
-    return Path(os.environ.get(STAGE_ENV) or Path(root) / "_stage").resolve()
+def default_fetch_dir(root: str | Path) -> Path:
+    return Path(os.environ.get(FETCH_ENV) or Path(root) / "_fetch").resolve()
 
 
 def is_hub_id(path: str) -> bool:
@@ -96,10 +96,10 @@ def _dataset_spec(name: str):
     return spec
 
 
-def items(preset, stage_dir: Path) -> list[Item]:
+def items(preset, fetch_dir: Path) -> list[Item]:
     """What a preset (matrix.presets.Preset: run config and protocol) needs from the hub, in a stable
     order (models first)."""
-    stage_dir = Path(stage_dir)
+    fetch_dir = Path(fetch_dir)
     cfg = preset.cfg
     items: dict[tuple, Item] = {}
     values = {"model.path": cfg.model.path, "algo.reference.path": cfg.algo.reference.path,
@@ -107,7 +107,7 @@ def items(preset, stage_dir: Path) -> list[Item]:
     for key in MODEL_KEYS:
         rid = values[key]
         if is_hub_id(rid):
-            it = items.setdefault(("model", rid), Item("model", rid, stage_dir / "models" / rid))
+            it = items.setdefault(("model", rid), Item("model", rid, fetch_dir / "models" / rid))
             it.keys.append(key)
     for key, specs in (("validation.benchmarks", cfg.validation.benchmarks),
                        ("protocol.eval_benchmarks", preset.protocol.eval_benchmarks)):
@@ -118,14 +118,14 @@ def items(preset, stage_dir: Path) -> list[Item]:
             if spec is None:
                 continue
             it = items.setdefault(("dataset", spec.name), Item(
-                "dataset", spec.hf_id, stage_dir / "datasets" / f"{spec.name}.jsonl", benchmark=spec.name,
+                "dataset", spec.hf_id, fetch_dir / "datasets" / f"{spec.name}.jsonl", benchmark=spec.name,
                 config=spec.hf_config, split=spec.hf_split, gated=spec.gated))
             it.keys.append(key)
     return list(items.values())
 
 
-def staged_benchmarks(specs: list[str], items: list[Item]) -> list[str]:
-    """Benchmark specs with the staged ones as NAME=path (the registry reads them in the benchmark's
+def fetched_benchmarks(specs: list[str], items: list[Item]) -> list[str]:
+    """Benchmark specs with the fetched ones as NAME=path (the registry reads them in the benchmark's
     format)."""
     from common.benchmarks import ALIASES
     by = {it.benchmark: it for it in items if it.kind == "dataset"}
@@ -136,8 +136,8 @@ def staged_benchmarks(specs: list[str], items: list[Item]) -> list[str]:
     return out
 
 
-def staged_overrides(cfg, items: list[Item], models: bool = True) -> dict[str, object]:
-    """{config key: staged value} for a train job (models=False: stage 2, whose weights are a checkpoint)."""
+def fetched_overrides(cfg, items: list[Item], models: bool = True) -> dict[str, object]:
+    """{config key: fetched value} for a train job (models=False: stage 2, whose weights are a checkpoint)."""
     out: dict[str, object] = {}
     values = {"model.path": cfg.model.path, "algo.reference.path": cfg.algo.reference.path,
               "algo.distill.teacher_path": cfg.algo.distill.teacher_path}
@@ -147,7 +147,7 @@ def staged_overrides(cfg, items: list[Item], models: bool = True) -> dict[str, o
                 if values[key] == it.repo_id:
                     out[key] = str(it.dest)
     if any(it.kind == "dataset" and "validation.benchmarks" in it.keys for it in items):
-        out["validation.benchmarks"] = staged_benchmarks(list(cfg.validation.benchmarks), items)
+        out["validation.benchmarks"] = fetched_benchmarks(list(cfg.validation.benchmarks), items)
     return out
 
 
@@ -172,7 +172,7 @@ def token() -> Optional[str]:
 
 
 def check_ready(items: list[Item]) -> None:
-    """Refuse, before any job is submitted, a plan that cannot be staged: a mirror lacking an item, a gated
+    """Refuse, before any job is submitted, a plan that cannot be fetched: a mirror lacking an item, a gated
     dataset without a token. The message names what is missing and how to provide it."""
     todo = [it for it in items if not it.done()]
     m = mirror()
@@ -180,12 +180,12 @@ def check_ready(items: list[Item]) -> None:
         lacking = [f"{it.label()} (expected {_mirror_path(m, it)})" for it in todo
                    if not _mirror_path(m, it).exists()]
         if lacking:
-            raise StageError(f"{MIRROR_ENV}={m}: not in the mirror: {'; '.join(lacking)}")
+            raise FetchError(f"{MIRROR_ENV}={m}: not in the mirror: {'; '.join(lacking)}")
         return
     gated = [it for it in todo if it.gated]
     if gated and not token():
         names = ", ".join(f"{it.benchmark} ({it.repo_id})" for it in gated)
-        raise StageError(f"{names} is gated on the hub and no token was found: set {TOKEN_ENV} to a token of "
+        raise FetchError(f"{names} is gated on the hub and no token was found: set {TOKEN_ENV} to a token of "
                          f"an account that accepted the dataset's terms on its hub page (or run "
                          f"`huggingface-cli login`), or give the file yourself as NAME=path in "
                          f"protocol.eval_benchmarks, e.g. "
@@ -199,8 +199,8 @@ def _du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def sizes(items: list[Item], stage_dir: Path, ask_hub: bool = True) -> dict[str, Optional[int]]:
-    """Bytes per item where known: staged already (on disk), in the mirror, or from the hub's file list
+def sizes(items: list[Item], fetch_dir: Path, ask_hub: bool = True) -> dict[str, Optional[int]]:
+    """Bytes per item where known: fetched already (on disk), in the mirror, or from the hub's file list
     (one quick metadata request per repository; skipped offline, HF_HUB_OFFLINE=1, or after one failure)."""
     out: dict[str, Optional[int]] = {}
     m = mirror()
@@ -215,7 +215,7 @@ def sizes(items: list[Item], stage_dir: Path, ask_hub: bool = True) -> dict[str,
             try:
                 from huggingface_hub import snapshot_download
                 files = snapshot_download(it.repo_id, repo_type=it.kind, dry_run=True, etag_timeout=5,
-                                          token=token(), cache_dir=str(Path(stage_dir) / "hub"))
+                                          token=token(), cache_dir=str(Path(fetch_dir) / "hub"))
                 out[key] = sum(int(f.file_size or 0) for f in files)
             except Exception:  # noqa: BLE001  (offline, gated without token, hub down)
                 hub_ok = False
@@ -235,23 +235,23 @@ def human(n: Optional[int]) -> str:
     return ""
 
 
-# -------------------------------------------------------------------------------------------- staging
-def _hub_error(it: Item, e: Exception) -> StageError:
+# -------------------------------------------------------------------------------------------- fetching
+def _hub_error(it: Item, e: Exception) -> FetchError:
     hint = f" (gated: set {TOKEN_ENV} to a token of an account that accepted its terms)" if it.gated else ""
-    return StageError(f"{it.label()}: download failed: {type(e).__name__}: {e}{hint}")
+    return FetchError(f"{it.label()}: download failed: {type(e).__name__}: {e}{hint}")
 
 
-def _repo_folder(it: Item, stage_dir: Path) -> Path:
+def _repo_folder(it: Item, fetch_dir: Path) -> Path:
     """A local folder with a dataset repository's files (the mirror's, or downloaded into the hub cache)."""
     m = mirror()
     if m is not None:
         src = _mirror_path(m, it)
         if not src.exists():
-            raise StageError(f"{it.label()}: not in {MIRROR_ENV}={m} (expected {src})")
+            raise FetchError(f"{it.label()}: not in {MIRROR_ENV}={m} (expected {src})")
         return src
     from huggingface_hub import snapshot_download
     try:
-        return Path(snapshot_download(it.repo_id, repo_type=it.kind, cache_dir=str(stage_dir / "hub"),
+        return Path(snapshot_download(it.repo_id, repo_type=it.kind, cache_dir=str(fetch_dir / "hub"),
                                       token=token()))
     except Exception as e:  # noqa: BLE001
         raise _hub_error(it, e) from e
@@ -266,7 +266,7 @@ def _fetch_model(it: Item, part: Path) -> None:
             shutil.rmtree(part)
         src = _mirror_path(m, it)
         if not src.exists():
-            raise StageError(f"{it.label()}: not in {MIRROR_ENV}={m} (expected {src})")
+            raise FetchError(f"{it.label()}: not in {MIRROR_ENV}={m} (expected {src})")
         shutil.copytree(src, part, symlinks=False, ignore=shutil.ignore_patterns(".git"))
         return
     from huggingface_hub import snapshot_download
@@ -276,29 +276,29 @@ def _fetch_model(it: Item, part: Path) -> None:
         raise _hub_error(it, e) from e
 
 
-def stage_item(it: Item, stage_dir: Path, log=print) -> None:
-    """Copy one item into the stage folder (atomically: a .partial sibling renamed into place, marker
+def fetch_item(it: Item, fetch_dir: Path, log=print) -> None:
+    """Copy one item into the fetch folder (atomically: a .partial sibling renamed into place, marker
     last)."""
     if it.done():
-        log(f"staged already: {it.label()} -> {it.dest}")
+        log(f"fetched already: {it.label()} -> {it.dest}")
         return
     it.dest.parent.mkdir(parents=True, exist_ok=True)
     part = it.dest.with_name(it.dest.name + ".partial")
     if it.kind == "model":
         _fetch_model(it, part)
         if not (part / "config.json").is_file():
-            raise StageError(f"{it.label()}: its files have no config.json (not a Hugging Face model)")
+            raise FetchError(f"{it.label()}: its files have no config.json (not a Hugging Face model)")
         info = {"files": sorted(str(p.relative_to(part)) for p in part.rglob("*")
                                 if p.is_file() and ".cache" not in p.relative_to(part).parts)}
     else:
         part.unlink(missing_ok=True)
-        src = _repo_folder(it, stage_dir)
+        src = _repo_folder(it, fetch_dir)
         import datasets
         try:
             ds = datasets.load_dataset(str(src), it.config, split=it.split,
-                                       cache_dir=str(stage_dir / "hub" / "datasets"))
+                                       cache_dir=str(fetch_dir / "hub" / "datasets"))
         except Exception as e:  # noqa: BLE001
-            raise StageError(f"{it.label()}: cannot read the dataset files in {src}: "
+            raise FetchError(f"{it.label()}: cannot read the dataset files in {src}: "
                              f"{type(e).__name__}: {e}") from e
         with open(part, "w") as f:
             for row in ds:
@@ -313,10 +313,10 @@ def stage_item(it: Item, stage_dir: Path, log=print) -> None:
     tmp = it.marker.with_name(it.marker.name + ".tmp")
     tmp.write_text(json.dumps(mark, indent=1, sort_keys=True))
     os.replace(tmp, it.marker)
-    log(f"staged {it.label()} -> {it.dest} ({human(mark['bytes'])})")
+    log(f"fetched {it.label()} -> {it.dest} ({human(mark['bytes'])})")
 
 
-def stage_all(items: list[Item], stage_dir: Path, log=print) -> None:
+def fetch_all(items: list[Item], fetch_dir: Path, log=print) -> None:
     check_ready(items)
     for it in items:
-        stage_item(it, Path(stage_dir), log=log)
+        fetch_item(it, Path(fetch_dir), log=log)

@@ -24,9 +24,9 @@ The checks (status "ok", "FAIL", or "not checked here" with the reason):
                  The margin left is printed; under SHARE_SLACK_GIB it warns with the largest
                  gpu_memory_utilization that leaves SHARE_SLACK_GIB
   python         vLLM 0.33 needs Python >= 3.11 (pyproject's `gpu` extra installs it only there)
-  hf_token       a token ($HF_TOKEN or `huggingface-cli login`) where a hub item still to stage is gated
-  hub_access     where the `stage` job fetches from: the mirror (ARMOR_HUB_MIRROR, checked here), or the
-                 hub from a compute node (not checked here: stage on a host with access first, or mirror)
+  hf_token       a token ($HF_TOKEN or `huggingface-cli login`) where a hub item still to fetch is gated
+  hub_access     where the `fetch` job fetches from: the mirror (ARMOR_HUB_MIRROR, checked here), or the
+                 hub from a compute node (not checked here: fetch on a host with access first, or mirror)
 
 `ARMOR_PREFLIGHT_FACTS` (a JSON file of Facts fields) replaces what gather_facts found: the tests inject
 facts through it, so each check's logic runs on CPU.
@@ -285,11 +285,11 @@ def check_python(f: Facts, engine: str) -> Check:
 
 
 def check_hub(items: list, where: str) -> list[Check]:
-    """hf_token and hub_access of the hub items the `stage` job still has to copy (reproduce.hub.Item)."""
+    """hf_token and hub_access of the hub items the `fetch` job still has to copy (reproduce.hub.Item)."""
     from reproduce import hub
     todo = [it for it in items if not it.done()]
     if not todo:
-        line = "nothing to stage" if not items else f"all {len(items)} hub item(s) staged"
+        line = "nothing to fetch" if not items else f"all {len(items)} hub item(s) fetched"
         return [Check("hf_token", OK, line), Check("hub_access", OK, line)]
     gated = [it.label() for it in todo if it.gated]
     m = hub.mirror()
@@ -306,15 +306,15 @@ def check_hub(items: list, where: str) -> list[Check]:
     try:
         if m is not None:
             hub.check_ready(todo)        # the mirror holds every item (the token is hf_token's)
-    except hub.StageError as e:
+    except hub.FetchError as e:
         access = Check("hub_access", FAIL, str(e))
     else:
-        access = (Check("hub_access", OK, f"{hub.MIRROR_ENV}={m} holds the {len(todo)} item(s) to stage")
+        access = (Check("hub_access", OK, f"{hub.MIRROR_ENV}={m} holds the {len(todo)} item(s) to fetch")
                   if m is not None else
                   Check("hub_access", NOT_CHECKED,
-                        f"the `stage` job fetches {len(todo)} item(s) from the hub on a compute node, which "
-                        f"{where} cannot test: where compute nodes have no internet, run the stage job "
-                        f"here first (python -m reproduce.jobs stage --preset P --root R --stage-dir D), "
+                        f"the `fetch` job fetches {len(todo)} item(s) from the hub on a compute node, which "
+                        f"{where} cannot test: where compute nodes have no internet, run the fetch job "
+                        f"here first (python -m reproduce.jobs fetch --preset P --root R --fetch-dir D), "
                         f"or set {hub.MIRROR_ENV} to a folder holding them"))
     return [token, access]
 

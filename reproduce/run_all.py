@@ -7,11 +7,11 @@
     python reproduce/run_all.py --preset qwen25-math-7b --dry-run --cluster-nodes 32 --budget-gpu-hours 50000
     python reproduce/run_all.py --preset tiny --only fig4,table1 # only these items (and what they need)
     python reproduce/run_all.py --preset tiny --status           # what is done / queued / running
-    python reproduce/run_all.py --preset qwen25-math-7b --stage-dir /shared/armor_stage   # hub copies there
+    python reproduce/run_all.py --preset qwen25-math-7b --fetch-dir /shared/armor_hub   # hub copies there
     python reproduce/run_all.py --preset qwen25-math-7b --cluster slurm --pilot   # one node measures the step
     python reproduce/run_all.py --preset qwen25-math-7b --dry-run --budget-gpu-hours 10000   # by importance
 
-The DAG (reproduce/dag/graph.py): staging of the hub models and datasets (presets that name hub ids;
+The DAG (reproduce/dag/graph.py): fetching of the hub models and datasets (presets that name hub ids;
 reproduce/hub.py) or the world build (toy presets) -> stage-1 baselines -> select θ* -> stage-2 arms ->
 evaluate (one job per arm) -> runs/<preset>/results.parquet -> figures + REPRODUCTION.md. Runs identical up to
 a step branch from each other's checkpoints (reproduce/matrix/branching.py). Before any submission (and in the
@@ -79,9 +79,9 @@ def parse_args(argv=None):
                                    "preset has numbers for)")
     ap.add_argument("--seeds", help="comma-separated seeds (default: protocol.seeds)")
     ap.add_argument("--root", default=None, help="runs folder (default: <repo>/runs)")
-    ap.add_argument("--stage-dir", default=None,
+    ap.add_argument("--fetch-dir", default=None,
                     help="shared folder for the hub models and datasets the plan "
-                         f"stages (default: ${hub.STAGE_ENV}, else <root>/_stage)")
+                         f"fetches (default: ${hub.FETCH_ENV}, else <root>/_fetch)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     ap.add_argument("--pilot", action="store_true",
                     help="run the pilot instead of the matrix: one node, the real model, a few DAPO and "
@@ -158,23 +158,23 @@ def _short_deps(deps: list[str]) -> str:
     return f"{','.join(deps[:2])},... (+{len(deps) - 2})"
 
 
-def print_staging(items, stage_dir, show_sizes: bool) -> None:
+def print_fetching(items, fetch_dir, show_sizes: bool) -> None:
     """The hub models and datasets the first job stages, with their sizes where known (dry-run)."""
     if not items:
         return
-    sizes = hub.sizes(items, stage_dir, ask_hub=True) if show_sizes else {}
+    sizes = hub.sizes(items, fetch_dir, ask_hub=True) if show_sizes else {}
     src = f"mirror {hub.mirror()}" if hub.mirror() else "the hub"
-    print(f"  staging (job `stage`, from {src}) into {stage_dir}; train and eval jobs read these copies:")
+    print(f"  fetching (job `fetch`, from {src}) into {fetch_dir}; train and eval jobs read these copies:")
     for it in items:
         size = hub.human(sizes.get(str(it.dest))) if show_sizes else ""
-        note = "staged" if it.done() else ("gated: needs " + hub.TOKEN_ENV + (" (set)" if hub.token() else
+        note = "fetched" if it.done() else ("gated: needs " + hub.TOKEN_ENV + (" (set)" if hub.token() else
                                                                                  " (not set)")
                                              if it.gated and not hub.mirror() else "")
-        print(f"    {it.kind:<7} {it.label():<40} -> {it.dest.relative_to(stage_dir)}   {size}"
+        print(f"    {it.kind:<7} {it.label():<40} -> {it.dest.relative_to(fetch_dir)}   {size}"
               + (f"   [{note}]" if note else "") + f"   (for {', '.join(it.keys)})")
 
 
-def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=True, stage_dir=None,
+def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=True, fetch_dir=None,
                launcher=None, est=None, totals=(), est_measured=False, pilot=False) -> None:
     figs = figure_arms(preset.protocol)
     chosen = [f for f in figs if not only or f in only]
@@ -213,8 +213,8 @@ def print_plan(preset, jobs, states, cluster, root, seeds, only, show_commands=T
     if missing:
         print(f"  warning: entry points not found yet: {', '.join(missing)} "
               "(their jobs will fail until they exist)")
-    if stage_dir is not None:
-        print_staging(hub.items(preset, stage_dir), stage_dir, show_sizes=show_commands)
+    if fetch_dir is not None:
+        print_fetching(hub.items(preset, fetch_dir), fetch_dir, show_sizes=show_commands)
     order = topo_order(jobs)
     w = max(len(j.key) for j in order)
     rw = max(len(j.resources.short()) if j.resources else 1 for j in order)
@@ -344,13 +344,13 @@ def main(argv=None) -> int:
         if a.pilot and (a.only or a.seeds or a.status):
             raise ExperimentError("--pilot: runs the pilot of the whole preset (no --only, --seeds or "
                                   "--status)")
-        stage_dir = Path(a.stage_dir).resolve() if a.stage_dir else hub.default_stage_dir(root)
+        fetch_dir = Path(a.fetch_dir).resolve() if a.fetch_dir else hub.default_fetch_dir(root)
         if a.net_floor_gbps is not None and (not a.pilot or not a.net_floor_gbps >= 0):
             raise ExperimentError(f"--net-floor-gbps: {a.net_floor_gbps!r} goes with --pilot and must be "
                                   ">= 0")
         floor = {} if a.net_floor_gbps is None else {"net_floor_gbps": a.net_floor_gbps}
-        jobs = (pilot_jobs(preset, root, res, stage_dir, mem_gb=a.mem_gb, **floor) if a.pilot else
-                build_jobs(preset, root, seeds, only, res, stage_dir=stage_dir))
+        jobs = (pilot_jobs(preset, root, res, fetch_dir, mem_gb=a.mem_gb, **floor) if a.pilot else
+                build_jobs(preset, root, seeds, only, res, fetch_dir=fetch_dir))
         if gpu and not a.pilot:     # each evaluation's limit fits its estimate: one attempt, no requeue
             fit_eval_limits(preset, jobs, tp, EVAL_TIME_MIN)
         la = Launcher(out, cluster=a.cluster, workers=a.workers, poll_s=a.poll,
@@ -366,18 +366,18 @@ def main(argv=None) -> int:
                           for x in scenarios(preset, tp)]
                 totals = [""] + total_lines(preset, jobs, est, tp, nodes, ranges)
                 if a.budget_gpu_hours is not None:
-                    rows = item_costs(preset, root, seeds, res, stage_dir, tp)
+                    rows = item_costs(preset, root, seeds, res, fetch_dir, tp)
                     totals += budget_lines(rows, a.budget_gpu_hours)
             if a.dry_run and not sized and not a.pilot:     # what sharing saves, in steps
                 branched = branch_lines(jobs)
                 totals += [""] + branched if branched else []
             if a.dry_run and (sized or a.pilot):
                 checks = preflight.run_checks(preset, res, jobs, est, facts, out,
-                                              hub.items(preset, stage_dir),
+                                              hub.items(preset, fetch_dir),
                                               pilot_disk_bytes(preset) if a.pilot else None)
                 totals += [""] + preflight.check_lines(checks, facts)
             print_plan(preset, jobs, states, la.cluster, root, seeds, only, show_commands=a.dry_run,
-                       stage_dir=stage_dir, launcher=la if a.dry_run and gpu else None, est=est,
+                       fetch_dir=fetch_dir, launcher=la if a.dry_run and gpu else None, est=est,
                        totals=totals, est_measured=measured is not None, pilot=a.pilot)
             card = protocol_card_text(preset) if a.dry_run and not a.pilot else None
             if card:
@@ -394,11 +394,11 @@ def main(argv=None) -> int:
                 f"--pilot; or submit on the assumed figures with --without-pilot")
         if a.without_pilot and a.pilot:
             raise ExperimentError("--without-pilot: not with --pilot")
-        hub.check_ready(hub.items(preset, stage_dir))   # a gated dataset without a token fails here
+        hub.check_ready(hub.items(preset, fetch_dir))   # a gated dataset without a token fails here
         # the pre-flight stops a submission that would fail on the cluster (a GPU preset, or a sized one)
         if sized:
             est = estimate_jobs(preset, jobs, tp) if not a.pilot else None
-            checks = preflight.run_checks(preset, res, jobs, est, facts, out, hub.items(preset, stage_dir),
+            checks = preflight.run_checks(preset, res, jobs, est, facts, out, hub.items(preset, fetch_dir),
                                           pilot_disk_bytes(preset) if a.pilot else None)
             bad = preflight.failures(checks)
             if bad:
@@ -455,7 +455,7 @@ def main(argv=None) -> int:
             print(f"\n{n} job(s) queued or running on {la.cluster}; "
                   "rerun this command (or add --status) to follow")
         return 0
-    except (ExperimentError, ConfigError, LauncherError, ResourceError, hub.StageError,
+    except (ExperimentError, ConfigError, LauncherError, ResourceError, hub.FetchError,
             SizingError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

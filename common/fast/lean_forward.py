@@ -190,8 +190,9 @@ def _norm_backward(dy: torch.Tensor, w: torch.Tensor, n: torch.Tensor, r: torch.
     return torch.addcmul(gw, n, c, value=-1.0).mul_(r), dw
 
 
-class _Plan:
-    """A model's static shape facts, read once (weights are read each call: they change in place)."""
+class _HeadShape:
+    """A model's attention head shape, read once: head size d, query and key-value head counts, scale,
+    q/k norms (weights are read each call: they change in place)."""
 
     def __init__(self, model):
         a0 = model.model.layers[0].self_attn
@@ -201,12 +202,12 @@ class _Plan:
         self.qk_norm = getattr(a0, "q_norm", None) is not None
 
 
-def _plan(model) -> _Plan:
-    plan = getattr(model, "_armor_fast_plan", None)
-    if plan is None:
-        plan = _Plan(model)
-        object.__setattr__(model, "_armor_fast_plan", plan)     # a plain attribute, not a submodule
-    return plan
+def _head_shape(model) -> _HeadShape:
+    hs = getattr(model, "_armor_head_shape", None)
+    if hs is None:
+        hs = _HeadShape(model)
+        object.__setattr__(model, "_armor_head_shape", hs)    # a plain attribute, not a submodule
+    return hs
 
 
 class _Rows(NamedTuple):
@@ -252,7 +253,7 @@ def _cat(*ts):
     return None if ts[0] is None else torch.cat(ts)
 
 
-def _layer_forward(x: torch.Tensor, lay: _Layout, plan: _Plan, eps: tuple, ws: tuple, keep: bool):
+def _layer_forward(x: torch.Tensor, lay: _Layout, hs: _HeadShape, eps: tuple, ws: tuple, keep: bool):
     """One decoder layer on the packed tokens x [T, H] -> [T, H] (and, with `keep`, what its backward reads):
     x + attn(norm(x)), then h + mlp(norm(h)), computed as
       a = norm₁(x); [q; k; v] = a Wqkvᵀ (+ b) (Qwen3: per-head norms of q and k); RoPE on q and k;
@@ -260,7 +261,7 @@ def _layer_forward(x: torch.Tensor, lay: _Layout, plan: _Plan, eps: tuple, ws: t
       for every real query); o = attention(q, k, v) gathered back; h = x + o Woᵀ;
       b = norm₂(h); [u_g; u_u] = b [Wg; Wu]ᵀ; m = silu(u_g) · u_u; out = h + m Wdᵀ."""
     (ln1, wq, wk, wv, bq, bk, bv, qn, kn, wo, bo, ln2, wg, wu, wd, bg, bu, bd) = ws
-    T, d, hq, hkv = x.shape[0], plan.d, plan.hq, plan.hkv
+    T, d, hq, hkv = x.shape[0], hs.d, hs.hq, hs.hkv
     g, qk, heads = hq // hkv, hq + hkv, hq + 2 * hkv
     a, n1, r1 = _norm_forward(x, ln1, eps[0])
     w_qkv, b_qkv = torch.cat([wq, wk, wv]), _cat(bq, bk, bv)
@@ -272,7 +273,7 @@ def _layer_forward(x: torch.Tensor, lay: _Layout, plan: _Plan, eps: tuple, ws: t
     else:
         torch.addmm(b_qkv, a, w_qkv.t(), out=qkv.view(T, heads * d))
     qk_saved = ()
-    if plan.qk_norm:                       # Qwen3: per-head RMSNorm of q and k before the rotation
+    if hs.qk_norm:                       # Qwen3: per-head RMSNorm of q and k before the rotation
         yq, nq, rq = _norm_forward(qkv[:, :hq], qn, eps[2])
         yk, nk, rk = _norm_forward(qkv[:, hq:qk], kn, eps[3])
         qkv[:, :hq], qkv[:, hq:qk] = yq, yk
@@ -290,7 +291,7 @@ def _layer_forward(x: torch.Tensor, lay: _Layout, plan: _Plan, eps: tuple, ws: t
         qs = slots[:, :, :hq].reshape(N, S, hkv, g, d).permute(2, 0, 1, 3, 4).reshape(hkv * N, S * g, d)
         ks = slots[:, :, hq:qk].permute(2, 0, 1, 3).reshape(hkv * N, S, d)
         vs = slots[:, :, qk:].permute(2, 0, 1, 3).reshape(hkv * N, S, d)
-        o, probs = _attention_forward(qs, ks, vs, grp.bias, plan.scale, grp.h, g)
+        o, probs = _attention_forward(qs, ks, vs, grp.bias, hs.scale, grp.h, g)
         outs.append(o.view(hkv, N, S, g, d).permute(1, 2, 0, 3, 4).reshape(N * S, hq * d))
         att += [qs, ks, vs, *probs]
     o = (outs[0] if len(outs) == 1 else torch.cat(outs)).index_select(0, lay.dest)
@@ -310,7 +311,7 @@ def _layer_forward(x: torch.Tensor, lay: _Layout, plan: _Plan, eps: tuple, ws: t
     return out, (a, n1, r1, w_qkv, *qk_saved, *att, o, n2, r2, b, gu, s, m)
 
 
-def _layer_backward(lay: _Layout, plan: _Plan, ws: tuple, saved: tuple, dout: torch.Tensor):
+def _layer_backward(lay: _Layout, hs: _HeadShape, ws: tuple, saved: tuple, dout: torch.Tensor):
     """The gradients of `_layer_forward` (dx and every tensor of ws, None where ws has none), by hand: the
     chain rule through each product (dX = dY W, dW = dYᵀ X), silu'(u) = σ(u)(1 + u(1 − σ(u))),
     `_norm_backward`, RoPE's transpose (dx = dy · cos + swap(dy · signed sin)) and `_attention_backward`;
@@ -319,13 +320,13 @@ def _layer_backward(lay: _Layout, plan: _Plan, ws: tuple, saved: tuple, dout: to
     saved = list(saved)
     a, n1, r1, w_qkv = saved[:4]
     nq = rq = nk = rk = None
-    if plan.qk_norm:
+    if hs.qk_norm:
         nq, rq, nk, rk = saved[4:8]
         saved = saved[8:]
     else:
         saved = saved[4:]
     att, (o, n2, r2, b, gu, s, m) = saved[:-7], saved[-7:]
-    T, d, hq, hkv = a.shape[0], plan.d, plan.hq, plan.hkv
+    T, d, hq, hkv = a.shape[0], hs.d, hs.hq, hs.hkv
     g, qk, heads = hq // hkv, hq + hkv, hq + 2 * hkv
     inter = wg.shape[0]
     dout = dout.contiguous()
@@ -352,7 +353,7 @@ def _layer_backward(lay: _Layout, plan: _Plan, ws: tuple, saved: tuple, dout: to
         att = att[n_att:]
         dog = do.index_select(0, grp.gather_out).view(N, S, hkv, g, d).permute(2, 0, 1, 3, 4)
         dog = dog.reshape(hkv * N, S * g, d)
-        dq, dk, dv = _attention_backward(qs, ks, vs, probs, dog, plan.scale, grp.h, g)
+        dq, dk, dv = _attention_backward(qs, ks, vs, probs, dog, hs.scale, grp.h, g)
         slots = dq.new_empty(N, S, heads, d)
         slots[:, :, :hq].view(N, S, hkv, g, d).copy_(dq.view(hkv, N, S, g, d).permute(1, 2, 0, 3, 4))
         slots[:, :, hq:qk].copy_(dk.view(hkv, N, S, d).permute(1, 2, 0, 3))
@@ -367,7 +368,7 @@ def _layer_backward(lay: _Layout, plan: _Plan, ws: tuple, saved: tuple, dout: to
     swapped = torch.roll(rot * lay.sin, d // 2, -1)
     rot.mul_(lay.cos).add_(swapped)
     d_qn = d_kn = None
-    if plan.qk_norm:
+    if hs.qk_norm:
         dyq, d_qn = _norm_backward(dqkv[:, :hq], qn, nq, rq)
         dyk, d_kn = _norm_backward(dqkv[:, hq:qk], kn, nk, rk)
         dqkv[:, :hq], dqkv[:, hq:qk] = dyq, dyk
@@ -394,9 +395,9 @@ class _DecoderLayer(torch.autograd.Function):
     graph, its saved intermediates and its gradient concatenations replaced by one hand-written backward."""
 
     @staticmethod
-    def forward(ctx, x, lay: _Layout, plan: _Plan, eps: tuple, *ws):
-        out, saved = _layer_forward(x, lay, plan, eps, ws, keep=True)
-        ctx.lay, ctx.plan = lay, plan
+    def forward(ctx, x, lay: _Layout, hs: _HeadShape, eps: tuple, *ws):
+        out, saved = _layer_forward(x, lay, hs, eps, ws, keep=True)
+        ctx.lay, ctx.hs = lay, hs
         ctx.has = tuple(w is not None for w in ws)
         ctx.save_for_backward(*[w for w in ws if w is not None], *saved)
         return out
@@ -405,17 +406,17 @@ class _DecoderLayer(torch.autograd.Function):
     def backward(ctx, dout):
         tensors = list(ctx.saved_tensors)
         ws = tuple(tensors.pop(0) if has else None for has in ctx.has)
-        dx, dws = _layer_backward(ctx.lay, ctx.plan, ws, tuple(tensors), dout)
+        dx, dws = _layer_backward(ctx.lay, ctx.hs, ws, tuple(tensors), dout)
         need = ctx.needs_input_grad[4:]
         return (dx, None, None, None, *(dw if n else None for dw, n in zip(dws, need)))
 
 
-def _layer(x: torch.Tensor, lay: _Layout, plan: _Plan, layer) -> torch.Tensor:
+def _layer(x: torch.Tensor, lay: _Layout, hs: _HeadShape, layer) -> torch.Tensor:
     """One decoder layer: through _DecoderLayer when gradients are recorded, else its forward alone."""
     ws, eps = _layer_weights(layer)
     if torch.is_grad_enabled():
-        return _DecoderLayer.apply(x, lay, plan, eps, *ws)
-    return _layer_forward(x, lay, plan, eps, ws, keep=False)[0]
+        return _DecoderLayer.apply(x, lay, hs, eps, *ws)
+    return _layer_forward(x, lay, hs, eps, ws, keep=False)[0]
 
 
 def _pack(attention_mask: torch.Tensor, keys: torch.Tensor | None, prompt_len: int):
@@ -474,7 +475,7 @@ def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     at those positions. prompt_len P > 0: rows with equal ids, mask and positions in their first P columns
     (a GRPO group's responses to one prompt) compute those tokens once (`_pack`), their gradients summed over
     the rows that read them. Runs only where `supports(model)`."""
-    plan = _plan(model)
+    hs = _head_shape(model)
     body = model.model
     N, L = input_ids.shape
     dev = input_ids.device
@@ -506,9 +507,9 @@ def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
         raise ValueError("lean_forward.hidden_states: select names a padding position (attention_mask 0)")
     x = body.embed_tokens(input_ids.reshape(-1).index_select(0, packed))
     cos, sin = body.rotary_emb(x[None], position_ids.reshape(-1).index_select(0, packed)[None])
-    sign = torch.ones(plan.d, dtype=x.dtype, device=dev)
-    sign[:plan.d // 2] = -1.0
-    g = plan.hq // plan.hkv
+    sign = torch.ones(hs.d, dtype=x.dtype, device=dev)
+    sign[:hs.d // 2] = -1.0
+    g = hs.hq // hs.hkv
     rows, start = [], 0
     for rows_g, S in groups:
         causal = torch.ones(S, S, dtype=torch.bool, device=dev).tril()
@@ -522,7 +523,7 @@ def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     from torch.utils.checkpoint import checkpoint
     for layer in body.layers:
         if getattr(layer, "gradient_checkpointing", False) and torch.is_grad_enabled():
-            x = checkpoint(_layer, x, lay, plan, layer, use_reentrant=False)
+            x = checkpoint(_layer, x, lay, hs, layer, use_reentrant=False)
         else:
-            x = _layer(x, lay, plan, layer)
+            x = _layer(x, lay, hs, layer)
     return _rms(x.index_select(0, sel), body.norm)

@@ -2,7 +2,7 @@
 item alone) and the items a budget covers, taken in IMPORTANCE order (the dry run's `--budget-gpu-hours`; the
 per-job estimates are reproduce/sizing/estimates.py's).
 
-    rows = item_costs(preset, root, seeds, res, stage_dir, throughput(preset))
+    rows = item_costs(preset, root, seeds, res, fetch_dir, throughput(preset))
     print("\n".join(budget_lines(rows, 10_000)))
 
 Each item's added cost is the plan of the items taken so far plus it, minus the plan without it: a run
@@ -28,21 +28,21 @@ IMPORTANCE = ("headline", "fig1", "fig4_restarts", "fig4", "table1", "table2", "
               "fig5", "table3", "world")
 
 
-def plan_cost(preset, root, seeds, res, stage_dir, t: Throughput, items: list[str]) -> float:
+def plan_cost(preset, root, seeds, res, fetch_dir, t: Throughput, items: list[str]) -> float:
     """GPU-hours of the plan of these items (none: 0)."""
     if not items:
         return 0.0
-    jobs = build_jobs(preset, root, seeds, list(items), res, stage_dir=stage_dir)
+    jobs = build_jobs(preset, root, seeds, list(items), res, fetch_dir=fetch_dir)
     return sum(e.gpu_hours for e in estimate_jobs(preset, jobs, t).values())
 
 
-def item_costs(preset, root, seeds, res, stage_dir, t: Throughput) -> list[dict]:
+def item_costs(preset, root, seeds, res, fetch_dir, t: Throughput) -> list[dict]:
     """The preset's `--only` items in IMPORTANCE order, each with the GPU-hours of its plan alone and the cost
     function choose_items adds them with."""
     items = [i for i in IMPORTANCE if i in figure_arms(preset.protocol)]
 
     def cost(chosen: list[str]) -> float:
-        return plan_cost(preset, root, seeds, res, stage_dir, t, chosen)
+        return plan_cost(preset, root, seeds, res, fetch_dir, t, chosen)
     return [{"item": i, "gpu_hours": cost([i]), "cost": cost} for i in items]
 
 

@@ -1,4 +1,4 @@
-"""The job graph of a preset: stage (hub models/datasets, presets that name hub ids) | world (toy presets) ->
+"""The job graph of a preset: fetch (hub models/datasets, presets that name hub ids) | world (toy presets) ->
 stage 1 -> select peak -> stage 2 -> evaluate -> collect -> figures, as slurm.launcher Jobs. A fixed θ* (or
 late start, a branch or restart point) before the end of its run is a `ckpt/<arm>/seed<s>/step<k>` job
 gated on that checkpoint (slurm.launcher.Gate: held on SLURM, released when the checkpoint is saved;
@@ -55,13 +55,13 @@ WARM_PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwe
 
 @dataclass
 class _Inputs:
-    """What the jobs of one graph share: the preset, where its runs go, resources, the staged hub items."""
+    """What the jobs of one graph share: the preset, where its runs go, resources, the fetched hub items."""
     preset: Preset
     root: Path
     seeds: list[int]
     res: dict
-    stage_dir: Path
-    items: list             # reproduce.hub Items the `stage` job copies (none: no staging)
+    fetch_dir: Path
+    items: list             # reproduce.hub Items the `fetch` job copies (none: no fetching)
     env: dict = field(default_factory=lambda: dict(JOB_ENV))
     arms: dict = field(default_factory=dict)          # the plan's arms (build_arms)
     only: Optional[list] = None                       # the chosen items (None: all)
@@ -77,18 +77,18 @@ class _Inputs:
         return arm_seeds(self.preset.protocol, arm, self.seeds)
 
     @property
-    def stage_args(self) -> list[str]:
-        return ["--stage-dir", str(self.stage_dir)] if self.items else []
+    def fetch_args(self) -> list[str]:
+        return ["--fetch-dir", str(self.fetch_dir)] if self.items else []
 
 
 def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = None,
                only: Optional[list[str]] = None, resources: Optional[dict] = None,
-               stage_dir: Optional[str | Path] = None) -> list[Job]:
+               fetch_dir: Optional[str | Path] = None) -> list[Job]:
     """The DAG: stage (hub models/datasets, presets that name hub ids) | world (toy presets) -> stage 1 ->
     select peak -> stage 2 -> evaluate (array) -> collect -> figures."""
     root = Path(root).resolve()
     p = preset.protocol
-    sd = Path(stage_dir).resolve() if stage_dir else hub.default_stage_dir(root)
+    sd = Path(fetch_dir).resolve() if fetch_dir else hub.default_fetch_dir(root)
     arms = build_arms(preset, only)
     g = _Inputs(preset, root, list(seeds if seeds is not None else p.seeds),
                 resources or preset_resources(preset), sd, hub.items(preset, sd), arms=arms, only=only,
@@ -96,14 +96,14 @@ def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = No
     # schedule.keep_last deletes nothing θ* or an evaluation needs
     check_retention(preset, arms, g.seeds)
     jobs = _setup_jobs(g)
-    first = [j.key for j in jobs]          # what stage-1 training waits for: staging and/or the world build
+    first = [j.key for j in jobs]          # what stage-1 training waits for: the fetch and/or the world build
     for arm, s in _train_order(g, arms):
         jobs += _train_jobs(g, arms, arm, s, first)
-    staged = ["stage"] if g.items else []
+    fetched = ["fetch"] if g.items else []
     for s in g.seeds:
         for arm in arms.values():
             if arm.evaluate and not arm.alias_of and s in g.arm_seeds(arm):
-                jobs.append(_eval_job(g, arm, s, staged))
+                jobs.append(_eval_job(g, arm, s, fetched))
     if noise.applies(preset, arms):
         jobs.append(_noise_job(g, arms[noise.BASE_ARM]))
     return jobs + _final_jobs(g, jobs, only)
@@ -113,7 +113,7 @@ def _noise_job(g: _Inputs, arm: Arm) -> Job:
     """The verdicts' noise floor (reproduce/jobs/noise.py): θ* of the first seed validated k times."""
     preset, root, s = g.preset, g.root, g.seeds[0]
     k = preset.protocol.noise_floor_repeats
-    return Job("noise_floor", g.command("noise-floor", "--seed", str(s), *g.stage_args),
+    return Job("noise_floor", g.command("noise-floor", "--seed", str(s), *g.fetch_args),
                kind="noise_floor", deps=[f"peak/{arm.baseline}/seed{s}"], resources=g.res["evaluate"],
                env=g.env, done=lambda: noise.noise_done(preset, root, s),
                info={"benchmarks": "validation", "protocol": f"{k} re-validations of θ*"},
@@ -142,15 +142,15 @@ def _train_order(g: _Inputs, arms: dict[str, Arm]) -> list[tuple[Arm, int]]:
 
 
 def _setup_jobs(g: _Inputs) -> list[Job]:
-    """Staging of the hub models and datasets the preset names; the toy world's build."""
+    """Fetching of the hub models and datasets the preset names; the toy world's build."""
     jobs = []
     if g.items:
         items = g.items
-        jobs.append(Job("stage", g.command("stage", *g.stage_args), kind="stage",
-                        resources=g.res["stage"], env=g.env,
+        jobs.append(Job("fetch", g.command("fetch", *g.fetch_args), kind="fetch",
+                        resources=g.res["fetch"], env=g.env,
                         done=lambda items=items: all(it.done() for it in items),
                         info={"items": [f"{it.kind} {it.label()} -> {it.dest}" for it in items]},
-                        description=f"stage {len(items)} hub model(s)/dataset(s) into {g.stage_dir}"))
+                        description=f"fetch {len(items)} hub model(s)/dataset(s) into {g.fetch_dir}"))
     args = g.preset.world_build_args()
     if args is not None:
         world = g.preset.world()[0]
@@ -233,7 +233,7 @@ def _train_jobs(g: _Inputs, arms: dict[str, Arm], arm: Arm, s: int, first: list[
              + (["--keep-steps", ",".join(map(str, keep))] if keep else []))
     if br is not None:
         extra += ["--branch-from", br.source, "--branch-step", "end" if br.step is None else str(br.step)]
-    jobs = [Job(key, g.command("train", "--arm", arm.name, "--seed", str(s), *g.stage_args, *extra),
+    jobs = [Job(key, g.command("train", "--arm", arm.name, "--seed", str(s), *g.fetch_args, *extra),
                 kind="train", deps=deps, resources=g.res["train"], launch="torchrun", env=g.env,
                 done=lambda run=run, steps=steps: run_done(run, steps), info=_train_info(g, arm, s, br),
                 description=f"train {arm.name} seed {s}" + (f" from {br.source}" if br else ""))]
@@ -361,7 +361,7 @@ def _train_info(g: _Inputs, arm: Arm, s: int, br: Optional[Branch]) -> dict:
         info["steps_saved"] = max(0, min(src_end, steps) - info["start_step"])
         info["branch"] = {"kind": br.kind, "source": br.source, "step": src_end}
         ov = continuation_overrides(preset, root, arm, g.arms[arm.continues], s, steps,
-                                    g.stage_dir if g.items else None)
+                                    g.fetch_dir if g.items else None)
         info["branch_note"] = (f"continues {br.source} seed {s}: its rows to step {src_end}"
                                + (f", then from its step-{src_end} checkpoint (full state) to step {steps}"
                                   if steps > src_end else f" (no step to train: it ends at {steps})"))
@@ -373,7 +373,7 @@ def _train_info(g: _Inputs, arm: Arm, s: int, br: Optional[Branch]) -> dict:
         info["branch_note"] = (f"starts from {br.source} seed {s} at step {br.step} (its checkpoint: "
                                f"weights, πref, optimizer, RNG, data position)")
     if arm.stage == 1 or start is not None:
-        ov = train_overrides(preset, root, arm, s, start, g.stage_dir if g.items else None, steps=steps,
+        ov = train_overrides(preset, root, arm, s, start, g.fetch_dir if g.items else None, steps=steps,
                              keep=keep)
         info["overrides"] = " ".join(ov)
     elif arm.start == RESTART_START:
@@ -437,12 +437,12 @@ def train_memory(preset: Preset, arm: Arm, res) -> str:
     shape = memory.model_shape(preset.cfg.model.path)
     ranks = f"{res.world_size} ranks ({res.nodes} node(s) x {res.ranks_per_node})"
     if shape is None:
-        return f"{ranks}; memory: model shape unknown (stage the model, or add it to armor.memory.KNOWN)"
+        return f"{ranks}; memory: model shape unknown (fetch the model, or add it to armor.memory.KNOWN)"
     cfg = load_config(preset.path, arm.overrides)
     return f"{ranks}; " + memory.describe(memory.estimate(cfg, res.world_size, shape), cfg)
 
 
-def _eval_job(g: _Inputs, arm: Arm, s: int, staged: list[str]) -> Job:
+def _eval_job(g: _Inputs, arm: Arm, s: int, fetched: list[str]) -> Job:
     """Evaluating one arm and seed, after θ* (baselines) or the arm's training: its own job, so on SLURM it
     waits for that arm alone; on a GPU preset it takes a node and splits the benchmarks over its GPUs."""
     preset, root = g.preset, g.root
@@ -453,10 +453,10 @@ def _eval_job(g: _Inputs, arm: Arm, s: int, staged: list[str]) -> Job:
         env[EVAL_RANKS_ENV] = str(res.nodes * res.gpus_per_node)
         env["ARMOR_THREADS"] = str(res.threads_per_rank)
     return Job(f"eval/{arm.name}/seed{s}", g.command("evaluate", "--arm", arm.name, "--seed", str(s),
-                                                        *g.stage_args),
-               kind="evaluate", deps=[dep] + staged, resources=res, env=env,
+                                                        *g.fetch_args),
+               kind="evaluate", deps=[dep] + fetched, resources=res, env=env,
                done=lambda arm=arm, s=s: eval_done(preset, root, arm, s),
-               info={"benchmarks": ",".join(hub.staged_benchmarks(eval_benchmarks(preset), g.items)),
+               info={"benchmarks": ",".join(hub.fetched_benchmarks(eval_benchmarks(preset), g.items)),
                      "protocol": preset.protocol.eval_protocol, "stage": arm.stage,
                      "steps": _run_steps(g, arm), "ranks": int(env.get(EVAL_RANKS_ENV, 1))},
                description=f"evaluate {arm.name} seed {s}")

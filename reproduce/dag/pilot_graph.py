@@ -1,8 +1,8 @@
-"""The pilot's job graph (`python reproduce/run_all.py --preset P --pilot`): stage | world -> pilot/dapo ->
+"""The pilot's job graph (`python reproduce/run_all.py --preset P --pilot`): fetch | world -> pilot/dapo ->
 pilot/armor -> pilot/eval -> pilot/report, on one node of the preset's training shape (reproduce/jobs/pilot.py
 says what each measures), and, for a plan whose training spans nodes, pilot/net beside them: the two-node
 network probe (reproduce/jobs/netprobe.py), which fails below its floor (`--net-floor-gbps`). Its keys live
-beside the matrix's in runs/<preset>/_jobs (the staging is shared).
+beside the matrix's in runs/<preset>/_jobs (the fetch folder is shared).
 
     jobs = pilot_jobs(load_preset("qwen25-math-7b"), "runs")
 """
@@ -33,24 +33,24 @@ NET_MEM_GB = 64           # its host memory: a process, torch and a CUDA context
 
 
 def pilot_jobs(preset: Preset, root: str | Path, resources: Optional[dict] = None,
-               stage_dir: Optional[str | Path] = None, net_floor_gbps: float = FLOOR_GBPS,
+               fetch_dir: Optional[str | Path] = None, net_floor_gbps: float = FLOOR_GBPS,
                mem_gb: Optional[float] = None) -> list[Job]:
     """The pilot's jobs on the plan's resources `res`: its training on one node (`pilot_train`; mem_gb: a
     host-memory request given by --mem-gb instead of the one-node estimate)."""
     root = Path(root).resolve()
     res = resources or preset_resources(preset)
-    sd = Path(stage_dir).resolve() if stage_dir else hub.default_stage_dir(root)
+    sd = Path(fetch_dir).resolve() if fetch_dir else hub.default_fetch_dir(root)
     g = _Inputs(preset, root, [0], res, sd, hub.items(preset, sd), env=dict(JOB_ENV))
     d = pilot_dir(root, preset)
     setup = _setup_jobs(g)
     first = [j.key for j in setup]
-    staged = ["stage"] if g.items else []
+    fetched = ["fetch"] if g.items else []
     train = res["train"]
     one = pilot_train(preset, train, mem_gb)
     jobs = list(setup)
     for phase, steps, deps in (("dapo", DAPO_STEPS, first), ("armor", ARMOR_STEPS, ["pilot/dapo"])):
         run = d / phase
-        jobs.append(Job(f"pilot/{phase}", g.command("pilot-train", "--phase", phase, *g.stage_args),
+        jobs.append(Job(f"pilot/{phase}", g.command("pilot-train", "--phase", phase, *g.fetch_args),
                         kind="pilot", deps=list(deps), resources=one, launch="torchrun", env=g.env,
                         done=lambda run=run, steps=steps: run_done(run, steps),
                         info={"overrides": f"pilot {phase}: {steps} steps on 1 node"},
@@ -60,8 +60,8 @@ def pilot_jobs(preset: Preset, root: str | Path, resources: Optional[dict] = Non
     if ev.nodes * ev.gpus_per_node > 1:
         env[EVAL_RANKS_ENV] = str(ev.nodes * ev.gpus_per_node)
         env["ARMOR_THREADS"] = str(ev.threads_per_rank)
-    jobs.append(Job("pilot/eval", g.command("pilot-eval", *g.stage_args), kind="evaluate",
-                    deps=["pilot/armor"] + staged, resources=ev, env=env,
+    jobs.append(Job("pilot/eval", g.command("pilot-eval", *g.fetch_args), kind="evaluate",
+                    deps=["pilot/armor"] + fetched, resources=ev, env=env,
                     done=lambda: (d / "eval" / "times.json").is_file(),
                     description="pilot: an evaluation slice on every GPU of a node"))
     report = ["pilot/dapo", "pilot/armor", "pilot/eval"]

@@ -1,7 +1,7 @@
 """The driver's job kinds and their resources, from a preset's protocol (nodes, gpus_per_node), a user YAML
 file and flags (the table's mechanics and checks: slurm/resources.py).
 
-Kinds: `stage` (copy the hub models and datasets a plan needs into the shared stage folder;
+Kinds: `fetch` (copy the hub models and datasets a plan needs into the shared fetch folder;
 reproduce/hub.py), `world` (build the tiny world), `train` (one RL run), `select_peak`, `evaluate` (one task
 of the evaluation job array), `collect`, `figures`. Only `train` and `evaluate` use GPUs.
 
@@ -29,7 +29,7 @@ from reproduce.sizing.footprint import default_host_memory
 EVAL_TIME_MIN = 8 * 60
 from slurm.resources import Resources, resolve_resources
 
-KINDS = ("stage", "world", "train", "select_peak", "evaluate", "collect", "figures")
+KINDS = ("fetch", "world", "train", "select_peak", "evaluate", "collect", "figures")
 
 
 def default_resources(nodes: int = 1, gpus_per_node: int = 0, procs_per_node: int = 0, cpus_per_node: int = 0,
@@ -41,7 +41,7 @@ def default_resources(nodes: int = 1, gpus_per_node: int = 0, procs_per_node: in
     none: the cluster's default)."""
     if gpus_per_node <= 0:
         return {
-            "stage": Resources(cpus_per_task=1, mem_gb=2, time_min=60),
+            "fetch": Resources(cpus_per_task=1, mem_gb=2, time_min=60),
             "world": Resources(cpus_per_task=2, mem_gb=4, time_min=60),
             "train": Resources(nodes=nodes, procs_per_node=procs_per_node,
                                cpus_per_task=max(1, procs_per_node), mem_gb=4 * max(1, procs_per_node),
@@ -54,7 +54,7 @@ def default_resources(nodes: int = 1, gpus_per_node: int = 0, procs_per_node: in
     cpus = cpus_per_node or 8 * gpus_per_node
     mem = host_mem_gb or {}
     return {
-        "stage": Resources(cpus_per_task=4, mem_gb=32, time_min=4 * 60),   # downloads tens of GB once
+        "fetch": Resources(cpus_per_task=4, mem_gb=32, time_min=4 * 60),   # downloads tens of GB once
         "world": Resources(cpus_per_task=4, mem_gb=16, time_min=60),
         # stop_grace_s: a step and its save after the time-limit warning (reproduce/sizing/checks.py checks)
         "train": Resources(nodes=nodes, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,

@@ -1,6 +1,6 @@
 """The jobs of the matrix, one subcommand each: what each job of the graph (reproduce/dag/) runs.
 
-    python -m reproduce.jobs stage          --preset P --root R [--stage-dir D]    (hub -> stage folder)
+    python -m reproduce.jobs fetch          --preset P --root R [--fetch-dir D]    (hub -> fetch folder)
     python -m reproduce.jobs train          --preset P --root R --arm A --seed S   (jobs/train.py)
                                             [--steps N --keep-steps K,.. --branch-from ARM --branch-step K]
     python -m reproduce.jobs select-peak    --preset P --root R --arm dapo --seed S   (jobs/peaks.py)
@@ -57,12 +57,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m reproduce.jobs", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    def common(p, arm=False, seeds=False, only=False, staged=False):
+    def common(p, arm=False, seeds=False, only=False, fetched=False):
         p.add_argument("--preset", required=True, help="preset name (reproduce/presets) or YAML path")
         if p.prog.split()[-1] != "show":
             p.add_argument("--root", default=str(REPO_ROOT / "runs"))
-        if staged:
-            p.add_argument("--stage-dir", default=None, help="read the hub models/datasets staged here "
+        if fetched:
+            p.add_argument("--fetch-dir", default=None, help="read the hub models/datasets fetched here "
                                                              "(reproduce/hub.py)")
         if arm:
             p.add_argument("--arm", required=True)
@@ -72,10 +72,10 @@ def main(argv=None) -> int:
         if only:
             p.add_argument("--only", default=None)
 
-    common(sub.add_parser("stage", help="copy the hub models and datasets the preset needs into the stage "
-                                        "folder (reproduce/hub.py)"), staged=True)
+    common(sub.add_parser("fetch", help="copy the hub models and datasets the preset needs into the fetch "
+                                        "folder (reproduce/hub.py)"), fetched=True)
     tr = sub.add_parser("train", help="train one arm (execs armor.train)")
-    common(tr, arm=True, staged=True)
+    common(tr, arm=True, fetched=True)
     tr.add_argument("--steps", type=int, default=None,
                     help="steps the plan needs of the run (a finished shorter run is extended)")
     tr.add_argument("--keep-steps", default="", help="comma-separated steps other runs branch from: saved "
@@ -97,18 +97,18 @@ def main(argv=None) -> int:
     sr.add_argument("--arm", default=RESTART_FROM, help="the restart's source run (default %(default)s; "
                                                          "armor_restart_clean's: armor_reset_never_clean)")
     common(sub.add_parser("evaluate", help="evaluate the selected checkpoints of one run"), arm=True,
-           staged=True)
+           fetched=True)
     common(sub.add_parser("noise-floor", help="validate θ* of dapo k times (the verdicts' noise floor)"),
-           arm=False, staged=True)
+           arm=False, fetched=True)
     sub.choices["noise-floor"].add_argument("--seed", type=int, default=0)
     common(sub.add_parser("collect", help="write results.parquet"), seeds=True)
     common(sub.add_parser("figures", help="draw figures and the report"), seeds=True, only=True)
     common(sub.add_parser("show", help="print the matrix"), only=True)
     pt = sub.add_parser("pilot-train", help="one phase of the pilot (one node, the real model)")
-    common(pt, staged=True)
+    common(pt, fetched=True)
     pt.add_argument("--phase", required=True, help="dapo | armor")
     common(sub.add_parser("pilot-eval", help="the pilot's evaluation slice on every GPU of a node"),
-           staged=True)
+           fetched=True)
     common(sub.add_parser("pilot-report",
                           help="write runs/<preset>/pilot/pilot.json from the pilot's phases"))
     npr = sub.add_parser("net-probe", help="the pilot's all-gather across two nodes (bandwidth, transport)")
@@ -127,10 +127,10 @@ def main(argv=None) -> int:
             return cmd_show(preset, parse_only(a.only))
         root = Path(a.root).resolve()
         seeds = parse_seeds(getattr(a, "seeds", None)) or list(preset.protocol.seeds)
-        sd = Path(a.stage_dir).resolve() if getattr(a, "stage_dir", None) else None
-        if a.cmd == "stage":
-            sd = sd or hub.default_stage_dir(root)
-            hub.stage_all(hub.items(preset, sd), sd)
+        sd = Path(a.fetch_dir).resolve() if getattr(a, "fetch_dir", None) else None
+        if a.cmd == "fetch":
+            sd = sd or hub.default_fetch_dir(root)
+            hub.fetch_all(hub.items(preset, sd), sd)
             return 0
         if a.cmd == "train":
             if (a.branch_from is None) != (a.branch_step is None):
@@ -160,7 +160,7 @@ def main(argv=None) -> int:
         if a.cmd == "net-probe":
             sizes = [int(float(x) * 2 ** 20) for x in a.sizes_mb.split(",")] if a.sizes_mb else None
             return cmd_net_probe(preset, root, a.floor_gbps, sizes)
-    except (ExperimentError, ConfigError, hub.StageError) as e:
+    except (ExperimentError, ConfigError, hub.FetchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 2

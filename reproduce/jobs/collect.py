@@ -32,7 +32,8 @@ from reproduce.jobs import noise
 from reproduce.matrix import branching
 from reproduce.jobs.peaks import read_peak, start_point, validation_benchmark
 from reproduce.matrix import claims
-from reproduce.matrix.arms import Arm, arm_definitions, claims_register, figure_arms, preset_runs, table_step
+from reproduce.matrix.arms import (Arm, arm_definitions, claims_register, figure_arms, figure_panels,
+                                   preset_runs, table_step)
 from reproduce.matrix.presets import STATE_JSON, Preset, preset_root, repo_path, run_dir
 
 FIG_STAMP = ".armor_figures.json"
@@ -198,7 +199,8 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
             "aliases": {a.name: a.alias_of for a in arms.values() if a.alias_of}, "seeds": seeds,
             "validation_benchmark": validation_benchmark(preset), "inputs": fp, "rows": len(df),
             "cpu_numerics": [json.loads(n) for n in sorted(numerics) if n != "null"], "time": time.time(),
-            "figure_arms": figure_arms(preset.protocol), "arms": arm_facts(preset, root, seeds),
+            "figure_arms": figure_arms(preset.protocol), "figure_panels": figure_panels(preset.protocol),
+            "arms": arm_facts(preset, root, seeds),
             "world": world_facts(preset), "live_logs": live_logs(preset, root, seeds),
             "claims": claims_meta(preset)}
     card = protocol_card_text(preset)

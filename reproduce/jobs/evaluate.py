@@ -66,12 +66,12 @@ def eval_benchmarks(preset: Preset) -> list[str]:
     return list(preset.protocol.eval_benchmarks)
 
 
-def eval_command(preset: Preset, ckpt: Path, out: Path, stage_dir: Optional[Path] = None) -> list[str]:
+def eval_command(preset: Preset, ckpt: Path, out: Path, fetch_dir: Optional[Path] = None) -> list[str]:
     """`--out .../eval/step_NNNNNN`: eval.evaluate writes <bench>__<protocol>__k<k>.json straight into it.
-    With a stage folder, the benchmarks staged from the hub are read from it (NAME=path)."""
+    With a fetch folder, the benchmarks fetched from the hub are read from it (NAME=path)."""
     benchmarks = eval_benchmarks(preset)
-    if stage_dir is not None:
-        benchmarks = hub.staged_benchmarks(benchmarks, hub.items(preset, stage_dir))
+    if fetch_dir is not None:
+        benchmarks = hub.fetched_benchmarks(benchmarks, hub.items(preset, fetch_dir))
     argv = entry("eval.evaluate") + ["--checkpoint", str(ckpt), "--benchmarks", ",".join(benchmarks),
                                      "--protocol", preset.protocol.eval_protocol, "--out", str(out),
                                      "--preset", str(preset.path), "--engine", preset.cfg.rollout.engine,
@@ -107,13 +107,13 @@ def eval_done(preset: Preset, root: Path, arm: Arm, seed: int) -> bool:
 
 
 def cmd_evaluate(preset: Preset, root: Path, arm_name: str, seed: int,
-                 stage_dir: Optional[Path] = None) -> int:
+                 fetch_dir: Optional[Path] = None) -> int:
     arm = arm_definitions(preset.protocol)[arm_name]
     run = run_dir(root, preset, arm.run_arm, seed)
     steps = eval_steps(preset, root, arm, seed)
     for step in steps:
         ck = ckpt_dir(run, step)
-        argv = eval_command(preset, ck, run / "eval" / f"step_{step:06d}", stage_dir)
+        argv = eval_command(preset, ck, run / "eval" / f"step_{step:06d}", fetch_dir)
         print("run:", " ".join(shlex.quote(a) for a in argv), flush=True)
         rc = warm.run(argv)
         if rc != 0:

@@ -51,7 +51,7 @@ def summarize(values: list[float]) -> dict:
     return {"mean": m, "sd": sd, "range": max(values) - min(values)}
 
 
-def measure(preset: Preset, root: Path, seed: int, stage_dir: Optional[Path] = None) -> dict:
+def measure(preset: Preset, root: Path, seed: int, fetch_dir: Optional[Path] = None) -> dict:
     """Validate θ* of dapo seed `seed` noise_floor_repeats times; write and return noise_floor.json."""
     from armor.trainer import Trainer
     k = preset.protocol.noise_floor_repeats
@@ -64,7 +64,7 @@ def measure(preset: Preset, root: Path, seed: int, stage_dir: Optional[Path] = N
         raise ExperimentError(f"noise floor: θ* of {arm.baseline} seed {seed} is not chosen or its "
                               f"checkpoint is missing ({start})")
     out = preset_root(root, preset) / NOISE_DIR
-    ov = train_overrides(preset, root, arm, seed, start, stage_dir) + [f"output_dir={out / 'run'}",
+    ov = train_overrides(preset, root, arm, seed, start, fetch_dir) + [f"output_dir={out / 'run'}",
                                                             f"name={preset.name}/noise_floor"]
     tr = Trainer(load_config(preset.path, ov)).start()
     bench = metric = None
@@ -88,9 +88,9 @@ def read_noise(path: Path) -> Optional[dict]:
     return d if isinstance(d, dict) and d.get("values") else None
 
 
-def cmd_noise_floor(preset: Preset, root: Path, seed: int, stage_dir: Optional[Path] = None) -> int:
+def cmd_noise_floor(preset: Preset, root: Path, seed: int, fetch_dir: Optional[Path] = None) -> int:
     """The verdicts' noise floor (reproduce/jobs/noise.py)."""
-    r = measure(preset, root, seed, stage_dir)
+    r = measure(preset, root, seed, fetch_dir)
     print(f"noise floor: {r['arm']} seed {seed} step {r['step']} validated {r['repeats']} times: "
           f"{r['benchmark']} {r['metric']} sd {r['sd']:.4f}, range {r['range']:.4f}, values "
           + ", ".join(f"{v:.3f}" for v in r["values"]))

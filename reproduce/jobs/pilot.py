@@ -5,8 +5,8 @@ they measure goes into
 runs/<preset>/pilot/pilot.json, which the dry run's sizing reads (reproduce/sizing/throughput.py
 `read_pilot`).
 
-    python -m reproduce.jobs pilot-train  --preset P --root R --phase dapo|armor [--stage-dir D]
-    python -m reproduce.jobs pilot-eval   --preset P --root R [--stage-dir D]
+    python -m reproduce.jobs pilot-train  --preset P --root R --phase dapo|armor [--fetch-dir D]
+    python -m reproduce.jobs pilot-eval   --preset P --root R [--fetch-dir D]
     python -m reproduce.jobs pilot-report --preset P --root R
 
 Each GPU does a full-scale step's work: the pilot's prompts per step, prompts drawn per round and mini-batch
@@ -70,7 +70,7 @@ def scaled_batch(preset: Preset) -> dict[str, int]:
     return out
 
 
-def pilot_overrides(preset: Preset, root: Path, phase: str, stage_dir: Optional[Path] = None) -> list[str]:
+def pilot_overrides(preset: Preset, root: Path, phase: str, fetch_dir: Optional[Path] = None) -> list[str]:
     """The pilot's armor.train overrides of one phase: the preset's stage-1 DAPO (or ARMOR from the DAPO
     pilot's last checkpoint, with a reset every step: anchors, swaps, the mixed ratio and the reset), the
     scaled batch, a save and a validation of VAL_PROBLEMS problems at its last step only, and no background
@@ -79,12 +79,12 @@ def pilot_overrides(preset: Preset, root: Path, phase: str, stage_dir: Optional[
     steps = DAPO_STEPS if phase == "dapo" else ARMOR_STEPS
     cfg = preset.cfg
     out = [f"name={_val(f'{preset.name}/pilot/{phase}')}", "seed=0", f"output_dir={_val(str(d / phase))}"]
-    if stage_dir is not None and phase == "dapo":
-        staged = hub.staged_overrides(cfg, hub.items(preset, stage_dir), models=True)
-        out += [f"{k}={_val(v)}" for k, v in staged.items()]
-    elif stage_dir is not None:
-        staged = hub.staged_overrides(cfg, hub.items(preset, stage_dir), models=False)
-        out += [f"{k}={_val(v)}" for k, v in staged.items()]
+    if fetch_dir is not None and phase == "dapo":
+        fetched = hub.fetched_overrides(cfg, hub.items(preset, fetch_dir), models=True)
+        out += [f"{k}={_val(v)}" for k, v in fetched.items()]
+    elif fetch_dir is not None:
+        fetched = hub.fetched_overrides(cfg, hub.items(preset, fetch_dir), models=False)
+        out += [f"{k}={_val(v)}" for k, v in fetched.items()]
     out += [f"{k}={v}" for k, v in scaled_batch(preset).items()]
     out += [f"schedule.total_steps={steps}", f"schedule.save_every={steps}",
             f"schedule.validate_every={steps}", "schedule.keep_last=null", "schedule.keep_steps=[]",
@@ -163,7 +163,7 @@ def _request_stop(main: bool) -> str:
     return how
 
 
-def cmd_pilot_train(preset: Preset, root: Path, phase: str, stage_dir: Optional[Path] = None) -> int:
+def cmd_pilot_train(preset: Preset, root: Path, phase: str, fetch_dir: Optional[Path] = None) -> int:
     """One pilot phase in this process: the node's checks, the trainer timed, the stop and its resume
     (dapo)."""
     from armor.config import load_config, needs_reference_logprobs
@@ -171,7 +171,7 @@ def cmd_pilot_train(preset: Preset, root: Path, phase: str, stage_dir: Optional[
     if phase not in ("dapo", "armor"):
         raise ExperimentError(f"--phase: {phase!r} is not dapo or armor")
     t_process = time.time()
-    cfg = load_config(preset.path, pilot_overrides(preset, root, phase, stage_dir))
+    cfg = load_config(preset.path, pilot_overrides(preset, root, phase, fetch_dir))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     checks = preflight.node_checks(cfg, world)
     bad = preflight.failures(checks)
@@ -221,7 +221,7 @@ def cmd_pilot_train(preset: Preset, root: Path, phase: str, stage_dir: Optional[
     return 0
 
 
-def cmd_pilot_eval(preset: Preset, root: Path, stage_dir: Optional[Path] = None) -> int:
+def cmd_pilot_eval(preset: Preset, root: Path, fetch_dir: Optional[Path] = None) -> int:
     """The evaluation slice: EVAL_PROBLEMS problems of each benchmark, the protocol's samples, on the ARMOR
     pilot's last checkpoint, over every GPU of the node (eval.evaluate under torchrun, as an evaluate job)."""
     d = pilot_dir(root, preset)
@@ -229,7 +229,7 @@ def cmd_pilot_eval(preset: Preset, root: Path, stage_dir: Optional[Path] = None)
     if not last:
         raise ExperimentError(f"{d / 'armor'}: no checkpoint to evaluate (run the armor phase first)")
     ck = d / "armor" / "checkpoints" / f"step_{last[-1]:06d}"
-    argv = eval_command(preset, ck, d / "eval" / "out", stage_dir)
+    argv = eval_command(preset, ck, d / "eval" / "out", fetch_dir)
     if "--limit" in argv:
         argv[argv.index("--limit") + 1] = str(min(EVAL_PROBLEMS, int(argv[argv.index("--limit") + 1])))
     else:

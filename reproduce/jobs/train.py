@@ -64,7 +64,7 @@ def _wait_gone(path: Path, limit_s: float = 600.0) -> None:
         time.sleep(0.2)
 
 
-def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: Optional[Path] = None,
+def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, fetch_dir: Optional[Path] = None,
               steps: Optional[int] = None, keep: Sequence[int] = (), branch_from: Optional[str] = None,
               branch_step: Optional[str] = None) -> int:
     arms = arm_definitions(preset.protocol)
@@ -105,13 +105,13 @@ def cmd_train(preset: Preset, root: Path, arm_name: str, seed: int, stage_dir: O
             return 0
         if main and not list_checkpoints(run):
             branch_folder.seed_run(src, last, run, only_last=True)
-        overrides = continuation_overrides(preset, root, arm, arms[arm.continues], seed, end, stage_dir)
+        overrides = continuation_overrides(preset, root, arm, arms[arm.continues], seed, end, fetch_dir)
     else:
         if branch_step is not None and main and not list_checkpoints(run) and not (run / "DONE").exists():
             src = run_dir(root, preset, branch_from, seed)
             linked = branch_folder.seed_run(src, int(branch_step), run)
             print(f"{run}: starts from {src} at step {branch_step} (checkpoints {linked} linked)", flush=True)
-        overrides = train_overrides(preset, root, arm, seed, start, stage_dir, steps=steps, keep=keep)
+        overrides = train_overrides(preset, root, arm, seed, start, fetch_dir, steps=steps, keep=keep)
     run.mkdir(parents=True, exist_ok=True)
     if main:
         write_json_atomic(run / "arm.json", {"arm": arm.name, "preset": preset.name, "seed": seed,

@@ -1,6 +1,7 @@
 """The arm matrix: paper figure/table -> arms -> the trainer's config overrides, derived from a protocol.
 
     figure_arms(p.protocol)          # {"fig1": ["dapo", "anchor_only", "armor"], "fig2": [...], ...}
+    figure_panels(p.protocol)        # {"fig1": {"reward": ["dapo"], ...}, ...}: what each panel draws
     build_arms(p)                    # name -> Arm (stage, baseline, start, overrides, alias_of)
     train_overrides(p, root, arm, seed, start)   # the full `python -m armor.train` override list
 
@@ -303,6 +304,31 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
         missing = [x for x in lst if x not in arms]
         assert not missing, (name, missing)
     return f
+
+
+def figure_panels(p: ProtocolConfig) -> dict[str, dict[str, list[str]]]:
+    """The arms each panel of Figs. 1-7 draws, {figure: {panel: [arms]}}, in plot order (a sweep in the
+    protocol's order, its reference arm first); results.meta.json `figure_panels`, which figures/plots.py
+    draws. Every figure is listed, whether or not the protocol runs it: a panel's arm the results lack is
+    drawn as "not run". In Fig. 1's validation the claims register's ARMOR (results.meta.json `claims`)
+    draws in place of `armor` where it has a curve; the authors' restarts (start "restart") are drawn where
+    run."""
+    arms = arm_definitions(p)
+
+    def sweep(family: str) -> list[str]:
+        return [a.name for a in arms.values() if a.sweep is not None and a.sweep[0] == family]
+
+    restarts = ([RESTART_ARM] if RESTART_ARM in arms else []) + sweep("restart")
+    return {"fig1": {"reward": ["dapo"], "length": ["dapo"],
+                     "validation": ["dapo", "dapo_cont", "anchor_only", "armor"]},
+            "fig2": {"a": ["dapo_cont"] + sweep("kl_k3"), "b": ["dapo_cont"] + sweep("kl_k3")},
+            "fig3": {"a": ["dapo_cont"] + sweep("mix"),
+                     "b": ["anchor_only", "anchor_static_clip", "anchor_offpolicy"],
+                     "c": ["armor", "dapo_cont", "armor_late", "dapo_late"]},
+            "fig4": {"a": sweep("reset") + restarts},
+            "fig5": {"a": ["dapo_cont"] + sweep("kl_k2")},
+            "fig6": {"a": ["qae", "qae_cont"] + sweep("qae_armor")},
+            "fig7": {"a": ["dapo_cont", "armor_tau1"] + sweep("tau1_until") + ["clip_expand"]}}
 
 
 def table_step(p: ProtocolConfig, name: str) -> Optional[int]:

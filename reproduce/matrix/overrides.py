@@ -17,19 +17,19 @@ from reproduce.matrix.retention import retention_overrides
 
 
 def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Optional[dict] = None,
-                    stage_dir: Optional[Path] = None, steps: Optional[int] = None,
+                    fetch_dir: Optional[Path] = None, steps: Optional[int] = None,
                     keep: Sequence[int] = ()) -> list[str]:
     """The full override list of `python -m armor.train --config <preset> ...` for one arm and seed. With a
-    stage folder (reproduce/hub.py), the hub models and datasets the preset names read their staged
+    fetch folder (reproduce/hub.py), the hub models and datasets the preset names read their fetched
     copies. `steps`: the run's schedule.total_steps as the plan needs it (default: its stage's length, the
     rest of stage 2 for a restart); `keep`: further steps it saves and keeps (branch points of other runs)."""
     p = preset.protocol
     s1, s2 = stage_steps(preset)
     out = [f"name={_val(f'{preset.name}/{arm.run_arm}/seed{seed}')}", f"seed={seed}",
            f"output_dir={_val(str(run_dir(root, preset, arm.run_arm, seed)))}"]
-    if stage_dir is not None:
-        staged = hub.staged_overrides(preset.cfg, hub.items(preset, stage_dir), models=arm.stage == 1)
-        out += [f"{k}={_val(v)}" for k, v in staged.items()]
+    if fetch_dir is not None:
+        fetched = hub.fetched_overrides(preset.cfg, hub.items(preset, fetch_dir), models=arm.stage == 1)
+        out += [f"{k}={_val(v)}" for k, v in fetched.items()]
     if arm.stage == 1:
         default = p.headroom_steps if arm.name == 'dapo_natural' else s1
         out += [f"schedule.total_steps={steps or default}"]
@@ -60,10 +60,10 @@ def train_overrides(preset: Preset, root: Path, arm: Arm, seed: int, start: Opti
 
 
 def continuation_overrides(preset: Preset, root: Path, arm: Arm, base: Arm, seed: int, end: int,
-                           stage_dir: Optional[Path] = None) -> list[str]:
+                           fetch_dir: Optional[Path] = None) -> list[str]:
     """A continued control's config (reproduce/matrix/branching.py): its baseline's, trained to total step
     `end`, in the control's own run folder under its own name."""
-    ov = train_overrides(preset, root, base, seed, None, stage_dir, steps=end)
+    ov = train_overrides(preset, root, base, seed, None, fetch_dir, steps=end)
     own = {"name": _val(f"{preset.name}/{arm.name}/seed{seed}"),
            "output_dir": _val(str(run_dir(root, preset, arm.name, seed)))}
     return [f"{k}={own[k]}" if (k := o.split("=", 1)[0]) in own else o for o in ov]

@@ -13,7 +13,7 @@ from reproduce.sizing.step_model import (benchmark_problems, model_config, step_
                                          validation_seconds)
 from reproduce.sizing.throughput import Throughput, model_params
 
-CPU_JOB_H = {"stage": 1.0, "world": 0.1, "select_peak": 0.05, "collect": 0.1, "figures": 0.1}
+CPU_JOB_H = {"fetch": 1.0, "world": 0.1, "select_peak": 0.05, "collect": 0.1, "figures": 0.1}
 EVAL_CHUNK_PROBLEMS = EvalSettings.chunk_size   # problems of a chunk: one rank's generation call
 
 

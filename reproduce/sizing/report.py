@@ -13,7 +13,7 @@ from reproduce.sizing.timeline import simulate
 
 
 def _total(est: dict[str, Estimate]) -> tuple[float, float]:
-    """(GPU-hours of every job, of the stage jobs)."""
+    """(GPU-hours of every job, of the stage-1 and stage-2 training jobs)."""
     gpuh = sum(e.gpu_hours for e in est.values())
     return gpuh, sum(e.gpu_hours for k, e in est.items() if k.startswith("stage"))
 

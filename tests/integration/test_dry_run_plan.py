@@ -74,13 +74,13 @@ def test_7b_dry_run_is_sized(tmp_path, monkeypatch):
     # stage 2 waits for θ*'s checkpoint, not the end of stage 1
     assert _block(lines, "peak/dapo/seed0")[0].split()[-1] == "ckpt/dapo/seed0/step140"
     ready = _block(lines, "ckpt/dapo/seed0/step140")
-    assert ready[0].split()[-1] == "stage" and "saved step 140" in ready[1]
+    assert ready[0].split()[-1] == "fetch" and "saved step 140" in ready[1]
     assert _block(lines, "stage2/armor_late/seed0")[0].split()[-1] == "ckpt/dapo/seed0/step200"
     # each arm's evaluation: its own job after that arm alone, on a node's 8 GPUs
     ev = _block(lines, "eval/armor/seed0")
-    assert "1x8gpu" in ev[0] and ev[0].split()[-1] == "stage2/armor/seed0,stage"
+    assert "1x8gpu" in ev[0] and ev[0].split()[-1] == "stage2/armor/seed0,fetch"
     assert ev[1].startswith("torchrun --nproc-per-node 8 -m eval.evaluate")
-    assert "--dependency='afterok:<stage2/armor/seed0>:<stage>'" in next(x for x in ev
+    assert "--dependency='afterok:<stage2/armor/seed0>:<fetch>'" in next(x for x in ev
                                                                          if x.startswith("sbatch"))
     ev_est = next(x for x in ev if x.startswith("estimate"))
     assert "GPU-hours on 8 GPUs" in ev_est

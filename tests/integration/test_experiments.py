@@ -18,8 +18,8 @@ from reproduce.dag.graph import build_jobs
 from reproduce.jobs.collect import collect, link_aliases
 from reproduce.jobs.figures import DRIVER_START_ENV, driver_wall_time, record_driver_run
 from reproduce.jobs.peaks import choose_peak, smooth, start_point
-from reproduce.matrix.arms import (arm_definitions, arm_seeds, build_arms, figure_arms, parse_only,
-                                   selection_seeds)
+from reproduce.matrix.arms import (arm_definitions, arm_seeds, build_arms, figure_arms, figure_panels,
+                                   parse_only, selection_seeds)
 from reproduce.matrix.overrides import train_overrides
 from reproduce.matrix.presets import (ExperimentError, PRESETS_DIR, ckpt_dir, fixed_peak, load_preset,
                                       run_dir, stage_steps)
@@ -198,8 +198,8 @@ def test_dag_structure(name, tmp_path):
     s0 = p.protocol.seeds[0]      # the first seed's jobs (a confirmation preset's seeds start at 100)
     world = ["world"] if p.world() else []
     assert ("world" in by) == bool(world)
-    staging = ["stage"] if p.world() is None else []      # the paper presets name hub ids; the toy ones none
-    assert ("stage" in by) == bool(staging)
+    fetching = ["fetch"] if p.world() is None else []     # the paper presets name hub ids; the toy ones none
+    assert ("fetch" in by) == bool(fetching)
     for arm in arms.values():
         key = f"stage{arm.stage}/{arm.name}/seed{s0}"
         if arm.alias_of:
@@ -215,7 +215,7 @@ def test_dag_structure(name, tmp_path):
                     else f"ckpt/{base}/seed{s}/step{step}")
         branch = j.info.get("branch") or {}
         if arm.stage == 1:
-            assert j.deps == staging + world
+            assert j.deps == fetching + world
         elif branch.get("kind") == "continuation":   # the baseline's run continued: after its end (and θ*),
             # or after the end of an earlier control continuing it (dapo_late from dapo_cont's end)
             src = branch["source"]
@@ -255,11 +255,11 @@ def test_dag_structure(name, tmp_path):
                                                                    for s in over + [x]]
             for d in by[f"peak/{arm.baseline}/seed{s0}"].deps:
                 if d.startswith("ckpt/"):   # it runs beside stage 1, after what stage 1 waits for
-                    assert by[d].kind == "wait_checkpoint" and by[d].deps == staging + world
+                    assert by[d].kind == "wait_checkpoint" and by[d].deps == fetching + world
         if arm.evaluate:
             e = by[f"eval/{arm.name}/seed{s0}"]
             assert e.array is None and e.kind == "evaluate"   # its own job: it waits for this arm alone
-            assert e.deps == ([f"peak/{arm.name}/seed{s0}"] if arm.stage == 1 else [key]) + staging
+            assert e.deps == ([f"peak/{arm.name}/seed{s0}"] if arm.stage == 1 else [key]) + fetching
     assert set(by["collect"].deps) == {k for k, j in by.items()
                                        if j.kind in ("train", "evaluate", "select_peak", "noise_floor")}
     if p.protocol.noise_floor_repeats:      # the verdicts' noise floor: after θ* of the first seed
@@ -385,7 +385,7 @@ def test_dry_run_qwen25_math_7b(tmp_path):
     assert next(l for l in lines if l.startswith("eval/armor/seed0")).split()[2] == "1x8gpu"
     n_train = sum(1 for l in lines if l.startswith("stage") and " train " in l)
     assert n_train == len(CONTRACT_7B) - 1
-    # 32 train + 9 evaluate + 2 θ* + collect, figures + staging + 11 checkpoint-ready jobs (θ* of dapo and
+    # 32 train + 9 evaluate + 2 θ* + collect, figures + fetching + 11 checkpoint-ready jobs (θ* of dapo and
     # qae, the late start; the branch points 79/119/159 and restart points 80/120/160 of armor_reset_never,
     # 149/159 of qae_armor_reset_never)
     assert "57 jobs: 0 done, 0 queued, 0 running, 57 to run" in out
@@ -416,7 +416,7 @@ def test_dry_run_qwen3_8b_base(tmp_path):
     assert ("algo.mix.alpha=0.875" in cmd and "algo.reference.reset.until_step=110" in cmd
             and "step_offset=70" in cmd)
     assert "context 22528 tokens" in lines[lines.index(row) + 3]
-    # 15 + staging + θ*'s checkpoint-ready job + armor's branch points 110 and 180
+    # 15 + fetching + θ*'s checkpoint-ready job + armor's branch points 110 and 180
     assert "19 jobs: 0 done, 0 queued, 0 running, 19 to run" in out
 
 
@@ -585,6 +585,7 @@ def test_pipeline_with_fake_jobs_is_idempotent(tmp_path, monkeypatch):
     meta = json.loads((pr / "results.meta.json").read_text())
     assert meta["peaks"]["dapo"]["0"] == 4 and meta["aliases"]["armor_reset_2"] == "armor"
     assert meta["figure_arms"] == figure_arms(load_preset(preset).protocol)   # what figures/ reads back
+    assert meta["figure_panels"] == figure_panels(load_preset(preset).protocol)
     # every stage-2 arm started from θ* with πref = θ*
     cfg = load_config(pr / "armor" / "seed0" / "config.yaml")
     assert cfg.model.path == cfg.algo.reference.path == peak["checkpoint"] and cfg.step_offset == 4

@@ -364,8 +364,31 @@ def test_the_drivers_arms_decide_what_a_sweep_expects(tmp_path):
     assert ctx.expected_arms("kl_k3") == ["kl_k3_b1e-2", "kl_k3_b5e-1"]
     assert ctx.expected_arms("mix") == ["mix_a0.9", "mix_a0.8", "mix_a0.7"]          # α: largest first
     assert ctx.expected_arms("reset") == ["armor_reset_never", "armor_reset_20", "armor_reset_40"]
-    texts = _not_run_texts(_axes(plots.fig2(ctx))["a"])
+
+
+
+def test_the_drivers_panels_decide_what_a_figure_draws(tmp_path):
+    """results.meta.json's figure_panels (the driver's collect writes them, reproduce/matrix/arms.py) decide a
+    panel's arms and their order: a listed arm absent from the data is marked not run; results collected
+    without the panels say so on every validation panel."""
+    keep = [a for a in ALL_ARMS if a != "kl_k3_b1"]
+    path = make_synthetic(tmp_path / "runs" / "tiny", arms=keep)
+    meta_path = path.with_name("results.meta.json")
+    meta = json.loads(meta_path.read_text())
+    arms = lambda ax: [x for x in _labels(ax) if not x.startswith(("θ", "dapo (stage"))]  # noqa: E731
+    assert arms(_axes(plots.fig2(load_context(path)))["a"]) == ["dapo_cont", "kl_k3_b1e-2"]
+    meta["figure_panels"]["fig2"]["a"] = ["kl_k3_b1e-2", "kl_k3_b5e-1", "dapo_cont"]
+    meta_path.write_text(json.dumps(meta))
+    ax = _axes(plots.fig2(load_context(path)))["a"]
+    texts = _not_run_texts(ax)
     assert texts and "kl_k3_b5e-1" in texts[0] and "kl_k3_b1," not in texts[0] + ","
+    assert arms(ax) == ["kl_k3_b1e-2", "dapo_cont"]
+    del meta["figure_panels"]
+    meta_path.write_text(json.dumps(meta))
+    ax = _axes(plots.fig2(load_context(path)))["a"]
+    assert any("lists no figure_panels" in t for t in _not_run_texts(ax))
+    reward = _axes(plots.fig1(load_context(path)))["reward"]
+    assert any("lists no figure_panels" in t for t in _not_run_texts(reward))
 
 
 def test_the_validation_benchmark_is_the_drivers(tmp_path):

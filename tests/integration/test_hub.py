@@ -1,9 +1,10 @@
-"""Staging (reproduce/hub.py): the hub models and datasets a paper preset names are copied once into a
+"""Fetching (reproduce/hub.py): the hub models and datasets a paper preset names are copied once into a
 shared folder by the driver's first job, and the train and evaluate jobs read the copies. Offline: a local
 folder laid out like the hub (ARMOR_HUB_MIRROR) stands in for it; the real hub is never asked
 (HF_HUB_OFFLINE=1)."""
 import io
 import json
+import struct
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -42,7 +43,10 @@ def make_mirror(root: Path) -> Path:
     m = root / "Qwen" / "Qwen2.5-Math-7B"
     m.mkdir(parents=True)
     (m / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-    (m / "model.safetensors").write_bytes(b"\0" * 5000)
+    # a readable safetensors file of 5000 bytes (the harness and the trainer check the header before loading):
+    # 8 bytes of header length, the header padded with spaces to 128, one uint8 tensor of the rest
+    header = json.dumps({"w": {"dtype": "U8", "shape": [4864], "data_offsets": [0, 4864]}}).ljust(128)
+    (m / "model.safetensors").write_bytes(struct.pack("<Q", 128) + header.encode() + b"\0" * 4864)
     g = root / "datasets" / "Idavidrein" / "gpqa"
     g.mkdir(parents=True)
     (g / "README.md").write_text(GPQA_README)
@@ -62,7 +66,7 @@ def offline(tmp_path, monkeypatch):
     """No token anywhere (HF_HOME in tmp), the hub offline."""
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.delenv(hub.MIRROR_ENV, raising=False)
-    monkeypatch.delenv(hub.STAGE_ENV, raising=False)
+    monkeypatch.delenv(hub.FETCH_ENV, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return tmp_path
@@ -75,8 +79,8 @@ def _main(argv):
     return rc, out.getvalue(), err.getvalue()
 
 
-def test_7b_plan_stages_its_hub_ids_and_the_toy_presets_nothing(offline):
-    sd = offline / "stage"
+def test_7b_plan_fetches_its_hub_ids_and_the_toy_presets_nothing(offline):
+    sd = offline / "fetch"
     items = hub.items(load_preset("qwen25-math-7b"), sd)
     assert [(i.kind, i.repo_id, i.benchmark, i.gated) for i in items] == [
         ("model", "Qwen/Qwen2.5-Math-7B", None, False), ("dataset", "Idavidrein/gpqa", "gpqa_diamond", True),
@@ -85,31 +89,31 @@ def test_7b_plan_stages_its_hub_ids_and_the_toy_presets_nothing(offline):
     for name in ("tiny", "smoke"):
         p = load_preset(name)
         assert hub.items(p, sd) == []
-        jobs = build_jobs(p, offline / "runs", stage_dir=sd)
-        assert "stage" not in {j.key for j in jobs} and topo_order(jobs)[0].key == "world"
+        jobs = build_jobs(p, offline / "runs", fetch_dir=sd)
+        assert "fetch" not in {j.key for j in jobs} and topo_order(jobs)[0].key == "world"
 
 
-def test_7b_dry_run_lists_the_staging_job_before_the_first_train_job(offline, monkeypatch):
+def test_7b_dry_run_lists_the_fetch_job_before_the_first_train_job(offline, monkeypatch):
     mirror = make_mirror(offline / "mirror")
     monkeypatch.setenv(hub.MIRROR_ENV, str(mirror))
-    sd = offline / "shared_stage"
+    sd = offline / "shared_fetch"
     rc, out, err = _main(["--preset", "qwen25-math-7b", "--dry-run", "--cluster", "local", "--root",
-                          str(offline / "runs"), "--stage-dir", str(sd)])
+                          str(offline / "runs"), "--fetch-dir", str(sd)])
     assert rc == 0, err
     lines = out.splitlines()
-    staged = [l for l in lines if l.startswith("    model ") or l.startswith("    dataset ")]
-    assert len(staged) == 3, out
-    assert "Qwen/Qwen2.5-Math-7B" in staged[0] and "models/Qwen/Qwen2.5-Math-7B" in staged[0]
-    assert hub.human(5000 + len(json.dumps({"model_type": "qwen2"}))) in staged[0]   # size where known
-    assert "gpqa_diamond" in staged[1] and "mmlu_pro" in staged[2]
+    fetched = [l for l in lines if l.startswith("    model ") or l.startswith("    dataset ")]
+    assert len(fetched) == 3, out
+    assert "Qwen/Qwen2.5-Math-7B" in fetched[0] and "models/Qwen/Qwen2.5-Math-7B" in fetched[0]
+    assert hub.human(5000 + len(json.dumps({"model_type": "qwen2"}))) in fetched[0]   # size where known
+    assert "gpqa_diamond" in fetched[1] and "mmlu_pro" in fetched[2]
     rows = [l.split()[0] for l in lines if l and not l.startswith(" ") and l.split()[0].count("/") == 2
-            or l.startswith("stage ")]
-    assert rows[0] == "stage" and rows[1].startswith("stage1/"), rows[:3]       # staging first, then training
+            or l.startswith("fetch ")]
+    assert rows[0] == "fetch" and rows[1].startswith("stage1/"), rows[:3]      # fetching first, then training
     first_train = next(l for l in lines if l.startswith("stage1/dapo/seed0"))
-    # it waits for the staging job
-    assert first_train.split()[-1] == "stage"
+    # it waits for the fetch job
+    assert first_train.split()[-1] == "fetch"
     cmd = lines[lines.index(first_train) + 1]
-    assert f"model.path={sd / 'models' / 'Qwen' / 'Qwen2.5-Math-7B'}" in cmd      # and reads the staged model
+    assert f"model.path={sd / 'models' / 'Qwen' / 'Qwen2.5-Math-7B'}" in cmd     # and reads the fetched model
     ev = lines[lines.index(next(l for l in lines if l.startswith("eval/armor/seed0"))) + 1]
     assert f"gpqa_diamond={sd / 'datasets' / 'gpqa_diamond.jsonl'}" in ev and "mmlu_pro=" in ev
     assert not sd.exists() and not (offline / "runs").exists()                  # a dry run writes nothing
@@ -121,7 +125,7 @@ def test_dry_run_without_mirror_says_what_is_unknown_and_what_a_gated_set_needs(
     assert rc == 0, err
     gpqa = next(l for l in out.splitlines() if "Idavidrein/gpqa" in l)
     assert "size unknown" in gpqa and "gated: needs HF_TOKEN (not set)" in gpqa
-    assert str(offline / "runs" / "_stage") in out                              # the default stage folder
+    assert str(offline / "runs" / "_fetch") in out                              # the default fetch folder
 
 
 def test_a_gated_dataset_without_a_token_fails_before_any_job_naming_HF_TOKEN(offline, monkeypatch):
@@ -141,21 +145,21 @@ def test_a_mirror_lacking_an_item_is_refused_naming_the_path(offline, monkeypatc
     shutil.rmtree(mirror / "datasets" / "TIGER-Lab")
     monkeypatch.setenv(hub.MIRROR_ENV, str(mirror))
     items = hub.items(load_preset("qwen25-math-7b"), offline / "s")
-    with pytest.raises(hub.StageError, match=r"TIGER-Lab/MMLU-Pro.*datasets/TIGER-Lab/MMLU-Pro"):
+    with pytest.raises(hub.FetchError, match=r"TIGER-Lab/MMLU-Pro.*datasets/TIGER-Lab/MMLU-Pro"):
         hub.check_ready(items)
 
 
-def test_staging_job_copies_from_the_mirror_once_and_the_jobs_read_the_copies(offline, monkeypatch):
+def test_fetch_job_copies_from_the_mirror_once_and_the_jobs_read_the_copies(offline, monkeypatch):
     from eval.units import load_benchmarks
     mirror = make_mirror(offline / "mirror")
     monkeypatch.setenv(hub.MIRROR_ENV, str(mirror))
-    root, sd = offline / "runs", offline / "stage"
+    root, sd = offline / "runs", offline / "fetch"
     preset = load_preset("qwen25-math-7b")
-    jobs = {j.key: j for j in build_jobs(preset, root, stage_dir=sd)}
-    assert not jobs["stage"].is_done()
-    assert cli.main(["stage", "--preset", "qwen25-math-7b", "--root", str(root),
-                             "--stage-dir", str(sd)]) == 0
-    assert jobs["stage"].is_done()
+    jobs = {j.key: j for j in build_jobs(preset, root, fetch_dir=sd)}
+    assert not jobs["fetch"].is_done()
+    assert cli.main(["fetch", "--preset", "qwen25-math-7b", "--root", str(root),
+                             "--fetch-dir", str(sd)]) == 0
+    assert jobs["fetch"].is_done()
     model = sd / "models" / "Qwen" / "Qwen2.5-Math-7B"
     assert ((model / "model.safetensors").read_bytes()
             == (mirror / "Qwen/Qwen2.5-Math-7B/model.safetensors").read_bytes())
@@ -165,11 +169,11 @@ def test_staging_job_copies_from_the_mirror_once_and_the_jobs_read_the_copies(of
     assert len(marks) == 3
     log = []
     # cached: nothing is copied again
-    hub.stage_all(hub.items(preset, sd), sd, log=log.append)
-    assert all(l.startswith("staged already") for l in log) and len(log) == 3
+    hub.fetch_all(hub.items(preset, sd), sd, log=log.append)
+    assert all(l.startswith("fetched already") for l in log) and len(log) == 3
     assert marks == {p.name: p.read_text() for p in sd.rglob("*" + hub.MARK)}
 
-    # the train job of a stage-1 arm reads the staged model; stage-2 arms start from checkpoints
+    # the train job of a stage-1 arm reads the fetched model; stage-2 arms start from checkpoints
     arms = arm_definitions(preset.protocol)
     ov = train_overrides(preset, root, arms["dapo"], 0, None, sd)
     cfg = load_config(preset.path, ov)
@@ -179,12 +183,12 @@ def test_staging_job_copies_from_the_mirror_once_and_the_jobs_read_the_copies(of
     start = {"step": 140, "checkpoint": str(root / "ck")}
     cfg2 = load_config(preset.path, train_overrides(preset, root, arms["armor"], 0, start, sd))
     assert cfg2.model.path == str(root / "ck")
-    # the evaluate job reads the staged benchmarks, in their own formats, under their own names
+    # the evaluate job reads the fetched benchmarks, in their own formats, under their own names
     argv = eval_command(preset, root / "ck", root / "out", sd)
     specs = argv[argv.index("--benchmarks") + 1].split(",")
-    staged = [s for s in specs if "=" in s]
-    assert [s.split("=")[0] for s in staged] == ["gpqa_diamond", "mmlu_pro"]
-    loaded = dict(load_benchmarks(",".join(staged)))
+    fetched = [s for s in specs if "=" in s]
+    assert [s.split("=")[0] for s in fetched] == ["gpqa_diamond", "mmlu_pro"]
+    loaded = dict(load_benchmarks(",".join(fetched)))
     assert sorted(loaded) == ["gpqa_diamond", "mmlu_pro"]
     assert len(loaded["gpqa_diamond"]) == 2 and len(loaded["mmlu_pro"]) == 3
     assert {p.gold for p in loaded["mmlu_pro"]} == {"C"} and loaded["gpqa_diamond"][0].answer_type == "mc"

@@ -188,6 +188,11 @@ def test_the_trainer_keeps_other_tools_sections_unread_and_writes_them_back(tmp_
         load_config(P7B, ["algo.mix.alfa=0.5"])
     with pytest.raises(ConfigError, match=r"^foreign: unknown key"):    # the field is not a key of the file
         load_config(P7B, ["foreign.protocol.seeds=[1]"])
+    # a run folder's config.yaml written before compute.fast: the retired key names what replaced it
+    old = (tmp_path / "bare.yaml").read_text().replace("data:", "rollout: {static_kv_cache: true}\ndata:")
+    (tmp_path / "old.yaml").write_text(old)
+    with pytest.raises(ConfigError, match=r"^rollout.static_kv_cache: retired, replaced by compute.fast \("):
+        load_config(tmp_path / "old.yaml")
 
 
 def test_rollout_correction_is_off_in_the_paper_presets_and_validated_naming_key_and_value():

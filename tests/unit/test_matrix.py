@@ -9,7 +9,9 @@ import pytest
 from scipy import stats
 
 from reproduce.studies import power as pw
-from reproduce.matrix.arms import RESTART_ARM, arm_definitions, arm_seeds, figure_arms, selection_seeds
+from figures.synthetic import FIGURE_PANELS
+from reproduce.matrix.arms import (RESTART_ARM, arm_definitions, arm_seeds, figure_arms, figure_panels,
+                                   selection_seeds)
 from reproduce.jobs.peaks import choose_restart
 from reproduce.matrix.presets import ExperimentError
 from reproduce.matrix.protocol import ProtocolConfig, load_protocol
@@ -134,3 +136,18 @@ def test_the_oracle_clean_anchor_arms_are_defined_by_the_protocol_and_run_by_no_
     from common.yaml_config import ConfigError
     with pytest.raises(ConfigError, match="protocol.clean_anchor_modes"):
         load_protocol({"clean_anchor_modes": ["not a mode"]})
+
+
+def test_figure_panels():
+    """Each panel's arms (results.meta.json `figure_panels`, which figures/ draws): every figure whatever the
+    protocol runs, sweeps in the protocol's order after their reference arm, the restart arm only where the
+    protocol has it; the synthetic results (figures/synthetic.py) list what the driver would."""
+    p = load_protocol({"kl_betas": [1e-2, 1.0], "kl_k2_sweep": True, "alpha_sweep": [0.9, 0.8],
+                       "reset_sweep": [20, 40], "restart_within": 0.5, "qae_reset_sweep": [20],
+                       "qwen3_tau1_until": [40], "late_start_step": 45})
+    assert figure_panels(p) == FIGURE_PANELS
+    assert figure_panels(P)["fig4"] == {"a": ["armor_reset_never", "armor_reset_20", RESTART_ARM]}
+    bare = figure_panels(ProtocolConfig(reset_sweep=[40, 20]))
+    assert list(bare) == ["fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7"]
+    assert bare["fig4"]["a"] == ["armor_reset_never", "armor_reset_40", "armor_reset_20"]
+    assert bare["fig2"]["a"] == ["dapo_cont"] and bare["fig6"]["a"] == ["qae", "qae_cont"]
