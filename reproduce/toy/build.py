@@ -3,7 +3,7 @@
     python -m reproduce.toy.build --out DIR [--seed S] [--quick] [--version V] [--rebuild]
     python -m reproduce.toy.build --ship [--version V]     # rebuild the shipped reproduce/worlds/<hash>/
 
-Writes (atomically: built in ``DIR.tmp`` then renamed)::
+Writes (atomically: built in ``DIR.tmp<pid>`` then renamed)::
 
     DIR/data/{train,validation,test}.jsonl   benchmark-style JSON lines (problem, answer, id, metadata)
     DIR/base_model/                          Qwen2ForCausalLM + tokenizer (save_pretrained; loads offline)
@@ -194,6 +194,38 @@ def shipped_world(h: str) -> Path | None:
     return d if w is not None and w.get("config_hash") == h else None
 
 
+def _publish(tmp: Path, out: Path, h: str) -> None:
+    """Rename the finished world ``tmp`` to ``out``. A second process building the same world at the same time
+    (two test sessions of one clone) may publish first: its complete world of the same config hash is kept and
+    ``tmp`` removed; anything else there raises."""
+    try:
+        if out.exists() and not any(out.iterdir()):
+            out.rmdir()
+        tmp.rename(out)
+    except OSError:
+        other = _complete(out)
+        if other is None or other.get("config_hash") != h:
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _stale_tmps(out: Path) -> list[Path]:
+    """Build folders of ``out`` left by processes that are gone (``<name>.tmp<pid>``)."""
+    stale = []
+    for d in out.parent.glob(out.name + ".tmp*"):
+        pid = d.name[len(out.name) + 4:]
+        if not pid.isdigit():
+            stale.append(d)       # the single .tmp of older versions
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            stale.append(d)
+        except OSError:
+            pass                  # alive, another user's
+    return stale
+
+
 def build_world(out_dir, seed: int = 0, quick: bool = False, log=None, version: int = WORLD_VERSION,
                 model: ModelConfig = MODEL, shipped: bool = True) -> Path:
     """Build (or reuse) the toy world of design ``version`` (WORLDS) with a model of shape ``model`` in
@@ -216,16 +248,15 @@ def build_world(out_dir, seed: int = 0, quick: bool = False, log=None, version: 
         raise FileExistsError(f"{out} is a broken symlink (to {os.readlink(out)}); "
                               "remove it or use another --out")
 
-    tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    # a build folder of this process's own: two processes building one world never share one
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    for d in ([tmp] if tmp.exists() else []) + (_stale_tmps(out) if out.parent.exists() else []):
+        shutil.rmtree(d, ignore_errors=True)
     src = shipped_world(h) if shipped else None
     if src is not None and src.resolve() != out.resolve():
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(src, tmp)
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        tmp.rename(out)
+        _publish(tmp, out, h)
         log(f"[toy] world copied from the shipped {src} (config {h}; --rebuild builds it from scratch)")
         return out
     t0 = time.time()
@@ -269,9 +300,7 @@ def build_world(out_dir, seed: int = 0, quick: bool = False, log=None, version: 
     if checks is not None and not checks["passed"]:
         failed = [k for k, r in checks["results"].items() if not r["ok"]]
         raise WorldCheckError(f"toy base model failed acceptance checks {failed}; see {tmp / 'world.json'}")
-    if out.exists():
-        out.rmdir()  # empty (checked above)
-    tmp.rename(out)
+    _publish(tmp, out, h)
     log(f"[toy] world built in {out} ({world['build_seconds']}s, config {h})")
     return out
 

@@ -1,6 +1,11 @@
 """Fast tests of the toy world (reproduce/toy): task, tokenizer, model, quick build."""
 import json
+import os
 import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -287,3 +292,33 @@ def test_a_rebuild_of_the_shipped_world_equals_it_byte_for_byte(tmp_path):
     for w in (a, b):
         w.pop("build_seconds"), w["sft"].pop("seconds")
     assert a == b
+
+
+def test_two_builders_of_one_world_publish_once(tmp_path):
+    """Two processes building the same world (two test sessions of one clone): the second to finish keeps the
+    first's complete world and removes its own build folder; a different world there is an error, and the
+    build folders of processes that are gone are stale."""
+    from reproduce.toy.build import _publish, _stale_tmps
+
+    def world(d: Path, h: str) -> Path:
+        for f in ("data/train.jsonl", "data/validation.jsonl", "data/test.jsonl", "base_model/config.json",
+                  "base_model/tokenizer.json"):
+            (d / f).parent.mkdir(parents=True, exist_ok=True)
+            (d / f).write_text("{}")
+        (d / "world.json").write_text(json.dumps({"config_hash": h}))
+        return d
+
+    out = tmp_path / "w"
+    _publish(world(tmp_path / "w.tmp1", "abc"), out, "abc")            # the first: renamed
+    assert json.loads((out / "world.json").read_text())["config_hash"] == "abc"
+    second = world(tmp_path / "w.tmp2", "abc")
+    _publish(second, out, "abc")                                       # the second: its copy removed
+    assert not second.exists() and (out / "world.json").exists()
+    with pytest.raises(OSError):
+        _publish(world(tmp_path / "w.tmp3", "other"), out, "other")    # another world is never replaced
+    shutil.rmtree(tmp_path / "w.tmp3")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    (tmp_path / f"w.tmp{dead}").mkdir()
+    (tmp_path / f"w.tmp{os.getpid()}").mkdir()
+    assert [p.name for p in _stale_tmps(out)] == [f"w.tmp{dead}"]      # not this live process's
