@@ -414,7 +414,7 @@ def test_the_fixed_restart_point_reads_no_curve(tmp_path, capsys):
     p, root = load_preset(f), tmp_path / "runs"
     for s in (0, 1):
         run = run_dir(root, p, "armor_reset_never", s)
-        _fake_run(run, [], [0, 2, 4] if s == 0 else [0, 4])     # no validation, no DONE
+        _fake_run(run, [], [0, 2, 4] if s == 0 else [0, 4], done=False)     # no validation, no DONE
         dapo = run_dir(root, p, "dapo", s)
         dapo.mkdir(parents=True, exist_ok=True)
         (dapo / "peak.json").write_text(json.dumps({"step": 6, "checkpoint": str(dapo / "checkpoints/x")}))
