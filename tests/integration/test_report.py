@@ -40,20 +40,26 @@ def test_report_paths_are_relative_and_live_logs_are_linked(tmp_path):
     assert str(tmp_path) not in other.read_text() and "| results | `results.parquet` |" in other.read_text()
 
 
-def test_model_column_is_the_presets_display_name(tmp_path):
-    from figures.data import load_context
-    from figures.tables import build_table
-    from armor.config import load_config
+def collect_one_row(root: Path) -> Path:
+    """The driver's collect of the tiny preset over one fake run (dapo seed 0, one validation row)."""
     from reproduce.jobs.collect import collect
-    from reproduce.matrix.presets import Preset, load_preset
-    p = load_preset("tiny")
-    assert p.model_name == "toy Qwen2 (167K)" != Path(p.cfg.model.path).parent.name
-    run = tmp_path / "tiny" / "dapo" / "seed0"
+    from reproduce.matrix.presets import load_preset
+    run = root / "tiny" / "dapo" / "seed0"
     run.mkdir(parents=True)
     (run / "validation.jsonl").write_text(json.dumps(
         {"step": 10, "total_step": 10, "benchmark": "toy_val", "metric": "avg@4", "k": 4, "value": 0.5})
         + "\n")
-    results = collect(p, tmp_path, [0])
+    return collect(load_preset("tiny"), root, [0])
+
+
+def test_model_column_is_the_presets_display_name(tmp_path):
+    from figures.data import load_context
+    from figures.tables import build_table
+    from armor.config import load_config
+    from reproduce.matrix.presets import Preset, load_preset
+    p = load_preset("tiny")
+    assert p.model_name == "toy Qwen2 (167K)" != Path(p.cfg.model.path).parent.name
+    results = collect_one_row(tmp_path)
     ctx = load_context(results, preset="tiny")
     assert ctx.model == "toy Qwen2 (167K)"
     assert "| toy Qwen2 (167K) |" in build_table(ctx, "table1").to_markdown()
