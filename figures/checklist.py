@@ -147,6 +147,13 @@ def describe(iv: S.Interval, floor: Optional[float], p_adjusted: Optional[float]
     return f"mean {iv.mean:+.3f}, {ci}, {iv.n} seed{'s' if iv.n != 1 else ''}{p}, {fl}"
 
 
+def describe_rho(iv: S.Interval, p_adjusted: Optional[float] = None) -> str:
+    """An across-seeds Spearman ρ (figures.stats.spearman): `Spearman ρ +0.829, 95% Fisher-z interval
+    [+0.019, +0.982], 6 seeds, p 0.042`: no noise floor (ρ has its own units)."""
+    return ("Spearman ρ " + describe(iv, None, p_adjusted).split(", noise floor")[0].replace("mean ", "", 1)
+            .replace("t interval", "Fisher-z interval"))
+
+
 def theta_star_copy(ctx: Context, arm: str) -> Optional[str]:
     """Why `arm`'s weights are θ*'s (so no comparison with it tests anything), or None: its eval rows equal
     dapo's at θ* on every seed (the same evaluation seed gives the same numbers only for the same weights), or
@@ -188,8 +195,10 @@ def verdict_lines(verdicts: list[Verdict]) -> list[str]:
     for v in verdicts:
         line = f"  [{v.verdict}] {v.question}"
         if v.stat:
-            desc = describe(S.Interval(**v.stat), v.floor, v.p_adjusted)
-            if v.split == "train":          # a training metric: decided on its interval alone
+            desc = describe(S.interval_of(v.stat), v.floor, v.p_adjusted)
+            if v.stat.get("statistic") == "spearman":     # an across-seeds ρ: its own interval and p
+                desc = describe_rho(S.interval_of(v.stat), v.p_adjusted)
+            elif v.split == "train":          # a training metric: decided on its interval alone
                 desc = desc.split(", noise floor")[0] + ", a training metric: its interval alone"
             line += f" — {v.quantity}: {desc}"
         elif v.verdict in (NOT_TESTABLE, NOT_RUN) and v.evidence:

@@ -57,7 +57,7 @@ from common.results import metric_k
 
 from . import stats as S
 from .checklist import (NOT_RUN, NOT_TESTABLE, REWARD_WINDOW, Verdict, _window_mean, describe,
-                        end_value, floor_of, theta_star_copy, write_verdicts)
+                        describe_rho, end_value, floor_of, theta_star_copy, write_verdicts)
 from .data import Context, Curve, load_context
 
 DESIGN, CONFIRM = "design", "confirm"          # the seeds' role (protocol.claims)
@@ -107,13 +107,14 @@ class Entry:
     at: Optional[str] = None
     in_preset: bool = True
     missing: tuple[str, ...] = ()
+    covariate: Optional[str] = None
 
     @classmethod
     def from_json(cls, d: dict) -> "Entry":
         specs = tuple(Spec(a["name"], a["arm"], a.get("before")) for a in d["arms"])
         return cls(d["key"], d.get("paper", ""), d.get("claim", d["key"]), d["quantity"], specs,
                    d["direction"], d["split"], bool(d.get("confirmatory")), d.get("at"),
-                   bool(d.get("in_preset", True)), tuple(d.get("missing") or ()))
+                   bool(d.get("in_preset", True)), tuple(d.get("missing") or ()), d.get("covariate"))
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,8 @@ class Quantity:
     label: Callable[[Entry, Context], str]
     compute: Callable[[Context, Entry], tuple[dict, dict]]
     needs_at: bool = False
+    across_seeds: bool = False      # a dose-response over seeds: Spearman's ρ of the per-seed values and the
+                                    # entry's covariate (numbers["covariate"]), not a mean over seeds
 
 
 # ------------------------------------------------------------------------------------------ per seed
@@ -418,6 +421,42 @@ def _q_eval(kind: str):
     return compute
 
 
+def run_metric_mean(ctx: Context, spec: Spec, seed: int, column: str) -> Optional[float]:
+    """Mean over one seed's logged steps of a per-step column (steps.parquet) along an entry's arm: a
+    composite arm's `before` run before the arm's own start, then its own steps; None without values."""
+    view = ctx.for_seed(seed)
+    parts = []
+    own = view.metrics(spec.arm)
+    if spec.before is not None and not own.empty:
+        start = view.arm_start(spec.arm)
+        b = view.metrics(spec.before)
+        if start is not None and not b.empty and column in b.columns:
+            parts.append(b[b["step"] < start][column])
+    if not own.empty and column in own.columns:
+        parts.append(own[column])
+    vals = [float(x) for p in parts for x in p.dropna()]
+    return sum(vals) / len(vals) if vals else None
+
+
+def q_fall_vs_covariate(ctx: Context, e: Entry) -> tuple[dict, dict]:
+    """Per seed: A's fall from θ*, −(end(A) − θ* value), and the mean of the entry's covariate (a per-step
+    column, e.g. anchor_mode_shortcut) along B's run; Spearman's ρ over seeds decides it."""
+    a, b = e.specs
+    _require_curves(ctx, [a])
+    if not e.covariate:
+        raise NotTestable("the entry names no covariate (a per-step column)")
+    if all(ctx.metrics(sp.arm).empty or e.covariate not in ctx.metrics(sp.arm).columns for sp in (b,)):
+        raise NotRun(f"no per-step {e.covariate} of {b.label}")
+    falls, _ = q_end_minus_theta(ctx, Entry(e.key, e.paper, e.claim, "end_minus_theta", (a,), e.direction,
+                                            e.split))
+    out, cov = {}, {}
+    for s, v in falls.items():
+        c = run_metric_mean(ctx, b, s, e.covariate)
+        if c is not None:
+            out[s], cov[s] = -v, c
+    return out, {"covariate": cov, "covariate_name": e.covariate}
+
+
 def _lbl(tmpl: str):
     def label(e: Entry, ctx: Context) -> str:
         names = [sp.label for sp in e.specs]
@@ -441,6 +480,9 @@ QUANTITIES: dict[str, Quantity] = {
     "eval_diff": Quantity(2, "test", _lbl("test avg@k: {0} at {at} − {1}"), _q_eval("avg"), needs_at=True),
     "pass_diff": Quantity(2, "test", _lbl("test pass@k: {0} at {at} − {1}"), _q_eval("pass"),
                           needs_at=True),
+    "fall_vs_covariate": Quantity(2, "validation", lambda e, ctx: f"Spearman ρ over seeds: "
+                                  f"{e.specs[0].label}'s fall from θ* vs mean {e.covariate} along "
+                                  f"{e.specs[1].label}", q_fall_vs_covariate, across_seeds=True),
 }
 
 
@@ -490,9 +532,16 @@ def measure(ctx: Context, e: Entry) -> Verdict:
         return Verdict(e.key, e.claim, NOT_TESTABLE, str(x), reason=str(x), **base)
     except NotRun as x:
         return Verdict(e.key, e.claim, NOT_RUN, f"not run: {x}", reason=str(x), **base)
-    iv = S.t_interval(list(per_seed.values()))
-    return Verdict(e.key, e.claim, S.INCONCLUSIVE, "", {"per_seed": per_seed, **numbers}, stat=iv.asdict(),
-                   **base)
+    if q.across_seeds:
+        cov = numbers["covariate"]
+        if len(per_seed) < 2:
+            raise_ = f"{len(per_seed)} seed(s) with both numbers"
+            return Verdict(e.key, e.claim, NOT_RUN, f"not run: {raise_}", reason=raise_, **base)
+        iv = S.spearman([per_seed[s] for s in per_seed], [cov[s] for s in per_seed])
+        stat = {**iv.asdict(), "statistic": "spearman"}
+    else:
+        stat = S.t_interval(list(per_seed.values())).asdict()
+    return Verdict(e.key, e.claim, S.INCONCLUSIVE, "", {"per_seed": per_seed, **numbers}, stat=stat, **base)
 
 
 def decide(ctx: Context, e: Entry, v: Verdict, p_adjusted: Optional[float], m: int) -> Verdict:
@@ -503,13 +552,20 @@ def decide(ctx: Context, e: Entry, v: Verdict, p_adjusted: Optional[float], m: i
     if not v.stat:
         return v
     floor = floor_of(ctx)
-    train = e.split == "train"
-    v.floor = None if train else floor
-    v.min_effect = 0.0 if train else (S.NOISE_MULTIPLE * floor if floor is not None else None)
-    iv = S.Interval(**v.stat)
-    v.verdict, v.reason = S.classify(iv, 0.0 if train else floor, e.direction, p=p_adjusted)
-    desc = describe(iv, None if train else floor, p_adjusted)
-    if train:
+    rho = v.stat.get("statistic") == "spearman"
+    own_units = e.split == "train" or rho      # decided on the interval and p alone, no noise floor
+    v.floor = None if own_units else floor
+    v.min_effect = 0.0 if own_units else (S.NOISE_MULTIPLE * floor if floor is not None else None)
+    iv = S.interval_of(v.stat)
+    v.verdict, v.reason = S.classify(iv, 0.0 if own_units else floor, e.direction, p=p_adjusted)
+    desc = describe(iv, None if own_units else floor, p_adjusted)
+    if rho:
+        desc = describe_rho(iv, p_adjusted) + " (over seeds)"
+        cov = v.numbers["covariate"]
+        seeds = ", ".join(f"s{s} {x:+.3f} / {cov[s]:.3f}" for s, x in v.numbers["per_seed"].items())
+        v.evidence = f"{v.quantity}: {desc}; per seed fall / {v.numbers['covariate_name']}: {seeds}"
+        return v
+    if own_units:
         desc = desc.split(", noise floor")[0] + " (a training metric: its interval alone)"
     seeds = ", ".join(f"s{s} {x:+.3f}" for s, x in v.numbers["per_seed"].items())
     v.evidence = f"{v.quantity}: {desc}; per seed {seeds}"

@@ -371,7 +371,8 @@ def _ratio_curve(ctx: Context, arm: str, num: str, den: str) -> Curve:
 
 
 def fig_steps(ctx: Context, out_dir=None) -> Figure:
-    """Per-step evidence, DAPO continued from θ* (dapo_cont; dapo when it did not run) beside ARMOR: anchors
+    """Per-step evidence, DAPO continued from θ* (dapo_cont; dapo when it did not run) beside ARMOR (and the
+    positive control's ARMOR with oracle-clean anchors, the role CLEAN_ARMOR, where it ran): anchors
     and prompts kept; the answer modes' shares among on-policy samples (solid) and among ARMOR's kept anchors
     (dashed); clip fractions (low, high, and the clipped share of the uncertain tokens). Seed means per step
     (bands: min-max over seeds), from the runs' metrics (steps.parquet for committed results)."""
@@ -379,10 +380,16 @@ def fig_steps(ctx: Context, out_dir=None) -> Figure:
     # ARMOR: the in-run `armor` arm, else (a confirmation runs only the register's arms) the role's arm
     armor = "armor" if not ctx.metrics("armor").empty else (ctx.role_arm("ARMOR") or "armor")
     cols = [base, armor]
-    fig = Figure(figsize=(11.0, 10.0), layout="constrained")
-    grid = fig.subplots(3, 2, squeeze=False)
-    fig.suptitle(f"Per-step evidence — {base} vs {armor}\npreset {ctx.preset} · model {ctx.model} · seeds "
-                 f"{seeds_label(ctx.seeds())}", fontsize=10)
+    # the positive control's ARMOR (oracle-clean anchors), where it ran: its anchors' modes beside the rule's
+    clean = ctx.role_arm("CLEAN_ARMOR")
+    if clean and not ctx.metrics(clean).empty:
+        cols.append(clean)
+    fig = Figure(figsize=(5.5 * len(cols), 10.0), layout="constrained")
+    grid = fig.subplots(3, len(cols), squeeze=False)
+    fig.suptitle(f"Per-step evidence — {' vs '.join(cols)}\npreset {ctx.preset} · model {ctx.model} · seeds "
+                 f"{seeds_label(ctx.seeds())}"
+                 + (f"\n{cols[2]}: oracle-clean anchors, an oracle the paper's ARMOR does not have"
+                    if len(cols) > 2 else ""), fontsize=10)
     fig.armor_info = {"panels": [], "missing": {}, "series": {}}
     for j, arm in enumerate(cols):
         has = not ctx.metrics(arm).empty
@@ -437,8 +444,16 @@ CLASS_COLORS = {"yes": "tab:green", "no": "tab:red", "inconclusive": "0.35",
                 "not testable here": "tab:purple", "not run": "0.7"}
 
 
-def _forest_rows(ax, rows, min_effect: Optional[float]) -> None:
-    """One row a verdict, top to bottom: mean and 95% interval in its class's colour, the p's at the right."""
+def oracle_keys(ctx: Context) -> set[str]:
+    """The register entries that read an arm with oracle-clean anchors (arm facts `oracle`): labelled as an
+    oracle the paper's ARMOR does not have wherever they are drawn."""
+    return {e["key"] for e in (ctx.claims or {}).get("entries") or []
+            if any(ctx.arm_facts(a["arm"]).get("oracle") for a in e.get("arms") or [])}
+
+
+def _forest_rows(ax, rows, min_effect: Optional[float], oracle: frozenset = frozenset()) -> None:
+    """One row a verdict, top to bottom: mean and 95% interval in its class's colour, the p's at the right;
+    an entry in `oracle` is labelled so."""
     n = len(rows)
     if min_effect:
         ax.axvspan(-min_effect, min_effect, color="0.85", alpha=0.6, lw=0,
@@ -462,7 +477,9 @@ def _forest_rows(ax, rows, min_effect: Optional[float]) -> None:
     k = sum(1 for v in rows if v.confirmatory)
     if 0 < k < n:                              # the confirmatory family above, the exploratory entries below
         ax.axhline(n - k - 0.5, color="0.4", ls="--", lw=0.8)
-    ax.set_yticks(range(n), [("★ " if v.confirmatory else "") + v.key for v in reversed(rows)], fontsize=6.5)
+    ticks = [("★ " if v.confirmatory else "") + v.key + (" [oracle]" if v.key in oracle else "")
+             for v in reversed(rows)]
+    ax.set_yticks(range(n), ticks, fontsize=6.5)
     ax.set_ylim(-0.7, n - 0.3)
     ax.grid(alpha=0.3, axis="x")
 
@@ -471,12 +488,17 @@ def fig_claims(verdicts: Sequence, ctx: Context, out_dir=None) -> Figure:
     """The forest plot of the claims register (figures/claims.py verdicts): every entry, its mean and 95% t
     interval over seeds, coloured by its class, with raw p and (confirmatory family, confirmation seeds) the
     Holm-adjusted p at the right; the confirmatory entries (★) first; a line at 0 and shading at ± the
-    minimum effect (NOISE_MULTIPLE x the noise floor). Training-metric entries (their own units, decided on
-    their interval alone) get a panel of their own."""
+    minimum effect (NOISE_MULTIPLE x the noise floor). Training-metric and dose-response (Spearman ρ over
+    seeds) entries (their own units, decided on their interval alone) get a panel of their own; entries that
+    read oracle-clean anchors are labelled [oracle]."""
     rows = sorted(verdicts, key=lambda v: not v.confirmatory)     # stable: the register's order within
-    score = [v for v in rows if v.split != "train"]
-    train = [v for v in rows if v.split == "train"]
-    panels = [(score, "validation / test: fraction of the score"), (train, "training metrics (own units)")]
+    own = [v for v in rows if v.split == "train" or (v.stat or {}).get("statistic") == "spearman"]
+    score = [v for v in rows if v not in own]
+    train = own
+    rho = any((v.stat or {}).get("statistic") == "spearman" for v in own)
+    panels = [(score, "validation / test: fraction of the score"),
+              (train, "own units: training metrics; Spearman ρ over seeds (dose-response)" if rho
+               else "training metrics (own units)")]
     panels = [(r, t) for r, t in panels if r] or [([], "no claims register in the results")]
     fig = Figure(figsize=(8.5, 1.2 + 0.22 * max(len(rows), 1) + 0.6 * len(panels)), layout="constrained")
     axes = fig.subplots(len(panels), 1, squeeze=False,
@@ -485,8 +507,9 @@ def fig_claims(verdicts: Sequence, ctx: Context, out_dir=None) -> Figure:
     fig.suptitle(f"Claims of the paper — preset {ctx.preset} · seeds' role {role} · seeds "
                  f"{seeds_label(ctx.seeds())}\n★ confirmatory; colour: class (green yes, red no, grey "
                  "inconclusive, purple not testable, light grey not run)", fontsize=9)
+    oracle = frozenset(oracle_keys(ctx))
     fig.armor_info = {"panels": [], "missing": {}, "series": {}, "rows": [v.key for v in rows],
-                      "classes": {v.key: v.verdict for v in rows}}
+                      "classes": {v.key: v.verdict for v in rows}, "oracle": sorted(oracle)}
     min_effects = [v.min_effect for v in score if v.min_effect]
     for ax, (group, title) in zip(axes, panels):
         name = "train" if group is train and train else "score"
@@ -497,7 +520,7 @@ def fig_claims(verdicts: Sequence, ctx: Context, out_dir=None) -> Figure:
                     gid="not-run")
             ax.set_axis_off()
             continue
-        _forest_rows(ax, group, max(min_effects) if min_effects and group is score else None)
+        _forest_rows(ax, group, max(min_effects) if min_effects and group is score else None, oracle)
         ax.set_xlabel("per-seed quantity: mean and 95% t interval over seeds")
         ax.set_title(title, fontsize=8)
         if ax.get_legend_handles_labels()[0]:

@@ -5,11 +5,13 @@ them into a class is `classify` (written out in docs/verdicts.md), the family-wi
     s = t_interval(list(d.values()))                                # Interval(mean, lo, hi, n, sd, p)
     classify(s, floor=0.011, kind=GREATER)                          # ("yes" | "no" | "inconclusive", why)
     holm([0.01, 0.04, 0.03])                                        # [0.03, 0.06, 0.06]
+    spearman([.1, .3, .2, .5], [1, 3, 2, 4])                        # Interval(mean=ρ, lo, hi, n, None, p)
 
 The unit is the seed: each seed gives one number (a paired difference of two arms that start from the same
 θ*, or a change of one arm), and the interval is Student's t interval over those numbers:
     mean ± t_{1-(1-level)/2, n-1} · sd / √n,  sd = √(Σ (x_i - mean)² / (n - 1)).
-The t quantile is computed here (regularised incomplete beta function, bisection): no SciPy.
+An across-seed dose-response (one pair of numbers a seed) is Spearman's ρ with a Fisher-z interval
+(`spearman`). The t quantile is computed here (regularised incomplete beta function, bisection): no SciPy.
 """
 from __future__ import annotations
 
@@ -43,6 +45,12 @@ class Interval:
 
     def asdict(self) -> dict:
         return asdict(self)
+
+
+def interval_of(stat: Mapping) -> Interval:
+    """An Interval from its recorded form (Verdict.stat: Interval.asdict(), with `statistic: spearman` for
+    an across-seeds ρ)."""
+    return Interval(**{k: v for k, v in stat.items() if k != "statistic"})
 
 
 def mean(xs: Sequence[float]) -> float:
@@ -129,6 +137,51 @@ def t_interval(xs: Sequence[float], level: float = LEVEL) -> Interval:
     else:
         p = 2.0 * (1.0 - t_cdf(abs(m) / se, n - 1))
     return Interval(m, m - half, m + half, n, sd, p, level)
+
+
+def ranks(xs: Sequence[float]) -> list[float]:
+    """1-based ranks of xs, ties given their average rank."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    r = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2.0 + 1.0
+        i = j + 1
+    return r
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float], level: float = LEVEL) -> Interval:
+    """Spearman's ρ over paired numbers (one pair a seed) as an Interval (sd None): ρ = Pearson's r of the
+    ranks; two-sided p of ρ = 0 from t = ρ·√((n − 2)/(1 − ρ²)), df n − 2 (p = 0 at |ρ| = 1, 1 when a side
+    is constant: ρ = 0); interval tanh(atanh ρ ± z_q·√(1.06/(n − 3))) (Fieller, Hartley & Pearson 1957),
+    None with n < 4. xs and ys have the same length n >= 2."""
+    if len(xs) != len(ys) or len(xs) < 2:
+        raise ValueError(f"spearman needs two equal-length lists of >= 2 numbers, got {len(xs)}, {len(ys)}")
+    n = len(xs)
+    rx, ry = ranks([float(x) for x in xs]), ranks([float(y) for y in ys])
+    mx, my = mean(rx), mean(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    rho = 0.0 if sxx == 0 or syy == 0 else max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+    if n < 3:
+        return Interval(rho, None, None, n, None, None, level)
+    if abs(rho) >= 1.0:
+        p = 0.0
+    else:
+        t = abs(rho) * math.sqrt((n - 2) / (1.0 - rho * rho))
+        p = 2.0 * (1.0 - t_cdf(t, n - 2))
+    lo = hi = None
+    if n >= 4 and abs(rho) < 1.0:
+        from statistics import NormalDist
+        z, half = math.atanh(rho), NormalDist().inv_cdf(1.0 - (1.0 - level) / 2.0) * math.sqrt(1.06 / (n - 3))
+        lo, hi = math.tanh(z - half), math.tanh(z + half)
+    elif n >= 4:
+        lo = hi = rho
+    return Interval(rho, lo, hi, n, None, p, level)
 
 
 def paired_differences(a: Mapping[int, float], b: Mapping[int, float]) -> dict[int, float]:

@@ -15,7 +15,7 @@ from typing import Optional
 from common.jsonl import append_jsonl, read_jsonl
 from reproduce.entrypoints import entry
 from reproduce.jobs.collect import write_figures_stamp
-from reproduce.matrix.arms import HEADLINE, RESTARTS_ITEM
+from reproduce.matrix.arms import CONTROL, HEADLINE, RESTARTS_ITEM
 from reproduce.matrix.presets import Preset, preset_root
 from slurm import warm
 
@@ -55,9 +55,11 @@ def cmd_figures(preset: Preset, root: Path, seeds: list[int], only: Optional[lis
                                "--command", f"python reproduce/run_all.py --preset {preset.cli_arg}"
                                + (f" --only {','.join(only)}" if only else "")]
     if only:   # the headline is Tables 1 and 2's DAPO and +ARMOR rows (figures/ draws tables, not items);
-        # Fig. 4's restarts alone are drawn as Fig. 4 (with the arms that ran)
+        # Fig. 4's restarts alone are drawn as Fig. 4 (with the arms that ran); the control as the steps
+        # figure and the claims' checklist with its forest plot
         drawn = [x for i in only for x in (("table1", "table2") if i == HEADLINE else
-                                          ("fig4",) if i == RESTARTS_ITEM else (i,))]
+                                          ("fig4",) if i == RESTARTS_ITEM else
+                                          ("steps", "checklist") if i == CONTROL else (i,))]
         argv += ["--only", ",".join(dict.fromkeys(drawn))]
     wall = driver_wall_time(out)
     if wall is not None:

@@ -12,11 +12,11 @@ in the protocol is not run (qwen3-8b-base has no kl_betas, so no Fig. 2/5). Rule
   fig3   mix_a<α> for α in alpha_sweep; anchor_only, anchor_static_clip, anchor_offpolicy, armor;
          armor_late, dapo_late from the late start  (needs alpha_sweep or late_start_step/_fraction);
          armor_any_anchor (§4: a wrong reference sample may anchor; needs wrong_anchor_arm)
-  (none) anchor_only_clean, armor_reset_never_clean (+ armor_restart_clean, the authors' restart from
-         armor_reset_never_clean's run, with restart_within): anchor_only, armor_reset_never and
-         armor_restart whose anchors pass the oracle filter (algo.anchor.filter=exclude_modes,
-         protocol.clean_anchor_modes; needs it): defined for issue 44's positive control and mechanism, in
-         no figure yet
+  control  the positive control and the mechanism (docs/claims.md): anchor_only_clean,
+         armor_reset_never_clean (+ armor_restart_clean, the authors' restart from armor_reset_never_clean's
+         run, with restart_within): anchor_only, armor_reset_never and armor_restart whose anchors pass the
+         oracle filter (algo.anchor.filter=exclude_modes, protocol.clean_anchor_modes; needs it), beside
+         dapo_cont and the paper's-rule arms; drawn in the steps figure and the claims' forest plot
   fig4   armor_reset_never + armor_reset_<τ> for τ in reset_sweep       (needs reset_sweep)
          + armor_restart, the authors' reset: a new run from armor_reset_never's best checkpoint (needs
            restart_within; reproduce/jobs/peaks.py choose_restart)
@@ -74,7 +74,9 @@ WORLD = "world"
 HEADLINE = "headline"
 # Fig. 4's authors' restarts without its in-run reset sweep: an item a plan or budget can take alone
 RESTARTS_ITEM = "fig4_restarts"
-ITEMS = (HEADLINE,) + FIGURES + (RESTARTS_ITEM,) + TABLES + (WORLD,)
+# the positive control and the mechanism (issue 44): the oracle-clean anchors' arms beside the paper's rule
+CONTROL = "control"
+ITEMS = (HEADLINE,) + FIGURES + (RESTARTS_ITEM,) + TABLES + (WORLD, CONTROL)
 BASELINES = ("dapo", "qae")
 RESTART_ARM, RESTART_FROM, RESTART_START = "armor_restart", "armor_reset_never", "restart"
 
@@ -126,6 +128,8 @@ class Arm:
     restart_step: Optional[int] = None   # start "restart" at this fixed stage-2 step (armor_restart_<τ>)
     continues: Optional[str] = None      # the stage-1 baseline whose run this control continues (branching)
     restart_from: Optional[str] = None   # start "restart": the stage-2 run it restarts from (RESTART_FROM)
+    oracle: bool = False                 # its anchors pass the world's mode classifier: an oracle the paper's
+                                         # ARMOR does not have (protocol.clean_anchor_modes)
 
     @property
     def run_arm(self) -> str:
@@ -136,7 +140,8 @@ class Arm:
         sweep = None if self.sweep is None else {"family": self.sweep[0], "value": self.sweep[1]}
         return {"stage": self.stage, "baseline": self.baseline, "start": self.start,
                 "figures": list(self.figures), "alias_of": self.alias_of, "sweep": sweep,
-                "restart_step": self.restart_step, "continues": self.continues}
+                "restart_step": self.restart_step, "continues": self.continues,
+                **({"oracle": True} if self.oracle else {})}
 
 
 def _anchors(p: ProtocolConfig) -> list[str]:
@@ -162,9 +167,9 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
     a: dict[str, Arm] = {}
 
     def add(name, stage, baseline, overrides, start, sweep=None, restart_step=None,
-            restart_from=RESTART_FROM):
+            restart_from=RESTART_FROM, oracle=False):
         a[name] = Arm(name, stage, baseline, list(overrides), start, sweep=sweep, restart_step=restart_step,
-                      restart_from=restart_from if start == RESTART_START else None)
+                      restart_from=restart_from if start == RESTART_START else None, oracle=oracle)
 
     armor = _anchors(p) + _mixed(p.armor_alpha) + _reset(p.armor_reset_every, p.armor_reset_until)
     add("dapo", 1, "dapo", [], "base")
@@ -191,14 +196,14 @@ def arm_definitions(p: ProtocolConfig) -> dict[str, Arm]:
     if p.wrong_anchor_arm:
         add("armor_any_anchor", 2, "dapo", _anchors(p) + ["algo.anchor.correct_only=false"]
             + _mixed(p.armor_alpha) + _reset(None), "peak")
-    if p.clean_anchor_modes:        # the oracle-clean anchors (issue 44): defined, run by no figure yet
-        add("anchor_only_clean", 2, "dapo", _anchors(p) + _clean(p), "peak")
+    if p.clean_anchor_modes:        # the oracle-clean anchors (issue 44's positive control and mechanism)
+        add("anchor_only_clean", 2, "dapo", _anchors(p) + _clean(p), "peak", oracle=True)
         add("armor_reset_never_clean", 2, "dapo",
-            _anchors(p) + _clean(p) + _mixed(p.armor_alpha) + _reset(None), "peak")
+            _anchors(p) + _clean(p) + _mixed(p.armor_alpha) + _reset(None), "peak", oracle=True)
         if p.restart_within is not None:     # the authors' restart, from armor_reset_never_clean's run
             add(f"{RESTART_ARM}_clean", 2, "dapo",
                 _anchors(p) + _clean(p) + _mixed(p.armor_alpha) + _reset(None), RESTART_START,
-                restart_from="armor_reset_never_clean")
+                restart_from="armor_reset_never_clean", oracle=True)
     if p.has_late_start:
         add("armor_late", 2, "dapo", armor, "late")
         add("dapo_late", 2, "dapo", [], "late")
@@ -289,6 +294,10 @@ def figure_arms(p: ProtocolConfig) -> dict[str, list[str]]:
                      + [f"armor_tau1_until{int(s)}" for s in p.qwen3_tau1_until] + ["clip_expand"])
     if p.headroom_steps:
         f[WORLD] = ["dapo", "dapo_cont", "dapo_natural"]
+    if p.clean_anchor_modes:
+        f[CONTROL] = [x for x in ("dapo", "dapo_cont", "anchor_only", "anchor_only_clean",
+                                  "armor_reset_never", "armor_reset_never_clean", RESTART_ARM,
+                                  f"{RESTART_ARM}_clean") if x in arms]
     head = ["dapo", p.headline_arm]
     f = {HEADLINE: head, **f}
     t1 = ["dapo", "armor"] + ([p.headline_arm] if p.headline_arm != "armor" else [])
@@ -450,7 +459,8 @@ def _chosen_arms(preset: Preset, only: Optional[list[str]]) -> dict[str, Arm]:
     if preset.protocol.claims == "confirm":     # a confirmation runs the confirmatory entries' arms only
         reg = claims_register(preset)
         needed = {a for c in reg.confirmatory for a in reg.arms_of(c)}
-        out = {n: a for n, a in out.items() if n in needed or any(defs[x].alias_of == n for x in needed)}
+        out = {n: a for n, a in out.items()
+               if n in needed or any(defs[x].alias_of == n for x in needed if x in defs)}
     for arm in list(out.values()):  # the canonical run of an alias must run too
         if arm.alias_of and arm.alias_of not in out:
             canon = defs[arm.alias_of]

@@ -36,9 +36,10 @@ from reproduce.matrix.presets import REPO_ROOT, ExperimentError, Preset, load_pr
 
 REGISTER = Path(__file__).with_name("claims.yaml")
 MIN_CONFIRM_SEEDS = 10        # the headline (confirmatory) entries: at least this many confirmation seeds
-ENTRY_FIELDS = ("key", "paper", "claim", "quantity", "arms", "direction", "split", "confirmatory", "at")
+ENTRY_FIELDS = ("key", "paper", "claim", "quantity", "arms", "direction", "split", "confirmatory", "at",
+                "covariate")
 # the fields pre-registered (docs/claims.md, "Pre-registration"): the digest covers these and the roles
-PREREGISTERED = ("key", "quantity", "arms", "direction", "split", "confirmatory", "at")
+PREREGISTERED = ("key", "quantity", "arms", "direction", "split", "confirmatory", "at", "covariate")
 # arm names as reproduce/matrix/arms.py writes them (a register arm that matches none is a typo)
 ARM_NAME = re.compile(r"^(dapo|dapo_cont|dapo_natural|qae|qae_cont|armor|anchor_only|anchor_static_clip|"
                       r"anchor_offpolicy|armor_any_anchor|armor_late|dapo_late|armor_reset_never|"
@@ -77,6 +78,7 @@ class Claim:
     split: str
     confirmatory: bool = False
     at: Optional[str] = None
+    covariate: Optional[str] = None      # an across-seeds quantity's per-step column (steps.parquet)
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,8 @@ class Register:
         roles = self.declared or self.roles           # the file's roles: a preset's binding is not registered
         body = {"roles": {k: [r.arm, r.before] for k, r in sorted(roles.items())},
                 "claims": [{f: (list(v) if isinstance(v := getattr(c, f), tuple) else v)
-                            for f in PREREGISTERED} for c in self.claims]}
+                            for f in PREREGISTERED if f != "covariate" or c.covariate is not None}
+                           for c in self.claims]}     # (covariate only where set: older digests hold)
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -199,7 +202,16 @@ def _claim(raw: Any, i: int, roles: dict[str, Role]) -> Claim:
         _fail(where, "at", at, f"must be one of {', '.join(AT)} for quantity {q}")
     if not quantity.needs_at and at is not None:
         _fail(where, "at", at, f"applies to the test-split quantities only, not {q}")
-    return Claim(key, raw["paper"], raw["claim"], q, tuple(arms), raw["direction"], raw["split"], conf, at)
+    cov = raw.get("covariate")
+    if quantity.across_seeds and not (isinstance(cov, str) and cov.isidentifier()):
+        _fail(where, "covariate", cov, f"must name a per-step column (steps.parquet) for quantity {q}")
+    if not quantity.across_seeds and cov is not None:
+        _fail(where, "covariate", cov, f"applies to the across-seeds quantities only, not {q}")
+    if quantity.across_seeds and conf:
+        _fail(where, "confirmatory", conf, f"must be false for quantity {q}: an across-seeds correlation "
+                                           "is not sized by the paired power calculation")
+    return Claim(key, raw["paper"], raw["claim"], q, tuple(arms), raw["direction"], raw["split"], conf, at,
+                 cov)
 
 
 def parse_register(data: Any, path: Path = REGISTER, sha256: str = "") -> Register:
@@ -310,6 +322,8 @@ def register_meta(reg: Register, preset: Optional[Preset] = None,
              "arms": [{"name": n, "arm": reg.resolve(n).arm, "before": reg.resolve(n).before}
                       for n in c.arms],
              "direction": c.direction, "split": c.split, "confirmatory": c.confirmatory, "at": c.at}
+        if c.covariate is not None:
+            e["covariate"] = c.covariate
         if runs is not None:
             missing = [a for a in reg.arms_of(c) if a not in runs]
             e.update(in_preset=not missing, missing=missing)

@@ -1,6 +1,7 @@
 """How many seeds the headline comparisons need: a results table's per-seed gaps -> paired-t power.
 
     python -m reproduce.studies.power --claims reproduce/results/tiny/    # the confirmatory family
+    python -m reproduce.studies.power --claims DIR --max-seeds 19          # ... within a seed budget
     python -m reproduce.studies.power --results reproduce/results/tiny/results.parquet
 
 --claims (the confirmation seeds' number, docs/claims.md): for every confirmatory entry of the claims register
@@ -8,7 +9,8 @@
 checklist computes them), their mean d and sd s, and the seeds a paired two-sided t test needs for power 0.8
 at the Holm level of the entry's rank among the family's design p-values, α/(m − rank + 1), and at the
 conservative α/m (every entry at the smallest level); the confirmation preset runs the largest n(α/m), at
-least MIN_CONFIRM_SEEDS.
+least MIN_CONFIRM_SEEDS (with --max-seeds N, the budget: the largest among the entries that need at most N;
+the others are named as expected to stay undecided).
 
 For each comparison (`COMPARISONS`: arm minus reference, each seed's end value = the mean of its last
 `END_POINTS` validation points; "theta*" = the arm's own first stage-2 point, i.e. θ*'s weights) it prints the
@@ -142,8 +144,10 @@ def claims_power(results_dir: Path, register=None) -> list[dict]:
     return rows
 
 
-def claims_report(results_dir: Path) -> str:
-    """The table of claims_power: the confirmation seeds each confirmatory entry needs."""
+def claims_report(results_dir: Path, max_seeds: Optional[int] = None) -> str:
+    """The table of claims_power: the confirmation seeds each confirmatory entry needs, and the preset's
+    count: max n(α/m) over the entries (with `max_seeds`, the budget: over those that need at most that
+    many; the others are listed as expected to stay undecided), at least MIN_CONFIRM_SEEDS."""
     from reproduce.matrix.claims import MIN_CONFIRM_SEEDS
     rows = claims_power(results_dir)
     m = len(rows)
@@ -161,10 +165,17 @@ def claims_report(results_dir: Path) -> str:
                      f"{r['level']:7.4f} {fmt(r['n_rank']):>7} {fmt(r['n_m']):>7}  "
                      f"{'claimed' if r['along'] else 'against the claim'}")
     ns = [r["n_m"] for r in rows if "n_m" in r]
-    if ns:
+    if ns and max_seeds is None:
         worst = ">100" if None in ns else str(max(max(ns), MIN_CONFIRM_SEEDS))
         lines += ["", f"the confirmation preset's seeds: max n(α/m) over the entries, at least "
                       f"{MIN_CONFIRM_SEEDS}: {worst}"]
+    elif ns:
+        fit = [r["n_m"] for r in rows if r.get("n_m") is not None and r["n_m"] <= max_seeds]
+        out = [r["key"] for r in rows if "n_m" in r and (r["n_m"] is None or r["n_m"] > max_seeds)]
+        lines += ["", f"the confirmation preset's seeds: max n(α/m) over the entries that need at most "
+                      f"{max_seeds} (--max-seeds), at least {MIN_CONFIRM_SEEDS}: "
+                      f"{max(fit + [MIN_CONFIRM_SEEDS])}",
+                  f"expected to stay undecided (n(α/m) > {max_seeds}): {', '.join(out) or 'none'}"]
     return "\n".join(lines)
 
 
@@ -207,11 +218,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--fixed-arm", default="opd", help="an arm whose weights never move (evaluation noise)")
     ap.add_argument("--claims", type=Path, metavar="DIR",
                     help="a design results folder: the seeds each confirmatory entry of the register needs")
+    ap.add_argument("--max-seeds", type=int, metavar="N",
+                    help="--claims: the budget: the count covers the entries that need at most N seeds")
     a = ap.parse_args(argv)
+    if a.max_seeds is not None and a.max_seeds < 2:
+        ap.error(f"--max-seeds: {a.max_seeds} must be at least 2")
     if a.claims is not None:
         if not (a.claims / "results.parquet").is_file():
             ap.error(f"--claims: {a.claims} holds no results.parquet")
-        print(claims_report(a.claims))
+        print(claims_report(a.claims, a.max_seeds))
         return 0
     print(report(pd.read_parquet(a.results), a.fixed_arm))
     return 0

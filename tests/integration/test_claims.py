@@ -5,6 +5,7 @@ the not-testable and not-run cases, Holm over the confirmatory family (a raw pas
 register (collect), the power table and the fixed restart point."""
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -249,6 +250,41 @@ def test_the_last_checkpoint_not_evaluated_is_not_run(tmp_path):
     assert v["ev_best"].verdict == "yes"
 
 
+def test_the_dose_response_across_seeds_by_hand(tmp_path):
+    """fall_vs_covariate: per seed ARMOR's fall −(end − θ*) = 0.5 − (2.42 + 0.02 s)/3 and the mean of
+    anchor_mode_shortcut along ARMOR's composite run: armor_reset_never's steps before the restart (11..19:
+    0.1 s; its steps 20.. are not ARMOR's and hold 9.0) then armor_restart's (21..30: 0.5 − 0.1 s), so
+    (0.9 s + 5 − s)/19; along armor_reset_never alone, every step: (0.9 s + 9.0·11)/20. Both fall with s as
+    the fall does: Spearman ρ = 1 over the three seeds, with no interval (n < 4): undecided, never yes."""
+    reg = copy.deepcopy(REGISTER)
+    reg["claims"] += [{"key": k, "paper": "p", "claim": k, "quantity": "fall_vs_covariate",
+                       "arms": ["ARMOR", b],
+                       "covariate": "anchor_mode_shortcut", "direction": "greater", "split": "validation"}
+                      for k, b in (("dose", "ARMOR"), ("dose_theta", "armor_reset_never"))]
+    rows = []
+    for s in SEEDS:
+        rows += [{"arm": "armor_reset_never", "seed": s, "step": t, "local_step": t - 10,
+                  "anchor_mode_shortcut": 0.1 * s if t < 20 else 9.0} for t in range(11, 31)]
+        rows += [{"arm": "armor_restart", "seed": s, "step": t, "local_step": t - 20,
+                  "anchor_mode_shortcut": 0.5 - 0.1 * s} for t in range(21, 31)]
+    ctx = load_context(_folder(tmp_path, _curves(), _evals(), steps_frame(rows), register=reg))
+    v = {x.key: x for x in C.run_claims(ctx)}
+    fall = [0.5 - (2.42 + 0.02 * s) / 3 for s in SEEDS]
+    assert _per_seed(v["dose"]) == pytest.approx(fall)
+    assert [v["dose"].numbers["covariate"][s] for s in SEEDS] == pytest.approx(
+        [(0.9 * s + 5 - s) / 19 for s in SEEDS])
+    assert [v["dose_theta"].numbers["covariate"][s] for s in SEEDS] == pytest.approx(
+        [(0.9 * s + 99.0) / 20 for s in SEEDS])
+    for k in ("dose", "dose_theta"):
+        assert v[k].stat["statistic"] == "spearman" and v[k].stat["mean"] == pytest.approx(1.0 if k == "dose"
+                                                                                           else -1.0)
+    assert v["dose"].verdict == "inconclusive" and v["dose"].min_effect == 0.0 and v["dose"].floor is None
+    assert "Spearman ρ" in v["dose"].evidence and "per seed fall / anchor_mode_shortcut" in v["dose"].evidence
+    # the forest plot draws them in the own-units panel
+    fig = plots.fig_claims(list(v.values()), ctx, tmp_path / "f")
+    assert {"dose", "dose_theta"} <= set(fig.armor_info["series"]["train"])
+
+
 # ------------------------------------------------------------------------------------------ Holm
 def _family_register(n_conf: int) -> dict:
     arms = ["anchor_only", "anchor_static_clip", "anchor_offpolicy", "kl_k3_b1"]
@@ -355,12 +391,18 @@ def test_the_readme_claims_table_is_the_commands_output(capsys):
 
 
 def test_the_committed_results_carry_the_register():
-    """Each committed results folder's record names the register it was decided with, resolved."""
+    """Each committed results folder's record names the register it was decided with, resolved: the main job's
+    (and the control's design run) the register as it is, the older folders one that docs/claims.md records
+    among the register's pre-registered versions (the positive control's entries came after them)."""
     digest = load_register().digest()
-    for name, role in (("tiny", "design"), ("tiny-slow", "design"), ("tiny-v2", "design"),
-                       ("tiny-paper", "design"), ("tiny-paper-confirm", "confirm")):
+    recorded = re.findall(r"digest: `([0-9a-f]{64})`", (ROOT / "docs" / "claims.md").read_text())
+    for name, role, current in (("tiny", "design", False), ("tiny-slow", "design", False),
+                                ("tiny-v2", "design", False), ("tiny-paper", "design", False),
+                                ("tiny-paper-control", "design", True),
+                                ("tiny-paper-confirm", "confirm", True)):
         meta = json.loads((ROOT / "reproduce" / "results" / name / "results.meta.json").read_text())
-        assert meta["claims"]["digest"] == digest and meta["claims"]["role"] == role, name
+        assert meta["claims"]["role"] == role, name
+        assert meta["claims"]["digest"] == digest if current else meta["claims"]["digest"] in recorded, name
 
 
 def test_the_drivers_collect_writes_the_register(tmp_path):
@@ -375,7 +417,7 @@ def test_the_drivers_collect_writes_the_register(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ power
-def test_power_of_the_confirmatory_family(tmp_path):
+def test_power_of_the_confirmatory_family(tmp_path, monkeypatch):
     """reproduce.studies.power --claims: each confirmatory entry's design mean, sd, Holm rank and level
     (α / (m − rank + 1)) and the seeds for power 0.8; an entry without values says why."""
     from reproduce.studies.power import claims_power, seeds_needed
@@ -392,6 +434,17 @@ def test_power_of_the_confirmatory_family(tmp_path):
     assert [r["rank"] for r in ranks] == [1, 2]
     assert ranks[0]["level"] == pytest.approx(0.05 / 2) and ranks[1]["level"] == pytest.approx(0.05)
     assert e["n_m"] == seeds_needed(d, sd, alpha=0.05 / 2) and e["n_m"] is not None
+    # a seed budget: the count covers the entries that need at most that many, the others are named
+    from reproduce.studies import power as P
+    monkey = [dict(rows["e_fall"], key="small", n_m=7), dict(rows["e_fall"], key="big", n_m=40),
+              dict(rows["e_fall"], key="never", n_m=None)]
+    monkeypatch.setattr(P, "claims_power", lambda *_: monkey)
+    text = P.claims_report(path.parent, max_seeds=19)
+    assert "the entries that need at most 19 (--max-seeds), at least 10: 10" in text
+    assert "expected to stay undecided (n(α/m) > 19): big, never" in text
+    monkey[0]["n_m"] = 13
+    assert "at least 10: 13" in P.claims_report(path.parent, max_seeds=19)
+    assert ": >100" in P.claims_report(path.parent)                  # without a budget: every entry
 
 
 def test_the_fixed_restart_point_reads_no_curve(tmp_path, capsys):

@@ -25,8 +25,11 @@ RAW = yaml.safe_load(REGISTER.read_text())
 
 def test_the_committed_register_loads_resolves_its_roles_and_is_the_preregistered_one():
     reg = load_register()
-    assert len(reg.claims) == 37 and len(reg.confirmatory) == 9
-    assert [c.key for c in reg.claims[:9]] == [c.key for c in reg.confirmatory]     # the family first
+    assert len(reg.claims) == 44 and len(reg.confirmatory) == 14
+    assert [c.key for c in reg.claims[:14]] == [c.key for c in reg.confirmatory]     # the family first
+    clean = reg.resolve("CLEAN_ARMOR")                   # the positive control: a fixed arm, not the headline
+    assert (clean.arm, clean.before) == ("armor_restart_clean", "armor_reset_never_clean")
+    assert reg.bound("armor", False).resolve("CLEAN_ARMOR") == clean
     armor = reg.resolve("ARMOR")
     assert (armor.arm, armor.before) == ("headline", "armor_reset_never")      # the preset's headline arm
     tiny = reg.bound("armor_restart", True)
@@ -35,10 +38,16 @@ def test_the_committed_register_loads_resolves_its_roles_and_is_the_preregistere
     assert reg.bound("armor", False).resolve("ARMOR").before is None   # an in-run arm continues nothing
     assert reg.resolve("dapo").arm == "dapo" and reg.resolve("dapo").before is None
     assert tiny.arms_of(tiny.claims[0]) == ["armor_restart", "armor_reset_never"]
-    # the pre-registration record (docs/claims.md) names this digest of the pre-registered fields
+    # the pre-registration record (docs/claims.md) names this digest of the pre-registered fields last
     doc = (ROOT / "docs" / "claims.md").read_text()
-    recorded = re.search(r"pre-registration digest: `([0-9a-f]{64})`", doc)
-    assert recorded and recorded.group(1) == reg.digest()
+    recorded = re.findall(r"pre-registration digest: `([0-9a-f]{64})`", doc)
+    assert recorded and recorded[-1] == reg.digest()
+    # an entry without a covariate hashes as before the field existed (the older digests still hold)
+    old = copy.deepcopy(RAW)
+    old["claims"] = [c for c in old["claims"]
+                     if "clean" not in str(c["arms"]).lower() and "covariate" not in c]
+    old["roles"].pop("CLEAN_ARMOR")
+    assert parse_register(old).digest() == recorded[0]
     # the digest covers the pre-registered fields, not the wording
     edited = copy.deepcopy(RAW)
     edited["claims"][0]["claim"] = "reworded"
@@ -94,6 +103,12 @@ def _set(i, **kv):
                                                                   r"name that is not an arm's"),
     (lambda r: r["roles"].update(ARMOR={"arm": "armor_restart", "after": 3}), r"role 'ARMOR': after: 3 is "
                                                                              r"not a field of a role"),
+    (_set(0, covariate="anchor_mode_shortcut"), r"claim 'armor_ends_above_theta': covariate: "
+                                                r"'anchor_mode_shortcut' applies to the across-seeds"),
+    (lambda r: r["claims"][-1].pop("covariate"), r"claim 'armor_fall_grows_with_exploit_at_theta': "
+                                                 r"covariate: None must name a per-step column"),
+    (_set(-1, covariate="anchor mode"), r"covariate: 'anchor mode' must name a per-step column"),
+    (_set(-1, confirmatory=True), r"confirmatory: True must be false for quantity fall_vs_covariate"),
     (lambda r: r.update(extra=1), r"register: extra: 1 is not a section"),
     (lambda r: r.update(claims=[]), r"register: claims: \[\] must list the entries"),
 ])
@@ -109,7 +124,8 @@ def test_the_quantities_declare_arity_and_split():
         "reward_rise": (1, "train", False), "peak_minus_theta": (1, "validation", False),
         "peak_minus_peak": (2, "validation", False), "peak_after_diff": (2, "validation", False),
         "mid_diff": (2, "validation", False), "kl_contrast": (2, "train", False),
-        "eval_diff": (2, "test", True), "pass_diff": (2, "test", True)}
+        "eval_diff": (2, "test", True), "pass_diff": (2, "test", True),
+        "fall_vs_covariate": (2, "validation", False)}
 
 
 # ------------------------------------------------------------------------------------------ protocol keys
@@ -136,6 +152,7 @@ def _preset_file(tmp_path, name, protocol: str):
 
 
 CONFIRM = ("  claims: confirm\n  claims_design_preset: tiny\n  peak_step: 15\n  restart_step: 10\n"
+           "  clean_anchor_modes: [shortcut]\n"
            "  seeds: [{seeds}]\n  selection_seeds: []\n  side_arms: []\n  single_seed_arms: []\n")
 
 
@@ -175,6 +192,13 @@ def test_a_confirmation_preset_is_checked_against_the_register(tmp_path):
     with pytest.raises(ClaimsError, match=r"confirmatory entry 'mixture_adds_over_anchors': arm anchor_only "
                                           r"is not run by confirmation preset conf"):
         check_preset(reg, p, lacking, evaluated | {"armor_restart"})
+    # a confirmation without the oracle's arms cannot decide the positive control: refused, naming them
+    p0 = load_preset(_preset_file(tmp_path, "conf0", CONFIRM.format(seeds=seeds).replace(
+        "  clean_anchor_modes: [shortcut]\n", "")))
+    with pytest.raises(ClaimsError, match=r"confirmatory entry 'clean_armor_holds_theta': arm "
+                                          r"armor_restart_clean \(role CLEAN_ARMOR\) is not run by "
+                                          r"confirmation preset conf0"):
+        check_preset(reg, p0, *preset_runs(p0))
     few = {**runs, "armor_reset_never": [10, 11]}
     with pytest.raises(ClaimsError, match=r"confirmatory entry 'armor_ends_above_theta': arm "
                                           r"armor_reset_never \(role ARMOR\) runs 2 seed\(s\) \[10, 11\] in "

@@ -111,16 +111,21 @@ def test_gaps_end_values_and_the_evaluation_noise_from_a_table():
     assert "ARMOR vs dapo_cont" in pw.report(df)
 
 
-def test_the_oracle_clean_anchor_arms_are_defined_by_the_protocol_and_run_by_no_figure(tmp_path):
+def test_the_oracle_clean_anchor_arms_are_defined_by_the_protocol_and_run_by_the_control_item(tmp_path):
     """protocol.clean_anchor_modes defines anchor_only_clean and armor_reset_never_clean: anchor_only's and
     armor_reset_never's overrides plus the oracle filter, whose configs validate in the tiny world (its
-    classifier has the mode); no figure or table runs them, and no committed preset defines them."""
+    classifier has the mode), marked `oracle` in their facts; only the item `control` runs them (beside the
+    paper's-rule arms and dapo_cont), and only the presets of the positive control define them."""
     from armor.config import load_config
     from reproduce.matrix.overrides import train_overrides
     from reproduce.matrix.presets import load_preset
     assert "anchor_only_clean" not in arm_definitions(P)
-    for name in ("tiny", "tiny-paper", "tiny-paper-confirm", "smoke", "qwen25-math-7b", "qwen3-8b-base"):
+    for name in ("tiny", "tiny-paper", "smoke", "qwen25-math-7b", "qwen3-8b-base"):
         assert "anchor_only_clean" not in arm_definitions(load_preset(name).protocol), name
+    for name in ("tiny-paper-control", "tiny-paper-confirm"):
+        assert figure_arms(load_preset(name).protocol)["control"] == [
+            "dapo", "dapo_cont", "anchor_only", "anchor_only_clean", "armor_reset_never",
+            "armor_reset_never_clean", "armor_restart", "armor_restart_clean"], name
     preset = load_preset("tiny-paper")
     preset.protocol = dataclasses.replace(preset.protocol, clean_anchor_modes=["shortcut"])
     a = arm_definitions(preset.protocol)
@@ -129,7 +134,8 @@ def test_the_oracle_clean_anchor_arms_are_defined_by_the_protocol_and_run_by_no_
                          ("armor_reset_never_clean", "armor_reset_never")):
         assert sorted(a[clean].overrides) == sorted(a[paper].overrides + oracle)
         assert (a[clean].stage, a[clean].start, a[clean].alias_of, a[clean].sweep) == (2, "peak", None, None)
-        assert not any(clean in arms for arms in figure_arms(preset.protocol).values())
+        assert a[clean].facts()["oracle"] and "oracle" not in a[paper].facts()
+        assert [f for f, arms in figure_arms(preset.protocol).items() if clean in arms] == ["control"]
         start = {"step": 15, "checkpoint": str(tmp_path / "ck")}
         cfg = load_config(preset.path, train_overrides(preset, tmp_path, a[clean], 0, start))
         assert (cfg.algo.anchor.filter, cfg.algo.anchor.exclude_modes) == ("exclude_modes", ["shortcut"])

@@ -136,3 +136,25 @@ def test_classify_less_and_the_adjusted_p():
     assert S.classify(up, 0.01, S.GREATER, p=0.2)[0] == S.INCONCLUSIVE
     assert S.classify(S.Interval(-0.10, -0.15, -0.05, 3, 0.02, 0.01), 0.01, S.GREATER, p=0.2)[0] == \
         S.INCONCLUSIVE                                          # nor "no" on a failed adjusted test
+
+
+def test_spearman_by_hand():
+    # ranks 1..6 against 2,1,4,3,6,5: Σd² = 6, ρ = 1 − 6·6/(6·35) = 29/35; t = ρ·√(4/(1 − ρ²)) = 2.9600,
+    # two-sided p with 4 df 0.04156 (scipy.stats.spearmanr prints 0.041562682)
+    iv = S.spearman([1, 2, 3, 4, 5, 6], [2, 1, 4, 3, 6, 5])
+    assert iv.mean == pytest.approx(29 / 35) and iv.n == 6 and iv.sd is None
+    assert iv.p == pytest.approx(0.0415627, abs=1e-6)
+    # Fisher z: atanh(29/35) ± 1.959964·√(1.06/3)
+    half = 1.959964 * math.sqrt(1.06 / 3)
+    assert iv.lo == pytest.approx(math.tanh(math.atanh(29 / 35) - half), rel=1e-6)
+    assert iv.hi == pytest.approx(math.tanh(math.atanh(29 / 35) + half), rel=1e-6)
+    # ranks are invariant to monotone maps; ties take their average rank
+    assert S.spearman([0.1, 0.4, 9.0, 16.0, 25.0, 36.0], [2, 1, 4, 3, 6, 5]).mean == pytest.approx(29 / 35)
+    assert S.ranks([3, 1, 3, 2]) == [3.5, 1.0, 3.5, 2.0]
+    # a perfect ordering: ρ = 1, p = 0; reversed: −1; a constant side: ρ = 0; three pairs: no interval
+    assert S.spearman([1, 2, 3, 4], [10, 20, 30, 40]).mean == 1.0
+    assert S.spearman([1, 2, 3, 4], [4, 3, 2, 1]).mean == -1.0
+    assert S.spearman([1, 2, 3, 4], [5, 5, 5, 5]).mean == 0.0
+    assert S.spearman([1, 2, 3], [1, 3, 2]).lo is None
+    with pytest.raises(ValueError, match="equal-length"):
+        S.spearman([1, 2], [1])
