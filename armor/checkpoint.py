@@ -421,7 +421,7 @@ def best_candidates(curve: list[tuple[int, float]], saved, window: int) -> set[i
 
 class AsyncStateSaver:
     """The training state saved between checkpoints without stopping the run (torchtitan's async
-    checkpointing): at a step boundary each rank stages its shards of the policy (the fp32 masters), the
+    checkpointing): at a step boundary each rank copies its shards of the policy (the fp32 masters), the
     optimizer, a differing πref and the buffers into CPU memory (torch.distributed.checkpoint.async_save; a
     copy, so the next steps' updates do not reach it) and writes them in a background thread, over a gloo
     group of its own (the step's collectives run beside it on the default group); the trainer's state and

@@ -352,7 +352,7 @@ class ScheduleConfig:
     state_every: Optional[int] = _f(
         None, "between the checkpoints, save the training state alone (fp32 masters, optimizer, πref's "
               "shards, RNG, data position: what a resume needs; no HF export) every N steps, asynchronously "
-              "(staged into CPU memory at the step boundary, written by a background thread while the next "
+              "(copied into CPU memory at the step boundary, written by a background thread while the next "
               "step runs; armor.checkpoint.AsyncStateSaver), into <run>/state/step_NNNNNN (the newest only). "
               "A preemption, which gives a run only the cluster's grace before SIGKILL, then costs at most N "
               "steps instead of save_every; null = none")

@@ -159,7 +159,7 @@ def _short_deps(deps: list[str]) -> str:
 
 
 def print_fetching(items, fetch_dir, show_sizes: bool) -> None:
-    """The hub models and datasets the first job stages, with their sizes where known (dry-run)."""
+    """The hub models and datasets the first job fetches, with their sizes where known (dry-run)."""
     if not items:
         return
     sizes = hub.sizes(items, fetch_dir, ask_hub=True) if show_sizes else {}

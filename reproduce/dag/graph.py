@@ -84,7 +84,7 @@ class _Inputs:
 def build_jobs(preset: Preset, root: str | Path, seeds: Optional[list[int]] = None,
                only: Optional[list[str]] = None, resources: Optional[dict] = None,
                fetch_dir: Optional[str | Path] = None) -> list[Job]:
-    """The DAG: stage (hub models/datasets, presets that name hub ids) | world (toy presets) -> stage 1 ->
+    """The DAG: fetch (hub models/datasets, presets that name hub ids) | world (toy presets) -> stage 1 ->
     select peak -> stage 2 -> evaluate (array) -> collect -> figures."""
     root = Path(root).resolve()
     p = preset.protocol

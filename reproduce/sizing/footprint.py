@@ -32,18 +32,18 @@ def checkpoint_volume(n_params: int, saves: int, keep_last: Optional[int] = None
 
 def host_memory_gb(n_params: int, ranks_per_node: int, nodes: int = 1, engine: str = "vllm",
                    grader_workers: int = 0, export_bytes: int = 2, rollout_tokens: float = 0.0,
-                   state_staging: bool = False) -> float:
+                   state_host_copy: bool = False) -> float:
     """Host memory one training node needs (GB, 1e9 bytes): per rank vLLM's sleep-mode weight backup in
     pinned memory (bf16: 2 N), HOST_RANK_OVERHEAD_GB, 0.5 GB per grader worker, the step's rollouts
     (`rollout_tokens` generated tokens, all shards' on every rank, ROLLOUT_BYTES_PER_TOKEN each) and, with
-    schedule.state_every (`state_staging`), the CPU copy of its shards a background state save writes
+    schedule.state_every (`state_host_copy`), the CPU copy of its shards a background state save writes
     (masters 4N + AdamW 8N + πref 2N, over all ranks); and the node's share of the HF export its ranks hold
     on CPU while they write their parts (armor.checkpoint.export_parts: the parts are even in bytes over all
     ranks, so export_bytes N / nodes)."""
     backup = 2 * n_params / 1e9 if engine == "vllm" else 0.0
-    staged = 14 * n_params / 1e9 / (ranks_per_node * nodes) if state_staging else 0.0
+    host_copy = 14 * n_params / 1e9 / (ranks_per_node * nodes) if state_host_copy else 0.0
     per_rank = (backup + HOST_RANK_OVERHEAD_GB + 0.5 * grader_workers
-                + rollout_tokens * ROLLOUT_BYTES_PER_TOKEN / 1e9 + staged)
+                + rollout_tokens * ROLLOUT_BYTES_PER_TOKEN / 1e9 + host_copy)
     return ranks_per_node * per_rank + export_bytes * n_params / 1e9 / nodes
 
 

@@ -218,6 +218,11 @@ def test_tiny_slow_is_tiny_with_a_slower_stage2_clock(tmp_path):
             "  stage2_steps: 8\n", "  stage2_steps: 8\n  stage2_overrides: [batch.epochs=0]\n")))
 
 
+# the pieces in the default suite: the restart arm's jobs and their deps
+# (test_the_restart_arm_its_jobs_and_fig4), the point select-restart writes and the config armor_restart reads
+# from it (test_select_restart_...), the driver running a fake-job DAG to its results
+# (test_experiments.py::test_pipeline_with_fake_jobs_is_idempotent), its wall-time line (test_the_wall_time_*)
+@pytest.mark.slow
 def test_the_driver_runs_the_restart_arm_end_to_end_with_fake_jobs(tmp_path, monkeypatch):
     """run_all with fake train/eval/figures entry points: armor_reset_never's runs, the restart point, then
     armor_restart from that checkpoint (πref = it, warm-up, the rest of stage 2), its rows in the results; the

@@ -42,7 +42,7 @@ def test_host_memory_counts_the_engines_weight_backup_per_rank():
     assert host_memory_gb(n, 8, 1, "vllm", rollout_tokens=1e8) == pytest.approx(got + 8 * 1e8 * 44 / 1e9)
     assert ROLLOUT_BYTES_PER_TOKEN == 44
     # a background state save's CPU copy: masters 4N + AdamW 8N + πref 2N over all 16 x 8 ranks
-    assert host_memory_gb(n, 8, 16, "vllm", state_staging=True) == pytest.approx(
+    assert host_memory_gb(n, 8, 16, "vllm", state_host_copy=True) == pytest.approx(
         host_memory_gb(n, 8, 16, "vllm") + 8 * 14 * n / 1e9 / 128)
 
 

@@ -1,11 +1,12 @@
 """The paper models' layouts through the real vLLM CPU build: toy-width Qwen2 (Qwen2.5-Math-7B's layout) and
 Qwen3 (Qwen3-8B-Base's) with an untied lm_head, GQA (4 query heads, 2 kv heads of width 32), a vocabulary
 padded above the tokenizer's (128 rows for 103 tokens) and, for Qwen3, per-head q/k RMSNorm and an explicit
-head_dim (32, twice hidden / heads). armor.train runs the ARMOR arm on each, on 1 rank, on 2 gloo ranks
-(two engines; under -m slow) and on 2 ranks as one tensor-parallel engine (rollout.tensor_parallel_size=2,
-the 8B preset's: vLLM's external_launcher under torchrun, gloo), with the engine's log-probs equal to the
-trainer's after every push; a TP-2 push that misses Qwen3's q/k norms stops the run; eval.evaluate's greedy
-samples through vLLM equal the HF engine's."""
+head_dim (32, twice hidden / heads). armor.train runs the ARMOR arm with the engine's log-probs equal to the
+trainer's after every push: Qwen2 on 1 rank (the 7B preset's TP 1), Qwen3 on 2 ranks as one tensor-parallel
+engine (rollout.tensor_parallel_size=2, the 8B preset's: vLLM's external_launcher under torchrun, gloo); the
+other pairings, and 2 gloo ranks with an engine each, under -m slow. A TP-2 push that misses Qwen3's q/k norms
+stops the run; eval.evaluate's greedy samples through vLLM equal the HF engine's (Qwen3; Qwen2 under -m slow).
+"""
 import json
 import shutil
 import sys
@@ -17,10 +18,17 @@ from tier_runs import TWO_RANKS, armor_args, check_run, evaluate, run, sample_ro
 FAMILIES = ["qwen2", "qwen3"]
 MODEL_TYPES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 LAYOUTS = {"one": ([], 1), "two": (TWO_RANKS, 1), "tp2": (TWO_RANKS, 2)}   # launcher, TP size
-# "two" (2 ranks, an engine each) behind -m slow: each engine's push is the one-rank push ("one"), the FSDP2
-# gather of the paper layouts runs on 2 ranks in "tp2", and two engines side by side run on the toy model
-# (test_train_real.py::test_armor_trains_on_two_ranks)
-LAYOUT_CASES = [pytest.param(k, marks=pytest.mark.slow) if k == "two" else k for k in sorted(LAYOUTS)]
+# each engine layout once in the default tier, each family once: qwen2 on "one", qwen3 on "tp2" (their
+# presets'). Behind -m slow: "two" (2 ranks, an engine each): each engine's push is the one-rank push, the
+# FSDP2 gather of the paper layouts runs on 2 ranks in "tp2", two engines side by side on the toy model
+# (test_train_real.py::test_armor_trains_on_two_ranks); qwen3 on "one": the one-rank push of a paper layout in
+# qwen2-one, Qwen3's weights (q/k norms, head_dim) pushed in qwen3-tp2 and run by a one-rank engine in
+# test_vllm_greedy_equals_hf_on_the_paper_layouts[qwen3]; qwen2 on "tp2": the TP-2 push of an untied, GQA,
+# padded-vocabulary layout in qwen3-tp2, Qwen2's q/k/v biases pushed in qwen2-one (vLLM loads a bias by the
+# same weight_loader as its weight, sharded or not)
+DEFAULT_CASES = {("qwen2", "one"), ("qwen3", "tp2")}
+CASES = [pytest.param(f, k, id=f"{f}-{k}", marks=() if (f, k) in DEFAULT_CASES else pytest.mark.slow)
+         for f in FAMILIES for k in sorted(LAYOUTS)]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -49,8 +57,7 @@ def _engine_log(r) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("layout", LAYOUT_CASES)
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family,layout", CASES)
 def test_armor_trains_on_the_paper_layouts(family, layout, arch_world, tmp_path):
     world, out = arch_world(family), tmp_path / layout
     launch, tp = LAYOUTS[layout]
@@ -112,12 +119,18 @@ print("ok")
 """
 
 
+# under -m slow: the TP-2 engine's masking is what test_armor_trains_on_the_paper_layouts[qwen3-tp2] runs,
+# whose log-probs equal the trainer's only with every vocabulary id masked right
+@pytest.mark.slow
 def test_tp_engines_on_cpu_mask_vocabulary_ids_eagerly():
     r = run([sys.executable, "-c", _MASKING])
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout[-2000:] + r.stderr[-3000:]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+# qwen2 under -m slow: eval.evaluate's one-process engine on a paper layout in [qwen3], HF against vLLM on a
+# Qwen2 model in test_evaluate_real.py (the toy's layout), Qwen2's paper layout in vLLM against the trainer's
+# log-probs in test_armor_trains_on_the_paper_layouts[qwen2-one]
+@pytest.mark.parametrize("family", [pytest.param("qwen2", marks=pytest.mark.slow), "qwen3"])
 def test_vllm_greedy_equals_hf_on_the_paper_layouts(family, arch_world, tmp_path):
     world = arch_world(family)
     ckpt = tmp_path / "ck" / "step_000003"
