@@ -52,10 +52,25 @@ def seeds_label(seeds) -> str:
 def _figure(ncols: int, title: str, ctx: Context, width: float = 5.0) -> tuple[Figure, list]:
     fig = Figure(figsize=(width * ncols, 4.0), layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0].tolist()
-    fig.suptitle(f"{title}\npreset {ctx.preset} · model {ctx.model} · seeds {seeds_label(ctx.seeds())}",
-                 fontsize=10)
+    fig.suptitle(rehearsal_title(ctx, f"{title}\npreset {ctx.preset} · model {ctx.model} · seeds "
+                                      f"{seeds_label(ctx.seeds())}"), fontsize=10)
     fig.armor_info = {"panels": [], "missing": {}, "series": {}}
+    watermark(fig, ctx)
     return fig, axes
+
+
+def rehearsal_title(ctx: Context, title: str) -> str:
+    """A figure's title, under a rehearsal's label (results.meta.json `rehearsal`) where it is one."""
+    return f"{ctx.rehearsal['label']}\n{title}" if ctx.rehearsal else title
+
+
+def watermark(fig: Figure, ctx: Context) -> None:
+    """A rehearsal's label across the whole figure (nothing for a real run): no panel of it reads as a
+    result."""
+    if ctx.rehearsal:
+        fig.armor_info["rehearsal"] = ctx.rehearsal["label"]
+        fig.text(0.5, 0.5, ctx.rehearsal["label"], ha="center", va="center", rotation=20, fontsize=16,
+                 color="tab:red", alpha=0.35, zorder=1000)
 
 
 def _register(fig: Figure, ax, name: str, panel: str) -> None:
@@ -381,9 +396,10 @@ def fig_steps(ctx: Context, out_dir=None) -> Figure:
     cols = [base, armor]
     fig = Figure(figsize=(11.0, 10.0), layout="constrained")
     grid = fig.subplots(3, 2, squeeze=False)
-    fig.suptitle(f"Per-step evidence — {base} vs {armor}\npreset {ctx.preset} · model {ctx.model} · seeds "
-                 f"{seeds_label(ctx.seeds())}", fontsize=10)
+    fig.suptitle(rehearsal_title(ctx, f"Per-step evidence — {base} vs {armor}\npreset {ctx.preset} · model "
+                                      f"{ctx.model} · seeds {seeds_label(ctx.seeds())}"), fontsize=10)
     fig.armor_info = {"panels": [], "missing": {}, "series": {}}
+    watermark(fig, ctx)
     for j, arm in enumerate(cols):
         has = not ctx.metrics(arm).empty
         rows = [("counts", "prompts per step",
@@ -482,11 +498,13 @@ def fig_claims(verdicts: Sequence, ctx: Context, out_dir=None) -> Figure:
     axes = fig.subplots(len(panels), 1, squeeze=False,
                         height_ratios=[max(len(r), 1) for r, _ in panels])[:, 0].tolist()
     role = (ctx.claims or {}).get("role", "—")
-    fig.suptitle(f"Claims of the paper — preset {ctx.preset} · seeds' role {role} · seeds "
-                 f"{seeds_label(ctx.seeds())}\n★ confirmatory; colour: class (green yes, red no, grey "
-                 "inconclusive, purple not testable, light grey not run)", fontsize=9)
+    fig.suptitle(rehearsal_title(ctx, f"Claims of the paper — preset {ctx.preset} · seeds' role {role} · "
+                                      f"seeds {seeds_label(ctx.seeds())}\n★ confirmatory; colour: class (green "
+                                      "yes, red no, grey inconclusive, purple not testable, light grey not run)"),
+                 fontsize=9)
     fig.armor_info = {"panels": [], "missing": {}, "series": {}, "rows": [v.key for v in rows],
                       "classes": {v.key: v.verdict for v in rows}}
+    watermark(fig, ctx)
     min_effects = [v.min_effect for v in score if v.min_effect]
     for ax, (group, title) in zip(axes, panels):
         name = "train" if group is train and train else "score"
