@@ -178,8 +178,10 @@ def save(fig: Figure, out_dir: str | Path | None, name: str) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
-    fig.savefig(paths[0], dpi=DPI)
-    fig.savefig(paths[1])
+    label = getattr(fig, "armor_info", {}).get("rehearsal")
+    meta = {"Title": label} if label else None       # a rehearsal's label in the files' metadata too
+    fig.savefig(paths[0], dpi=DPI, metadata=meta)
+    fig.savefig(paths[1], metadata=meta)
     return paths
 
 
@@ -396,8 +398,9 @@ def fig_steps(ctx: Context, out_dir=None) -> Figure:
     cols = [base, armor]
     fig = Figure(figsize=(11.0, 10.0), layout="constrained")
     grid = fig.subplots(3, 2, squeeze=False)
-    fig.suptitle(rehearsal_title(ctx, f"Per-step evidence — {base} vs {armor}\npreset {ctx.preset} · model "
-                                      f"{ctx.model} · seeds {seeds_label(ctx.seeds())}"), fontsize=10)
+    title = (f"Per-step evidence — {base} vs {armor}\npreset {ctx.preset} · model {ctx.model} · seeds "
+             f"{seeds_label(ctx.seeds())}")
+    fig.suptitle(rehearsal_title(ctx, title), fontsize=10)
     fig.armor_info = {"panels": [], "missing": {}, "series": {}}
     watermark(fig, ctx)
     for j, arm in enumerate(cols):
@@ -498,10 +501,10 @@ def fig_claims(verdicts: Sequence, ctx: Context, out_dir=None) -> Figure:
     axes = fig.subplots(len(panels), 1, squeeze=False,
                         height_ratios=[max(len(r), 1) for r, _ in panels])[:, 0].tolist()
     role = (ctx.claims or {}).get("role", "—")
-    fig.suptitle(rehearsal_title(ctx, f"Claims of the paper — preset {ctx.preset} · seeds' role {role} · "
-                                      f"seeds {seeds_label(ctx.seeds())}\n★ confirmatory; colour: class (green "
-                                      "yes, red no, grey inconclusive, purple not testable, light grey not run)"),
-                 fontsize=9)
+    title = (f"Claims of the paper — preset {ctx.preset} · seeds' role {role} · seeds "
+             f"{seeds_label(ctx.seeds())}\n★ confirmatory; colour: class (green yes, red no, grey "
+             "inconclusive, purple not testable, light grey not run)")
+    fig.suptitle(rehearsal_title(ctx, title), fontsize=9)
     fig.armor_info = {"panels": [], "missing": {}, "series": {}, "rows": [v.key for v in rows],
                       "classes": {v.key: v.verdict for v in rows}}
     watermark(fig, ctx)

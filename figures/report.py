@@ -140,8 +140,8 @@ def rehearsal_section(ctx: Context) -> list[str]:
         return []
     subs = ctx.rehearsal.get("substitutions") or []
     return (["## The rehearsal's substitutions", "",
-             f"{len(subs)} field(s) of `{ctx.rehearsal.get('of')}` set otherwise "
-             "(reproduce/matrix/rehearsal.py); everything else is the paper preset's:", "",
+             f"{len(subs)} field(s) of `{ctx.rehearsal.get('of')}` set otherwise (results.meta.json "
+             "`rehearsal`); everything else is the paper preset's:", "",
              "| field | paper | rehearsal | why |", "|---|---|---|---|"]
             + [f"| `{s.get('field')}` | `{s.get('paper')!r}` | `{s.get('rehearsal')!r}` | {s.get('why')} |"
                for s in subs] + [""])

@@ -97,8 +97,8 @@ def parse_args(argv=None):
                     help="--pilot: the two-node network probe fails below this all-gather bus bandwidth "
                          "(GB/s; default reproduce/jobs/netprobe.py FLOOR_GBPS)")
     ap.add_argument("--rehearse", action="store_true",
-                    help="a paper preset's CPU rehearsal (reproduce/matrix/rehearsal.py): every job of its DAG "
-                         "on a toy-width model of its family and the toy world, steps / 10, the real "
+                    help="a paper preset's CPU rehearsal (reproduce/matrix/rehearsal.py): every job of its "
+                         "DAG on a toy-width model of its family and the toy world, steps / 10, the real "
                          "benchmark files (a few problems), every substitution printed and in the report, "
                          "runs/<preset>-rehearsal/; plumbing only, the numbers are meaningless")
     ap.add_argument("--rehearse-engine", default="hf", choices=["hf", "vllm"],
@@ -328,8 +328,8 @@ def _rehearsal(a, paper, root: Path):
     rehearsal.check_paper(paper.name)
     given = [f"--{f.replace('_', '-')}" for f in rehearsal.GPU_FLAGS if getattr(a, f) not in (None, False)]
     if given:
-        raise ExperimentError(f"--rehearse: {', '.join(given)} size or place the GPU plan; a rehearsal runs on "
-                              f"this machine's CPUs (local workers or the local SLURM)")
+        raise ExperimentError(f"--rehearse: {', '.join(given)} size or place the GPU plan; a rehearsal runs "
+                              f"on this machine's CPUs (local workers or the local SLURM)")
     preset, subs = rehearsal.rehearsal_preset(paper, root, a.rehearse_engine)
     print(f"{rehearsal.LABEL}\n{preset.name}: the DAG of {paper.name} ({preset.path}), with these "
           f"substitutions:")

@@ -65,7 +65,8 @@ class Preset:
         if world not in data.parents:
             return None
         # quick: the smoke preset's world, and a paper family's layout (a rehearsal's; no shipped copy)
-        return world, (self.name == "smoke" or self.cfg.name == "smoke" or self.protocol.world_arch is not None)
+        quick = self.name == "smoke" or self.cfg.name == "smoke" or self.protocol.world_arch is not None
+        return world, quick
 
     def world_build_args(self) -> Optional[list[str]]:
         """The arguments of `python -m reproduce.toy.build` that build this preset's world (the `world` job's;

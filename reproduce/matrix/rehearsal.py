@@ -30,8 +30,8 @@ WORLD_VERSION = 2         # the toy world's design (docs/toy_world.md): rewards 
 # run_all.py flags that size or place a GPU plan: meaningless in a rehearsal (one-line error)
 GPU_FLAGS = ("pilot", "without_pilot", "net_floor_gbps", "partition", "account", "qos", "constraint", "nodes",
              "gpus_per_node", "mem_gb", "cpus_per_node", "cluster_nodes", "rollout_tokens_per_s",
-             "update_tokens_per_s", "response_fill", "save_s", "decode_tokens_per_s", "push_s", "anchor_share",
-             "gpu_check", "gpu_mem_gb", "budget_gpu_hours", "fetch_dir", "resources")
+             "update_tokens_per_s", "response_fill", "save_s", "decode_tokens_per_s", "push_s",
+             "anchor_share", "gpu_check", "gpu_mem_gb", "budget_gpu_hours", "fetch_dir", "resources")
 # the final evaluation: a few problems per shipped benchmark, the least k the paper protocol's pass@16 allows
 EVAL_LIMIT = 2
 EVAL_SAMPLES = 16
@@ -41,8 +41,9 @@ ENGINES = {"hf": "the HF engine on the CPU (--rehearse-engine vllm: vLLM's CPU b
            "vllm": "vLLM's CPU build (scripts/vllm_tier.sh), colocated as on the GPUs"}
 # protocol fields that count RL steps (scaled); table_steps' entries too
 STEP_FIELDS = ("stage1_steps", "stage2_steps", "peak_step", "qae_peak_step", "late_start_step",
-               "armor_reset_every", "armor_reset_until", "reset_sweep", "restart_sweep", "stage2_warmup_steps",
-               "kl_after_steps", "qae_reset_sweep", "qwen3_tau1_until", "stage2_validate_every")
+               "armor_reset_every", "armor_reset_until", "reset_sweep", "restart_sweep",
+               "stage2_warmup_steps", "kl_after_steps", "qae_reset_sweep", "qwen3_tau1_until",
+               "stage2_validate_every")
 
 
 # protocol fields that name arms: an arm named by its step (armor_restart_160) is renamed with its steps
@@ -194,7 +195,8 @@ def _nest(subs: list[Substitution]) -> dict:
     return out
 
 
-def rehearsal_preset(paper: Preset, root: Path | str, engine: str = "hf") -> tuple[Preset, list[Substitution]]:
+def rehearsal_preset(paper: Preset, root: Path | str,
+                     engine: str = "hf") -> tuple[Preset, list[Substitution]]:
     """The rehearsal preset of `paper` (written to <root>/_rehearsal/<paper>-rehearsal.yaml, loaded and
     validated as any preset) and its substitutions. engine: the rollout engine (hf, or vllm's CPU build)."""
     subs = substitutions(paper, root, engine)
@@ -202,8 +204,9 @@ def rehearsal_preset(paper: Preset, root: Path | str, engine: str = "hf") -> tup
     data.setdefault("protocol", {})["rehearsal_of"] = paper.name
     path = Path(root).resolve() / "_rehearsal" / f"{paper.name}{SUFFIX}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = (f"# {LABEL}\n# written by reproduce/matrix/rehearsal.py from {paper.path.name}; every field below "
-            f"is a substitution (run_all.py --rehearse prints why)\n" + yaml.safe_dump(data, sort_keys=False))
+    text = (f"# {LABEL}\n# written by reproduce/matrix/rehearsal.py from {paper.path.name}; every field "
+            f"below is a substitution (run_all.py --rehearse prints why)\n"
+            + yaml.safe_dump(data, sort_keys=False))
     if not path.is_file() or path.read_text() != text:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text)

@@ -313,8 +313,8 @@ def main(argv=None) -> int:
     ap.add_argument("--version", type=int, default=WORLD_VERSION, choices=sorted(WORLDS),
                     help=f"the world design (default {WORLD_VERSION}; docs/toy_world.md)")
     ap.add_argument("--arch", choices=sorted(ARCHS), default=None,
-                    help="a paper family's layout at toy width instead of the toy Qwen2 (reproduce/toy/model.py "
-                         "ARCHS; with --quick: a CPU rehearsal's model)")
+                    help="a paper family's layout at toy width instead of the toy Qwen2 "
+                         "(reproduce/toy/model.py ARCHS; with --quick: a CPU rehearsal's model)")
     ap.add_argument("--rebuild", action="store_true", help="build from scratch even where a copy is shipped")
     ap.add_argument("--ship", action="store_true", help=f"build from scratch into the shipped copy "
                                                         f"{SHIPPED_DIR}/<config hash>/")

@@ -1,5 +1,6 @@
-"""The CPU rehearsal's substitutions (reproduce/matrix/rehearsal.py): every changed field is listed, the scaled
-steps keep the paper's order so every gate and branch of the DAG still exists, and bad uses fail in one line."""
+"""The CPU rehearsal's substitutions (reproduce/matrix/rehearsal.py): every changed field is listed, the
+scaled steps keep the paper's order so every gate and branch of the DAG still exists, and bad uses fail in
+one line."""
 import dataclasses
 
 import pytest
@@ -35,12 +36,14 @@ def pair(request, tmp_path):
 
 
 def test_scale_steps_and_arm_names():
-    assert rehearsal.scale_steps(360) == 36 and rehearsal.scale_steps(5) == 1 and rehearsal.scale_steps(1) == 1
+    assert rehearsal.scale_steps(360) == 36 and rehearsal.scale_steps(5) == 1
+    assert rehearsal.scale_steps(1) == 1
     assert rehearsal.scale_steps([80, 120, 160]) == [8, 12, 16]
     assert rehearsal.scale_steps(None) is None and rehearsal.scale_steps(0) == 0
     assert rehearsal.scale_arm("armor_restart_160") == "armor_restart_16"
     assert rehearsal.scale_arm("qae_armor_reset_150") == "qae_armor_reset_15"
-    assert rehearsal.scale_arm(["armor", "mix_a0.9", "armor_reset_80"]) == ["armor", "mix_a0.9", "armor_reset_8"]
+    assert rehearsal.scale_arm(["armor", "mix_a0.9", "armor_reset_80"]) == ["armor", "mix_a0.9",
+                                                                          "armor_reset_8"]
 
 
 def test_every_changed_field_is_a_listed_substitution(pair):

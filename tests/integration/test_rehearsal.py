@@ -1,0 +1,67 @@
+"""The CPU rehearsal of both paper DAGs (`run_all.py --rehearse`, reproduce/matrix/rehearsal.py) on the local
+SLURM, to the end: every figure (PNG + PDF) and table, each carrying the rehearsal's label, the
+substitutions in the report, results.meta.json flagged, and a rerun that submits nothing. Minutes each
+(records/rehearsal.md): behind the `rehearsal` marker, outside the default command.
+
+    bash slurm/cluster_up.sh && python -m pytest -m rehearsal tests/integration/test_rehearsal.py
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from figures.plots import FIGURES
+from figures.tables import TABLES
+from reproduce.matrix import rehearsal
+from reproduce.matrix.presets import load_preset
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(args, timeout):
+    r = subprocess.run([sys.executable, "reproduce/run_all.py", *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    return r.stdout
+
+
+@pytest.mark.rehearsal
+@pytest.mark.slurm
+@pytest.mark.parametrize("paper", list(rehearsal.FAMILIES))
+def test_rehearsal_runs_the_whole_dag_on_slurm(paper, tmp_path, slurm_cluster):
+    root = tmp_path / "runs"
+    args = ["--preset", paper, "--rehearse", "--cluster", "slurm", "--root", str(root), "--no-progress",
+            "--poll", "2"]
+    out = _run(args, timeout=3600)
+    assert rehearsal.LABEL in out and "wall time of this command" in out
+    name = paper + rehearsal.SUFFIX
+    pr = root / name
+    reg = json.loads((pr / "_jobs" / "state.json").read_text())
+    trains = [v for k, v in reg.items() if k.startswith(("stage1/", "stage2/"))]
+    assert trains and all(v["backend"] == "slurm" for v in trains)
+    meta = json.loads((pr / "results.meta.json").read_text())
+    subs = rehearsal.substitutions(load_preset(paper), root)
+    assert meta["rehearsal"]["label"] == rehearsal.LABEL and meta["rehearsal"]["of"] == paper
+    assert meta["rehearsal"]["substitutions"] == json.loads(json.dumps([s.to_dict() for s in subs]))
+    figs = pr / "figures"
+    for f in list(FIGURES) + ["steps", "claims"]:
+        for ext in ("png", "pdf"):
+            data = (figs / f"{f}.{ext}").read_bytes()
+            # drawn across the figure and in its title; the files' metadata (Title) carries it too
+            assert len(data) > 1000 and rehearsal.LABEL.encode() in data, f"{f}.{ext}"
+    for t in TABLES:
+        assert rehearsal.LABEL in (figs / f"{t}.md").read_text() and (figs / f"{t}.tex").is_file()
+    report = (pr / "REPRODUCTION.md").read_text()
+    assert report.count(rehearsal.LABEL) >= 2           # the header and the tables
+    head = report.split("# ARMOR reproduction")[0]
+    assert rehearsal.LABEL in head
+    for s in subs:
+        assert f"`{s.field}`" in report, s.field
+    # the evaluation ran the paper protocol on the shipped benchmark files
+    evals = list(pr.glob("*/seed0/eval/step_*/*summary*.json")) or list(pr.glob("*/seed0/eval/**/*.json"))
+    assert evals
+    again = _run(args, timeout=600)      # a rerun of a finished rehearsal submits nothing
+    assert "nothing to do" in again
+
