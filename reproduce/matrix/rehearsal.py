@@ -180,7 +180,7 @@ def substitutions(paper: Preset, root: Path | str = "runs", engine: str = "hf") 
     ]
     if family == "qwen3":
         out.append(S("protocol.world_arch", p.world_arch, "qwen3", "the world job builds the Qwen3 layout"))
-    return out
+    return [s for s in out if s.paper != s.rehearsal]      # (e.g. the engine where vllm stays vllm)
 
 
 def _nest(subs: list[Substitution]) -> dict:

@@ -130,3 +130,24 @@ def test_rehearse_refuses_a_non_paper_preset_and_gpu_flags(tmp_path, capsys):
     assert run_all.main(["--preset", "tiny", "--rehearse-engine", "vllm", "--root", str(tmp_path),
                          "--dry-run"]) == 2
     assert "goes with --rehearse" in capsys.readouterr().err
+
+
+def test_a_fixed_restart_starts_without_restart_json(tmp_path):
+    """armor_restart_<τ> (the 7B preset's restart_sweep) starts from armor_reset_never's checkpoint at stage-2
+    step τ once θ* is chosen: no select-restart job writes a restart.json for it (the 7B rehearsal's first run
+    failed on exactly this)."""
+    import json
+
+    from reproduce.jobs.peaks import peak_file, start_point
+    from reproduce.matrix.arms import arm_definitions
+    from reproduce.matrix.presets import ckpt_dir, run_dir
+
+    preset = load_preset("qwen25-math-7b")
+    arm = arm_definitions(preset.protocol)["armor_restart_80"]
+    assert start_point(preset, tmp_path, arm, 0) is None             # θ* not chosen yet
+    pf = peak_file(tmp_path, preset, "dapo", 0)
+    pf.parent.mkdir(parents=True)
+    pf.write_text(json.dumps({"step": 140, "checkpoint": "x"}))
+    never = run_dir(tmp_path, preset, "armor_reset_never", 0)
+    assert start_point(preset, tmp_path, arm, 0) == {"step": 220, "checkpoint": str(ckpt_dir(never, 80)),
+                                                      "stage2_step": 80}
