@@ -69,7 +69,7 @@ def watermark(fig: Figure, ctx: Context) -> None:
     result."""
     if ctx.rehearsal:
         fig.armor_info["rehearsal"] = ctx.rehearsal["label"]
-        fig.text(0.5, 0.5, ctx.rehearsal["label"], ha="center", va="center", rotation=20, fontsize=16,
+        fig.text(0.5, 0.5, ctx.rehearsal["label"], ha="center", va="center", rotation=20, fontsize=13,
                  color="tab:red", alpha=0.35, zorder=1000)
 
 

@@ -470,6 +470,8 @@ def main(argv=None) -> int:
                   f"{preset.cli_arg} --dry-run")
             print(wall_time_line(out, t0, t1))
         elif all(s == DONE for s, _ in states.values()):
+            if preset.protocol.rehearsal_of:
+                print(f"\n{rehearsal.LABEL} ({preset.protocol.rehearsal_of}'s DAG on the CPU)")
             print(f"\nall {len(states)} jobs done ({time.time() - t0:.0f}s): "
                   f"results {out / 'results.parquet'}, "
                   f"figures {out / 'figures'}, report {out / 'REPRODUCTION.md'}")

@@ -111,7 +111,7 @@ def substitutions(paper: Preset, root: Path | str = "runs", engine: str = "hf") 
         S("device", cfg.device, "cpu", "no GPU: the CPU"),
         S("threads", None, 1, "one torch thread a job: several jobs share the CPU cores"),
         S("model.path", cfg.model.path, str(world / "base_model"), model),
-        S("model.display_name", cfg.model.display_name, f"toy {family} (rehearsal of {paper.name})",
+        S("model.display_name", cfg.model.display_name, f"toy {family} (rehearsal)",
           "the model column says it is a toy model"),
         S("parallel.compute_dtype", cfg.parallel.compute_dtype, "float32", "bf16 is a GPU setting"),
         S("data.train", cfg.data.train, str(world / "data" / "train.jsonl"),
@@ -168,8 +168,9 @@ def substitutions(paper: Preset, root: Path | str = "runs", engine: str = "hf") 
     bench = [b for b in (HUB_BENCHMARKS.get(b, b) for b in p.eval_benchmarks) if b]
     if bench != list(p.eval_benchmarks):
         out.append(S("protocol.eval_benchmarks", list(p.eval_benchmarks), bench,
-                     "hub-only benchmarks: mmlu_pro -> the shipped 300-problem slice, gpqa_diamond (gated, "
-                     "not shipped) dropped; nothing is fetched"))
+                     "hub-only benchmarks: mmlu_pro -> the shipped 300-problem slice (evaluated; the tables' "
+                     "MMLU-Pro column stays empty: a slice is not MMLU-Pro), gpqa_diamond (gated, not "
+                     "shipped) dropped; nothing is fetched"))
     out += [
         S("protocol.eval_limit", p.eval_limit, EVAL_LIMIT, "a few problems per benchmark (CPU time)"),
         S("protocol.eval_samples", p.eval_samples, EVAL_SAMPLES,
