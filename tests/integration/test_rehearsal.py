@@ -55,15 +55,16 @@ def test_rehearsal_runs_the_whole_dag_on_slurm(paper, tmp_path, slurm_cluster):
             assert len(data) > 1000 and rehearsal.LABEL.encode() in data, f"{f}.{ext}"
     for t in TABLES:
         assert rehearsal.LABEL in (figs / f"{t}.md").read_text() and (figs / f"{t}.tex").is_file()
+    assert rehearsal.LABEL in (figs / "checklist.md").read_text()
     report = (pr / "REPRODUCTION.md").read_text()
     assert report.count(rehearsal.LABEL) >= 2           # the header and the tables
     head = report.split("# ARMOR reproduction")[0]
     assert rehearsal.LABEL in head
     for s in subs:
         assert f"`{s.field}`" in report, s.field
-    # the evaluation ran the paper protocol on the shipped benchmark files
-    evals = list(pr.glob("*/seed0/eval/step_*/*summary*.json")) or list(pr.glob("*/seed0/eval/**/*.json"))
-    assert evals
+    # the evaluation ran the paper protocol on the shipped benchmark files, k = EVAL_SAMPLES
+    for bench in ("aime24", "aime25", "amc23", "amc", "mmlu_pro_sample300"):
+        assert list(pr.glob(f"dapo/seed0/eval/step_*/{bench}__paper__k{rehearsal.EVAL_SAMPLES}.json")), bench
     again = _run(args, timeout=600)      # a rerun of a finished rehearsal submits nothing
     assert "nothing to do" in again
 
