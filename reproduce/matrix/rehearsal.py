@@ -89,8 +89,21 @@ def check_paper(name: str) -> None:
                               f"{', '.join(FAMILIES)}); a CPU preset runs as it is, without --rehearse")
 
 
-def world_dir(root: Path, paper: Preset) -> Path:
-    return Path(root).resolve() / f"{paper.name}{SUFFIX}" / "world"
+def rehearsal_name(paper: Preset, engine: str = "hf") -> str:
+    """The rehearsal preset's name (its runs folder): <paper>-rehearsal, -vllm after it with vLLM (its own
+    world: another model)."""
+    return f"{paper.name}{SUFFIX}" + ("" if engine == "hf" else f"-{engine}")
+
+
+def world_arch(paper: Preset, engine: str = "hf") -> str | None:
+    """protocol.world_arch of the rehearsal: Qwen3's layout for 8B; for 7B the shipped toy Qwen2, except
+    under vLLM, whose CPU attention takes head widths 32 to 512 (the toy Qwen2's are 16): QWEN2_ARCH then."""
+    family = FAMILIES[paper.name]
+    return family if family == "qwen3" or engine != "hf" else None
+
+
+def world_dir(root: Path, paper: Preset, engine: str = "hf") -> Path:
+    return Path(root).resolve() / rehearsal_name(paper, engine) / "world"
 
 
 def substitutions(paper: Preset, root: Path | str = "runs", engine: str = "hf") -> list[Substitution]:
@@ -101,10 +114,14 @@ def substitutions(paper: Preset, root: Path | str = "runs", engine: str = "hf") 
         raise ExperimentError(f"--rehearse-engine: {engine!r} is not one of {', '.join(ENGINES)}")
     cfg, p = paper.cfg, paper.protocol
     family = FAMILIES[paper.name]
-    world = world_dir(root, paper)
+    world = world_dir(root, paper, engine)
+    arch = world_arch(paper, engine)
     S = Substitution
     model = ("the shipped toy world v2's base model: toy Qwen2 (167K, Qwen2ForCausalLM, SFT on the toy "
-             "world)" if family == "qwen2" else
+             "world)" if arch is None else
+             "a Qwen2ForCausalLM of toy width (reproduce/toy/model.py QWEN2_ARCH: GQA, q/k/v biases, untied "
+             "lm_head, heads of 32 for vLLM's CPU attention), the toy world v2's quick SFT (`world` job)"
+             if arch == "qwen2" else
              "a Qwen3ForCausalLM of toy width (reproduce/toy/model.py QWEN3_ARCH: q/k RMSNorm, explicit "
              "head_dim, GQA, untied lm_head), the toy world v2's quick SFT (`world` job)")
     out = [
@@ -151,6 +168,9 @@ def substitutions(paper: Preset, root: Path | str = "runs", engine: str = "hf") 
         S("validation.samples", cfg.validation.samples, 2, "CPU time"),
         S("validation.max_problems", cfg.validation.max_problems, 16, "CPU time"),
     ]
+    if engine == "vllm":
+        out.append(S("rollout.enforce_eager", cfg.rollout.enforce_eager, True,
+                     "no torch.compile on the CPU: an engine starts in seconds"))
     if cfg.rollout.tensor_parallel_size != 1:
         out.append(S("rollout.tensor_parallel_size", cfg.rollout.tensor_parallel_size, 1,
                      "one engine per rank on the CPU"))
@@ -179,8 +199,8 @@ def substitutions(paper: Preset, root: Path | str = "runs", engine: str = "hf") 
         S("protocol.gpus_per_node", p.gpus_per_node, 0, "no GPUs: a CPU plan (no GPU sizing, no pilot)"),
         S("protocol.world_version", p.world_version, WORLD_VERSION, "the toy world's design"),
     ]
-    if family == "qwen3":
-        out.append(S("protocol.world_arch", p.world_arch, "qwen3", "the world job builds the Qwen3 layout"))
+    if arch:
+        out.append(S("protocol.world_arch", p.world_arch, arch, f"the world job builds the {arch} layout"))
     return [s for s in out if s.paper != s.rehearsal]      # (e.g. the engine where vllm stays vllm)
 
 
@@ -201,9 +221,10 @@ def rehearsal_preset(paper: Preset, root: Path | str,
     """The rehearsal preset of `paper` (written to <root>/_rehearsal/<paper>-rehearsal.yaml, loaded and
     validated as any preset) and its substitutions. engine: the rollout engine (hf, or vllm's CPU build)."""
     subs = substitutions(paper, root, engine)
-    data = {"base": str(paper.path), "name": f"{paper.name}{SUFFIX}", **_nest(subs)}
+    name = rehearsal_name(paper, engine)
+    data = {"base": str(paper.path), "name": name, **_nest(subs)}
     data.setdefault("protocol", {})["rehearsal_of"] = paper.name
-    path = Path(root).resolve() / "_rehearsal" / f"{paper.name}{SUFFIX}.yaml"
+    path = Path(root).resolve() / "_rehearsal" / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     text = (f"# {LABEL}\n# written by reproduce/matrix/rehearsal.py from {paper.path.name}; every field "
             f"below is a substitution (run_all.py --rehearse prints why)\n"

@@ -114,6 +114,10 @@ def test_the_qwen3_rehearsal_builds_a_qwen3_world(tmp_path):
     assert reh.world_build_args()[-2:] == ["--arch", "qwen3"] and "--quick" in reh.world_build_args()
     reh7, _ = rehearsal.rehearsal_preset(load_preset("qwen25-math-7b"), tmp_path)
     assert "--arch" not in reh7.world_build_args() and "--quick" not in reh7.world_build_args()
+    # under vLLM (CPU attention: heads of 32 or more) the 7B rehearsal builds QWEN2_ARCH, in its own folder
+    v7, subs = rehearsal.rehearsal_preset(load_preset("qwen25-math-7b"), tmp_path, engine="vllm")
+    assert v7.world_build_args()[-2:] == ["--arch", "qwen2"] and v7.cfg.rollout.engine == "vllm"
+    assert v7.name == "qwen25-math-7b-rehearsal-vllm" and "rollout.engine" not in {s.field for s in subs}
 
 
 def test_rehearse_refuses_a_non_paper_preset_and_gpu_flags(tmp_path, capsys):
