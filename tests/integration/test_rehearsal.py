@@ -1,4 +1,5 @@
-"""The CPU rehearsal of both paper DAGs (`run_all.py --rehearse`, reproduce/matrix/rehearsal.py) on the local
+"""The CPU rehearsal's label on every output, from a synthetic results folder (seconds, the default suite);
+and the CPU rehearsal of both paper DAGs (`run_all.py --rehearse`, reproduce/matrix/rehearsal.py) on the local
 SLURM, to the end: every figure (PNG + PDF) and table, each carrying the rehearsal's label, the
 substitutions in the report, results.meta.json flagged, and a rerun that submits nothing. Minutes each
 (records/rehearsal.md): behind the `rehearsal` marker, outside the default command.
@@ -18,6 +19,39 @@ from reproduce.matrix import rehearsal
 from reproduce.matrix.presets import load_preset
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_output_of_a_rehearsal_carries_its_label(tmp_path):
+    """results.meta.json `rehearsal` (collect writes it) -> the figure's title, watermark and file metadata,
+    the table's title, the checklist and the report's first heading with the substitutions; a real run's
+    outputs carry none of it."""
+    from figures.build import draw_all
+    from figures.data import load_context
+    from figures.report import rehearsal_header, rehearsal_section
+    from figures.synthetic import make_synthetic
+
+    paper = load_preset("qwen25-math-7b")
+    subs = rehearsal.substitutions(paper, tmp_path)
+    for reh in (True, False):
+        path = make_synthetic(tmp_path / str(reh) / "runs" / "p", preset="qwen25-math-7b-rehearsal",
+                              seeds=[0],
+                              arms=["dapo", "dapo_cont", "armor", "armor_reset_never", "anchor_only"])
+        meta_path = path.with_name("results.meta.json")
+        meta = json.loads(meta_path.read_text())
+        if reh:
+            meta["rehearsal"] = {"of": paper.name, "label": rehearsal.LABEL,
+                                 "substitutions": [s.to_dict() for s in subs]}
+        meta_path.write_text(json.dumps(meta))
+        out = tmp_path / str(reh) / "fig"
+        draw_all(load_context(path), out, only=["fig4", "table1", "checklist"])
+        ctx = load_context(path)
+        for f in ("fig4.png", "fig4.pdf", "claims.png", "claims.pdf"):
+            assert (rehearsal.LABEL.encode() in (out / f).read_bytes()) is reh, f
+        for f in ("table1.md", "table1.tex"):      # (the checklist's: the SLURM test, with a register)
+            assert (rehearsal.LABEL in (out / f).read_text()) is reh, f
+        head, section = rehearsal_header(ctx), "\n".join(rehearsal_section(ctx))
+        assert bool(head) is reh and (rehearsal.LABEL in "\n".join(head)) is reh
+        assert all(f"`{s.field}`" in section for s in subs) is reh
 
 
 def _run(args, timeout):
