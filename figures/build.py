@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 
 from .claims import FOREST, write_checklist
 from .data import Context, ResultsError
-from .plots import FIGURES, fig_steps, save
+from .plots import FIGURES, fig_steps, rehearsal_title, save, watermark
 from .tables import TABLES
 from .world_checks import applies as world_applies, write_world_checks
 
@@ -41,7 +41,9 @@ def _placeholder_figure(name: str, ctx: Context, err: str, out_dir) -> list[Path
     ax = fig.subplots()
     ax.axis("off")
     ax.text(0.5, 0.5, f"{name}: could not draw\n{err}", ha="center", va="center", color="tab:red", wrap=True)
-    fig.suptitle(f"{name} [preset {ctx.preset}]")
+    fig.suptitle(rehearsal_title(ctx, f"{name} [preset {ctx.preset}]"))
+    fig.armor_info = {}
+    watermark(fig, ctx)
     return save(fig, out_dir, name)
 
 

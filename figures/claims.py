@@ -634,6 +634,8 @@ def checklist_markdown(verdicts: list[Verdict], ctx: Optional[Context] = None) -
         if not reg:
             return ("No claims register in the results' record (results.meta.json has no `claims`: results "
                     "collected before the register): nothing is decided.\n")
+        if ctx.rehearsal:
+            lines += [f"**{ctx.rehearsal['label']}**", ""]
         lines += [f"Claims register — preset `{ctx.preset}`, validation {ctx.val_label}; register "
                   f"`{reg.get('register', '?')}` (sha256 {str(reg.get('sha256', '?'))[:12]}).", "",
                   rule_text(ctx), "", noise_line(ctx), ""]

@@ -234,6 +234,13 @@ class Context:
         return proto if isinstance(proto, dict) else {}
 
     @property
+    def rehearsal(self) -> Optional[dict]:
+        """results.meta.json `rehearsal` of a CPU rehearsal (`of`: its paper preset, `label`: what every
+        figure, table and report carries, `substitutions`); None for a real run."""
+        r = self.driver_meta.get("rehearsal")
+        return r if isinstance(r, dict) and r.get("label") else None
+
+    @property
     def driver_meta(self) -> dict:
         """results.meta.json beside the table, as the driver's collect wrote it ({} for a table made without
         the driver): the figure arms and the validation benchmark are read from there, not decided again."""

@@ -52,10 +52,25 @@ def seeds_label(seeds) -> str:
 def _figure(ncols: int, title: str, ctx: Context, width: float = 5.0) -> tuple[Figure, list]:
     fig = Figure(figsize=(width * ncols, 4.0), layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0].tolist()
-    fig.suptitle(f"{title}\npreset {ctx.preset} · model {ctx.model} · seeds {seeds_label(ctx.seeds())}",
-                 fontsize=10)
+    fig.suptitle(rehearsal_title(ctx, f"{title}\npreset {ctx.preset} · model {ctx.model} · seeds "
+                                      f"{seeds_label(ctx.seeds())}"), fontsize=10)
     fig.armor_info = {"panels": [], "missing": {}, "series": {}}
+    watermark(fig, ctx)
     return fig, axes
+
+
+def rehearsal_title(ctx: Context, title: str) -> str:
+    """A figure's title, under a rehearsal's label (results.meta.json `rehearsal`) where it is one."""
+    return f"{ctx.rehearsal['label']}\n{title}" if ctx.rehearsal else title
+
+
+def watermark(fig: Figure, ctx: Context) -> None:
+    """A rehearsal's label across the whole figure (nothing for a real run): no panel of it reads as a
+    result."""
+    if ctx.rehearsal:
+        fig.armor_info["rehearsal"] = ctx.rehearsal["label"]
+        fig.text(0.5, 0.5, ctx.rehearsal["label"], ha="center", va="center", rotation=20, fontsize=13,
+                 color="tab:red", alpha=0.35, zorder=1000)
 
 
 def _register(fig: Figure, ax, name: str, panel: str) -> None:
@@ -163,8 +178,10 @@ def save(fig: Figure, out_dir: str | Path | None, name: str) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
-    fig.savefig(paths[0], dpi=DPI)
-    fig.savefig(paths[1])
+    label = getattr(fig, "armor_info", {}).get("rehearsal")
+    meta = {"Title": label} if label else None       # a rehearsal's label in the files' metadata too
+    fig.savefig(paths[0], dpi=DPI, metadata=meta)
+    fig.savefig(paths[1], metadata=meta)
     return paths
 
 
@@ -386,11 +403,13 @@ def fig_steps(ctx: Context, out_dir=None) -> Figure:
         cols.append(clean)
     fig = Figure(figsize=(5.5 * len(cols), 10.0), layout="constrained")
     grid = fig.subplots(3, len(cols), squeeze=False)
-    fig.suptitle(f"Per-step evidence — {' vs '.join(cols)}\npreset {ctx.preset} · model {ctx.model} · seeds "
-                 f"{seeds_label(ctx.seeds())}"
-                 + (f"\n{cols[2]}: oracle-clean anchors, an oracle the paper's ARMOR does not have"
-                    if len(cols) > 2 else ""), fontsize=10)
+    title = (f"Per-step evidence — {' vs '.join(cols)}\npreset {ctx.preset} · model {ctx.model} · seeds "
+             f"{seeds_label(ctx.seeds())}"
+             + (f"\n{cols[2]}: oracle-clean anchors, an oracle the paper's ARMOR does not have"
+                if len(cols) > 2 else ""))
+    fig.suptitle(rehearsal_title(ctx, title), fontsize=10)
     fig.armor_info = {"panels": [], "missing": {}, "series": {}}
+    watermark(fig, ctx)
     for j, arm in enumerate(cols):
         has = not ctx.metrics(arm).empty
         rows = [("counts", "prompts per step",
@@ -504,12 +523,14 @@ def fig_claims(verdicts: Sequence, ctx: Context, out_dir=None) -> Figure:
     axes = fig.subplots(len(panels), 1, squeeze=False,
                         height_ratios=[max(len(r), 1) for r, _ in panels])[:, 0].tolist()
     role = (ctx.claims or {}).get("role", "—")
-    fig.suptitle(f"Claims of the paper — preset {ctx.preset} · seeds' role {role} · seeds "
-                 f"{seeds_label(ctx.seeds())}\n★ confirmatory; colour: class (green yes, red no, grey "
-                 "inconclusive, purple not testable, light grey not run)", fontsize=9)
+    title = (f"Claims of the paper — preset {ctx.preset} · seeds' role {role} · seeds "
+             f"{seeds_label(ctx.seeds())}\n★ confirmatory; colour: class (green yes, red no, grey "
+             "inconclusive, purple not testable, light grey not run)")
+    fig.suptitle(rehearsal_title(ctx, title), fontsize=9)
     oracle = frozenset(oracle_keys(ctx))
     fig.armor_info = {"panels": [], "missing": {}, "series": {}, "rows": [v.key for v in rows],
                       "classes": {v.key: v.verdict for v in rows}, "oracle": sorted(oracle)}
+    watermark(fig, ctx)
     min_effects = [v.min_effect for v in score if v.min_effect]
     for ax, (group, title) in zip(axes, panels):
         name = "train" if group is train and train else "score"

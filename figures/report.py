@@ -124,6 +124,29 @@ def claims_section(ctx: Context, verdicts, figures_dir: Path, base: Path) -> lis
             + [f"- {sentence(v)}" for v in verdicts] + [""])
 
 
+def rehearsal_header(ctx: Context) -> list[str]:
+    """A rehearsal's label above everything else (nothing for a real run)."""
+    if not ctx.rehearsal:
+        return []
+    return [f"# {ctx.rehearsal['label']}", "",
+            f"**This is a CPU rehearsal of the `{ctx.rehearsal.get('of')}` preset's DAG, not a result: a toy "
+            "model, the toy world's training data, scaled-down steps. It tests that every job runs, not what "
+            "any number is.**", ""]
+
+
+def rehearsal_section(ctx: Context) -> list[str]:
+    """Every substitution of a rehearsal (results.meta.json `rehearsal`), one line each."""
+    if not ctx.rehearsal:
+        return []
+    subs = ctx.rehearsal.get("substitutions") or []
+    return (["## The rehearsal's substitutions", "",
+             f"{len(subs)} field(s) of `{ctx.rehearsal.get('of')}` set otherwise (results.meta.json "
+             "`rehearsal`); everything else is the paper preset's:", "",
+             "| field | paper | rehearsal | why |", "|---|---|---|---|"]
+            + [f"| `{s.get('field')}` | `{s.get('paper')!r}` | `{s.get('rehearsal')!r}` | {s.get('why')} |"
+               for s in subs] + [""])
+
+
 def build_report(ctx: Context, out_md: Path, command: str, seeds, wall_time_s, figures_dir: Path,
                  draw: Optional[bool] = None, results_path=None) -> str:
     figures_dir = Path(figures_dir)
@@ -135,8 +158,9 @@ def build_report(ctx: Context, out_md: Path, command: str, seeds, wall_time_s, f
     verdicts = run_claims(ctx)
     if draw or not (figures_dir / f"{FOREST}.png").exists():
         write_checklist(ctx, figures_dir)
-    lines = [HEADER, "", f"# ARMOR reproduction — preset `{ctx.preset}`", "",
+    lines = [HEADER, ""] + rehearsal_header(ctx) + [f"# ARMOR reproduction — preset `{ctx.preset}`", "",
              "_Generated from the results table by `figures/report.py`; never hand-edited._", ""]
+    lines += rehearsal_section(ctx)
     lines += claims_section(ctx, verdicts, figures_dir, base)
     lines += ["## The run", "", "| | |", "|---|---|",
              f"| preset | `{ctx.preset}` (model {ctx.model}) |",

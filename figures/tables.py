@@ -377,7 +377,9 @@ def build_table(ctxs: Context | Sequence[Context], table: str) -> Table:
         caption += " Deltas: difference to the baseline row of the printed values."
     if any(cell.spread is not None for r in rows for cell in r.cells.values()):
         caption += f" {PM}: standard deviation over seeds (n − 1) of the per-seed values."
-    return Table(table, TITLES[table], columns, rows, notes.items, caption, sel_notes)
+    label = next((c.rehearsal["label"] for c in ctxs if c.rehearsal), None)
+    title = f"{label} — {TITLES[table]}" if label else TITLES[table]
+    return Table(table, title, columns, rows, notes.items, caption, sel_notes)
 
 
 def _beside_scorers(ctx: Context, arm: str, steps: dict[int, int]) -> list[str]:

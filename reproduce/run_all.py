@@ -10,6 +10,7 @@
     python reproduce/run_all.py --preset qwen25-math-7b --fetch-dir /shared/armor_hub   # hub copies there
     python reproduce/run_all.py --preset qwen25-math-7b --cluster slurm --pilot   # one node measures the step
     python reproduce/run_all.py --preset qwen25-math-7b --dry-run --budget-gpu-hours 10000   # by importance
+    python reproduce/run_all.py --preset qwen25-math-7b --rehearse   # the whole DAG on CPU, toy model
 
 The DAG (reproduce/dag/graph.py): fetching of the hub models and datasets (presets that name hub ids;
 reproduce/hub.py) or the world build (toy presets) -> stage-1 baselines -> select θ* -> stage-2 arms ->
@@ -62,6 +63,7 @@ from reproduce.jobs.peaks import read_peak  # noqa: E402
 from reproduce.matrix.arms import (arm_seeds, build_arms, figure_arms, parse_only, parse_seeds,  # noqa: E402
                                    selection_seeds)
 from reproduce.matrix.presets import ExperimentError, fixed_peak, load_preset, preset_root  # noqa: E402
+from reproduce.matrix import rehearsal  # noqa: E402
 from slurm.launcher import ACTIVE, DONE, Launcher, LauncherError, topo_order  # noqa: E402
 from slurm.resources import ResourceError  # noqa: E402
 
@@ -94,6 +96,13 @@ def parse_args(argv=None):
     ap.add_argument("--net-floor-gbps", type=float, default=None,
                     help="--pilot: the two-node network probe fails below this all-gather bus bandwidth "
                          "(GB/s; default reproduce/jobs/netprobe.py FLOOR_GBPS)")
+    ap.add_argument("--rehearse", action="store_true",
+                    help="a paper preset's CPU rehearsal (reproduce/matrix/rehearsal.py): every job of its "
+                         "DAG on a toy-width model of its family and the toy world, steps / 10, the real "
+                         "benchmark files (a few problems), every substitution printed and in the report, "
+                         "runs/<preset>-rehearsal/; plumbing only, the numbers are meaningless")
+    ap.add_argument("--rehearse-engine", default="hf", choices=["hf", "vllm"],
+                    help="--rehearse: the rollout engine (vllm: vLLM's CPU build, scripts/vllm_tier.sh)")
     ap.add_argument("--status", action="store_true", help="print each job's state and exit")
     ap.add_argument("--no-wait", action="store_true", help="slurm: submit and exit (rerun later to follow)")
     ap.add_argument("--workers", type=int, default=None, help="local: jobs at once (default: CPU cores)")
@@ -313,13 +322,32 @@ def local_priorities(preset, jobs) -> None:
         j.cost = est[j.key].hours if j.kind in ("train", "evaluate") else 0.0
 
 
+def _rehearsal(a, paper, root: Path):
+    """--rehearse: the paper preset's rehearsal preset (reproduce/matrix/rehearsal.py), its substitutions
+    printed; a flag that sizes or places a GPU plan is an error."""
+    rehearsal.check_paper(paper.name)
+    given = [f"--{f.replace('_', '-')}" for f in rehearsal.GPU_FLAGS if getattr(a, f) not in (None, False)]
+    if given:
+        raise ExperimentError(f"--rehearse: {', '.join(given)} size or place the GPU plan; a rehearsal runs "
+                              f"on this machine's CPUs (local workers or the local SLURM)")
+    preset, subs = rehearsal.rehearsal_preset(paper, root, a.rehearse_engine)
+    print(f"{rehearsal.LABEL}\n{preset.name}: the DAG of {paper.name} ({preset.path}), with these "
+          f"substitutions:")
+    print("\n".join(rehearsal.substitution_lines(subs)) + "\n")
+    return preset
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
     try:
         preset = load_preset(a.preset)
+        root = Path(a.root).resolve() if a.root else REPO_ROOT / "runs"
+        if a.rehearse:
+            preset = _rehearsal(a, preset, root)
+        elif a.rehearse_engine != "hf":
+            raise ExperimentError(f"--rehearse-engine {a.rehearse_engine}: goes with --rehearse")
         only = parse_only(a.only)
         seeds = parse_seeds(a.seeds) or list(preset.protocol.seeds)
-        root = Path(a.root).resolve() if a.root else REPO_ROOT / "runs"
         flags = {"partition": a.partition, "account": a.account, "qos": a.qos, "constraint": a.constraint,
                  "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "time_min": a.time_min,
                  "mem_gb": a.mem_gb, "cpus_per_task": a.cpus_per_node}
@@ -442,6 +470,8 @@ def main(argv=None) -> int:
                   f"{preset.cli_arg} --dry-run")
             print(wall_time_line(out, t0, t1))
         elif all(s == DONE for s, _ in states.values()):
+            if preset.protocol.rehearsal_of:
+                print(f"\n{rehearsal.LABEL} ({preset.protocol.rehearsal_of}'s DAG on the CPU)")
             print(f"\nall {len(states)} jobs done ({time.time() - t0:.0f}s): "
                   f"results {out / 'results.parquet'}, "
                   f"figures {out / 'figures'}, report {out / 'REPRODUCTION.md'}")

@@ -31,7 +31,7 @@ from common.results import META_NAME, NOISE_NAME, STEPS_NAME, frame, steps_frame
 from reproduce.jobs import noise
 from reproduce.matrix import branching
 from reproduce.jobs.peaks import read_peak, start_point, validation_benchmark
-from reproduce.matrix import claims
+from reproduce.matrix import claims, rehearsal
 from reproduce.matrix.arms import (Arm, arm_definitions, claims_register, figure_arms, figure_panels,
                                    preset_runs, table_step)
 from reproduce.matrix.presets import STATE_JSON, Preset, preset_root, repo_path, run_dir
@@ -206,6 +206,10 @@ def collect(preset: Preset, root: Path, seeds: list[int]) -> Path:
     card = protocol_card_text(preset)
     if card is not None:
         meta["protocol_card"] = card
+    subs = rehearsal.of_preset(preset, root)
+    if subs:        # a CPU rehearsal: figures/ label every output and the report lists the substitutions
+        meta["rehearsal"] = {"of": preset.protocol.rehearsal_of, "label": rehearsal.LABEL,
+                             "substitutions": [s.to_dict() for s in subs]}
     write_results(out / "results.parquet", df)
     write_steps(out / STEPS_NAME, step_rows)
     floor = noise.read_noise(noise.result_path(preset, root))

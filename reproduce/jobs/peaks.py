@@ -257,6 +257,14 @@ def read_peak(root: Path, preset: Preset, baseline: str, seed: int) -> Optional[
 def start_point(preset: Preset, root: Path, arm: Arm, seed: int) -> Optional[dict]:
     """{step, checkpoint} a stage-2 arm starts from (armor_restart: and stage2_step), or None while θ* (the
     restart point) is not chosen yet."""
+    if arm.start == RESTART_START and arm.restart_step:
+        # armor_restart_<τ>: the source run's checkpoint at the fixed stage-2 step τ, no restart.json (no
+        # select-restart job chooses it); the source starts at θ* of the arm's baseline
+        pk = read_peak(root, preset, arm.baseline, seed)
+        source = run_dir(root, preset, arm.restart_from or RESTART_FROM, seed)
+        return None if pk is None else {"step": int(pk["step"]) + arm.restart_step,
+                                        "checkpoint": str(ckpt_dir(source, arm.restart_step)),
+                                        "stage2_step": arm.restart_step}
     if arm.start == RESTART_START:
         rs = read_restart(root, preset, seed, arm.restart_from or RESTART_FROM)
         return None if rs is None else {k: rs[k] for k in ("step", "checkpoint", "stage2_step")}

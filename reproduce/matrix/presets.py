@@ -64,7 +64,9 @@ class Preset:
         data = Path(self.cfg.data.train)
         if world not in data.parents:
             return None
-        return world, (self.name == "smoke" or self.cfg.name == "smoke")
+        # quick: the smoke preset's world, and a paper family's layout (a rehearsal's; no shipped copy)
+        quick = self.name == "smoke" or self.cfg.name == "smoke" or self.protocol.world_arch is not None
+        return world, quick
 
     def world_build_args(self) -> Optional[list[str]]:
         """The arguments of `python -m reproduce.toy.build` that build this preset's world (the `world` job's;
@@ -75,7 +77,8 @@ class Preset:
         world, quick = w
         version = self.protocol.world_version
         return (["--out", str(world)] + (["--quick"] if quick else [])
-                + (["--version", str(version)] if version != 1 else []))
+                + (["--version", str(version)] if version != 1 else [])
+                + (["--arch", self.protocol.world_arch] if self.protocol.world_arch else []))
 
 
 def load_preset(name_or_path: str | Path) -> Preset:

@@ -56,6 +56,12 @@ class ProtocolConfig:
                                        "seeds)")
     world_version: int = _f(1, "the toy world's design the `world` job builds (reproduce/toy/build.py "
                                "WORLDS; docs/toy_world.md); toy presets only")
+    world_arch: Optional[str] = _f(None, "the toy world's model: null = the toy Qwen2 of the world design; "
+                                         "qwen2 / qwen3 = a paper family's layout at toy width "
+                                         "(reproduce/toy/model.py ARCHS), quick SFT (a rehearsal's)")
+    rehearsal_of: Optional[str] = _f(None, "a CPU rehearsal of this paper preset (reproduce/matrix/"
+                                           "rehearsal.py writes it): every output labelled, numbers "
+                                           "meaningless; null = a real run")
     headroom_steps: int = _f(0, "RL steps of the headroom control `dapo_natural`: stage-1 DAPO on "
                                 "headroom_data, prompts without the training regularity (0 = not run)")
     headroom_data: Optional[str] = _f(None, "training prompts of the headroom control (the toy world's "
@@ -211,6 +217,8 @@ def validate_protocol(p: ProtocolConfig) -> None:
     c(len(set(p.seeds)) == len(p.seeds), "protocol.seeds", p.seeds, "must not repeat a seed")
     c(p.world_version in (1, 2), "protocol.world_version", p.world_version,
       "must be 1 or 2 (the world designs)")
+    c(p.world_arch in (None, "qwen2", "qwen3"), "protocol.world_arch", p.world_arch,
+      "must be null, qwen2 or qwen3")
     c(p.headroom_steps >= 0, "protocol.headroom_steps", p.headroom_steps, "must be >= 0")
     c(p.stage2_validate_every >= 0, "protocol.stage2_validate_every", p.stage2_validate_every, "must be >= 0")
     c(not p.headroom_steps or bool(p.headroom_data), "protocol.headroom_data", p.headroom_data,

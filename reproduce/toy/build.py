@@ -1,6 +1,6 @@
 """Build the toy world: data splits, tokenizer and SFT base model, with acceptance checks.
 
-    python -m reproduce.toy.build --out DIR [--seed S] [--quick] [--version V] [--rebuild]
+    python -m reproduce.toy.build --out DIR [--seed S] [--quick] [--version V] [--arch A] [--rebuild]
     python -m reproduce.toy.build --ship [--version V]     # rebuild the shipped reproduce/worlds/<hash>/
 
 Writes (atomically: built in ``DIR.tmp<pid>`` then renamed)::
@@ -35,7 +35,7 @@ import torch
 from common.jsonl import write_jsonl
 
 from . import task as T
-from .model import ModelConfig, build_model, n_params, sample
+from .model import ARCHS, ModelConfig, build_model, n_params, sample
 from .sft import QUICK_SFT, SFTConfig, sft
 from .tokenizer import build_tokenizer
 
@@ -312,15 +312,20 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="seconds-long SFT, no acceptance checks")
     ap.add_argument("--version", type=int, default=WORLD_VERSION, choices=sorted(WORLDS),
                     help=f"the world design (default {WORLD_VERSION}; docs/toy_world.md)")
+    ap.add_argument("--arch", choices=sorted(ARCHS), default=None,
+                    help="a paper family's layout at toy width instead of the toy Qwen2 "
+                         "(reproduce/toy/model.py ARCHS; with --quick: a CPU rehearsal's model)")
     ap.add_argument("--rebuild", action="store_true", help="build from scratch even where a copy is shipped")
     ap.add_argument("--ship", action="store_true", help=f"build from scratch into the shipped copy "
                                                         f"{SHIPPED_DIR}/<config hash>/")
     a = ap.parse_args(argv)
     if not a.ship and not a.out:
         ap.error("--out is required (or --ship)")
-    out = SHIPPED_DIR / T.config_hash(world_config(a.seed, a.quick, a.version)) if a.ship else a.out
+    model = ARCHS[a.arch] if a.arch else MODEL
+    out = SHIPPED_DIR / T.config_hash(world_config(a.seed, a.quick, a.version, model)) if a.ship else a.out
     try:
-        build_world(out, seed=a.seed, quick=a.quick, version=a.version, shipped=not (a.rebuild or a.ship))
+        build_world(out, seed=a.seed, quick=a.quick, version=a.version, model=model,
+                    shipped=not (a.rebuild or a.ship))
     except WorldCheckError as e:
         print(f"[toy] ERROR: {e}", file=sys.stderr)
         return 1

@@ -107,6 +107,7 @@ class ArchConfig:
 # Qwen3's head_dim 32 is twice hidden_size / num_attention_heads = 16
 QWEN2_ARCH = ArchConfig(family="qwen2", hidden_size=128)
 QWEN3_ARCH = ArchConfig(family="qwen3", hidden_size=64, head_dim=32, intermediate_size=192)
+ARCHS = {"qwen2": QWEN2_ARCH, "qwen3": QWEN3_ARCH}    # by family: `reproduce.toy.build --arch`
 
 
 def padded_vocab(n_tokens: int, multiple: int) -> int:
