@@ -233,22 +233,25 @@ def test_dag_structure(name, tmp_path):
         elif arm.start == "late" and p.protocol.late_start_step is not None:
             assert j.deps == [ready("dapo", s0, p.protocol.late_start_step)]
         elif arm.start == "restart" and arm.restart_step:   # the authors' reset at a fixed point
-            assert j.deps == [f"ckpt/armor_reset_never/seed{s0}/step{arm.restart_step}"]
-        elif arm.start == "restart":      # the authors' reset: from armor_reset_never's chosen checkpoint
-            assert j.deps == [f"restart/armor_reset_never/seed{s0}"]
-            src = arms["armor_reset_never"]
-            own = arm_seeds(p.protocol, src, p.protocol.seeds)
+            assert j.deps == [f"ckpt/{arm.restart_from}/seed{s0}/step{arm.restart_step}"]
+        elif arm.start == "restart":      # the authors' reset: from its source run's chosen checkpoint
+            rf = arm.restart_from         # armor_reset_never (armor_restart_clean: armor_reset_never_clean)
+            assert j.deps == [f"restart/{rf}/seed{s0}"]
+            own = arm_seeds(p.protocol, arms[rf], p.protocol.seeds)
             over = selection_seeds(p.protocol, own)
-            deps = [f"stage2/armor_reset_never/seed{s}" for s in over]
-            assert by[f"restart/armor_reset_never/seed{s0}"].deps == deps
+            deps = [f"stage2/{rf}/seed{s}" for s in over]
+            assert by[f"restart/{rf}/seed{s0}"].deps == deps
             for x in [s for s in own if s not in over][:1]:   # no selection seed: its own run joins
-                assert by[f"restart/armor_reset_never/seed{x}"].deps == deps + [
-                    f"stage2/armor_reset_never/seed{x}"]
+                assert by[f"restart/{rf}/seed{x}"].deps == deps + [f"stage2/{rf}/seed{x}"]
         else:                     # θ* (and the late start by rule) from the mean curve of the selection seeds
             assert j.deps == [f"peak/{arm.baseline}/seed{s0}"]
             own = arm_seeds(p.protocol, arms[arm.baseline], p.protocol.seeds)
             over = selection_seeds(p.protocol, own)
             fixed = fixed_peak(p, arm.baseline)
+            # a late start by rule, where a late arm runs, is chosen from finished stage-1 runs (their ends)
+            late = (arm.baseline == "dapo" and p.protocol.late_start_fraction is not None
+                    and any(a.start == "late" and a.stage == 2 for a in arms.values()))
+            fixed = None if late else fixed
             assert by[f"peak/{arm.baseline}/seed{s0}"].deps == [ready(arm.baseline, s, fixed) for s in over]
             for x in [s for s in own if s not in over][:1]:   # no selection seed: its own run joins
                 assert by[f"peak/{arm.baseline}/seed{x}"].deps == [ready(arm.baseline, s, fixed)
