@@ -195,11 +195,13 @@ def verdict_lines(verdicts: list[Verdict]) -> list[str]:
     for v in verdicts:
         line = f"  [{v.verdict}] {v.question}"
         if v.stat:
-            desc = describe(S.interval_of(v.stat), v.floor, v.p_adjusted)
-            if v.stat.get("statistic") == "spearman":     # an across-seeds ρ: its own interval and p
-                desc = describe_rho(S.interval_of(v.stat), v.p_adjusted)
-            elif v.split == "train":          # a training metric: decided on its interval alone
-                desc = desc.split(", noise floor")[0] + ", a training metric: its interval alone"
+            iv = S.interval_of(v.stat)
+            if S.is_rho(v.stat):              # an across-seeds ρ: its own interval and p
+                desc = describe_rho(iv, v.p_adjusted)
+            else:
+                desc = describe(iv, v.floor, v.p_adjusted)
+                if v.split == "train":        # a training metric: decided on its interval alone
+                    desc = desc.split(", noise floor")[0] + ", a training metric: its interval alone"
             line += f" — {v.quantity}: {desc}"
         elif v.verdict in (NOT_TESTABLE, NOT_RUN) and v.evidence:
             line += f" — {v.evidence}"

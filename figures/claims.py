@@ -49,6 +49,7 @@ import argparse
 import math
 import sys
 import textwrap
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -445,10 +446,9 @@ def q_fall_vs_covariate(ctx: Context, e: Entry) -> tuple[dict, dict]:
     _require_curves(ctx, [a])
     if not e.covariate:
         raise NotTestable("the entry names no covariate (a per-step column)")
-    if all(ctx.metrics(sp.arm).empty or e.covariate not in ctx.metrics(sp.arm).columns for sp in (b,)):
+    if e.covariate not in ctx.metrics(b.arm).columns:
         raise NotRun(f"no per-step {e.covariate} of {b.label}")
-    falls, _ = q_end_minus_theta(ctx, Entry(e.key, e.paper, e.claim, "end_minus_theta", (a,), e.direction,
-                                            e.split))
+    falls, _ = q_end_minus_theta(ctx, dataclasses.replace(e, quantity="end_minus_theta", specs=(a,)))
     out, cov = {}, {}
     for s, v in falls.items():
         c = run_metric_mean(ctx, b, s, e.covariate)
@@ -533,12 +533,12 @@ def measure(ctx: Context, e: Entry) -> Verdict:
     except NotRun as x:
         return Verdict(e.key, e.claim, NOT_RUN, f"not run: {x}", reason=str(x), **base)
     if q.across_seeds:
-        cov = numbers["covariate"]
         if len(per_seed) < 2:
-            raise_ = f"{len(per_seed)} seed(s) with both numbers"
-            return Verdict(e.key, e.claim, NOT_RUN, f"not run: {raise_}", reason=raise_, **base)
-        iv = S.spearman([per_seed[s] for s in per_seed], [cov[s] for s in per_seed])
-        stat = {**iv.asdict(), "statistic": "spearman"}
+            why = f"{len(per_seed)} seed(s) with both numbers"
+            return Verdict(e.key, e.claim, NOT_RUN, f"not run: {why}", reason=why, **base)
+        cov = numbers["covariate"]
+        iv = S.spearman(list(per_seed.values()), [cov[s] for s in per_seed])
+        stat = {**iv.asdict(), "statistic": S.SPEARMAN}
     else:
         stat = S.t_interval(list(per_seed.values())).asdict()
     return Verdict(e.key, e.claim, S.INCONCLUSIVE, "", {"per_seed": per_seed, **numbers}, stat=stat, **base)
@@ -552,22 +552,23 @@ def decide(ctx: Context, e: Entry, v: Verdict, p_adjusted: Optional[float], m: i
     if not v.stat:
         return v
     floor = floor_of(ctx)
-    rho = v.stat.get("statistic") == "spearman"
+    rho = S.is_rho(v.stat)
     own_units = e.split == "train" or rho      # decided on the interval and p alone, no noise floor
     v.floor = None if own_units else floor
     v.min_effect = 0.0 if own_units else (S.NOISE_MULTIPLE * floor if floor is not None else None)
     iv = S.interval_of(v.stat)
     v.verdict, v.reason = S.classify(iv, 0.0 if own_units else floor, e.direction, p=p_adjusted)
-    desc = describe(iv, None if own_units else floor, p_adjusted)
+    per_seed = v.numbers["per_seed"]
     if rho:
-        desc = describe_rho(iv, p_adjusted) + " (over seeds)"
         cov = v.numbers["covariate"]
-        seeds = ", ".join(f"s{s} {x:+.3f} / {cov[s]:.3f}" for s, x in v.numbers["per_seed"].items())
-        v.evidence = f"{v.quantity}: {desc}; per seed fall / {v.numbers['covariate_name']}: {seeds}"
+        seeds = ", ".join(f"s{s} {x:+.3f} / {cov[s]:.3f}" for s, x in per_seed.items())
+        v.evidence = (f"{v.quantity}: {describe_rho(iv, p_adjusted)} (over seeds); per seed fall / "
+                      f"{v.numbers['covariate_name']}: {seeds}")
         return v
+    desc = describe(iv, None if own_units else floor, p_adjusted)
     if own_units:
         desc = desc.split(", noise floor")[0] + " (a training metric: its interval alone)"
-    seeds = ", ".join(f"s{s} {x:+.3f}" for s, x in v.numbers["per_seed"].items())
+    seeds = ", ".join(f"s{s} {x:+.3f}" for s, x in per_seed.items())
     v.evidence = f"{v.quantity}: {desc}; per seed {seeds}"
     return v
 

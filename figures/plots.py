@@ -23,6 +23,7 @@ matplotlib.use("Agg")  # noqa: E402 - before any backend is touched
 from matplotlib.figure import Figure  # noqa: E402
 
 from . import paper as paper_mod  # noqa: E402
+from . import stats as S  # noqa: E402
 from .data import Context, Curve  # noqa: E402
 
 STEP_LABEL = "total RL steps (since base model)"
@@ -511,13 +512,11 @@ def fig_claims(verdicts: Sequence, ctx: Context, out_dir=None) -> Figure:
     seeds) entries (their own units, decided on their interval alone) get a panel of their own; entries that
     read oracle-clean anchors are labelled [oracle]."""
     rows = sorted(verdicts, key=lambda v: not v.confirmatory)     # stable: the register's order within
-    own = [v for v in rows if v.split == "train" or (v.stat or {}).get("statistic") == "spearman"]
-    score = [v for v in rows if v not in own]
-    train = own
-    rho = any((v.stat or {}).get("statistic") == "spearman" for v in own)
+    train = [v for v in rows if v.split == "train" or S.is_rho(v.stat)]     # own units
+    score = [v for v in rows if v not in train]
     panels = [(score, "validation / test: fraction of the score"),
-              (train, "own units: training metrics; Spearman ρ over seeds (dose-response)" if rho
-               else "training metrics (own units)")]
+              (train, "own units: training metrics; Spearman ρ over seeds (dose-response)"
+               if any(S.is_rho(v.stat) for v in train) else "training metrics (own units)")]
     panels = [(r, t) for r, t in panels if r] or [([], "no claims register in the results")]
     fig = Figure(figsize=(8.5, 1.2 + 0.22 * max(len(rows), 1) + 0.6 * len(panels)), layout="constrained")
     axes = fig.subplots(len(panels), 1, squeeze=False,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 from typing import Mapping, Optional, Sequence
 
 LEVEL = 0.95            # the intervals' confidence level
@@ -47,10 +48,18 @@ class Interval:
         return asdict(self)
 
 
+SPEARMAN = "spearman"    # Verdict.stat["statistic"] of an across-seeds ρ (a t interval's record has no key)
+
+
 def interval_of(stat: Mapping) -> Interval:
     """An Interval from its recorded form (Verdict.stat: Interval.asdict(), with `statistic: spearman` for
     an across-seeds ρ)."""
     return Interval(**{k: v for k, v in stat.items() if k != "statistic"})
+
+
+def is_rho(stat: Optional[Mapping]) -> bool:
+    """A recorded stat is an across-seeds Spearman ρ (its own units: no noise floor, no minimum effect)."""
+    return (stat or {}).get("statistic") == SPEARMAN
 
 
 def mean(xs: Sequence[float]) -> float:
@@ -176,7 +185,6 @@ def spearman(xs: Sequence[float], ys: Sequence[float], level: float = LEVEL) -> 
         p = 2.0 * (1.0 - t_cdf(t, n - 2))
     lo = hi = None
     if n >= 4 and abs(rho) < 1.0:
-        from statistics import NormalDist
         z, half = math.atanh(rho), NormalDist().inv_cdf(1.0 - (1.0 - level) / 2.0) * math.sqrt(1.06 / (n - 3))
         lo, hi = math.tanh(z - half), math.tanh(z + half)
     elif n >= 4:

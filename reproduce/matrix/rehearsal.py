@@ -237,7 +237,8 @@ def rehearsal_preset(paper: Preset, root: Path | str,
 
 
 def substitution_lines(subs: list[Substitution]) -> list[str]:
-    """The substitutions as printed by the driver and written into REPRODUCTION.md (one a line)."""
+    """The substitutions as the driver prints them (one a line; REPRODUCTION.md tables them:
+    figures/report.py rehearsal_section)."""
     return [f"- `{s.field}`: {s.paper!r} -> {s.rehearsal!r} ({s.why})" for s in subs]
 
 
